@@ -63,7 +63,7 @@ impl Framer {
             return Ok(self.complete_if(buf, total));
         }
         if self.scanned == 0 && matches!(buf.first(), Some(b'\r' | b'\n')) {
-            return Ok(keep_alive(buf));
+            return Ok(keep_alive(buf, self.limits.max_header_line));
         }
         let Some(body_start) = self.find_header_end(buf) else {
             if buf.len() > self.limits.max_message_size {
@@ -128,16 +128,22 @@ impl Default for Framer {
     }
 }
 
-fn keep_alive(buf: &[u8]) -> Frame {
+/// Classifies CR/LF bytes at the front of the stream. A `CRLF CRLF` is a ping. Any other run
+/// of CR/LF bytes is consumed once a byte that is not CR/LF follows it (so the result does not
+/// depend on how the bytes were split into reads), or once it exceeds `max_run` bytes (so a
+/// flood of CRLFs cannot grow the buffer).
+fn keep_alive(buf: &[u8], max_run: usize) -> Frame {
     if buf.starts_with(b"\r\n\r\n") {
         return Frame::KeepAlive { len: 4, ping: true };
     }
-    if buf.len() < 4 && b"\r\n\r\n".starts_with(buf) {
-        // Could be the first half of a ping.
-        return Frame::Incomplete;
+    match buf.iter().position(|&b| b != b'\r' && b != b'\n') {
+        Some(len) => Frame::KeepAlive { len, ping: false },
+        None if buf.len() > max_run => Frame::KeepAlive {
+            len: buf.len(),
+            ping: false,
+        },
+        None => Frame::Incomplete,
     }
-    let len = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(buf.len());
-    Frame::KeepAlive { len, ping: false }
 }
 
 /// Finds and checks Content-Length in a header section (start line included).
@@ -219,10 +225,16 @@ mod tests {
     }
 
     #[test]
-    fn lone_crlf_waits_for_a_possible_ping() {
+    fn crlf_runs_wait_for_what_follows() {
         let mut f = Framer::default();
         assert_eq!(f.poll(b"\r\n"), Ok(Frame::Incomplete));
         assert_eq!(f.poll(b"\r\n\r\n"), Ok(Frame::KeepAlive { len: 4, ping: true }));
+        assert_eq!(f.poll(b"\r\n\n"), Ok(Frame::Incomplete));
+        assert_eq!(f.poll(b"\r\n\nO"), Ok(Frame::KeepAlive { len: 3, ping: false }));
+        let mut limits = Limits::DEFAULT;
+        limits.max_header_line(8);
+        let flood = [b'\n'; 9];
+        assert_eq!(Framer::new(limits).poll(&flood), Ok(Frame::KeepAlive { len: 9, ping: false }));
     }
 
     #[test]

@@ -34,6 +34,8 @@
 
 mod error;
 mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 mod limits;
 mod message;
 mod name;

@@ -319,20 +319,33 @@ impl<'a> Message<'a> {
             if self.headers.len() >= max_headers {
                 return Err(ParseError::new(ParseErrorKind::TooManyHeaders, pos));
             }
-            let line = &buf[pos..content_end];
-            let colon = memchr(b':', line)
-                .ok_or_else(|| ParseError::new(ParseErrorKind::MissingColon, pos))?;
-            let name = trim_wsp_end(&line[..colon]);
-            if !is_token(name) {
-                return Err(ParseError::new(ParseErrorKind::BadHeaderName, pos));
+            // One scalar pass validates the name as a token and stops at the colon (or at the
+            // white space before it): no separate search for ':'.
+            let name_len = buf[pos..content_end]
+                .iter()
+                .position(|&b| !scan::is_token_char(b))
+                .unwrap_or(content_end - pos);
+            let mut i = pos + name_len;
+            let name = &buf[pos..i];
+            while i < content_end && scan::is_wsp(buf[i]) {
+                i += 1;
             }
-            let value = trim_lws(&line[colon + 1..]);
-            let value_start = if value.is_empty() {
-                content_end
-            } else {
-                value.as_ptr() as usize - buf.as_ptr() as usize
-            };
-            let kind = HeaderName::lookup(name);
+            if i >= content_end {
+                return Err(ParseError::new(ParseErrorKind::MissingColon, pos));
+            }
+            if buf[i] != b':' || name.is_empty() {
+                return Err(ParseError::new(ParseErrorKind::BadHeaderName, i));
+            }
+            i += 1;
+            while i < content_end && scan::is_wsp(buf[i]) {
+                i += 1;
+            }
+            let value_start = i;
+            let mut value_end = content_end;
+            while value_end > value_start && scan::is_wsp(buf[value_end - 1]) {
+                value_end -= 1;
+            }
+            let kind = crate::name::lookup_token(name);
             let idx = self.headers.len();
             if self.first[kind as usize] == NONE {
                 self.first[kind as usize] = idx as u16;
@@ -342,7 +355,7 @@ impl<'a> Message<'a> {
                 line_start: pos as u32,
                 name_end: (pos + name.len()) as u32,
                 value_start: value_start as u32,
-                value_end: (value_start + value.len()) as u32,
+                value_end: value_end as u32,
                 line_end: next as u32,
             });
             pos = next;
@@ -474,7 +487,7 @@ impl<'a> Message<'a> {
     /// Every header field whose name is `name` (case-insensitive; compact forms match their
     /// full names), for headers holdline does not recognise.
     pub fn headers_named<'m>(&'m self, name: &'m [u8]) -> impl Iterator<Item = &'m Header> + 'm {
-        let kind = HeaderName::lookup(name);
+        let kind = crate::name::lookup_token(name);
         self.headers.iter().filter(move |h| {
             h.kind == kind && (kind != HeaderName::Other || self.name(h).eq_ignore_ascii_case(name))
         })

@@ -46,10 +46,6 @@ macro_rules! header_names {
                 }
                 lookup_long(name)
             }
-
-            fn lookup_long_table() -> &'static [(&'static str, Self)] {
-                &[$(($canonical, Self::$variant)),*]
-            }
         }
     };
 }
@@ -132,20 +128,77 @@ header_names! {
 /// Number of [`HeaderName`] variants, `Other` included.
 pub(crate) const HEADER_NAME_COUNT: usize = HeaderName::Other as usize + 1;
 
+/// Perfect hash of a long header name: `(len + 11·first + 23·last) mod 128`, on ASCII bytes
+/// with bit 5 set (lower case for letters). Chosen so that no two recognised names collide;
+/// [`PERFECT`] is built at compile time and compilation fails if one ever does.
+const fn perfect_hash(len: usize, first: u8, last: u8) -> usize {
+    (len.wrapping_add((first | 0x20) as usize * 11).wrapping_add((last | 0x20) as usize * 23)) & 127
+}
+
+/// Bucket -> 1 + index into [`HeaderName::ALL`], 0 for an empty bucket.
+const PERFECT: [u8; 128] = {
+    let mut table = [0u8; 128];
+    let all = HeaderName::ALL;
+    let mut i = 0;
+    while i < all.len() {
+        let n = all[i].as_str().as_bytes();
+        let h = perfect_hash(n.len(), n[0], n[n.len() - 1]);
+        assert!(table[h] == 0, "header name hash collision: change perfect_hash");
+        table[h] = i as u8 + 1;
+        i += 1;
+    }
+    table
+};
+
 fn lookup_long(name: &[u8]) -> HeaderName {
-    // The table is small (36 entries); filtering on length and first letter first leaves
-    // one or two case-insensitive comparisons.
-    let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
-        return HeaderName::Other;
+    match candidate(name) {
+        Some(h) if h.as_str().as_bytes().eq_ignore_ascii_case(name) => h,
+        _ => HeaderName::Other,
+    }
+}
+
+/// The only recognised name `name` can be, by its perfect hash.
+fn candidate(name: &[u8]) -> Option<HeaderName> {
+    let (Some(&first), Some(&last)) = (name.first(), name.last()) else {
+        return None;
     };
-    for (canonical, h) in HeaderName::lookup_long_table() {
-        let c = canonical.as_bytes();
-        if c.len() == name.len() && c[0].to_ascii_lowercase() == first && c.eq_ignore_ascii_case(name)
-        {
-            return *h;
+    match PERFECT[perfect_hash(name.len(), first, last)] {
+        0 => None,
+        i => Some(HeaderName::ALL[usize::from(i - 1)]),
+    }
+}
+
+/// [`HeaderName::lookup`] for a name already known to be a `token`: the final comparison
+/// then only needs to fold bit 5, eight bytes at a time. (For token bytes, `a | 0x20 ==
+/// b | 0x20` against a canonical name made of letters and `-` is exactly ASCII
+/// case-insensitive equality: no token byte differs from a letter or `-` in bit 5 alone.)
+pub(crate) fn lookup_token(name: &[u8]) -> HeaderName {
+    if let [c] = name {
+        return HeaderName::lookup(&[*c]);
+    }
+    match candidate(name) {
+        Some(h) if eq_folded(name, h.as_str().as_bytes()) => h,
+        _ => HeaderName::Other,
+    }
+}
+
+fn eq_folded(a: &[u8], b: &[u8]) -> bool {
+    const FOLD: u64 = 0x2020_2020_2020_2020;
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        let x = u64::from_le_bytes(x.try_into().unwrap_or_default());
+        let y = u64::from_le_bytes(y.try_into().unwrap_or_default());
+        if x | FOLD != y | FOLD {
+            return false;
         }
     }
-    HeaderName::Other
+    ca.remainder()
+        .iter()
+        .zip(cb.remainder())
+        .all(|(x, y)| x | 0x20 == y | 0x20)
 }
 
 impl HeaderName {
@@ -221,6 +274,19 @@ mod tests {
             assert_eq!(HeaderName::lookup(h.as_str().to_ascii_uppercase().as_bytes()), *h);
             assert_eq!(HeaderName::lookup(h.as_str().to_ascii_lowercase().as_bytes()), *h);
         }
+    }
+
+    #[test]
+    fn token_lookup_agrees_with_lookup() {
+        for h in HeaderName::ALL {
+            for v in [h.as_str().to_owned(), h.as_str().to_ascii_uppercase(), h.as_str().to_ascii_lowercase()] {
+                assert_eq!(lookup_token(v.as_bytes()), *h);
+            }
+        }
+        for other in ["X-Call-ID", "Call-IE", "Vias", "Content-Lengths", "Toe", "x", "P-Asserted-Identity"] {
+            assert_eq!(lookup_token(other.as_bytes()), HeaderName::lookup(other.as_bytes()), "{other}");
+        }
+        assert_eq!(lookup_token(b"Max.Forwards"), HeaderName::Other);
     }
 
     #[test]
