@@ -75,7 +75,11 @@ pub struct UnknownTransport(pub String);
 
 impl fmt::Display for UnknownTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown transport `{}` (expected udp, tcp, tls or sctp)", self.0)
+        write!(
+            f,
+            "unknown transport `{}` (expected udp, tcp, tls or sctp)",
+            self.0
+        )
     }
 }
 

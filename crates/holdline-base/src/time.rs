@@ -90,7 +90,12 @@ impl Sub for Instant {
 impl fmt::Display for Instant {
     /// Seconds since the epoch with microsecond precision, e.g. `12.000250s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{:06}s", self.0 / 1_000_000_000, (self.0 % 1_000_000_000) / 1_000)
+        write!(
+            f,
+            "{}.{:06}s",
+            self.0 / 1_000_000_000,
+            (self.0 % 1_000_000_000) / 1_000
+        )
     }
 }
 

@@ -67,7 +67,10 @@ impl Framer {
         }
         let Some(body_start) = self.find_header_end(buf) else {
             if buf.len() > self.limits.max_message_size {
-                return Err(ParseError::new(ParseErrorKind::TooLarge, self.limits.max_message_size));
+                return Err(ParseError::new(
+                    ParseErrorKind::TooLarge,
+                    self.limits.max_message_size,
+                ));
             }
             self.check_line_length(buf)?;
             self.scanned = buf.len();
@@ -169,7 +172,10 @@ fn content_length(head: &[u8]) -> Result<u32, ParseError> {
         pos = end + 1;
     }
     found.ok_or_else(|| {
-        ParseError::new(ParseErrorKind::MissingHeader(HeaderName::ContentLength), head.len())
+        ParseError::new(
+            ParseErrorKind::MissingHeader(HeaderName::ContentLength),
+            head.len(),
+        )
     })
 }
 
@@ -228,21 +234,43 @@ mod tests {
     fn crlf_runs_wait_for_what_follows() {
         let mut f = Framer::default();
         assert_eq!(f.poll(b"\r\n"), Ok(Frame::Incomplete));
-        assert_eq!(f.poll(b"\r\n\r\n"), Ok(Frame::KeepAlive { len: 4, ping: true }));
+        assert_eq!(
+            f.poll(b"\r\n\r\n"),
+            Ok(Frame::KeepAlive { len: 4, ping: true })
+        );
         assert_eq!(f.poll(b"\r\n\n"), Ok(Frame::Incomplete));
-        assert_eq!(f.poll(b"\r\n\nO"), Ok(Frame::KeepAlive { len: 3, ping: false }));
+        assert_eq!(
+            f.poll(b"\r\n\nO"),
+            Ok(Frame::KeepAlive {
+                len: 3,
+                ping: false
+            })
+        );
         let mut limits = Limits::DEFAULT;
         limits.max_header_line(8);
         let flood = [b'\n'; 9];
-        assert_eq!(Framer::new(limits).poll(&flood), Ok(Frame::KeepAlive { len: 9, ping: false }));
+        assert_eq!(
+            Framer::new(limits).poll(&flood),
+            Ok(Frame::KeepAlive {
+                len: 9,
+                ping: false
+            })
+        );
     }
 
     #[test]
     fn content_length_is_required_and_checked() {
         let mut f = Framer::default();
-        let e = f.poll(b"OPTIONS sip:a SIP/2.0\r\nVia: x\r\n\r\n").expect_err("no CL");
-        assert_eq!(e.kind, ParseErrorKind::MissingHeader(HeaderName::ContentLength));
-        let e = Framer::default().poll(b"OPTIONS sip:a SIP/2.0\r\nl: -1\r\n\r\n").expect_err("neg");
+        let e = f
+            .poll(b"OPTIONS sip:a SIP/2.0\r\nVia: x\r\n\r\n")
+            .expect_err("no CL");
+        assert_eq!(
+            e.kind,
+            ParseErrorKind::MissingHeader(HeaderName::ContentLength)
+        );
+        let e = Framer::default()
+            .poll(b"OPTIONS sip:a SIP/2.0\r\nl: -1\r\n\r\n")
+            .expect_err("neg");
         assert_eq!(e.kind, ParseErrorKind::BadContentLength);
         let e = Framer::default()
             .poll(b"OPTIONS sip:a SIP/2.0\r\nl: 1\r\nContent-Length: 2\r\n\r\nab")
@@ -252,16 +280,24 @@ mod tests {
             .poll(b"OPTIONS sip:a SIP/2.0\r\nl: 99999999999\r\n\r\n")
             .expect_err("huge");
         assert_eq!(e.kind, ParseErrorKind::BadContentLength);
-        let e = Framer::default().poll(b"OPTIONS sip:a SIP/2.0\r\nl: 70000\r\n\r\n").expect_err("big");
+        let e = Framer::default()
+            .poll(b"OPTIONS sip:a SIP/2.0\r\nl: 70000\r\n\r\n")
+            .expect_err("big");
         assert_eq!(e.kind, ParseErrorKind::TooLarge);
     }
 
     #[test]
     fn compact_and_spaced_content_length() {
         let m = b"OPTIONS sip:a SIP/2.0\r\ncontent-LENGTH  :   2  \r\n\r\nab";
-        assert_eq!(Framer::default().poll(m), Ok(Frame::Message { len: m.len() }));
+        assert_eq!(
+            Framer::default().poll(m),
+            Ok(Frame::Message { len: m.len() })
+        );
         let m = b"OPTIONS sip:a SIP/2.0\r\nL:0\r\n\r\n";
-        assert_eq!(Framer::default().poll(m), Ok(Frame::Message { len: m.len() }));
+        assert_eq!(
+            Framer::default().poll(m),
+            Ok(Frame::Message { len: m.len() })
+        );
     }
 
     #[test]
@@ -271,12 +307,18 @@ mod tests {
         let mut f = Framer::new(limits);
         let mut buf = b"OPTIONS sip:a SIP/2.0\r\n".to_vec();
         buf.extend(std::iter::repeat_n(b'a', 101));
-        assert_eq!(f.poll(&buf).map_err(|e| e.kind), Err(ParseErrorKind::HeaderLineTooLong));
+        assert_eq!(
+            f.poll(&buf).map_err(|e| e.kind),
+            Err(ParseErrorKind::HeaderLineTooLong)
+        );
         let mut f = Framer::new(limits);
         let mut buf = b"OPTIONS sip:a SIP/2.0\r\n".to_vec();
         for _ in 0..200 {
             buf.extend_from_slice(b"X: y\r\n");
         }
-        assert_eq!(f.poll(&buf).map_err(|e| e.kind), Err(ParseErrorKind::TooLarge));
+        assert_eq!(
+            f.poll(&buf).map_err(|e| e.kind),
+            Err(ParseErrorKind::TooLarge)
+        );
     }
 }

@@ -3,7 +3,9 @@
 //! Each function takes arbitrary bytes, drives a parser with them, and panics only if an
 //! invariant of this crate is broken; parse errors are expected and ignored.
 
-use crate::{Frame, Framer, HeaderName, Limits, Message};
+use holdline_base::Transport;
+
+use crate::{Editor, Frame, Framer, HeaderName, Limits, Message};
 
 /// Parses `data` as a datagram and, when it parses, calls every accessor.
 pub fn parse_message(data: &[u8]) {
@@ -40,6 +42,103 @@ fn exercise(msg: &Message<'_>) {
     let _ = msg.check_mandatory();
     let _ = msg.request_uri_bytes();
     let _ = msg.reason();
+    typed(msg);
+    edit(msg);
+}
+
+/// The proxy's edits; whatever is emitted must parse again, with the edits visible.
+fn edit(msg: &Message<'_>) {
+    let mut ed = Editor::new(msg);
+    let mut pushed = false;
+    if msg.is_request() {
+        pushed = ed
+            .push_via(Transport::Udp, b"192.0.2.1:5060", b"z9hG4bKfuzz", true)
+            .is_ok();
+        let _ = ed.decrement_max_forwards();
+        let _ = ed.add_record_route(b"<sip:192.0.2.1;lr>");
+        let _ = ed.pop_route();
+        let _ = ed.set_request_uri(b"sip:bob@192.0.2.9");
+    } else {
+        let _ = ed.pop_via();
+    }
+    let _ = ed.ensure_content_length();
+    let mut out = Vec::new();
+    ed.emit(&mut out);
+    assert_eq!(out.len(), ed.emitted_len());
+    let mut limits = Limits::DEFAULT;
+    limits
+        .max_message_size(usize::MAX)
+        .max_headers(usize::MAX)
+        .max_header_line(usize::MAX);
+    match Message::parse(&out, &limits) {
+        Err(e) => panic!("edited output does not parse: {e}"),
+        Ok(again) => {
+            assert_eq!(again.body(), msg.body());
+            if pushed {
+                assert_eq!(
+                    again.first_value_ref(HeaderName::Via).map(|v| v.bytes),
+                    Some(&b"SIP/2.0/UDP 192.0.2.1:5060;branch=z9hG4bKfuzz;rport"[..])
+                );
+            }
+        }
+    }
+}
+
+/// Every typed accessor, and the methods of what they return.
+fn typed(msg: &Message<'_>) {
+    if let Ok(uri) = msg.request_uri() {
+        let _ = (
+            uri.user_unescaped(),
+            uri.host_port(),
+            uri.transport(),
+            uri.lr(),
+            uri.maddr(),
+        );
+        let _ = uri.header_pairs().count();
+        let _ = uri.to_string();
+    }
+    for via in msg.vias().flatten() {
+        let _ = (
+            via.branch(),
+            via.received(),
+            via.rport(),
+            via.maddr(),
+            via.ttl(),
+            via.sent_by(),
+        );
+    }
+    for na in [msg.from(), msg.to()].into_iter().flatten() {
+        let _ = (na.tag(), na.display_name_unquoted(), na.uri.host_port());
+    }
+    for c in msg.contacts().flatten() {
+        let _ = (c.expires(), c.q(), c.is_star());
+    }
+    for r in msg.routes().chain(msg.record_routes()).flatten() {
+        let _ = (r.uri.lr(), r.uri.host_port());
+    }
+    for cred in msg
+        .authorizations()
+        .chain(msg.proxy_authorizations())
+        .flatten()
+    {
+        let _ = (
+            cred.username(),
+            cred.realm(),
+            cred.nonce(),
+            cred.response(),
+            cred.uri(),
+        );
+        for p in cred.params.iter() {
+            let _ = p.unquoted();
+        }
+    }
+    for ch in msg
+        .www_authenticates()
+        .chain(msg.proxy_authenticates())
+        .flatten()
+    {
+        let _ = (ch.realm(), ch.nonce(), ch.stale(), ch.qop(), ch.domain());
+    }
 }
 
 /// Feeds `data` to a [`Framer`] in chunks whose size the first byte chooses, then whole, and
@@ -62,8 +161,13 @@ pub fn frame_stream(data: &[u8]) {
 fn merge_pongs(frames: Vec<Frame>) -> Vec<Frame> {
     let mut out: Vec<Frame> = Vec::with_capacity(frames.len());
     for f in frames {
-        if let (Frame::KeepAlive { len, ping: false }, Some(Frame::KeepAlive { len: prev, ping: false })) =
-            (f, out.last_mut())
+        if let (
+            Frame::KeepAlive { len, ping: false },
+            Some(Frame::KeepAlive {
+                len: prev,
+                ping: false,
+            }),
+        ) = (f, out.last_mut())
         {
             *prev += len;
             continue;
@@ -83,7 +187,11 @@ fn frames(data: &[u8], chunk: usize, limits: Limits) -> Vec<Frame> {
             match framer.poll(&buf) {
                 Ok(Frame::Incomplete) => break,
                 Ok(f @ (Frame::Message { len } | Frame::KeepAlive { len, .. })) => {
-                    assert!(len > 0 && len <= buf.len(), "frame of {len} in {}", buf.len());
+                    assert!(
+                        len > 0 && len <= buf.len(),
+                        "frame of {len} in {}",
+                        buf.len()
+                    );
                     if let Frame::Message { .. } = f {
                         parse_message(&buf[..len]);
                     }

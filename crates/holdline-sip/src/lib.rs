@@ -32,6 +32,12 @@
 //! - Emitting an edited message copies every byte that no edit touches as it was.
 #![forbid(unsafe_code)]
 
+mod addr;
+mod auth;
+#[doc(hidden)]
+pub mod bench_ops;
+mod contact;
+mod edit;
 mod error;
 mod framing;
 #[doc(hidden)]
@@ -40,9 +46,18 @@ mod limits;
 mod message;
 mod name;
 pub mod scan;
+mod typed;
+mod uri;
+mod via;
 
+pub use addr::NameAddr;
+pub use auth::{AuthParam, AuthParamIter, AuthParams, Challenge, Credentials};
+pub use contact::Contact;
+pub use edit::{EditError, Editor};
 pub use error::{ParseError, ParseErrorKind};
 pub use framing::{Frame, Framer};
 pub use limits::Limits;
 pub use message::{CSeq, Header, Message, Method, Span, StartLine, ValueRef};
 pub use name::HeaderName;
+pub use uri::{Host, HostPort, Scheme, Uri, UriHeaders, percent_decode};
+pub use via::{MAGIC_COOKIE, Via};

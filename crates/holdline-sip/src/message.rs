@@ -240,14 +240,21 @@ impl<'a> Message<'a> {
     /// accepted as a message without body.
     pub fn parse(buf: &'a [u8], limits: &Limits) -> Result<Self, ParseError> {
         if buf.len() > limits.max_message_size || buf.len() > u32::MAX as usize {
-            return Err(ParseError::new(ParseErrorKind::TooLarge, limits.max_message_size));
+            return Err(ParseError::new(
+                ParseErrorKind::TooLarge,
+                limits.max_message_size,
+            ));
         }
-        let start_offset = buf.iter().position(|&b| b != b'\r' && b != b'\n').ok_or_else(|| {
-            ParseError::new(ParseErrorKind::Empty, 0)
-        })?;
+        let start_offset = buf
+            .iter()
+            .position(|&b| b != b'\r' && b != b'\n')
+            .ok_or_else(|| ParseError::new(ParseErrorKind::Empty, 0))?;
         let (line_end, next) = line_at(buf, start_offset);
         if line_end - start_offset > limits.max_header_line {
-            return Err(ParseError::new(ParseErrorKind::HeaderLineTooLong, start_offset));
+            return Err(ParseError::new(
+                ParseErrorKind::HeaderLineTooLong,
+                start_offset,
+            ));
         }
         let start = parse_start_line(buf, start_offset, line_end)?;
 
@@ -270,9 +277,9 @@ impl<'a> Message<'a> {
         let available = buf.len() - body_start;
         let body_len = match msg.content_length {
             Some(cl) if cl as usize > available => {
-                let at = msg.first_header(HeaderName::ContentLength).map_or(body_start, |h| {
-                    h.value_start as usize
-                });
+                let at = msg
+                    .first_header(HeaderName::ContentLength)
+                    .map_or(body_start, |h| h.value_start as usize);
                 return Err(ParseError::new(ParseErrorKind::BodyTruncated, at));
             }
             Some(cl) => cl as usize,
@@ -368,10 +375,14 @@ impl<'a> Message<'a> {
         let mut found: Option<u32> = None;
         for h in self.headers_of(HeaderName::ContentLength) {
             let v = self.value(h);
-            let n = parse_u32(v, u32::MAX)
-                .ok_or_else(|| ParseError::new(ParseErrorKind::BadContentLength, h.value_start as usize))?;
+            let n = parse_u32(v, u32::MAX).ok_or_else(|| {
+                ParseError::new(ParseErrorKind::BadContentLength, h.value_start as usize)
+            })?;
             if found.is_some_and(|f| f != n) {
-                return Err(ParseError::new(ParseErrorKind::BadContentLength, h.value_start as usize));
+                return Err(ParseError::new(
+                    ParseErrorKind::BadContentLength,
+                    h.value_start as usize,
+                ));
             }
             found = Some(n);
         }
@@ -592,7 +603,10 @@ impl<'a> Message<'a> {
         if valid {
             Ok(v)
         } else {
-            Err(ParseError::new(ParseErrorKind::BadHeader(HeaderName::CallId), h.value_start as usize))
+            Err(ParseError::new(
+                ParseErrorKind::BadHeader(HeaderName::CallId),
+                h.value_start as usize,
+            ))
         }
     }
 
@@ -643,8 +657,12 @@ impl<'a> Message<'a> {
     }
 
     fn required(&self, kind: HeaderName) -> Result<&Header, ParseError> {
-        self.first_header(kind)
-            .ok_or_else(|| ParseError::new(ParseErrorKind::MissingHeader(kind), self.headers_end as usize))
+        self.first_header(kind).ok_or_else(|| {
+            ParseError::new(
+                ParseErrorKind::MissingHeader(kind),
+                self.headers_end as usize,
+            )
+        })
     }
 
     fn delta(&self, kind: HeaderName, saturate: bool) -> Result<Option<u32>, ParseError> {
@@ -706,7 +724,10 @@ fn is_word(s: &[u8]) -> bool {
 }
 
 fn trim_wsp_end(s: &[u8]) -> &[u8] {
-    let end = s.iter().rposition(|&b| !scan::is_wsp(b)).map_or(0, |e| e + 1);
+    let end = s
+        .iter()
+        .rposition(|&b| !scan::is_wsp(b))
+        .map_or(0, |e| e + 1);
     &s[..end]
 }
 
@@ -716,11 +737,19 @@ fn line_at(buf: &[u8], pos: usize) -> (usize, usize) {
     match memchr(b'\n', &buf[pos..]) {
         Some(i) => {
             let lf = pos + i;
-            let end = if lf > pos && buf[lf - 1] == b'\r' { lf - 1 } else { lf };
+            let end = if lf > pos && buf[lf - 1] == b'\r' {
+                lf - 1
+            } else {
+                lf
+            };
             (end, lf + 1)
         }
         None => {
-            let end = if buf.last() == Some(&b'\r') { buf.len() - 1 } else { buf.len() };
+            let end = if buf.last() == Some(&b'\r') {
+                buf.len() - 1
+            } else {
+                buf.len()
+            };
             (end.max(pos), buf.len())
         }
     }
@@ -737,7 +766,9 @@ fn parse_start_line(buf: &[u8], start: usize, end: usize) -> Result<StartLine<'_
         while line.get(i) == Some(&b' ') {
             i += 1;
         }
-        let code = line.get(i..i + 3).ok_or_else(|| err(ParseErrorKind::BadStatusCode, i))?;
+        let code = line
+            .get(i..i + 3)
+            .ok_or_else(|| err(ParseErrorKind::BadStatusCode, i))?;
         let code = parse_u32(code, 699)
             .filter(|c| *c >= 100)
             .ok_or_else(|| err(ParseErrorKind::BadStatusCode, i))?;
@@ -754,7 +785,8 @@ fn parse_start_line(buf: &[u8], start: usize, end: usize) -> Result<StartLine<'_
     }
     // Request-Line.
     let sp1 = memchr(b' ', line).ok_or_else(|| err(ParseErrorKind::BadStartLine, 0))?;
-    let method = Method::from_bytes(&line[..sp1]).ok_or_else(|| err(ParseErrorKind::BadMethod, 0))?;
+    let method =
+        Method::from_bytes(&line[..sp1]).ok_or_else(|| err(ParseErrorKind::BadMethod, 0))?;
     let mut u = sp1;
     while line.get(u) == Some(&b' ') {
         u += 1;

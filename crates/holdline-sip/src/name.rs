@@ -12,7 +12,7 @@ macro_rules! header_names {
         pub enum HeaderName {
             $( $(#[$doc])* $variant, )*
             /// Any other header; compare its name with
-            /// [`Header::name`](crate::Header::name).
+            /// [`Message::name`](crate::Message::name).
             Other,
         }
 
@@ -132,7 +132,9 @@ pub(crate) const HEADER_NAME_COUNT: usize = HeaderName::Other as usize + 1;
 /// with bit 5 set (lower case for letters). Chosen so that no two recognised names collide;
 /// [`PERFECT`] is built at compile time and compilation fails if one ever does.
 const fn perfect_hash(len: usize, first: u8, last: u8) -> usize {
-    (len.wrapping_add((first | 0x20) as usize * 11).wrapping_add((last | 0x20) as usize * 23)) & 127
+    (len.wrapping_add((first | 0x20) as usize * 11)
+        .wrapping_add((last | 0x20) as usize * 23))
+        & 127
 }
 
 /// Bucket -> 1 + index into [`HeaderName::ALL`], 0 for an empty bucket.
@@ -143,7 +145,10 @@ const PERFECT: [u8; 128] = {
     while i < all.len() {
         let n = all[i].as_str().as_bytes();
         let h = perfect_hash(n.len(), n[0], n[n.len() - 1]);
-        assert!(table[h] == 0, "header name hash collision: change perfect_hash");
+        assert!(
+            table[h] == 0,
+            "header name hash collision: change perfect_hash"
+        );
         table[h] = i as u8 + 1;
         i += 1;
     }
@@ -271,20 +276,42 @@ mod tests {
     fn canonical_names_round_trip_case_insensitively() {
         for h in HeaderName::ALL {
             assert_eq!(HeaderName::lookup(h.as_str().as_bytes()), *h);
-            assert_eq!(HeaderName::lookup(h.as_str().to_ascii_uppercase().as_bytes()), *h);
-            assert_eq!(HeaderName::lookup(h.as_str().to_ascii_lowercase().as_bytes()), *h);
+            assert_eq!(
+                HeaderName::lookup(h.as_str().to_ascii_uppercase().as_bytes()),
+                *h
+            );
+            assert_eq!(
+                HeaderName::lookup(h.as_str().to_ascii_lowercase().as_bytes()),
+                *h
+            );
         }
     }
 
     #[test]
     fn token_lookup_agrees_with_lookup() {
         for h in HeaderName::ALL {
-            for v in [h.as_str().to_owned(), h.as_str().to_ascii_uppercase(), h.as_str().to_ascii_lowercase()] {
+            for v in [
+                h.as_str().to_owned(),
+                h.as_str().to_ascii_uppercase(),
+                h.as_str().to_ascii_lowercase(),
+            ] {
                 assert_eq!(lookup_token(v.as_bytes()), *h);
             }
         }
-        for other in ["X-Call-ID", "Call-IE", "Vias", "Content-Lengths", "Toe", "x", "P-Asserted-Identity"] {
-            assert_eq!(lookup_token(other.as_bytes()), HeaderName::lookup(other.as_bytes()), "{other}");
+        for other in [
+            "X-Call-ID",
+            "Call-IE",
+            "Vias",
+            "Content-Lengths",
+            "Toe",
+            "x",
+            "P-Asserted-Identity",
+        ] {
+            assert_eq!(
+                lookup_token(other.as_bytes()),
+                HeaderName::lookup(other.as_bytes()),
+                "{other}"
+            );
         }
         assert_eq!(lookup_token(b"Max.Forwards"), HeaderName::Other);
     }

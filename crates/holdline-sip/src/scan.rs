@@ -15,10 +15,24 @@ const CLASS: [u8; 256] = {
     while c < 256 {
         let b = c as u8;
         let alnum = b.is_ascii_alphanumeric();
-        let token_extra = matches!(b, b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~');
+        let token_extra = matches!(
+            b,
+            b'-' | b'.' | b'!' | b'%' | b'*' | b'_' | b'+' | b'`' | b'\'' | b'~'
+        );
         let word_extra = matches!(
             b,
-            b'(' | b')' | b'<' | b'>' | b':' | b'\\' | b'"' | b'/' | b'[' | b']' | b'?' | b'{' | b'}'
+            b'(' | b')'
+                | b'<'
+                | b'>'
+                | b':'
+                | b'\\'
+                | b'"'
+                | b'/'
+                | b'['
+                | b']'
+                | b'?'
+                | b'{'
+                | b'}'
         );
         if alnum || token_extra {
             t[c] |= 0b11;
@@ -120,7 +134,11 @@ impl<'a> Cursor<'a> {
 
     /// Consumes `b` or fails with `kind` at the current offset.
     pub fn expect(&mut self, b: u8, kind: ParseErrorKind) -> Result<(), ParseError> {
-        if self.eat(b) { Ok(()) } else { Err(self.error(kind)) }
+        if self.eat(b) {
+            Ok(())
+        } else {
+            Err(self.error(kind))
+        }
     }
 
     /// Skips linear white space, folded line breaks included.
@@ -171,7 +189,11 @@ impl<'a> Cursor<'a> {
     /// Consumes a non-empty `token` or fails with `kind`.
     pub fn token(&mut self, kind: ParseErrorKind) -> Result<&'a [u8], ParseError> {
         let t = self.take_while(is_token_char);
-        if t.is_empty() { Err(self.error(kind)) } else { Ok(t) }
+        if t.is_empty() {
+            Err(self.error(kind))
+        } else {
+            Ok(t)
+        }
     }
 
     /// Consumes a quoted string starting at `"` and returns it with its quotes (escapes are
@@ -360,7 +382,10 @@ impl<'a> Params<'a> {
 
     /// The parameters in order.
     pub fn iter(&self) -> ParamIter<'a> {
-        ParamIter { raw: self.raw, pos: 0 }
+        ParamIter {
+            raw: self.raw,
+            pos: 0,
+        }
     }
 
     /// The first parameter called `name` (case-insensitive): `Some(None)` for a flag,
@@ -449,7 +474,11 @@ mod tests {
         let v = br#""Doe, John" <sip:a@b;x=1,2>;q=0.5 , <sip:c@d>,,  sip:e@f "#;
         assert_eq!(
             pieces(v),
-            vec![&br#""Doe, John" <sip:a@b;x=1,2>;q=0.5"#[..], b"<sip:c@d>", b"sip:e@f"]
+            vec![
+                &br#""Doe, John" <sip:a@b;x=1,2>;q=0.5"#[..],
+                b"<sip:c@d>",
+                b"sip:e@f"
+            ]
         );
         assert_eq!(pieces(br#""a\",b", c"#), vec![&br#""a\",b""#[..], b"c"]);
         assert!(pieces(b" , ,").is_empty());

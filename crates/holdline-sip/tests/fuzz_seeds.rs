@@ -24,9 +24,15 @@ fn fixtures_parse_and_survive_the_parse_target() {
     let fixtures = files(&root().join("tests/data"));
     assert!(fixtures.len() >= 8, "fixtures missing");
     for f in &fixtures {
-        let msg = holdline_sip::Message::parse(f, &holdline_sip::Limits::DEFAULT)
-            .unwrap_or_else(|e| panic!("fixture does not parse: {e}\n{}", String::from_utf8_lossy(f)));
-        msg.check_mandatory().unwrap_or_else(|e| panic!("fixture incomplete: {e}"));
+        let msg =
+            holdline_sip::Message::parse(f, &holdline_sip::Limits::DEFAULT).unwrap_or_else(|e| {
+                panic!(
+                    "fixture does not parse: {e}\n{}",
+                    String::from_utf8_lossy(f)
+                )
+            });
+        msg.check_mandatory()
+            .unwrap_or_else(|e| panic!("fixture incomplete: {e}"));
         holdline_sip::fuzzing::parse_message(f);
     }
 }
@@ -37,8 +43,12 @@ fn fuzz_seed_corpora_replay() {
     let parse = files(&corpus.join("parse_message"));
     let frame = files(&corpus.join("frame_stream"));
     assert!(!parse.is_empty() && !frame.is_empty());
-    parse.iter().for_each(|d| holdline_sip::fuzzing::parse_message(d));
-    frame.iter().for_each(|d| holdline_sip::fuzzing::frame_stream(d));
+    parse
+        .iter()
+        .for_each(|d| holdline_sip::fuzzing::parse_message(d));
+    frame
+        .iter()
+        .for_each(|d| holdline_sip::fuzzing::frame_stream(d));
 }
 
 #[test]

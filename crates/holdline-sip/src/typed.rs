@@ -1,0 +1,308 @@
+//! Typed accessors on [`Message`]: each parses its header value on demand and reports errors
+//! with message-relative offsets.
+
+use crate::addr::NameAddr;
+use crate::auth::{Challenge, Credentials};
+use crate::contact::Contact;
+use crate::uri::Uri;
+use crate::via::Via;
+use crate::{Header, HeaderName, Message, ParseError, ParseErrorKind, StartLine};
+
+impl<'a> Message<'a> {
+    /// The Request-URI, parsed. Errors are [`ParseErrorKind::BadUri`] (or `BadParam`) at
+    /// message offsets; a response has no Request-URI and gives
+    /// [`ParseErrorKind::BadStartLine`] at the start line.
+    pub fn request_uri(&self) -> Result<Uri<'a>, ParseError> {
+        match *self.start_line() {
+            StartLine::Request { uri, .. } => {
+                Uri::parse(self.slice(uri)).map_err(|e| e.shifted(uri.start as usize))
+            }
+            StartLine::Response { .. } => Err(ParseError::new(
+                ParseErrorKind::BadStartLine,
+                self.start_offset(),
+            )),
+        }
+    }
+
+    /// The topmost Via value (the first element of the first Via header).
+    ///
+    /// Errors: [`ParseErrorKind::MissingHeader`] without Via, `BadHeader(Via)` when it is
+    /// empty or malformed.
+    pub fn top_via(&self) -> Result<Via<'a>, ParseError> {
+        const KIND: HeaderName = HeaderName::Via;
+        let h = self.required_header(KIND)?;
+        let v = self.first_value_ref(KIND).ok_or_else(|| {
+            ParseError::new(
+                ParseErrorKind::BadHeader(KIND),
+                h.value_span().start as usize,
+            )
+        })?;
+        Via::parse(v.bytes).map_err(|e| e.shifted(v.span.start as usize).in_header(KIND))
+    }
+
+    /// Every Via value, top first, across comma-separated values and repeated headers.
+    pub fn vias(&self) -> impl Iterator<Item = Result<Via<'a>, ParseError>> + '_ {
+        self.values(HeaderName::Via).map(|v| {
+            Via::parse(v.bytes)
+                .map_err(|e| e.shifted(v.span.start as usize).in_header(HeaderName::Via))
+        })
+    }
+
+    /// The From header, parsed. Errors: [`ParseErrorKind::MissingHeader`] without one,
+    /// `BadHeader(From)` when malformed or repeated (at the second one).
+    pub fn from(&self) -> Result<NameAddr<'a>, ParseError> {
+        self.single_name_addr(HeaderName::From)
+    }
+
+    /// The To header, parsed. Errors as [`from`](Self::from).
+    pub fn to(&self) -> Result<NameAddr<'a>, ParseError> {
+        self.single_name_addr(HeaderName::To)
+    }
+
+    /// Every Contact value in order. A `*` that is not the only Contact value of the message
+    /// is a `BadHeader(Contact)` error.
+    pub fn contacts(&self) -> impl Iterator<Item = Result<Contact<'a>, ParseError>> + '_ {
+        const KIND: HeaderName = HeaderName::Contact;
+        self.values(KIND).map(move |v| {
+            let at = v.span.start as usize;
+            let c = Contact::parse(v.bytes).map_err(|e| e.shifted(at).in_header(KIND))?;
+            if c.is_star() && self.values(KIND).nth(1).is_some() {
+                return Err(ParseError::new(ParseErrorKind::BadHeader(KIND), at));
+            }
+            Ok(c)
+        })
+    }
+
+    /// Every Route value in order (each must be a `name-addr` with `<...>`).
+    pub fn routes(&self) -> impl Iterator<Item = Result<NameAddr<'a>, ParseError>> + '_ {
+        self.route_list(HeaderName::Route)
+    }
+
+    /// Every Record-Route value in order (each must be a `name-addr` with `<...>`).
+    pub fn record_routes(&self) -> impl Iterator<Item = Result<NameAddr<'a>, ParseError>> + '_ {
+        self.route_list(HeaderName::RecordRoute)
+    }
+
+    /// Every Authorization header's credentials, in order.
+    pub fn authorizations(&self) -> impl Iterator<Item = Result<Credentials<'a>, ParseError>> + '_ {
+        self.auth_list(HeaderName::Authorization, Credentials::parse)
+    }
+
+    /// Every Proxy-Authorization header's credentials, in order.
+    pub fn proxy_authorizations(
+        &self,
+    ) -> impl Iterator<Item = Result<Credentials<'a>, ParseError>> + '_ {
+        self.auth_list(HeaderName::ProxyAuthorization, Credentials::parse)
+    }
+
+    /// Every WWW-Authenticate header's challenge, in order.
+    pub fn www_authenticates(
+        &self,
+    ) -> impl Iterator<Item = Result<Challenge<'a>, ParseError>> + '_ {
+        self.auth_list(HeaderName::WwwAuthenticate, Challenge::parse)
+    }
+
+    /// Every Proxy-Authenticate header's challenge, in order.
+    pub fn proxy_authenticates(
+        &self,
+    ) -> impl Iterator<Item = Result<Challenge<'a>, ParseError>> + '_ {
+        self.auth_list(HeaderName::ProxyAuthenticate, Challenge::parse)
+    }
+
+    fn required_header(&self, kind: HeaderName) -> Result<&Header, ParseError> {
+        self.first_header(kind)
+            .ok_or_else(|| ParseError::new(ParseErrorKind::MissingHeader(kind), self.headers_end()))
+    }
+
+    fn single_name_addr(&self, kind: HeaderName) -> Result<NameAddr<'a>, ParseError> {
+        let h = self.required_header(kind)?;
+        if let Some(dup) = self.headers_of(kind).nth(1) {
+            return Err(ParseError::new(
+                ParseErrorKind::BadHeader(kind),
+                dup.value_span().start as usize,
+            ));
+        }
+        let at = h.value_span().start as usize;
+        NameAddr::parse(self.value(h)).map_err(|e| e.shifted(at).in_header(kind))
+    }
+
+    fn route_list(
+        &self,
+        kind: HeaderName,
+    ) -> impl Iterator<Item = Result<NameAddr<'a>, ParseError>> + '_ {
+        self.values(kind).map(move |v| {
+            let at = v.span.start as usize;
+            let a = NameAddr::parse(v.bytes).map_err(|e| e.shifted(at).in_header(kind))?;
+            if a.angle {
+                Ok(a)
+            } else {
+                Err(ParseError::new(ParseErrorKind::BadHeader(kind), at))
+            }
+        })
+    }
+
+    fn auth_list<T>(
+        &self,
+        kind: HeaderName,
+        parse: fn(&'a [u8]) -> Result<T, ParseError>,
+    ) -> impl Iterator<Item = Result<T, ParseError>> + '_
+    where
+        T: 'a,
+    {
+        self.headers_of(kind).map(move |h| {
+            parse(self.value(h))
+                .map_err(|e| e.shifted(h.value_span().start as usize).in_header(kind))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use holdline_base::Transport;
+
+    use crate::uri::Host;
+    use crate::{HeaderName, Limits, Message, ParseError, ParseErrorKind};
+
+    fn parse(s: &[u8]) -> Message<'_> {
+        match Message::parse(s, &Limits::DEFAULT) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    const INVITE: &[u8] = b"INVITE sip:bob@biloxi.example.com;transport=tcp SIP/2.0\r\n\
+Via: SIP/2.0/TCP client.atlanta.example.com:5060;branch=z9hG4bK74bf9, SIP/2.0/UDP p1.example.com;branch=z9hG4bK1\r\n\
+v: SIP/2.0/UDP p2.example.com;branch=z9hG4bK2;received=192.0.2.7\r\n\
+Max-Forwards: 70\r\n\
+f: Alice <sip:alice@atlanta.example.com>;tag=9fxced76sl\r\n\
+To: Bob <sip:bob@biloxi.example.com>\r\n\
+Call-ID: 3848276298220188511@atlanta.example.com\r\n\
+CSeq: 1 INVITE\r\n\
+Contact: <sip:alice@client.atlanta.example.com;transport=tcp>;q=0.5, sip:a2@h;expires=10\r\n\
+Route: <sip:p1.example.com;lr>, <sip:p2.example.com;lr>\r\n\
+Record-Route: <sip:rr.example.com;lr>\r\n\
+Proxy-Authorization: Digest username=\"alice\", realm=\"atlanta.example.com\", nonce=\"a,b\", response=\"x\"\r\n\
+Authorization: Basic YWxpY2U6c2VjcmV0\r\n\
+Content-Length: 0\r\n\r\n";
+
+    #[test]
+    fn request_accessors() {
+        let m = parse(INVITE);
+        let ruri = m.request_uri().expect("ruri");
+        assert_eq!(ruri.user(), Some(&b"bob"[..]));
+        assert_eq!(ruri.transport(), Some(Transport::Tcp));
+
+        let top = m.top_via().expect("top via");
+        assert_eq!(top.host, Host::Name(b"client.atlanta.example.com"));
+        assert_eq!(top.branch(), Some(&b"z9hG4bK74bf9"[..]));
+        let vias: Vec<_> = m.vias().map(|v| v.expect("via")).collect();
+        assert_eq!(vias.len(), 3);
+        assert_eq!(vias[1].host, Host::Name(b"p1.example.com"));
+        assert_eq!(
+            vias[2].received(),
+            Some(Host::V4(std::net::Ipv4Addr::new(192, 0, 2, 7)))
+        );
+
+        let from = m.from().expect("from");
+        assert_eq!(from.display_name, Some(&b"Alice"[..]));
+        assert_eq!(from.tag(), Some(&b"9fxced76sl"[..]));
+        assert_eq!(m.to().expect("to").tag(), None);
+
+        let contacts: Vec<_> = m.contacts().map(|c| c.expect("contact")).collect();
+        assert_eq!(contacts.len(), 2);
+        assert_eq!(contacts[0].q(), Some(500));
+        assert_eq!(contacts[1].expires(), Some(10));
+
+        let routes: Vec<_> = m.routes().map(|r| r.expect("route")).collect();
+        assert_eq!(routes.len(), 2);
+        assert!(routes.iter().all(|r| r.uri.lr()));
+        assert_eq!(routes[1].uri.host(), Some(Host::Name(b"p2.example.com")));
+        assert_eq!(m.record_routes().count(), 1);
+
+        let pa: Vec<_> = m.proxy_authorizations().map(|c| c.expect("pa")).collect();
+        assert_eq!(pa.len(), 1);
+        assert_eq!(pa[0].nonce(), Some(&b"a,b"[..]));
+        let au: Vec<_> = m.authorizations().map(|c| c.expect("auth")).collect();
+        assert_eq!(au[0].token68, Some(&b"YWxpY2U6c2VjcmV0"[..]));
+        assert_eq!(m.www_authenticates().count(), 0);
+        assert_eq!(m.proxy_authenticates().count(), 0);
+    }
+
+    #[test]
+    fn errors_are_message_relative() {
+        let msg = b"OPTIONS sip:h:99999 SIP/2.0\r\nVia: SIP/2.0/UDP h;branch\r\nTo: <sip:a@b\r\nRoute: sip:x\r\n\r\n";
+        let m = parse(msg);
+        assert_eq!(
+            m.request_uri(),
+            Err(ParseError::new(ParseErrorKind::BadUri, 14))
+        );
+        let via_err = m.top_via().expect_err("bad via");
+        assert_eq!(via_err.kind, ParseErrorKind::BadHeader(HeaderName::Via));
+        assert_eq!(&msg[via_err.offset as usize..][..6], b"branch");
+        let to_err = m.to().expect_err("bad to");
+        assert_eq!(to_err.kind, ParseErrorKind::BadHeader(HeaderName::To));
+        assert_eq!(&msg[to_err.offset as usize..][..3], b"<si");
+        let r = m
+            .routes()
+            .next()
+            .expect("one")
+            .expect_err("addr-spec route");
+        assert_eq!(r.kind, ParseErrorKind::BadHeader(HeaderName::Route));
+        assert_eq!(&msg[r.offset as usize..][..5], b"sip:x");
+        let from_err = m.from().expect_err("missing");
+        assert_eq!(
+            from_err.kind,
+            ParseErrorKind::MissingHeader(HeaderName::From)
+        );
+        assert_eq!(from_err.offset as usize, m.headers_end());
+    }
+
+    #[test]
+    fn response_has_no_request_uri() {
+        let m = parse(b"SIP/2.0 200 OK\r\nVia: \r\n\r\n");
+        assert_eq!(
+            m.request_uri(),
+            Err(ParseError::new(ParseErrorKind::BadStartLine, 0))
+        );
+        assert_eq!(
+            m.top_via().map_err(|e| e.kind),
+            Err(ParseErrorKind::BadHeader(HeaderName::Via))
+        );
+        assert_eq!(m.vias().count(), 0);
+    }
+
+    #[test]
+    fn star_contact_must_be_alone() {
+        let m = parse(b"REGISTER sip:r SIP/2.0\r\nContact: *\r\n\r\n");
+        assert_eq!(
+            m.contacts()
+                .map(|c| c.map(|c| c.is_star()))
+                .collect::<Vec<_>>(),
+            vec![Ok(true)]
+        );
+        let msg = b"REGISTER sip:r SIP/2.0\r\nContact: <sip:a@b>\r\nm: *\r\n\r\n";
+        let m = parse(msg);
+        let all: Vec<_> = m.contacts().collect();
+        assert!(all[0].is_ok());
+        assert_eq!(
+            all[1],
+            Err(ParseError::new(
+                ParseErrorKind::BadHeader(HeaderName::Contact),
+                47
+            ))
+        );
+    }
+
+    #[test]
+    fn duplicate_from_is_rejected() {
+        let msg = b"BYE sip:h SIP/2.0\r\nFrom: <sip:a@b>;tag=1\r\nFrom: <sip:c@d>;tag=2\r\n\r\n";
+        let m = parse(msg);
+        assert_eq!(
+            m.from(),
+            Err(ParseError::new(
+                ParseErrorKind::BadHeader(HeaderName::From),
+                48
+            ))
+        );
+    }
+}
