@@ -39,4 +39,7 @@
 //! typed errors.
 #![forbid(unsafe_code)]
 
+pub mod location;
 pub mod txn;
+
+pub use location::{Binding, LocationStore};
