@@ -1,5 +1,7 @@
 //! holdline's SIP engine, sans-IO. So far: the transaction layer ([`txn`]), RFC 3261 §17
-//! with RFC 6026's corrections (the INVITE `Accepted` states).
+//! with RFC 6026's corrections (the INVITE `Accepted` states); the registrar
+//! ([`registrar`], §10.3) over the [`LocationStore`] trait, with an in-memory store
+//! ([`memstore`]).
 //!
 //! # Design
 //!
@@ -40,6 +42,10 @@
 #![forbid(unsafe_code)]
 
 pub mod location;
+pub mod memstore;
+pub mod registrar;
 pub mod txn;
 
 pub use location::{Binding, LocationStore};
+pub use memstore::MemoryLocationStore;
+pub use registrar::{Registrar, RegistrarConfig};

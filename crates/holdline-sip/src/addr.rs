@@ -1,9 +1,14 @@
 //! `name-addr` / `addr-spec` values with header parameters: From, To, Contact, Route,
 //! Record-Route (RFC 3261 §20.10, §25.1).
 
+use core::fmt;
 use std::borrow::Cow;
 
-use crate::scan::{Cursor, Params, is_token_char, unescape_quoted, unquote};
+use memchr::{memchr, memchr2};
+
+use crate::scan::{
+    CachedParam, Cursor, Params, is_gen_value_char, is_token_char, unescape_quoted, unquote,
+};
 use crate::uri::Uri;
 use crate::{ParseError, ParseErrorKind};
 
@@ -12,7 +17,7 @@ use crate::{ParseError, ParseErrorKind};
 /// In the addr-spec form (no angle brackets) the URI ends at the first `;`: everything after
 /// it is a header parameter (RFC 3261 §20.10), so `sip:a@b;tag=1` has the tag as a header
 /// parameter and no URI parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 #[non_exhaustive]
 pub struct NameAddr<'a> {
     /// The display name as written: a sequence of tokens (`A B`), or a quoted string with its
@@ -24,6 +29,30 @@ pub struct NameAddr<'a> {
     pub angle: bool,
     /// The header parameters (after `>`, or after the URI in the addr-spec form).
     pub params: Params<'a>,
+    /// The `tag` value found while parsing.
+    tag: CachedParam<'a>,
+}
+
+impl PartialEq for NameAddr<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.display_name == other.display_name
+            && self.uri == other.uri
+            && self.angle == other.angle
+            && self.params == other.params
+    }
+}
+
+impl Eq for NameAddr<'_> {}
+
+impl fmt::Debug for NameAddr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NameAddr")
+            .field("display_name", &self.display_name)
+            .field("uri", &self.uri)
+            .field("angle", &self.angle)
+            .field("params", &self.params)
+            .finish()
+    }
 }
 
 impl<'a> NameAddr<'a> {
@@ -32,6 +61,159 @@ impl<'a> NameAddr<'a> {
     /// [`ParseErrorKind::BadUri`] for the address and URI, [`ParseErrorKind::BadParam`] for
     /// parameters and [`ParseErrorKind::BadQuotedString`] for the display name.
     pub fn parse(s: &'a [u8]) -> Result<Self, ParseError> {
+        if let Some(a) = Self::parse_fast(s) {
+            return Ok(a);
+        }
+        Self::parse_strict(s)
+    }
+
+    /// The common shapes (`"Name" <uri>;params`, `Name <uri>;params`, `<uri>;params`,
+    /// `uri;params`) without white space outside the display name, without escapes in a
+    /// quoted display name and with a URI [`Uri::parse`] accepts. Returns `None` for anything
+    /// else (every error included), which [`Self::parse_strict`] then handles; what it
+    /// accepts is exactly what the strict parser accepts, with the same result.
+    #[inline]
+    fn parse_fast(s: &'a [u8]) -> Option<Self> {
+        let mut display_name = None;
+        let mut angle = true;
+        let mut i = match s.first()? {
+            b'"' => {
+                let mut close = 1;
+                while s.get(close).is_some_and(|&b| b != b'"' && b != b'\\') {
+                    close += 1;
+                }
+                if s.get(close) != Some(&b'"') {
+                    return None;
+                }
+                display_name = s.get(..=close);
+                let mut i = close + 1;
+                while matches!(s.get(i), Some(b' ' | b'\t')) {
+                    i += 1;
+                }
+                if s.get(i) != Some(&b'<') {
+                    return None;
+                }
+                i + 1
+            }
+            b'<' => 1,
+            _ => {
+                // `*(token LWS) "<"`, or else an addr-spec.
+                let mut i = 0;
+                let mut last_end = 0;
+                loop {
+                    let start = i;
+                    while s.get(i).is_some_and(|&b| is_display_char(b)) {
+                        i += 1;
+                    }
+                    if i == start {
+                        break;
+                    }
+                    last_end = i;
+                    while matches!(s.get(i), Some(b' ' | b'\t')) {
+                        i += 1;
+                    }
+                }
+                match s.get(i) {
+                    Some(b'<') if last_end > 0 => {
+                        display_name = s.get(..last_end);
+                        i + 1
+                    }
+                    // A fold (or a stray line break) between tokens: leave it to the strict
+                    // parser.
+                    Some(b'\r' | b'\n') => return None,
+                    _ => {
+                        angle = false;
+                        0
+                    }
+                }
+            }
+        };
+        let uri_start = i;
+        if angle && let Some((uri, end)) = Uri::parse_sip_prefix(s, i) {
+            // The URI stops right at `>`: it is all of the text the strict parser takes.
+            if s.get(end) == Some(&b'>') {
+                return Self::params_fast(s, display_name, uri, true, end + 1);
+            }
+        }
+        let uri_text = if angle {
+            let gt = i + memchr(b'>', s.get(i..)?)?;
+            i = gt + 1;
+            s.get(uri_start..gt)?
+        } else {
+            while s
+                .get(i)
+                .is_some_and(|&b| !matches!(b, b';' | b' ' | b'\t' | b'\r' | b'\n'))
+            {
+                i += 1;
+            }
+            s.get(uri_start..i)?
+        };
+        let uri = Uri::parse(uri_text).ok()?;
+        Self::params_fast(s, display_name, uri, angle, i)
+    }
+
+    /// The end of [`Self::parse_fast`]: the header parameters from `i` to the end of `s`.
+    #[inline]
+    fn params_fast(
+        s: &'a [u8],
+        display_name: Option<&'a [u8]>,
+        uri: Uri<'a>,
+        angle: bool,
+        mut i: usize,
+    ) -> Option<Self> {
+        let params_start = i;
+        let mut tag = None;
+        let mut seen_tag = false;
+        while s.get(i) == Some(&b';') {
+            i += 1;
+            let name_start = i;
+            while s.get(i).is_some_and(|&b| is_gen_value_char(b)) {
+                i += 1;
+            }
+            let name = s.get(name_start..i)?;
+            if name.is_empty() {
+                return None;
+            }
+            let mut value = None;
+            if s.get(i) == Some(&b'=') {
+                i += 1;
+                let value_start = i;
+                if s.get(i) == Some(&b'"') {
+                    i += 1 + memchr2(b'"', b'\\', s.get(i + 1..)?)?;
+                    if s.get(i) != Some(&b'"') {
+                        return None;
+                    }
+                    i += 1;
+                } else {
+                    while s.get(i).is_some_and(|&b| is_gen_value_char(b)) {
+                        i += 1;
+                    }
+                    if i == value_start {
+                        return None;
+                    }
+                }
+                value = s.get(value_start..i);
+            }
+            if !seen_tag && name.len() == 3 && name.eq_ignore_ascii_case(b"tag") {
+                seen_tag = true;
+                tag = value;
+            }
+        }
+        if i != s.len() {
+            return None;
+        }
+        let params = Params::from_raw(s.get(params_start..i)?);
+        Some(Self {
+            display_name,
+            uri,
+            angle,
+            params,
+            tag: CachedParam::new(params, tag),
+        })
+    }
+
+    /// The full parser, with every error and its offset.
+    fn parse_strict(s: &'a [u8]) -> Result<Self, ParseError> {
         let mut c = Cursor::new(s);
         c.skip_lws();
         let start = c.pos();
@@ -96,6 +278,7 @@ impl<'a> NameAddr<'a> {
             uri,
             angle,
             params,
+            tag: CachedParam::new(params, params.get("tag").flatten()),
         })
     }
 
@@ -120,7 +303,7 @@ impl<'a> NameAddr<'a> {
 
     /// The `tag` parameter's value.
     pub fn tag(&self) -> Option<&'a [u8]> {
-        self.params.get("tag").flatten()
+        self.tag.get(&self.params, "tag")
     }
 }
 
@@ -265,5 +448,118 @@ mod tests {
             let _ = NameAddr::parse(&s[end..]);
         }
         assert!(NameAddr::parse(s).is_ok());
+    }
+
+    mod fast_path {
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        use super::super::*;
+
+        fn name_addr_text() -> impl Strategy<Value = String> {
+            let display = select(
+                &[
+                    "",
+                    "\"Alice\" ",
+                    "\"Alice\"",
+                    "\"A\\\"b\" ",
+                    "\"A,<b>;\" ",
+                    "Bob ",
+                    "A B ",
+                    "J\u{f6}rg ",
+                    " ",
+                    "Bob\r\n ",
+                    "\"open ",
+                    "A\t",
+                    "<",
+                    "x:y ",
+                ][..],
+            );
+            let open = select(&["<", "", "< "][..]);
+            let uri = select(
+                &[
+                    "sip:bob@biloxi.example.com",
+                    "sip:proxy.example.com;lr",
+                    "sips:a@192.0.2.1:5061",
+                    "sip:a:b@h",
+                    "sip:h;ttl=1",
+                    "tel:+1-555",
+                    "urn:x",
+                    "sip:h?a=b",
+                    "sip:",
+                    "sip:h ",
+                    "sip:u@h>",
+                    "sip:a,b@h",
+                    "SIP:h",
+                ][..],
+            );
+            let close = select(&[">", "", " >", ">>"][..]);
+            let params = proptest::collection::vec(
+                select(
+                    &[
+                        ";tag=1928301774",
+                        ";TAG=x",
+                        ";tag",
+                        ";tag=\"a;b\"",
+                        ";tag=\"a\\\"b\"",
+                        ";tag=\"open",
+                        ";x",
+                        ";y=[::1]:5",
+                        " ; z = 1",
+                        ";",
+                        ";=",
+                        ";a=",
+                        " junk",
+                        ",",
+                        ";q=0.5",
+                        " ",
+                    ][..],
+                ),
+                0..4,
+            )
+            .prop_map(|v| v.concat());
+            (display, open, uri, close, params)
+                .prop_map(|(a, b, c, d, e)| format!("{a}{b}{c}{d}{e}"))
+        }
+
+        proptest! {
+            #[test]
+            fn fast_name_addr_matches_strict(s in name_addr_text()) {
+                let b = s.as_bytes();
+                let strict = NameAddr::parse_strict(b);
+                let parsed = NameAddr::parse(b);
+                prop_assert_eq!(parsed, strict);
+                if let Some(fast) = NameAddr::parse_fast(b) {
+                    let strict = strict.expect("strict accepts what the fast path accepts");
+                    prop_assert_eq!(fast, strict);
+                    prop_assert_eq!(fast.tag(), strict.params.get("tag").flatten());
+                    prop_assert_eq!(fast.uri.lr(), strict.uri.params().contains("lr"));
+                }
+                if let Ok(a) = parsed {
+                    prop_assert_eq!(a.tag(), a.params.get("tag").flatten());
+                }
+            }
+        }
+
+        #[test]
+        fn fast_path_covers_the_common_shapes() {
+            for s in [
+                "\"Alice\" <sip:alice@atlanta.example.com>;tag=1928301774",
+                "Bob <sip:bob@biloxi.example.com>",
+                "<sip:proxy.biloxi.example.com;lr>",
+                "sip:a@b;tag=1",
+            ] {
+                assert!(NameAddr::parse_fast(s.as_bytes()).is_some(), "{s}");
+            }
+        }
+
+        #[test]
+        fn replaced_params_are_looked_up_again() {
+            let mut a = NameAddr::parse(b"<sip:a@b>;tag=1").expect("addr");
+            let other = NameAddr::parse(b"<sip:a@b>;tag=2").expect("addr");
+            a.params = other.params;
+            assert_eq!(a.tag(), Some(&b"2"[..]));
+            assert_eq!(a, other);
+        }
     }
 }

@@ -7,7 +7,7 @@ use core::fmt;
 use std::net::IpAddr;
 
 use holdline_base::Transport;
-use memchr::{memchr2, memchr3};
+use memchr::{memchr, memchr2, memchr3};
 use smallvec::SmallVec;
 
 use crate::name::HEADER_NAME_COUNT;
@@ -1016,6 +1016,11 @@ impl ViaParams {
 /// [`split_commas`](crate::scan::split_commas) finds it: `(start, end, start of the next
 /// non-empty element)`.
 fn first_element(v: &[u8]) -> Option<(usize, usize, Option<usize>)> {
+    if memchr(b',', v).is_none() {
+        // No separator at all: the whole value is the only element (or there is none).
+        let (a, b) = trim_range(v, 0, v.len());
+        return (a < b).then_some((a, b, None));
+    }
     let mut seg = 0;
     loop {
         let comma = find_unquoted_fast(v, seg, b',');

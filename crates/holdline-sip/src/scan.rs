@@ -6,9 +6,12 @@
 //! continuation bytes. Every whitespace skip here treats `CR`/`LF` followed by `SP`/`HT` as
 //! linear white space (RFC 3261 §25.1 `LWS`), which is what makes unfolding unnecessary.
 
+use memchr::{memchr2, memchr3};
+
 use crate::{ParseError, ParseErrorKind};
 
-/// Bit 0: `token` character (RFC 3261 §25.1). Bit 1: `word` character (Call-ID).
+/// Bit 0: `token` character (RFC 3261 §25.1). Bit 1: `word` character (Call-ID). Bit 2:
+/// `gen-value` character of an unquoted header parameter (`token` plus `[`, `]`, `:`).
 const CLASS: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut c = 0;
@@ -35,9 +38,12 @@ const CLASS: [u8; 256] = {
                 | b'}'
         );
         if alnum || token_extra {
-            t[c] |= 0b11;
+            t[c] |= 0b111;
         } else if word_extra {
             t[c] |= 0b10;
+        }
+        if matches!(b, b'[' | b']' | b':') {
+            t[c] |= 0b100;
         }
         c += 1;
     }
@@ -54,6 +60,13 @@ pub fn is_token_char(b: u8) -> bool {
 #[inline]
 pub fn is_word_char(b: u8) -> bool {
     CLASS[b as usize] & 2 != 0
+}
+
+/// Whether `b` may appear in an unquoted header parameter name or value (`token` characters
+/// plus `[`, `]` and `:` for IPv6 references).
+#[inline]
+pub fn is_gen_value_char(b: u8) -> bool {
+    CLASS[b as usize] & 4 != 0
 }
 
 /// Whether all of `s` is a non-empty `token`.
@@ -86,36 +99,43 @@ pub struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     /// A cursor at the start of `s`.
+    #[inline]
     pub fn new(s: &'a [u8]) -> Self {
         Self { s, pos: 0 }
     }
 
     /// The current offset.
+    #[inline]
     pub fn pos(&self) -> usize {
         self.pos
     }
 
     /// The whole input.
+    #[inline]
     pub fn input(&self) -> &'a [u8] {
         self.s
     }
 
     /// What is left.
+    #[inline]
     pub fn rest(&self) -> &'a [u8] {
         &self.s[self.pos..]
     }
 
     /// Whether nothing is left.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.pos >= self.s.len()
     }
 
     /// The next byte, without consuming it.
+    #[inline]
     pub fn peek(&self) -> Option<u8> {
         self.s.get(self.pos).copied()
     }
 
     /// Consumes one byte.
+    #[inline]
     pub fn bump(&mut self) -> Option<u8> {
         let b = self.peek()?;
         self.pos += 1;
@@ -123,6 +143,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Consumes `b` if it is next; says whether it was.
+    #[inline]
     pub fn eat(&mut self, b: u8) -> bool {
         if self.peek() == Some(b) {
             self.pos += 1;
@@ -142,6 +163,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips linear white space, folded line breaks included.
+    #[inline]
     pub fn skip_lws(&mut self) {
         while let Some(b) = self.peek() {
             match b {
@@ -165,6 +187,7 @@ impl<'a> Cursor<'a> {
 
     /// Skips white space, then consumes `b` and following white space if `b` is next
     /// (the RFC's `SWS b SWS` separators such as `EQUAL`, `SEMI`, `COMMA`).
+    #[inline]
     pub fn eat_sep(&mut self, b: u8) -> bool {
         let save = self.pos;
         self.skip_lws();
@@ -178,6 +201,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Consumes the longest run of bytes satisfying `f` (possibly empty).
+    #[inline]
     pub fn take_while(&mut self, f: impl Fn(u8) -> bool) -> &'a [u8] {
         let start = self.pos;
         while self.peek().is_some_and(&f) {
@@ -187,6 +211,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Consumes a non-empty `token` or fails with `kind`.
+    #[inline]
     pub fn token(&mut self, kind: ParseErrorKind) -> Result<&'a [u8], ParseError> {
         let t = self.take_while(is_token_char);
         if t.is_empty() {
@@ -250,12 +275,50 @@ pub fn unescape_quoted(s: &[u8]) -> Vec<u8> {
 }
 
 /// Finds the first `needle` outside quoted strings and angle brackets, from `from`.
+///
+/// Jumps with `memchr` between the bytes that matter (`needle`, `"`, `<`, `>`, `\` inside
+/// quotes). A `>` without a matching `<` is ignored.
 pub fn find_unquoted(s: &[u8], from: usize, needle: u8) -> Option<usize> {
+    if matches!(needle, b'"' | b'<' | b'>' | b'\\') {
+        return find_unquoted_bytewise(s, from, needle);
+    }
+    let mut i = from;
+    let mut angle = 0usize;
+    loop {
+        let rest = s.get(i..)?;
+        if angle == 0 {
+            let j = i + memchr3(needle, b'"', b'<', rest)?;
+            match s.get(j) {
+                Some(&b) if b == needle => return Some(j),
+                Some(b'"') => i = skip_quoted(s, j + 1)?,
+                _ => {
+                    angle = 1;
+                    i = j + 1;
+                }
+            }
+        } else {
+            let j = i + memchr3(b'"', b'<', b'>', rest)?;
+            match s.get(j) {
+                Some(b'"') => i = skip_quoted(s, j + 1)?,
+                Some(b'<') => {
+                    angle += 1;
+                    i = j + 1;
+                }
+                _ => {
+                    angle -= 1;
+                    i = j + 1;
+                }
+            }
+        }
+    }
+}
+
+/// [`find_unquoted`] one byte at a time, for needles that are themselves special.
+fn find_unquoted_bytewise(s: &[u8], from: usize, needle: u8) -> Option<usize> {
     let mut in_quotes = false;
     let mut angle = 0usize;
     let mut i = from;
-    while i < s.len() {
-        let b = s[i];
+    while let Some(&b) = s.get(i) {
         if in_quotes {
             match b {
                 b'\\' => i += 1,
@@ -274,6 +337,19 @@ pub fn find_unquoted(s: &[u8], from: usize, needle: u8) -> Option<usize> {
         i += 1;
     }
     None
+}
+
+/// The offset just past the closing quote of a quoted string whose inside starts at `from`.
+fn skip_quoted(s: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    loop {
+        let j = i + memchr2(b'"', b'\\', s.get(i..)?)?;
+        if s.get(j) == Some(&b'\\') {
+            i = j + 2;
+        } else {
+            return Some(j + 1);
+        }
+    }
 }
 
 /// Iterator over the comma-separated values of a list header, as `(start, end)` offsets into
@@ -410,6 +486,33 @@ impl<'a> IntoIterator for Params<'a> {
     }
 }
 
+/// One parameter's value remembered while parsing (the `tag` of an address, the `branch` of
+/// a Via), valid only for the very list it was found in: a caller may replace a public
+/// `params` field, and then the lookup goes through [`Params::get`] again.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CachedParam<'a> {
+    /// The list the value was found in.
+    of: &'a [u8],
+    /// The value, flattened as `Params::get(name).flatten()` would give it.
+    value: Option<&'a [u8]>,
+}
+
+impl<'a> CachedParam<'a> {
+    pub(crate) fn new(of: Params<'a>, value: Option<&'a [u8]>) -> Self {
+        Self { of: of.raw, value }
+    }
+
+    /// Looks `name` up in `params` through the cache when it was made for `params`.
+    #[inline]
+    pub(crate) fn get(&self, params: &Params<'a>, name: &str) -> Option<&'a [u8]> {
+        if core::ptr::eq(params.raw, self.of) {
+            self.value
+        } else {
+            params.get(name).flatten()
+        }
+    }
+}
+
 /// Iterator over a [`Params`] list.
 #[derive(Clone, Debug)]
 pub struct ParamIter<'a> {
@@ -541,5 +644,26 @@ mod tests {
         assert!(!is_token(b"a b"));
         assert!(!is_token(b""));
         assert!(!is_word_char(b'@') && is_word_char(b'<'));
+    }
+
+    mod fast_search {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        use super::super::*;
+
+        proptest! {
+            #[test]
+            fn find_unquoted_matches_bytewise(
+                s in vec(select(&["a", ",", ";", "\"", "\\", "<", ">", " ", "x=1"][..]), 0..16)
+                    .prop_map(|v| v.concat()),
+                from in 0usize..20,
+                needle in select(&[b',', b';', b'a', b'"', b'<', b'>', b'\\'][..]),
+            ) {
+                let b = s.as_bytes();
+                prop_assert_eq!(find_unquoted(b, from, needle), find_unquoted_bytewise(b, from, needle));
+            }
+        }
     }
 }

@@ -1,9 +1,12 @@
 //! Typed accessors on [`Message`]: each parses its header value on demand and reports errors
 //! with message-relative offsets.
 
+use memchr::memchr;
+
 use crate::addr::NameAddr;
 use crate::auth::{Challenge, Credentials};
 use crate::contact::Contact;
+use crate::scan::{CommaSplit, split_commas, trim_lws};
 use crate::uri::Uri;
 use crate::via::Via;
 use crate::{Header, HeaderName, Message, ParseError, ParseErrorKind, StartLine};
@@ -31,21 +34,18 @@ impl<'a> Message<'a> {
     pub fn top_via(&self) -> Result<Via<'a>, ParseError> {
         const KIND: HeaderName = HeaderName::Via;
         let h = self.required_header(KIND)?;
-        let v = self.first_value_ref(KIND).ok_or_else(|| {
-            ParseError::new(
-                ParseErrorKind::BadHeader(KIND),
-                h.value_span().start as usize,
-            )
-        })?;
-        Via::parse(v.bytes).map_err(|e| e.shifted(v.span.start as usize).in_header(KIND))
+        let at = h.value_span().start as usize;
+        let (start, v) = elements(self.value(h))
+            .next()
+            .ok_or_else(|| ParseError::new(ParseErrorKind::BadHeader(KIND), at))?;
+        let at = at + start;
+        Via::parse(v).map_err(|e| e.shifted(at).in_header(KIND))
     }
 
     /// Every Via value, top first, across comma-separated values and repeated headers.
     pub fn vias(&self) -> impl Iterator<Item = Result<Via<'a>, ParseError>> + '_ {
-        self.values(HeaderName::Via).map(|v| {
-            Via::parse(v.bytes)
-                .map_err(|e| e.shifted(v.span.start as usize).in_header(HeaderName::Via))
-        })
+        self.list_values(HeaderName::Via)
+            .map(|(at, v)| Via::parse(v).map_err(|e| e.shifted(at).in_header(HeaderName::Via)))
     }
 
     /// The From header, parsed. Errors: [`ParseErrorKind::MissingHeader`] without one,
@@ -63,10 +63,9 @@ impl<'a> Message<'a> {
     /// is a `BadHeader(Contact)` error.
     pub fn contacts(&self) -> impl Iterator<Item = Result<Contact<'a>, ParseError>> + '_ {
         const KIND: HeaderName = HeaderName::Contact;
-        self.values(KIND).map(move |v| {
-            let at = v.span.start as usize;
-            let c = Contact::parse(v.bytes).map_err(|e| e.shifted(at).in_header(KIND))?;
-            if c.is_star() && self.values(KIND).nth(1).is_some() {
+        self.list_values(KIND).map(move |(at, v)| {
+            let c = Contact::parse(v).map_err(|e| e.shifted(at).in_header(KIND))?;
+            if c.is_star() && self.list_values(KIND).nth(1).is_some() {
                 return Err(ParseError::new(ParseErrorKind::BadHeader(KIND), at));
             }
             Ok(c)
@@ -130,14 +129,26 @@ impl<'a> Message<'a> {
         &self,
         kind: HeaderName,
     ) -> impl Iterator<Item = Result<NameAddr<'a>, ParseError>> + '_ {
-        self.values(kind).map(move |v| {
-            let at = v.span.start as usize;
-            let a = NameAddr::parse(v.bytes).map_err(|e| e.shifted(at).in_header(kind))?;
+        self.list_values(kind).map(move |(at, v)| {
+            let a = NameAddr::parse(v).map_err(|e| e.shifted(at).in_header(kind))?;
             if a.angle {
                 Ok(a)
             } else {
                 Err(ParseError::new(ParseErrorKind::BadHeader(kind), at))
             }
+        })
+    }
+
+    /// The elements of list header `kind` as `Message::values` gives them, as (message offset,
+    /// bytes), starting at the first header of `kind` and splitting only values with a comma.
+    fn list_values(&self, kind: HeaderName) -> impl Iterator<Item = (usize, &'a [u8])> + '_ {
+        debug_assert!(kind.is_list());
+        let buf = self.buffer();
+        self.headers_of(kind).flat_map(move |h| {
+            let span = h.value_span();
+            let base = span.start as usize;
+            let v = buf.get(span.range()).unwrap_or_default();
+            elements(v).map(move |(a, e)| (base + a, e))
         })
     }
 
@@ -153,6 +164,38 @@ impl<'a> Message<'a> {
             parse(self.value(h))
                 .map_err(|e| e.shifted(h.value_span().start as usize).in_header(kind))
         })
+    }
+}
+
+/// The elements of a list value as [`split_commas`] finds them, as (offset, bytes); a value
+/// without a comma is one element (or none) without running the quote-aware split.
+fn elements(v: &[u8]) -> Elements<'_> {
+    if memchr(b',', v).is_some() {
+        Elements::Split(v, split_commas(v))
+    } else {
+        let e = trim_lws(v);
+        let at = e.as_ptr() as usize - v.as_ptr() as usize;
+        Elements::One((!e.is_empty()).then_some((at, e)))
+    }
+}
+
+enum Elements<'a> {
+    One(Option<(usize, &'a [u8])>),
+    Split(&'a [u8], CommaSplit<'a>),
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = (usize, &'a [u8]);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::One(e) => e.take(),
+            Self::Split(v, it) => {
+                let (a, b) = it.next()?;
+                Some((a, v.get(a..b).unwrap_or_default()))
+            }
+        }
     }
 }
 
@@ -304,5 +347,26 @@ Content-Length: 0\r\n\r\n";
                 48
             ))
         );
+    }
+
+    mod elements {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        use crate::scan::split_commas;
+
+        proptest! {
+            #[test]
+            fn elements_match_split_commas(
+                s in vec(select(&["a", ",", " ", "\r", "\n", "\"", "<", ">", "b;c"][..]), 0..12)
+                    .prop_map(|v| v.concat()),
+            ) {
+                let v = s.as_bytes();
+                let expected: Vec<_> = split_commas(v).map(|(a, b)| (a, &v[a..b])).collect();
+                let got: Vec<_> = super::super::elements(v).collect();
+                prop_assert_eq!(got, expected);
+            }
+        }
     }
 }

@@ -128,7 +128,7 @@ impl HostPort<'_> {
 /// Which parts are present depends on the scheme: `sip:`/`sips:` URIs have a host and may
 /// have user, password, port, parameters and headers; `tel:` URIs have a [`number`](Self::number)
 /// and parameters; other schemes keep everything after the `:` as [`opaque`](Self::opaque).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Uri<'a> {
     raw: &'a [u8],
     scheme: Scheme<'a>,
@@ -141,6 +141,25 @@ pub struct Uri<'a> {
     headers: Option<&'a [u8]>,
     /// The tel number or the opaque part of another scheme.
     rest: Option<&'a [u8]>,
+    /// Whether `params` has an `lr` parameter (a function of `raw`, like every other field).
+    lr: bool,
+}
+
+impl fmt::Debug for Uri<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Uri")
+            .field("raw", &self.raw)
+            .field("scheme", &self.scheme)
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("host", &self.host)
+            .field("host_raw", &self.host_raw)
+            .field("port", &self.port)
+            .field("params", &self.params)
+            .field("headers", &self.headers)
+            .field("rest", &self.rest)
+            .finish()
+    }
 }
 
 impl<'a> Uri<'a> {
@@ -148,6 +167,118 @@ impl<'a> Uri<'a> {
     /// [`ParseErrorKind::BadUri`] (or [`ParseErrorKind::BadParam`] for a malformed `maddr` or
     /// `ttl`) with offsets relative to `s`.
     pub fn parse(s: &'a [u8]) -> Result<Self, ParseError> {
+        if let Some(uri) = Self::parse_sip_fast(s) {
+            return Ok(uri);
+        }
+        Self::parse_strict(s)
+    }
+
+    /// The common `sip:[user@]host[:port][;params]` shape in one pass: lower-case scheme, no
+    /// password, escapes, IPv6 reference, `maddr`/`ttl` or `?headers`. Returns `None` for
+    /// anything else (including every error), which [`Self::parse_strict`] then handles; what
+    /// it accepts is exactly what the strict parser accepts, with the same result.
+    #[inline]
+    fn parse_sip_fast(s: &'a [u8]) -> Option<Self> {
+        match Self::parse_sip_prefix(s, 0) {
+            Some((uri, end)) if end == s.len() => Some(uri),
+            _ => None,
+        }
+    }
+
+    /// Parses the fast-path shape (see [`Self::parse_sip_fast`]) from `start`, stopping at the
+    /// first byte that cannot continue it; returns the URI made of `s[start..end]` and `end`.
+    /// The bytes it consumes never include `@` after the user, `>`, white space or `?`, so
+    /// when the caller checks what follows (the end of the text, or the `>` of a name-addr),
+    /// the result is what [`Self::parse_strict`] gives for `s[start..end]`.
+    pub(crate) fn parse_sip_prefix(s: &'a [u8], start: usize) -> Option<(Self, usize)> {
+        let (scheme, body) = match s.get(start..)? {
+            [b's', b'i', b'p', b':', ..] => (Scheme::Sip, start + 4),
+            [b's', b'i', b'p', b's', b':', ..] => (Scheme::Sips, start + 5),
+            _ => return None,
+        };
+        // A host-name run; if `@` follows (directly, or after more user characters), it was
+        // the user. The first `@` ends the user in the strict parser too.
+        let (mut i, mut host) = scan_host(s, body);
+        let mut user = None;
+        let user_end = match s.get(i) {
+            Some(b'@') => Some(i),
+            Some(&b) if has(b, USER) => {
+                let mut j = i;
+                while s.get(j).is_some_and(|&b| has(b, USER)) {
+                    j += 1;
+                }
+                (s.get(j) == Some(&b'@')).then_some(j)
+            }
+            _ => None,
+        };
+        let mut host_start = body;
+        if let Some(at) = user_end {
+            if at == body {
+                return None;
+            }
+            user = s.get(body..at);
+            host_start = at + 1;
+            (i, host) = scan_host(s, host_start);
+        }
+        let host = host?;
+        let host_raw = s.get(host_start..i)?;
+        let mut port = None;
+        if s.get(i) == Some(&b':') {
+            i += 1;
+            let digits_start = i;
+            while s.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            let p = crate::scan::parse_u32(s.get(digits_start..i)?, u32::from(u16::MAX))?;
+            port = u16::try_from(p).ok();
+        }
+        let params_start = i;
+        let mut lr = false;
+        while s.get(i) == Some(&b';') {
+            i += 1;
+            let name_start = i;
+            while s.get(i).is_some_and(|&b| has(b, PARAM)) {
+                i += 1;
+            }
+            let name = s.get(name_start..i)?;
+            if name.is_empty() {
+                return None;
+            }
+            if s.get(i) == Some(&b'=') {
+                i += 1;
+                let value_start = i;
+                while s.get(i).is_some_and(|&b| has(b, PARAM)) {
+                    i += 1;
+                }
+                if i == value_start {
+                    return None;
+                }
+            }
+            match name.len() {
+                2 if name.eq_ignore_ascii_case(b"lr") => lr = true,
+                3 if name.eq_ignore_ascii_case(b"ttl") => return None,
+                5 if name.eq_ignore_ascii_case(b"maddr") => return None,
+                _ => {}
+            }
+        }
+        let uri = Self {
+            raw: s.get(start..i)?,
+            scheme,
+            user,
+            password: None,
+            host: Some(host),
+            host_raw: Some(host_raw),
+            port,
+            params: Params::from_raw(s.get(params_start..i)?),
+            headers: None,
+            rest: None,
+            lr,
+        };
+        Some((uri, i))
+    }
+
+    /// The full parser: every scheme, every error with its offset.
+    fn parse_strict(s: &'a [u8]) -> Result<Self, ParseError> {
         let colon =
             memchr(b':', s).ok_or_else(|| ParseError::new(ParseErrorKind::BadUri, s.len()))?;
         let name = s.get(..colon).unwrap_or_default();
@@ -178,6 +309,7 @@ impl<'a> Uri<'a> {
             params: Params::default(),
             headers: None,
             rest: None,
+            lr: false,
         };
         let body = colon + 1;
         match scheme {
@@ -185,6 +317,7 @@ impl<'a> Uri<'a> {
             Scheme::Tel => uri.parse_tel(body)?,
             Scheme::Other(_) => uri.parse_other(body)?,
         }
+        uri.lr = uri.params.contains("lr");
         Ok(uri)
     }
 
@@ -224,7 +357,7 @@ impl<'a> Uri<'a> {
             }
             s.get(host_start..c.pos()).unwrap_or_default()
         } else {
-            c.take_while(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+            c.take_while(|b| has(b, HOST))
         };
         if host_raw.is_empty() {
             return Err(bad(host_start));
@@ -369,7 +502,7 @@ impl<'a> Uri<'a> {
 
     /// Whether the `lr` (loose routing) parameter is present.
     pub fn lr(&self) -> bool {
-        self.params.contains("lr")
+        self.lr
     }
 
     /// The `maddr=` parameter (validated as a host when the URI was parsed).
@@ -534,7 +667,7 @@ fn skip_to(c: &mut Cursor<'_>, pos: usize) {
 }
 
 /// `unreserved` (RFC 3261 §25.1): alphanumerics and marks.
-fn is_unreserved(b: u8) -> bool {
+const fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
@@ -542,22 +675,66 @@ fn is_unreserved(b: u8) -> bool {
         )
 }
 
+const USER: u8 = 1;
+const PASSWORD: u8 = 2;
+const PARAM: u8 = 4;
+const HEADER: u8 = 8;
+/// `alphanum`, `-` and `.`: the bytes a host name or dotted quad is made of.
+const HOST: u8 = 16;
+const ALNUM: u8 = 32;
+
+/// Character classes of SIP URI parts, one bit each (escapes are checked separately).
+static URI_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        let unreserved = is_unreserved(b);
+        if unreserved || matches!(b, b'&' | b'=' | b'+' | b'$' | b',' | b';' | b'?' | b'/') {
+            t[c] |= USER;
+        }
+        if unreserved || matches!(b, b'&' | b'=' | b'+' | b'$' | b',') {
+            t[c] |= PASSWORD;
+        }
+        if unreserved || matches!(b, b'[' | b']' | b'/' | b':' | b'&' | b'+' | b'$') {
+            t[c] |= PARAM;
+        }
+        if unreserved || matches!(b, b'[' | b']' | b'/' | b'?' | b':' | b'+' | b'$') {
+            t[c] |= HEADER;
+        }
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'.' {
+            t[c] |= HOST;
+        }
+        if b.is_ascii_alphanumeric() {
+            t[c] |= ALNUM;
+        }
+
+        c += 1;
+    }
+    t
+};
+
+#[inline]
+fn has(b: u8, class: u8) -> bool {
+    URI_CLASS[b as usize] & class != 0
+}
+
 fn is_user_char(b: u8) -> bool {
-    is_unreserved(b) || matches!(b, b'&' | b'=' | b'+' | b'$' | b',' | b';' | b'?' | b'/')
+    has(b, USER)
 }
 
 fn is_password_char(b: u8) -> bool {
-    is_unreserved(b) || matches!(b, b'&' | b'=' | b'+' | b'$' | b',')
+    has(b, PASSWORD)
 }
 
 /// `paramchar` without the escapes (checked separately).
 fn is_param_char(b: u8) -> bool {
-    is_unreserved(b) || matches!(b, b'[' | b']' | b'/' | b':' | b'&' | b'+' | b'$')
+    has(b, PARAM)
 }
 
 /// `hnv-unreserved / unreserved`.
 fn is_header_char(b: u8) -> bool {
-    is_unreserved(b) || matches!(b, b'[' | b']' | b'/' | b'?' | b':' | b'+' | b'$')
+    has(b, HEADER)
 }
 
 /// Consumes a run of `ok` bytes and `%HH` escapes.
@@ -667,11 +844,89 @@ fn is_tel_number(n: &[u8]) -> bool {
     }
 }
 
+/// Takes the run of host-name bytes (`alphanum`, `-`, `.`) from `start` and validates it in
+/// the same pass. Returns the host (exactly what [`Host::parse`] gives for the run) and
+/// where the run ends; when the run is not a host, the offset returned may be short of the
+/// run's end (every byte before it is still a host-name byte).
+#[inline]
+pub(crate) fn scan_host(s: &[u8], start: usize) -> (usize, Option<Host<'_>>) {
+    let alnum = |i: usize| s.get(i).is_some_and(|&b| has(b, ALNUM));
+    let mut i = start;
+    // The first byte of the last label: a host name's top label starts with a letter, an
+    // IPv4 address's with a digit.
+    let mut top_first;
+    let mut final_dot = false;
+    loop {
+        // A label: alphanumerics, with inner runs of `-`.
+        match s.get(i) {
+            Some(&b) if has(b, ALNUM) => top_first = b,
+            _ => return (i, None),
+        }
+        i += 1;
+        loop {
+            while alnum(i) {
+                i += 1;
+            }
+            if s.get(i) != Some(&b'-') {
+                break;
+            }
+            while s.get(i) == Some(&b'-') {
+                i += 1;
+            }
+            if !alnum(i) {
+                return (i, None);
+            }
+        }
+        if s.get(i) != Some(&b'.') {
+            break;
+        }
+        i += 1;
+        if !s.get(i).is_some_and(|&b| has(b, HOST)) {
+            // A final `.` (a fully qualified name) ends the run.
+            final_dot = true;
+            break;
+        }
+    }
+    let raw = s.get(start..i).unwrap_or_default();
+    if !top_first.is_ascii_alphabetic() {
+        // Never a host name; maybe a dotted quad.
+        return (i, parse_ipv4(raw).map(Host::V4));
+    }
+    let len = raw.len() - usize::from(final_dot);
+    (i, (len <= 255).then_some(Host::Name(raw)))
+}
+
+/// A dotted quad, with exactly the grammar of `Ipv4Addr::from_str`: four decimal octets of one
+/// to three digits, each at most 255 and without a leading zero.
 pub(crate) fn parse_ipv4(s: &[u8]) -> Option<Ipv4Addr> {
-    if s.is_empty() || !s.iter().all(|&b| b.is_ascii_digit() || b == b'.') {
+    let mut octets = [0u8; 4];
+    let mut n = 0;
+    let mut value = 0u32;
+    let mut digits = 0;
+    for &b in s {
+        if b.is_ascii_digit() {
+            if digits == 1 && value == 0 {
+                return None;
+            }
+            value = value * 10 + u32::from(b - b'0');
+            digits += 1;
+            if value > 255 {
+                return None;
+            }
+        } else if b == b'.' && digits > 0 && n < 3 {
+            *octets.get_mut(n)? = value as u8;
+            n += 1;
+            value = 0;
+            digits = 0;
+        } else {
+            return None;
+        }
+    }
+    if digits == 0 || n != 3 {
         return None;
     }
-    core::str::from_utf8(s).ok()?.parse().ok()
+    octets[3] = value as u8;
+    Some(Ipv4Addr::from(octets))
 }
 
 pub(crate) fn parse_ipv6(s: &[u8]) -> Option<Ipv6Addr> {
@@ -686,24 +941,33 @@ pub(crate) fn parse_ipv6(s: &[u8]) -> Option<Ipv6Addr> {
 }
 
 /// `hostname = *( domainlabel "." ) toplabel [ "." ]`: labels of alphanumerics and inner
-/// `-`, the last one starting with a letter.
+/// `-`, the last one starting with a letter. One pass.
 fn is_hostname(s: &[u8]) -> bool {
     let s = s.strip_suffix(b".").unwrap_or(s);
     if s.is_empty() || s.len() > 255 {
         return false;
     }
-    let label_ok = |l: &[u8]| {
-        matches!((l.first(), l.last()), (Some(a), Some(z)) if a.is_ascii_alphanumeric() && z.is_ascii_alphanumeric())
-            && l.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-')
-    };
-    let mut last: &[u8] = &[];
-    for label in s.split(|&b| b == b'.') {
-        if !label_ok(label) {
+    // `prev` starts as a virtual `.` so that the first label is checked like the others.
+    let mut prev = b'.';
+    let mut top_first = 0u8;
+    for &b in s {
+        if b == b'.' {
+            // An empty label, or one ending with `-`.
+            if !prev.is_ascii_alphanumeric() {
+                return false;
+            }
+        } else if b == b'-' {
+            if prev == b'.' {
+                return false;
+            }
+        } else if !b.is_ascii_alphanumeric() {
             return false;
+        } else if prev == b'.' {
+            top_first = b;
         }
-        last = label;
+        prev = b;
     }
-    last.first().is_some_and(u8::is_ascii_alphabetic)
+    prev.is_ascii_alphanumeric() && top_first.is_ascii_alphabetic()
 }
 
 #[cfg(test)]
@@ -987,5 +1251,245 @@ mod tests {
             let _ = Uri::parse(&s[end..]);
         }
         assert!(Uri::parse(s).is_ok());
+    }
+
+    mod fast_path {
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        use super::super::*;
+
+        /// The previous two-pass host-name check, kept as the reference.
+        fn is_hostname_reference(s: &[u8]) -> bool {
+            let s = s.strip_suffix(b".").unwrap_or(s);
+            if s.is_empty() || s.len() > 255 {
+                return false;
+            }
+            let label_ok = |l: &[u8]| {
+                matches!((l.first(), l.last()), (Some(a), Some(z)) if a.is_ascii_alphanumeric() && z.is_ascii_alphanumeric())
+                    && l.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-')
+            };
+            let mut last: &[u8] = &[];
+            for label in s.split(|&b| b == b'.') {
+                if !label_ok(label) {
+                    return false;
+                }
+                last = label;
+            }
+            last.first().is_some_and(u8::is_ascii_alphabetic)
+        }
+
+        fn text(pieces: &'static [&'static str], max: usize) -> impl Strategy<Value = String> {
+            vec(select(pieces), 0..max).prop_map(|v| v.concat())
+        }
+
+        const HOST_PIECES: &[&str] = &[
+            "a", "Z", "0", "1", "9", "25", "256", "01", "00", "-", ".", "..", "_", "com", "x-y",
+            "192", "168", "255", "1234", ":", ";", "@", "\u{e9}",
+        ];
+
+        const URI_PIECES: &[&str] = &[
+            "sip:",
+            "sips:",
+            "SIP:",
+            "tel:",
+            "urn:",
+            "bob",
+            "alice",
+            "+1555",
+            "a.b",
+            "@",
+            "@@",
+            ":",
+            "5060",
+            "65535",
+            "65536",
+            "0000000005060",
+            "00000000005060",
+            ";",
+            "lr",
+            "LR",
+            "=",
+            "ttl=1",
+            "ttl=300",
+            "maddr=h",
+            "maddr=_",
+            "x",
+            "%41",
+            "%4",
+            "[::1]",
+            "[",
+            "192.0.2.1",
+            "256.1.1.1",
+            "01.2.3.4",
+            "-",
+            ".",
+            "?",
+            "h=v",
+            "&",
+            " ",
+            ">",
+            ",",
+            "\"",
+            "_",
+            "transport=udp",
+            "example.com",
+            "com.",
+            "1.2.3",
+            "user",
+            "\r\n",
+            "/",
+        ];
+
+        fn uri_text() -> impl Strategy<Value = String> {
+            let scheme = select(&["sip:", "sips:", "Sip:", "tel:", "sip", ""][..]);
+            let user = select(
+                &[
+                    "", "bob@", "a.b-c@", "+1-555@", "u;p=1?x@", "a:b@", "%41@", "@", "a b@", "-x@",
+                ][..],
+            );
+            let host = select(
+                &[
+                    "h",
+                    "biloxi.example.com",
+                    "example.com.",
+                    "a-b.c9",
+                    "192.0.2.10",
+                    "0.0.0.0",
+                    "256.1.1.1",
+                    "1.2.3",
+                    "1.2.3.4.",
+                    "01.2.3.4",
+                    "a..b",
+                    "-a.b",
+                    "a-.b",
+                    "9a.1b",
+                    "[::1]",
+                    "",
+                    ".",
+                    "a_b",
+                    "x.-y",
+                    "1.2.3.4a",
+                ][..],
+            );
+            let port = select(
+                &[
+                    "",
+                    ":5060",
+                    ":0",
+                    ":65535",
+                    ":65536",
+                    ":",
+                    ":0000000005060",
+                    ":x",
+                ][..],
+            );
+            let params = text(
+                &[
+                    ";lr",
+                    ";LR",
+                    ";lr=1",
+                    ";transport=tcp",
+                    ";ttl=16",
+                    ";ttl=300",
+                    ";maddr=[::1]",
+                    ";maddr=a..b",
+                    ";",
+                    ";=x",
+                    ";a=",
+                    ";x=%41",
+                    ";x=%4",
+                    ";p=a@b",
+                    ";p=a,b",
+                ][..],
+                4,
+            );
+            let tail = select(&["", "?a=b", "?", " ", ">", "@x", ",x", "\r\n"][..]);
+            (scheme, user, host, port, params, tail)
+                .prop_map(|(a, b, c, d, e, f)| format!("{a}{b}{c}{d}{e}{f}"))
+        }
+
+        proptest! {
+            #[test]
+            fn ipv4_matches_std(s in text(&["0", "1", "2", "5", "9", "00", "25", "255", "256", ".", "1234"], 9)) {
+                let expected = s.parse::<Ipv4Addr>().ok();
+                prop_assert_eq!(parse_ipv4(s.as_bytes()), expected);
+            }
+
+            #[test]
+            fn hostname_matches_reference(s in text(HOST_PIECES, 8)) {
+                prop_assert_eq!(is_hostname(s.as_bytes()), is_hostname_reference(s.as_bytes()));
+            }
+
+            #[test]
+            fn scan_host_matches_take_and_parse(s in text(HOST_PIECES, 8)) {
+                let b = s.as_bytes();
+                let run = b.iter().position(|&c| !has(c, HOST)).unwrap_or(b.len());
+                let (end, host) = scan_host(b, 0);
+                let expected = Host::parse(&b[..run]).ok();
+                prop_assert_eq!(host, expected);
+                if host.is_some() {
+                    prop_assert_eq!(end, run);
+                } else {
+                    prop_assert!(end <= run);
+                }
+            }
+
+            #[test]
+            fn fast_uri_matches_strict(s in uri_text()) {
+                let b = s.as_bytes();
+                let strict = Uri::parse_strict(b);
+                prop_assert_eq!(Uri::parse(b), strict);
+                if let Some(fast) = Uri::parse_sip_fast(b) {
+                    prop_assert_eq!(Ok(fast), strict);
+                    prop_assert_eq!(fast.lr(), fast.params().contains("lr"));
+                    prop_assert_eq!(fast.user(), strict.ok().and_then(|u| u.user()));
+                    prop_assert_eq!(fast.host_bytes(), strict.ok().and_then(|u| u.host_bytes()));
+                }
+                if let Ok(u) = strict {
+                    prop_assert_eq!(u.lr(), u.params().contains("lr"));
+                }
+            }
+
+            #[test]
+            fn random_uri_pieces_match_strict(s in text(URI_PIECES, 10)) {
+                let b = s.as_bytes();
+                prop_assert_eq!(Uri::parse(b), Uri::parse_strict(b));
+            }
+
+            #[test]
+            fn prefix_parse_matches_strict_on_the_prefix(s in uri_text()) {
+                let b = s.as_bytes();
+                if let Some((uri, end)) = Uri::parse_sip_prefix(b, 0) {
+                    prop_assert_eq!(Ok(uri), Uri::parse_strict(&b[..end]));
+                    prop_assert_eq!(uri.lr(), uri.params().contains("lr"));
+                }
+            }
+        }
+
+        #[test]
+        fn fast_path_covers_the_common_shapes() {
+            for s in [
+                "sip:bob@biloxi.example.com",
+                "sip:proxy.biloxi.example.com;lr",
+                "sips:alice@192.0.2.4:5061;transport=tls",
+                "sip:+15551234@gw.example.com;user=phone",
+                "sip:example.com.",
+            ] {
+                assert!(Uri::parse_sip_fast(s.as_bytes()).is_some(), "{s}");
+            }
+            for s in [
+                "sip:a:b@h",
+                "sip:%41@h",
+                "sip:[::1]",
+                "sip:h;ttl=1",
+                "sip:h?a=b",
+                "SIP:h",
+            ] {
+                assert!(Uri::parse_sip_fast(s.as_bytes()).is_none(), "{s}");
+                assert!(Uri::parse(s.as_bytes()).is_ok(), "{s}");
+            }
+        }
     }
 }
