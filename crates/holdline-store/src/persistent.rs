@@ -1,0 +1,510 @@
+//! [`PersistentStore`]: a [`MemoryStore`] for every read, with write-behind to redb.
+
+use core::fmt;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::SystemTime;
+
+use holdline_base::Instant;
+use holdline_proto::{Binding, LocationStore};
+use parking_lot::{Condvar, Mutex};
+use redb::{Database, ReadableDatabase, TableDefinition};
+
+use crate::StoreError;
+use crate::memory::MemoryStore;
+use crate::record::{self, WallClock};
+
+#[cfg(test)]
+mod tests;
+
+/// The one table: address-of-record → record (see the `record` module for the format).
+const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("bindings.v1");
+
+/// At most this many corrupt records are kept, as errors, in the [`LoadReport`].
+const CORRUPT_KEPT: usize = 16;
+
+/// How the write-behind writer batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersistentConfig {
+    /// The longest a change waits before the writer starts the transaction that persists it,
+    /// counted from when the writer sees it. Default 100 ms.
+    pub flush_interval: Duration,
+    /// The number of changed addresses-of-record that makes the writer start a transaction
+    /// without waiting for `flush_interval`. A transaction takes every address-of-record
+    /// changed so far, so it may hold more. Default 1,000. A value of 0 is treated as 1.
+    pub max_batch: usize,
+}
+
+impl Default for PersistentConfig {
+    fn default() -> Self {
+        Self {
+            flush_interval: Duration::from_millis(100),
+            max_batch: 1_000,
+        }
+    }
+}
+
+/// What [`PersistentStore::open`] found in the database.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Addresses-of-record loaded with at least one live binding.
+    pub aors: usize,
+    /// Bindings loaded (live at open).
+    pub loaded: usize,
+    /// Bindings dropped because they had expired by the wall-clock time at open.
+    pub expired_dropped: usize,
+    /// Records (addresses-of-record) that could not be decoded and were skipped; they stay in
+    /// the database until the address-of-record is written again.
+    pub corrupt_skipped: usize,
+    /// The first few of those, as [`StoreError::CorruptRecord`] (at most 16).
+    pub corrupt: Vec<StoreError>,
+}
+
+/// Counters of the write-behind writer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Transactions committed.
+    pub batches_written: u64,
+    /// Records written or deleted by those transactions (one per address-of-record per batch,
+    /// however many times it was modified in between).
+    pub records_written: u64,
+    /// Addresses-of-record changed and not yet taken by the writer.
+    pub pending: usize,
+    /// Transactions that failed (their addresses-of-record are retried in the next one).
+    pub write_errors: u64,
+}
+
+/// The writer's side of the hand-off, shared with the tracked [`MemoryStore`].
+///
+/// `pending` counts addresses-of-record marked changed (in the shards' dirty sets) and not
+/// yet taken by the writer; a modify touches `state` only when it must wake the writer (the
+/// first change after an idle period, or `max_batch` reached).
+pub(crate) struct Tracker {
+    pending: AtomicUsize,
+    max_batch: usize,
+    state: Mutex<WriterState>,
+    /// The writer waits here for work.
+    work: Condvar,
+    /// Callers of `flush` wait here for batches to finish.
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct WriterState {
+    /// The id of the last batch the writer started (taken its addresses-of-record for).
+    started: u64,
+    /// The id of the last batch that finished, successfully or not.
+    done: u64,
+    /// The id of the last batch that committed.
+    last_ok: u64,
+    /// A `flush` waits for this batch: the writer does not wait for `flush_interval`.
+    flush_target: u64,
+    /// Whether the last batch failed (the writer then waits `flush_interval` before retrying).
+    failing: bool,
+    last_error: Option<Arc<redb::Error>>,
+    /// Set by `Drop`: write what is left and stop.
+    shutdown: bool,
+    /// Set when the writer thread has exited.
+    stopped: bool,
+}
+
+impl Tracker {
+    fn new(max_batch: usize) -> Self {
+        Self {
+            pending: AtomicUsize::new(0),
+            max_batch: max_batch.max(1),
+            state: Mutex::new(WriterState::default()),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        }
+    }
+
+    /// Counts one newly changed address-of-record; returns whether the writer must be woken.
+    pub(crate) fn marked(&self) -> bool {
+        let before = self.pending.fetch_add(1, Ordering::AcqRel);
+        before == 0 || before + 1 == self.max_batch
+    }
+
+    /// Wakes the writer.
+    pub(crate) fn wake(&self) {
+        let _state = self.state.lock();
+        self.work.notify_one();
+    }
+
+    fn pending(&self) -> usize {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
+/// Test hooks in the writer (nothing outside tests).
+#[derive(Default)]
+struct Hooks {
+    /// Blocks the writer after it has taken a batch and before it touches the database.
+    #[cfg(test)]
+    gate: Option<Arc<tests::Gate>>,
+}
+
+impl Hooks {
+    fn before_write(&self) {
+        #[cfg(test)]
+        if let Some(gate) = &self.gate {
+            gate.pass();
+        }
+    }
+}
+
+/// What the store and its writer thread share.
+struct Shared {
+    mem: MemoryStore,
+    tracker: Arc<Tracker>,
+    clock: WallClock,
+    config: PersistentConfig,
+    path: PathBuf,
+    batches_written: AtomicU64,
+    records_written: AtomicU64,
+    write_errors: AtomicU64,
+    hooks: Hooks,
+}
+
+/// A [`LocationStore`] kept in memory and persisted behind the caller's back to an embedded
+/// [redb](https://docs.rs/redb) database: the server's default. See the crate documentation
+/// for the design and the bound on how long a change stays memory-only.
+///
+/// Reads (`lookup`, `len`) are [`MemoryStore`] reads. `modify` and `purge_expired` change the
+/// memory store and mark the addresses-of-record they changed; they never wait for the disk.
+/// A background thread writes the marked addresses-of-record in batches. Dropping the store
+/// writes what is left (one attempt) and joins the thread.
+pub struct PersistentStore {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+    report: LoadReport,
+}
+
+impl PersistentStore {
+    /// Opens (or creates) the database at `path` with the default [`PersistentConfig`] and
+    /// loads it. `now` is the caller's current time: expiries are persisted as wall-clock
+    /// time through the mapping "`SystemTime::now()` is `now`" taken here.
+    pub fn open(path: impl AsRef<Path>, now: Instant) -> Result<Self, StoreError> {
+        Self::open_with(path, now, SystemTime::now(), PersistentConfig::default())
+    }
+
+    /// Like [`open`](Self::open) with an explicit wall-clock time for `now` and a
+    /// configuration. Bindings whose persisted expiry is not after `wall_now` are dropped
+    /// (and counted in the [`LoadReport`]).
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        now: Instant,
+        wall_now: SystemTime,
+        config: PersistentConfig,
+    ) -> Result<Self, StoreError> {
+        Self::open_hooked(path.as_ref(), now, wall_now, config, Hooks::default())
+    }
+
+    fn open_hooked(
+        path: &Path,
+        now: Instant,
+        wall_now: SystemTime,
+        config: PersistentConfig,
+        hooks: Hooks,
+    ) -> Result<Self, StoreError> {
+        let db = Database::create(path).map_err(|source| StoreError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        let tracker = Arc::new(Tracker::new(config.max_batch));
+        let shared = Arc::new(Shared {
+            mem: MemoryStore::tracked(Arc::clone(&tracker)),
+            tracker,
+            clock: WallClock::new(now, wall_now),
+            config,
+            path: path.to_owned(),
+            batches_written: AtomicU64::new(0),
+            records_written: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            hooks,
+        });
+        let report = load(&db, &shared).map_err(|source| StoreError::Db {
+            path: path.to_owned(),
+            source,
+        })?;
+        let writer_shared = Arc::clone(&shared);
+        let writer = thread::Builder::new()
+            .name("holdline-store-writer".into())
+            .spawn(move || run_writer(&writer_shared, &db))
+            .map_err(|source| StoreError::Spawn {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            shared,
+            writer: Some(writer),
+            report,
+        })
+    }
+
+    /// Blocks until every change made before the call is committed to the database.
+    ///
+    /// Returns an error if the batch that should have committed them failed (they stay
+    /// pending and are retried), or if the writer has stopped.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let t = &*self.shared.tracker;
+        let mut st = t.state.lock();
+        // Changes still pending go into the batch after the one started last; changes already
+        // taken are in the batch started last (which reads the memory store after taking).
+        let target = if t.pending() > 0 {
+            st.started + 1
+        } else {
+            st.started
+        };
+        if target <= st.last_ok && st.done >= target {
+            return Ok(());
+        }
+        st.flush_target = st.flush_target.max(target);
+        t.work.notify_one();
+        while st.done < target && !st.stopped {
+            t.done.wait(&mut st);
+        }
+        // A batch that commits takes everything marked before it, including what failed
+        // batches gave back: any success at or after `target` covers this call's changes.
+        if st.last_ok >= target {
+            Ok(())
+        } else if let (Some(source), false) = (&st.last_error, st.done < target) {
+            Err(StoreError::Write {
+                path: self.shared.path.clone(),
+                source: Arc::clone(source),
+            })
+        } else {
+            Err(StoreError::WriterStopped {
+                path: self.shared.path.clone(),
+            })
+        }
+    }
+
+    /// What was found in the database at open.
+    pub fn load_report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> StoreStats {
+        let s = &self.shared;
+        StoreStats {
+            batches_written: s.batches_written.load(Ordering::Relaxed),
+            records_written: s.records_written.load(Ordering::Relaxed),
+            pending: s.tracker.pending(),
+            write_errors: s.write_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The number of addresses-of-record with at least one stored binding.
+    pub fn aor_count(&self) -> usize {
+        self.shared.mem.aor_count()
+    }
+}
+
+impl LocationStore for PersistentStore {
+    fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
+        self.shared.mem.lookup(aor, now, out)
+    }
+
+    /// Changes the memory store and marks `aor` for the writer; never waits for the disk.
+    fn modify(&self, aor: &[u8], now: Instant, f: &mut dyn FnMut(&mut Vec<Binding>)) {
+        self.shared.mem.modify(aor, now, f);
+    }
+
+    fn purge_expired(&self, now: Instant) -> usize {
+        self.shared.mem.purge_expired(now)
+    }
+
+    fn len(&self) -> usize {
+        self.shared.mem.len()
+    }
+}
+
+impl Drop for PersistentStore {
+    fn drop(&mut self) {
+        {
+            let mut st = self.shared.tracker.state.lock();
+            st.shutdown = true;
+            self.shared.tracker.work.notify_one();
+        }
+        if let Some(writer) = self.writer.take() {
+            // A panicked writer has nothing left to write; there is nothing more to do here.
+            let _ = writer.join();
+        }
+    }
+}
+
+impl fmt::Debug for PersistentStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PersistentStore")
+            .field("path", &self.shared.path)
+            .field("len", &self.shared.mem.len())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads every record into the memory store.
+fn load(db: &Database, shared: &Shared) -> Result<LoadReport, redb::Error> {
+    // Create the table on first open, so that reading finds it.
+    let txn = db.begin_write()?;
+    txn.open_table(TABLE)?;
+    txn.commit()?;
+
+    let mut report = LoadReport::default();
+    let txn = db.begin_read()?;
+    let table = txn.open_table(TABLE)?;
+    let mut stored = Vec::new();
+    for entry in redb::ReadableTable::iter(&table)? {
+        let (key, value) = entry?;
+        let aor = key.value();
+        if let Err(source) = record::decode(value.value(), &mut stored) {
+            report.corrupt_skipped += 1;
+            if report.corrupt.len() < CORRUPT_KEPT {
+                report.corrupt.push(StoreError::CorruptRecord {
+                    path: shared.path.clone(),
+                    aor: String::from_utf8_lossy(aor).into_owned(),
+                    source,
+                });
+            }
+            continue;
+        }
+        let total = stored.len();
+        let live: Vec<Binding> = stored
+            .drain(..)
+            .filter_map(|s| {
+                let mut b = s.binding;
+                b.expires_at = shared.clock.instant_of_unix_ms(s.expires_unix_ms)?;
+                Some(b)
+            })
+            .collect();
+        report.expired_dropped += total - live.len();
+        if live.len() < total {
+            // Let the writer rewrite (or delete) the record without the expired bindings.
+            shared.mem.mark_dirty(aor);
+        }
+        if !live.is_empty() {
+            report.aors += 1;
+            report.loaded += live.len();
+            shared.mem.insert_loaded(aor, live);
+        }
+    }
+    Ok(report)
+}
+
+/// The writer thread: waits for changes, batches them, commits them.
+fn run_writer(shared: &Shared, db: &Database) {
+    /// Marks the writer stopped however the thread ends, so that `flush` cannot wait forever.
+    struct Stopped<'a>(&'a Tracker);
+    impl Drop for Stopped<'_> {
+        fn drop(&mut self) {
+            let mut st = self.0.state.lock();
+            st.stopped = true;
+            self.0.done.notify_all();
+        }
+    }
+
+    let t = &*shared.tracker;
+    let _stopped = Stopped(t);
+    let mut batch: Vec<Box<[u8]>> = Vec::new();
+    let mut buf = Vec::new();
+    loop {
+        let (id, shutdown) = {
+            let mut st = t.state.lock();
+            while !st.shutdown && st.flush_target <= st.done && t.pending() == 0 {
+                t.work.wait(&mut st);
+            }
+            // Something to write: give more changes `flush_interval` to arrive, unless a
+            // batch is full, a flush is waiting or the store is closing. After a failure, wait
+            // the whole interval (only closing cuts it short).
+            let deadline = std::time::Instant::now() + shared.config.flush_interval;
+            while !st.shutdown
+                && (st.failing || (st.flush_target <= st.done && t.pending() < t.max_batch))
+            {
+                if t.work.wait_until(&mut st, deadline).timed_out() {
+                    break;
+                }
+            }
+            st.started += 1;
+            (st.started, st.shutdown)
+        };
+
+        batch.clear();
+        let taken = shared.mem.take_dirty(&mut batch);
+        t.pending.fetch_sub(taken, Ordering::AcqRel);
+        shared.hooks.before_write();
+        let result = if batch.is_empty() {
+            Ok(())
+        } else {
+            write_batch(shared, db, &batch, &mut buf)
+        };
+
+        let mut st = t.state.lock();
+        st.done = id;
+        match result {
+            Ok(()) => {
+                if !batch.is_empty() {
+                    shared.batches_written.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .records_written
+                        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+                st.last_ok = id;
+                st.failing = false;
+            }
+            Err(e) => {
+                shared.write_errors.fetch_add(1, Ordering::Relaxed);
+                st.failing = true;
+                st.last_error = Some(Arc::new(e));
+                drop(st);
+                // Give the batch back: the next one writes the then-current state.
+                for aor in &batch {
+                    shared.mem.mark_dirty(aor);
+                }
+                st = t.state.lock();
+            }
+        }
+        t.done.notify_all();
+        if shutdown {
+            return;
+        }
+    }
+}
+
+/// Writes the current state of every address-of-record in `batch` in one transaction.
+fn write_batch(
+    shared: &Shared,
+    db: &Database,
+    batch: &[Box<[u8]>],
+    buf: &mut Vec<u8>,
+) -> Result<(), redb::Error> {
+    let txn = db.begin_write()?;
+    {
+        let mut table = txn.open_table(TABLE)?;
+        for aor in batch {
+            let present = shared.mem.with_raw(aor, |bindings| match bindings {
+                Some(b) if !b.is_empty() => {
+                    record::encode(b, shared.clock, buf);
+                    true
+                }
+                _ => false,
+            });
+            if present {
+                table.insert(&**aor, buf.as_slice())?;
+            } else {
+                table.remove(&**aor)?;
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
