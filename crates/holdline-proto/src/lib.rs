@@ -1,7 +1,7 @@
-//! holdline's SIP engine, sans-IO. So far: the transaction layer ([`txn`]), RFC 3261 §17
-//! with RFC 6026's corrections (the INVITE `Accepted` states); the registrar
-//! ([`registrar`], §10.3) over the [`LocationStore`] trait, with an in-memory store
-//! ([`memstore`]).
+//! holdline's SIP engine, sans-IO: the transaction layer ([`txn`], RFC 3261 §17 with RFC
+//! 6026's corrections), the stateful proxy core ([`proxy`], §16), the registrar
+//! ([`registrar`], §10.3) over the [`LocationStore`] trait (with an in-memory store,
+//! [`memstore`]), and the [`Endpoint`] that owns them for one worker.
 //!
 //! # Design
 //!
@@ -41,11 +41,15 @@
 //! typed errors.
 #![forbid(unsafe_code)]
 
+pub mod endpoint;
 pub mod location;
 pub mod memstore;
+pub mod proxy;
 pub mod registrar;
 pub mod txn;
 
+pub use endpoint::{DropReason, Endpoint, EndpointEvent, EndpointStats, MethodCounters};
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
+pub use proxy::{ListenAddr, ProxyConfig, StaticRoute};
 pub use registrar::{Registrar, RegistrarConfig};

@@ -49,7 +49,7 @@ use holdline_sip::{Contact, HeaderName, Host, Message, Method, Scheme, Uri, perc
 use crate::location::{Binding, LocationStore};
 
 /// Configuration of a [`Registrar`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegistrarConfig {
     /// The shortest non-zero interval accepted, in seconds; a shorter requested interval
     /// (when also under one hour, RFC 3261 §10.3 step 6) is answered `423 Interval Too Brief`

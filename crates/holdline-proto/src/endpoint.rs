@@ -1,0 +1,1276 @@
+//! [`Endpoint`]: one worker's SIP engine. It owns the transaction table, the registrar, the
+//! per-call proxy state (response contexts) and a handle to the shared location store, and
+//! applies RFC 3261 §16 to every message the driver hands it.
+//!
+//! ```text
+//!   driver ──handle(now, bytes, from, local)──> Endpoint ──> Transactions (§17)
+//!          <──poll_transmit / poll_timeout─────     │  response contexts: server txn ->
+//!          ──handle_timeout(now)──────────────>     │  branches (client txns), best final,
+//!                                                   │  Timer C per INVITE branch
+//!                                                   └─> Registrar ──> LocationStore
+//! ```
+//!
+//! Call contract (as for every sans-IO machine in holdline): after each `handle` and
+//! `handle_timeout`, drain [`poll_transmit`](Endpoint::poll_transmit) and
+//! [`poll_event`](Endpoint::poll_event) until `None`, then arm one timer for
+//! [`poll_timeout`](Endpoint::poll_timeout). Nothing here panics on any input.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::sync::Arc;
+
+use holdline_base::{Instant, Peer, Rng, Transmit, Transport};
+use holdline_sip::{EditError, Editor, HeaderName, Message, Method, build_response};
+
+use crate::location::{Binding, LocationStore};
+use crate::proxy::{
+    ProxyConfig, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via, record_route_value,
+    resolve_uri, response_rank, stateless_branch, via_destination,
+};
+use crate::registrar::Registrar;
+use crate::txn::{
+    ClientTxnId, RequestOutcome, ResponseOutcome, ServerTxnId, Transactions, TxnEvent, TxnId,
+};
+
+/// The methods the proxy forwards, for `Allow` in its answer to OPTIONS.
+const ALLOW: &[u8] =
+    b"INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, PRACK, UPDATE, INFO, MESSAGE, SUBSCRIBE, NOTIFY, REFER";
+
+/// The most events kept for [`Endpoint::poll_event`]; more are counted, not queued.
+const MAX_EVENTS: usize = 1024;
+
+/// Why the endpoint dropped a message without answering it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// The bytes do not parse as a SIP message (no response can be built).
+    Unparsable,
+    /// A request that cannot be answered (an ACK) is malformed, or a response is.
+    Malformed,
+    /// A response matching no transaction that is not ours to forward statelessly (not a
+    /// 2xx, not from a stateless branch, or its top Via is not ours).
+    StrayResponse,
+    /// No next hop could be found for an ACK or a stateless response.
+    Unroutable,
+    /// An ACK arrived with Max-Forwards 0.
+    TooManyHops,
+    /// The transaction table is full (a `503` was sent when the message was a request).
+    TooManyTransactions,
+    /// An edit or a transaction-layer call failed where it should not (a bug or an
+    /// unexpected message shape); the message was dropped.
+    Internal,
+}
+
+impl DropReason {
+    /// Every reason, in the order of [`EndpointStats::drops`].
+    pub const ALL: [Self; 7] = [
+        Self::Unparsable,
+        Self::Malformed,
+        Self::StrayResponse,
+        Self::Unroutable,
+        Self::TooManyHops,
+        Self::TooManyTransactions,
+        Self::Internal,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            Self::Unparsable => 0,
+            Self::Malformed => 1,
+            Self::StrayResponse => 2,
+            Self::Unroutable => 3,
+            Self::TooManyHops => 4,
+            Self::TooManyTransactions => 5,
+            Self::Internal => 6,
+        }
+    }
+}
+
+/// What the endpoint reports to its driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EndpointEvent {
+    /// A message was dropped (also counted in [`EndpointStats::drops`]).
+    Dropped(DropReason),
+}
+
+/// Requests received, by method.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MethodCounters {
+    /// INVITE.
+    pub invite: u64,
+    /// ACK.
+    pub ack: u64,
+    /// BYE.
+    pub bye: u64,
+    /// CANCEL.
+    pub cancel: u64,
+    /// OPTIONS.
+    pub options: u64,
+    /// REGISTER.
+    pub register: u64,
+    /// Any other method.
+    pub other: u64,
+}
+
+impl MethodCounters {
+    fn slot(&mut self, m: Method<'_>) -> &mut u64 {
+        match m {
+            Method::Invite => &mut self.invite,
+            Method::Ack => &mut self.ack,
+            Method::Bye => &mut self.bye,
+            Method::Cancel => &mut self.cancel,
+            Method::Options => &mut self.options,
+            Method::Register => &mut self.register,
+            _ => &mut self.other,
+        }
+    }
+}
+
+/// The endpoint's counters (monotonic unless noted).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointStats {
+    /// Requests received, by method (retransmissions included).
+    pub requests_in: MethodCounters,
+    /// Responses received, by status class: index 0 is 1xx, …, 5 is 6xx.
+    pub responses_in: [u64; 6],
+    /// Responses sent (generated, forwarded and retransmitted), by status class.
+    pub responses_out: [u64; 6],
+    /// Messages that did not parse, or requests answered `400`.
+    pub parse_errors: u64,
+    /// Messages dropped, indexed like [`DropReason::ALL`].
+    pub drops: [u64; 7],
+    /// Events not queued because the driver did not drain [`Endpoint::poll_event`].
+    pub events_lost: u64,
+    /// Live server transactions (a gauge).
+    pub server_transactions: u64,
+    /// Live client transactions (a gauge; CANCELs included).
+    pub client_transactions: u64,
+    /// Requests forwarded through a client transaction (one per branch).
+    pub forwarded: u64,
+    /// Messages forwarded statelessly: requests on stateless routes, ACKs for 2xx, unmatched
+    /// CANCELs, and responses routed back by their Via.
+    pub stateless: u64,
+    /// Retransmitted requests absorbed by a server transaction.
+    pub retransmissions_absorbed: u64,
+}
+
+impl EndpointStats {
+    /// How many messages were dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+}
+
+/// Where a branch is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BranchState {
+    /// Sent, nothing heard.
+    Calling,
+    /// A provisional response arrived.
+    Proceeding,
+    /// A final response arrived (or was synthesized).
+    Done,
+}
+
+#[derive(Debug)]
+struct Branch {
+    server: ServerTxnId,
+    invite: bool,
+    state: BranchState,
+    /// A CANCEL must be sent as soon as a provisional response arrives.
+    cancel_wanted: bool,
+    cancel_sent: bool,
+    /// Timer C (before a CANCEL) or the give-up timer after it.
+    timer_at: Option<Instant>,
+}
+
+/// A response context (§16.2): one per proxied request.
+#[derive(Debug)]
+struct Call {
+    invite: bool,
+    /// The request as received (Via annotated), for responses the proxy builds itself.
+    request: Vec<u8>,
+    branches: Vec<ClientTxnId>,
+    pending: usize,
+    /// The best final response so far: status and bytes ready to send upstream.
+    best: Option<(u16, Vec<u8>)>,
+    final_sent: bool,
+}
+
+/// One worker's SIP engine: transactions, the proxy core and the registrar. See the
+/// [module documentation](self).
+pub struct Endpoint {
+    config: ProxyConfig,
+    txns: Transactions,
+    registrar: Registrar,
+    store: Arc<dyn LocationStore>,
+    rng: Rng,
+    calls: BTreeMap<ServerTxnId, Call>,
+    branches: BTreeMap<ClientTxnId, Branch>,
+    cancels: BTreeSet<ClientTxnId>,
+    timers: BinaryHeap<Reverse<(Instant, ClientTxnId)>>,
+    out: VecDeque<(Peer, Vec<u8>)>,
+    events: VecDeque<EndpointEvent>,
+    stats: EndpointStats,
+    bindings: Vec<Binding>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("calls", &self.calls.len())
+            .field("branches", &self.branches.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A target of §16.5 with its next hop.
+struct Target {
+    /// The Request-URI for this branch.
+    uri: Vec<u8>,
+    dest: Peer,
+}
+
+impl Endpoint {
+    /// An endpoint with `config`, sharing `store` with the other workers.
+    pub fn new(mut config: ProxyConfig, store: Arc<dyn LocationStore>) -> Self {
+        config.txn.limits = config.limits;
+        Self {
+            txns: Transactions::new(config.txn),
+            registrar: Registrar::new(config.registrar),
+            rng: Rng::seed_from_u64(config.branch_seed),
+            config,
+            store,
+            calls: BTreeMap::new(),
+            branches: BTreeMap::new(),
+            cancels: BTreeSet::new(),
+            timers: BinaryHeap::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: EndpointStats::default(),
+            bindings: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ProxyConfig {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// The transaction table (read-only, for inspection).
+    pub fn transactions(&self) -> &Transactions {
+        &self.txns
+    }
+
+    /// The number of live response contexts (proxied requests awaiting or holding their
+    /// final response).
+    pub fn active_calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    /// Processes one message (a datagram, or one frame of a stream) that arrived from `from`
+    /// on a listener of transport `local`.
+    pub fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer, local: Transport) {
+        match Message::parse(bytes, &self.config.limits) {
+            Err(_) => {
+                self.stats.parse_errors += 1;
+                self.drop_msg(DropReason::Unparsable);
+            }
+            Ok(msg) if msg.is_request() => match self.annotate_via(&msg, from) {
+                Some(annotated) => match Message::parse(&annotated, &self.config.limits) {
+                    Ok(m) => self.on_request(now, &m, from, local),
+                    Err(_) => self.drop_msg(DropReason::Internal),
+                },
+                None => self.on_request(now, &msg, from, local),
+            },
+            Ok(msg) => self.on_response(now, &msg, from),
+        }
+        self.after(now);
+    }
+
+    /// Fires every timer due at or before `now`: the transaction layer's and Timer C.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.txns.handle_timeout(now);
+        while let Some(&Reverse((at, cid))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if self.branches.get(&cid).and_then(|b| b.timer_at) == Some(at) {
+                self.fire_timer(now, cid);
+            }
+        }
+        self.after(now);
+    }
+
+    /// Appends the next message to send to `buf` and says where it goes, or `None`.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let start = buf.len();
+        let t = match self.txns.poll_transmit(now, buf) {
+            Some(t) => t,
+            None => {
+                let (peer, bytes) = self.out.pop_front()?;
+                buf.extend_from_slice(&bytes);
+                Transmit {
+                    destination: peer,
+                    size: bytes.len(),
+                }
+            }
+        };
+        if let Some(rest) = buf.get(start..)
+            && rest.starts_with(b"SIP/2.0 ")
+            && let Some(&d) = rest.get(8)
+            && (b'1'..=b'6').contains(&d)
+        {
+            self.stats.responses_out[usize::from(d - b'1')] += 1;
+        }
+        Some(t)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called, if ever.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let ours = self.timers.peek().map(|Reverse((at, _))| *at);
+        match (self.txns.poll_timeout(), ours) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next event for the driver, or `None`.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<EndpointEvent> {
+        self.events.pop_front()
+    }
+
+    // ------------------------------------------------------------------ bookkeeping
+
+    fn drop_msg(&mut self, reason: DropReason) {
+        self.stats.drops[reason.index()] += 1;
+        if self.events.len() < MAX_EVENTS {
+            self.events.push_back(EndpointEvent::Dropped(reason));
+        } else {
+            self.stats.events_lost += 1;
+        }
+    }
+
+    /// Processes the transaction layer's events and prunes stale timers.
+    fn after(&mut self, now: Instant) {
+        while let Some(e) = self.txns.poll_event() {
+            self.on_txn_event(now, e);
+        }
+        while let Some(&Reverse((at, cid))) = self.timers.peek() {
+            if self.branches.get(&cid).and_then(|b| b.timer_at) == Some(at) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
+    fn on_txn_event(&mut self, now: Instant, e: TxnEvent) {
+        match e {
+            TxnEvent::ClientTimeout(cid) if !self.cancels.contains(&cid) => {
+                self.branch_final(now, cid, 408, None);
+            }
+            // §16.9: a transport error counts as a 503 from that branch.
+            TxnEvent::TransportError(TxnId::Client(cid)) if !self.cancels.contains(&cid) => {
+                self.branch_final(now, cid, 503, None);
+            }
+            TxnEvent::Terminated(TxnId::Client(cid)) => {
+                self.stats.client_transactions = self.stats.client_transactions.saturating_sub(1);
+                if !self.cancels.remove(&cid) {
+                    if self
+                        .branches
+                        .get(&cid)
+                        .is_some_and(|b| b.state != BranchState::Done)
+                    {
+                        self.branch_final(now, cid, 408, None);
+                    }
+                    self.branches.remove(&cid);
+                }
+            }
+            TxnEvent::Terminated(TxnId::Server(sid)) => {
+                self.stats.server_transactions = self.stats.server_transactions.saturating_sub(1);
+                self.calls.remove(&sid);
+            }
+            _ => {}
+        }
+    }
+
+    fn new_tag(&mut self) -> [u8; 10] {
+        let mut tag = [0u8; 10];
+        self.rng.fill_token(&mut tag);
+        tag
+    }
+
+    /// Builds a response to `req` generated by the proxy (a To tag is added except for 100).
+    fn build(
+        &mut self,
+        req: &Message<'_>,
+        code: u16,
+        reason: &str,
+        extra: &[(&str, &[u8])],
+    ) -> Vec<u8> {
+        let tag = self.new_tag();
+        let mut out = Vec::with_capacity(512);
+        let tag = (code > 100).then_some(&tag[..]);
+        build_response(req, code, reason, tag, extra, b"", &mut out);
+        out
+    }
+
+    /// Answers through server transaction `sid`.
+    fn respond(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        req: &Message<'_>,
+        code: u16,
+        reason: &str,
+        extra: &[(&str, &[u8])],
+    ) {
+        let resp = self.build(req, code, reason, extra);
+        if self.txns.respond(now, sid, resp).is_err() {
+            self.drop_msg(DropReason::Internal);
+        }
+    }
+
+    /// Answers without a transaction, to where the request came from.
+    fn respond_stateless(
+        &mut self,
+        req: &Message<'_>,
+        to: Peer,
+        code: u16,
+        reason: &str,
+        extra: &[(&str, &[u8])],
+    ) {
+        let resp = self.build(req, code, reason, extra);
+        self.out.push_back((to, resp));
+    }
+
+    // ------------------------------------------------------------------ requests
+
+    /// RFC 3261 §18.2.1 and RFC 3581: the top Via gets `received` when its host is not the
+    /// source address or it asks for `rport`, and `rport` gets the source port. Returns the
+    /// edited message, or `None` when nothing changes (or the Via is malformed: validation
+    /// answers that).
+    fn annotate_via(&self, msg: &Message<'_>, from: Peer) -> Option<Vec<u8>> {
+        let via = msg.top_via().ok()?;
+        let ip = from.addr.ip();
+        let rport = via.rport().is_some();
+        if via.host.ip() == Some(ip) && !rport {
+            return None;
+        }
+        let mut ed = Editor::new(msg);
+        ed.annotate_top_via(Some(ip), rport.then_some(from.addr.port()))
+            .ok()?;
+        let mut out = Vec::with_capacity(msg.as_bytes().len() + 48);
+        ed.emit(&mut out);
+        Some(out)
+    }
+
+    /// The syntax checks a request must pass before anything else (§16.3 step 1): mandatory
+    /// headers, a parsable Request-URI, top Via, From, To and Route.
+    fn check_request<'a>(
+        &self,
+        msg: &Message<'a>,
+    ) -> Result<RoutePlan<'a>, holdline_sip::ParseError> {
+        match msg.check_mandatory() {
+            Ok(()) => {}
+            // §16.3 step 3: a request without Max-Forwards passes (one is added when
+            // forwarding); the CSeq check that follows it in `check_mandatory` is redone.
+            Err(e)
+                if e.kind
+                    == holdline_sip::ParseErrorKind::MissingHeader(HeaderName::MaxForwards) =>
+            {
+                let cseq = msg.cseq()?;
+                let m = msg.method();
+                if m.is_some_and(|m| m != cseq.method && m != Method::Ack && m != Method::Cancel) {
+                    return Err(holdline_sip::ParseError::new(
+                        holdline_sip::ParseErrorKind::BadHeader(HeaderName::CSeq),
+                        0,
+                    ));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        msg.top_via()?;
+        msg.from()?;
+        msg.to()?;
+        RoutePlan::new(&self.config, msg)
+    }
+
+    fn on_request(&mut self, now: Instant, msg: &Message<'_>, from: Peer, local: Transport) {
+        let Some(method) = msg.method() else { return };
+        *self.stats.requests_in.slot(method) += 1;
+        let plan = match self.check_request(msg) {
+            Ok(p) => p,
+            Err(e) => {
+                self.stats.parse_errors += 1;
+                if method == Method::Ack {
+                    self.drop_msg(DropReason::Malformed);
+                } else {
+                    self.respond_stateless(msg, from, 400, e.kind.reason(), &[]);
+                }
+                return;
+            }
+        };
+        if method == Method::Ack {
+            match self.txns.handle_request(now, msg.buffer(), from) {
+                RequestOutcome::PassThrough => self.forward_stateless(now, msg, &plan, from, local),
+                RequestOutcome::AckAbsorbed(_) | RequestOutcome::Retransmission(_) => {
+                    self.stats.retransmissions_absorbed += 1;
+                }
+                RequestOutcome::New(sid) => {
+                    // Not expected for an ACK; do not leave a transaction waiting for us.
+                    self.stats.server_transactions += 1;
+                    self.txns.handle_transport_error(TxnId::Server(sid));
+                }
+                RequestOutcome::TooMany => self.drop_msg(DropReason::TooManyTransactions),
+                RequestOutcome::Malformed(_) => self.drop_msg(DropReason::Malformed),
+            }
+            return;
+        }
+        if self.is_stateless(&plan) {
+            self.stateless_request(now, msg, &plan, from, local);
+            return;
+        }
+        match self.txns.handle_request(now, msg.buffer(), from) {
+            RequestOutcome::New(sid) => {
+                self.stats.server_transactions += 1;
+                self.on_new_request(now, sid, method, msg, &plan, from, local);
+            }
+            RequestOutcome::Retransmission(_) | RequestOutcome::AckAbsorbed(_) => {
+                self.stats.retransmissions_absorbed += 1;
+            }
+            RequestOutcome::TooMany => {
+                self.drop_msg(DropReason::TooManyTransactions);
+                self.respond_stateless(
+                    msg,
+                    from,
+                    503,
+                    "Service Unavailable",
+                    &[("Retry-After", b"5")],
+                );
+            }
+            RequestOutcome::Malformed(e) => {
+                self.stats.parse_errors += 1;
+                self.respond_stateless(msg, from, 400, e.kind.reason(), &[]);
+            }
+            RequestOutcome::PassThrough => self.drop_msg(DropReason::Internal),
+        }
+    }
+
+    /// Whether the request goes out on a stateless static route: not for us, no Route left,
+    /// and the route for its Request-URI host is flagged stateless.
+    fn is_stateless(&self, plan: &RoutePlan<'_>) -> bool {
+        if plan.next_route.is_some() || is_me_uri(&self.config, &plan.ruri) {
+            return false;
+        }
+        let host = plan.ruri.host_bytes().unwrap_or_default();
+        !self.config.serves(host) && self.config.static_route(host).is_some_and(|r| r.stateless)
+    }
+
+    /// Whether the request is addressed to the proxy itself (OPTIONS health probe).
+    fn addressed_to_us(&self, plan: &RoutePlan<'_>) -> bool {
+        if plan.next_route.is_some() {
+            return false;
+        }
+        let me = is_me_uri(&self.config, &plan.ruri);
+        let host = plan.ruri.host_bytes().unwrap_or_default();
+        plan.ruri.user().is_none() && (me || self.config.serves(host))
+    }
+
+    /// The §16.3 checks after syntax: Max-Forwards, Proxy-Require and loops. Returns the
+    /// error response to send, if any.
+    fn validate(
+        &self,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+    ) -> Option<(u16, &'static str, Option<Vec<u8>>)> {
+        if msg.max_forwards().ok().flatten() == Some(0) {
+            return Some((483, "Too Many Hops", None));
+        }
+        let required: Vec<&[u8]> = msg
+            .values(HeaderName::ProxyRequire)
+            .map(|v| v.bytes)
+            .collect();
+        if !required.is_empty() {
+            return Some((420, "Bad Extension", Some(required.join(&b", "[..]))));
+        }
+        let hash = plan.loop_hash(msg);
+        let looped = msg.vias().flatten().any(|v| {
+            is_our_via(&self.config, &v) && v.branch().and_then(branch_loop_hash) == Some(hash)
+        });
+        if looped {
+            return Some((482, "Loop Detected", None));
+        }
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_new_request(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        method: Method<'_>,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        from: Peer,
+        local: Transport,
+    ) {
+        if method == Method::Cancel {
+            self.on_cancel(now, sid, msg, plan, from, local);
+            return;
+        }
+        let to_us = self.addressed_to_us(plan);
+        if method == Method::Options && to_us {
+            self.respond(
+                now,
+                sid,
+                msg,
+                200,
+                "OK",
+                &[("Allow", ALLOW), ("Accept", b"application/sdp")],
+            );
+            return;
+        }
+        if let Some((code, reason, unsupported)) = self.validate(msg, plan) {
+            let extra: Vec<(&str, &[u8])> = unsupported
+                .as_deref()
+                .map(|u| ("Unsupported", u))
+                .into_iter()
+                .collect();
+            self.respond(now, sid, msg, code, reason, &extra);
+            return;
+        }
+        let host = plan.ruri.host_bytes().unwrap_or_default();
+        if method == Method::Register
+            && plan.next_route.is_none()
+            && (self.config.serves(host) || is_me_uri(&self.config, &plan.ruri))
+        {
+            let mut out = Vec::with_capacity(512);
+            self.registrar
+                .handle_register(now, msg, from, &*self.store, &mut out);
+            if self.txns.respond(now, sid, out).is_err() {
+                self.drop_msg(DropReason::Internal);
+            }
+            return;
+        }
+        if to_us {
+            self.respond(
+                now,
+                sid,
+                msg,
+                405,
+                "Method Not Allowed",
+                &[("Allow", ALLOW)],
+            );
+            return;
+        }
+        let targets = match self.targets(now, plan, true) {
+            Ok(t) => t,
+            Err((code, reason)) => {
+                self.respond(now, sid, msg, code, reason, &[]);
+                return;
+            }
+        };
+        let invite = method == Method::Invite;
+        if invite {
+            self.respond(now, sid, msg, 100, "Trying", &[]);
+        }
+        let hash = plan.loop_hash(msg);
+        self.calls.insert(
+            sid,
+            Call {
+                invite,
+                request: msg.as_bytes().to_vec(),
+                branches: Vec::new(),
+                pending: 0,
+                best: None,
+                final_sent: false,
+            },
+        );
+        for t in targets {
+            let mut token = [0u8; 10];
+            self.rng.fill_token(&mut token);
+            let branch = format!(
+                "z9hG4bK{hash:016x}.{}",
+                std::str::from_utf8(&token).unwrap_or("x")
+            );
+            let result = self
+                .forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local)
+                .ok()
+                .map(|bytes| self.txns.send_request(now, bytes, t.dest));
+            match result {
+                Some(Ok(cid)) => {
+                    self.stats.client_transactions += 1;
+                    self.stats.forwarded += 1;
+                    let timer_at = invite.then(|| now + self.config.timer_c);
+                    if let Some(at) = timer_at {
+                        self.timers.push(Reverse((at, cid)));
+                    }
+                    self.branches.insert(
+                        cid,
+                        Branch {
+                            server: sid,
+                            invite,
+                            state: BranchState::Calling,
+                            cancel_wanted: false,
+                            cancel_sent: false,
+                            timer_at,
+                        },
+                    );
+                    if let Some(call) = self.calls.get_mut(&sid) {
+                        call.branches.push(cid);
+                        call.pending += 1;
+                    }
+                }
+                // No client transaction: the branch fails at once, as with a transport error
+                // (§16.9: a 503, sent upstream as 500 if it is the only answer).
+                Some(Err(_)) | None => {
+                    self.consider_final(now, sid, 503, None);
+                }
+            }
+        }
+        self.maybe_finish(now, sid);
+    }
+
+    /// §16.5: the targets of a request and their next hops. With `fork`, a served domain
+    /// gives every binding; without it, only the best one (stateless ACK forwarding).
+    fn targets(
+        &mut self,
+        now: Instant,
+        plan: &RoutePlan<'_>,
+        fork: bool,
+    ) -> Result<Vec<Target>, (u16, &'static str)> {
+        let ruri = plan.ruri.as_bytes().to_vec();
+        if let Some(route) = &plan.next_route {
+            let dest = resolve_uri(&self.config, route, true).ok_or((404, "Not Found"))?;
+            return Ok(vec![Target { uri: ruri, dest }]);
+        }
+        let host = plan.ruri.host_bytes().unwrap_or_default();
+        let me = is_me_uri(&self.config, &plan.ruri);
+        if self.config.serves(host) || (me && plan.ruri.user().is_some()) {
+            let mut aor = Vec::new();
+            if !Registrar::aor_key(&plan.ruri, &mut aor) {
+                return Err((404, "Not Found"));
+            }
+            let mut bindings = std::mem::take(&mut self.bindings);
+            bindings.clear();
+            self.store.lookup(&aor, now, &mut bindings);
+            // Highest q first; the order of equal q is the store's.
+            bindings.sort_by_key(|b| Reverse(b.q));
+            let mut out = Vec::new();
+            for b in &bindings {
+                let Ok(uri) = holdline_sip::Uri::parse(&b.contact) else {
+                    continue;
+                };
+                // A binding made over a connection is reached over that connection.
+                let dest = match b.source {
+                    Some(src) if src.transport.is_stream() => Some(src),
+                    src => resolve_uri(&self.config, &uri, false).or(src),
+                };
+                if let Some(dest) = dest {
+                    out.push(Target {
+                        uri: b.contact.to_vec(),
+                        dest,
+                    });
+                }
+                if !fork || out.len() >= self.config.max_branches.max(1) {
+                    break;
+                }
+            }
+            let empty = bindings.is_empty();
+            self.bindings = bindings;
+            return match (out.is_empty(), empty) {
+                (false, _) => Ok(out),
+                (true, true) => Err((404, "Not Found")),
+                (true, false) => Err((480, "Temporarily Unavailable")),
+            };
+        }
+        if me {
+            return Err((404, "Not Found"));
+        }
+        let dest = resolve_uri(&self.config, &plan.ruri, true).ok_or((404, "Not Found"))?;
+        Ok(vec![Target { uri: ruri, dest }])
+    }
+
+    /// §16.6 steps 1–8: the copy of `msg` sent to `dest` with `branch`.
+    fn forward_copy(
+        &self,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        target_uri: Option<&[u8]>,
+        dest: Peer,
+        branch: &str,
+        local: Transport,
+    ) -> Result<Vec<u8>, EditError> {
+        let mut ed = Editor::new(msg);
+        for span in &plan.remove {
+            ed.replace(*span, b"")?;
+        }
+        let uri = target_uri.unwrap_or(plan.ruri.as_bytes());
+        if Some(uri) != msg.request_uri_bytes() {
+            ed.set_request_uri(uri)?;
+        }
+        ed.decrement_max_forwards()?;
+        let out_l = self.config.listener(dest.transport).copied();
+        let method = msg.method();
+        let dialog_creating = matches!(
+            method,
+            Some(Method::Invite | Method::Subscribe | Method::Refer | Method::Notify)
+        );
+        let initial = msg.to().ok().is_some_and(|t| t.tag().is_none());
+        if self.config.record_route && dialog_creating && initial {
+            let in_l = self.config.listener(local).copied();
+            // Double Record-Route when the request changes listener (e.g. UDP to TCP), so
+            // that each side reaches the proxy on its own transport.
+            if let Some(in_l) = in_l
+                && out_l.is_some_and(|o| o != in_l)
+            {
+                ed.add_record_route(record_route_value(&in_l).as_bytes())?;
+            }
+            if let Some(o) = out_l {
+                ed.add_record_route(record_route_value(&o).as_bytes())?;
+            }
+        }
+        let sent_by = out_l.map(|l| host_port(l.addr)).unwrap_or_default();
+        ed.push_via(dest.transport, sent_by.as_bytes(), branch.as_bytes(), true)?;
+        if dest.transport.is_stream() {
+            ed.ensure_content_length()?;
+        }
+        let mut out = Vec::with_capacity(ed.emitted_len());
+        ed.emit(&mut out);
+        Ok(out)
+    }
+
+    /// §16.10: a CANCEL whose INVITE transaction is known is answered here and cancels every
+    /// pending branch; any other CANCEL is forwarded statelessly.
+    fn on_cancel(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        from: Peer,
+        local: Transport,
+    ) {
+        if let Some(invite) = self.txns.cancel_target(sid) {
+            self.respond(now, sid, msg, 200, "OK", &[]);
+            self.cancel_pending(now, invite);
+            return;
+        }
+        // Unmatched: forwarded statelessly (§16.10); the server transaction just created is
+        // not kept, so that nothing waits for an answer the proxy will not give.
+        self.txns.handle_transport_error(TxnId::Server(sid));
+        self.forward_stateless(now, msg, plan, from, local);
+    }
+
+    /// Sends a CANCEL on every branch of `sid` still pending (or marks it for one as soon as
+    /// it has heard a provisional response).
+    fn cancel_pending(&mut self, now: Instant, sid: ServerTxnId) {
+        let Some(call) = self.calls.get(&sid) else {
+            return;
+        };
+        if !call.invite {
+            return;
+        }
+        for cid in call.branches.clone() {
+            self.cancel_branch(now, cid);
+        }
+    }
+
+    fn cancel_branch(&mut self, now: Instant, cid: ClientTxnId) {
+        let Some(b) = self.branches.get_mut(&cid) else {
+            return;
+        };
+        if !b.invite || b.cancel_sent {
+            return;
+        }
+        match b.state {
+            BranchState::Calling => b.cancel_wanted = true,
+            BranchState::Proceeding => {
+                b.cancel_sent = true;
+                let at = now
+                    + self
+                        .config
+                        .txn
+                        .t1
+                        .max(holdline_base::Duration::from_millis(1))
+                        * 64;
+                b.timer_at = Some(at);
+                self.timers.push(Reverse((at, cid)));
+                match self.txns.cancel(now, cid) {
+                    Ok(c) => {
+                        self.stats.client_transactions += 1;
+                        self.cancels.insert(c);
+                    }
+                    Err(_) => self.drop_msg(DropReason::Internal),
+                }
+            }
+            BranchState::Done => {}
+        }
+    }
+
+    /// Timer C, or the give-up timer after a CANCEL.
+    fn fire_timer(&mut self, now: Instant, cid: ClientTxnId) {
+        let Some(b) = self.branches.get_mut(&cid) else {
+            return;
+        };
+        b.timer_at = None;
+        match (b.state, b.cancel_sent) {
+            (BranchState::Done, _) => {}
+            // §16.8: Timer C with a provisional response: CANCEL the branch.
+            (BranchState::Proceeding, false) => self.cancel_branch(now, cid),
+            // No provisional response: as if a 408 arrived; a late provisional is CANCELled.
+            (BranchState::Calling, _) => {
+                b.cancel_wanted = true;
+                self.branch_final(now, cid, 408, None);
+            }
+            // The CANCEL went unanswered by a final response: give the branch up.
+            (BranchState::Proceeding, true) => {
+                self.branch_final(now, cid, 408, None);
+                self.txns.handle_transport_error(TxnId::Client(cid));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ stateless
+
+    /// §16.11 for requests on a stateless static route: validation answered without a
+    /// transaction, then the copy sent with a branch derived from the incoming one.
+    fn stateless_request(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        from: Peer,
+        local: Transport,
+    ) {
+        let max_forwards_zero = msg.max_forwards().ok().flatten() == Some(0);
+        if max_forwards_zero {
+            self.respond_stateless(msg, from, 483, "Too Many Hops", &[]);
+            return;
+        }
+        let required: Vec<&[u8]> = msg
+            .values(HeaderName::ProxyRequire)
+            .map(|v| v.bytes)
+            .collect();
+        if !required.is_empty() && msg.method() != Some(Method::Cancel) {
+            let unsupported = required.join(&b", "[..]);
+            self.respond_stateless(
+                msg,
+                from,
+                420,
+                "Bad Extension",
+                &[("Unsupported", &unsupported)],
+            );
+            return;
+        }
+        self.forward_stateless(now, msg, plan, from, local);
+    }
+
+    /// Forwards a request without a transaction: ACK for a 2xx, unmatched CANCEL, requests on
+    /// stateless routes.
+    fn forward_stateless(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        from: Peer,
+        local: Transport,
+    ) {
+        let is_ack = msg.method() == Some(Method::Ack);
+        if msg.max_forwards().ok().flatten() == Some(0) {
+            self.drop_msg(DropReason::TooManyHops);
+            return;
+        }
+        let targets = match self.targets(now, plan, !is_ack) {
+            Ok(t) => t,
+            Err((code, reason)) => {
+                if is_ack {
+                    self.drop_msg(DropReason::Unroutable);
+                } else {
+                    self.respond_stateless(msg, from, code, reason, &[]);
+                }
+                return;
+            }
+        };
+        let branch = stateless_branch(msg);
+        for t in targets {
+            match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local) {
+                Ok(bytes) => {
+                    self.stats.stateless += 1;
+                    self.out.push_back((t.dest, bytes));
+                }
+                Err(_) => self.drop_msg(DropReason::Internal),
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ responses
+
+    fn on_response(&mut self, now: Instant, msg: &Message<'_>, from: Peer) {
+        let Some(status) = msg.status() else { return };
+        self.stats.responses_in[usize::from(status / 100 - 1).min(5)] += 1;
+        match self.txns.handle_response(now, msg.buffer(), from) {
+            ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg),
+            ResponseOutcome::Absorbed(_) => {}
+            ResponseOutcome::Stray => self.stray_response(msg, status),
+            ResponseOutcome::Malformed(_) => {
+                self.stats.parse_errors += 1;
+                self.drop_msg(DropReason::Malformed);
+            }
+        }
+    }
+
+    /// The response with our top Via removed, ready to go upstream.
+    fn pop_our_via(msg: &Message<'_>) -> Option<Vec<u8>> {
+        let mut ed = Editor::new(msg);
+        ed.pop_via().ok()?;
+        // The upstream hop may be a stream, which needs the length (harmless otherwise).
+        ed.ensure_content_length().ok()?;
+        let mut out = Vec::with_capacity(ed.emitted_len());
+        ed.emit(&mut out);
+        Some(out)
+    }
+
+    /// §16.7 for a response matched to one of our branches.
+    fn on_branch_response(
+        &mut self,
+        now: Instant,
+        cid: ClientTxnId,
+        status: u16,
+        msg: &Message<'_>,
+    ) {
+        if self.cancels.contains(&cid) {
+            return; // the answer to our CANCEL
+        }
+        let Some(popped) = Self::pop_our_via(msg) else {
+            self.drop_msg(DropReason::Malformed);
+            return;
+        };
+        let Some(b) = self.branches.get_mut(&cid) else {
+            if (200..300).contains(&status) {
+                self.forward_by_via(&popped);
+            }
+            return;
+        };
+        let sid = b.server;
+        if status < 200 {
+            if b.state == BranchState::Calling {
+                b.state = BranchState::Proceeding;
+            }
+            let invite = b.invite;
+            // §16.7 step 2: any provisional but 100 resets Timer C.
+            if invite && status > 100 && !b.cancel_sent && b.state != BranchState::Done {
+                let at = now + self.config.timer_c;
+                b.timer_at = Some(at);
+                self.timers.push(Reverse((at, cid)));
+            }
+            if b.cancel_wanted && !b.cancel_sent {
+                if b.state == BranchState::Done {
+                    b.state = BranchState::Proceeding;
+                    self.cancel_branch(now, cid);
+                    if let Some(b) = self.branches.get_mut(&cid) {
+                        b.state = BranchState::Done;
+                    }
+                } else {
+                    self.cancel_branch(now, cid);
+                }
+            }
+            // 100 is hop by hop; RFC 4320: no other provisional goes up a non-INVITE.
+            let forward =
+                invite && status > 100 && self.calls.get(&sid).is_some_and(|c| !c.final_sent);
+            if forward && self.txns.respond(now, sid, popped).is_err() {
+                self.drop_msg(DropReason::Internal);
+            }
+            return;
+        }
+        if b.state == BranchState::Done {
+            // RFC 6026: further 2xx on an accepted INVITE branch are forwarded too.
+            if (200..300).contains(&status) {
+                self.forward_upstream(now, sid, popped);
+            }
+            return;
+        }
+        self.branch_final(now, cid, status, Some(popped));
+    }
+
+    /// A branch got its final response (`bytes`: as received, Via popped; `None`:
+    /// synthesized: 408 on timeout, 503 on a transport error).
+    fn branch_final(
+        &mut self,
+        now: Instant,
+        cid: ClientTxnId,
+        status: u16,
+        bytes: Option<Vec<u8>>,
+    ) {
+        let Some(b) = self.branches.get_mut(&cid) else {
+            return;
+        };
+        if b.state == BranchState::Done {
+            return;
+        }
+        b.state = BranchState::Done;
+        b.timer_at = None;
+        let sid = b.server;
+        if let Some(call) = self.calls.get_mut(&sid) {
+            call.pending = call.pending.saturating_sub(1);
+        }
+        self.consider_final(now, sid, status, bytes);
+        self.maybe_finish(now, sid);
+    }
+
+    /// §16.7 steps 3–5 and 10 for one final response of context `sid`.
+    fn consider_final(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        status: u16,
+        bytes: Option<Vec<u8>>,
+    ) {
+        let Some(call) = self.calls.get_mut(&sid) else {
+            if (200..300).contains(&status)
+                && let Some(b) = bytes
+            {
+                self.forward_by_via(&b);
+            }
+            return;
+        };
+        let invite = call.invite;
+        if (200..300).contains(&status) {
+            // 2xx: forwarded at once, every one of them (INVITE); the rest is cancelled.
+            let first = !call.final_sent;
+            call.final_sent = true;
+            if let Some(b) = bytes
+                && (invite || first)
+            {
+                self.forward_upstream(now, sid, b);
+            }
+            if invite {
+                self.cancel_pending(now, sid);
+            }
+            return;
+        }
+        // RFC 4320 §4.2: a timed-out non-INVITE branch gives no 408; if nothing else
+        // answers, no final response goes up at all.
+        if status == 408 && bytes.is_none() && !invite {
+            return;
+        }
+        let better = call
+            .best
+            .as_ref()
+            .is_none_or(|(s, _)| response_rank(status) < response_rank(*s));
+        if better {
+            let bytes = match bytes {
+                Some(b) => b,
+                None => {
+                    let req = call.request.clone();
+                    let reason = match status {
+                        408 => "Request Timeout",
+                        503 => "Service Unavailable",
+                        _ => "Failed",
+                    };
+                    match Message::parse(&req, &self.config.limits) {
+                        Ok(m) => self.build(&m, status, reason, &[]),
+                        Err(_) => Vec::new(),
+                    }
+                }
+            };
+            if let Some(call) = self.calls.get_mut(&sid) {
+                call.best = Some((status, bytes));
+            }
+        }
+        if invite && status >= 600 {
+            self.cancel_pending(now, sid);
+        }
+    }
+
+    /// §16.7 step 6: once every branch is final and nothing final went up, the best response
+    /// does (a lone 503 becomes 500; no response at all is a 408).
+    fn maybe_finish(&mut self, now: Instant, sid: ServerTxnId) {
+        let Some(call) = self.calls.get_mut(&sid) else {
+            return;
+        };
+        if call.pending > 0 || call.final_sent {
+            return;
+        }
+        call.final_sent = true;
+        if call.best.is_none() && !call.invite {
+            // RFC 4320: no 408 for a non-INVITE; the upstream client times out by itself.
+            self.txns.handle_transport_error(TxnId::Server(sid));
+            return;
+        }
+        let best = call.best.take();
+        let req = call.request.clone();
+        let resp = match best {
+            Some((status, bytes)) if status != 503 && !bytes.is_empty() => bytes,
+            other => {
+                let (code, reason) = match other {
+                    Some(_) => (500, "Server Internal Error"),
+                    None => (408, "Request Timeout"),
+                };
+                match Message::parse(&req, &self.config.limits) {
+                    Ok(m) => self.build(&m, code, reason, &[]),
+                    Err(_) => return,
+                }
+            }
+        };
+        self.forward_upstream(now, sid, resp);
+    }
+
+    /// Sends a response up through the server transaction, or statelessly by its Via when the
+    /// transaction is gone (a late 2xx).
+    fn forward_upstream(&mut self, now: Instant, sid: ServerTxnId, bytes: Vec<u8>) {
+        let is_2xx = bytes.get(8).is_some_and(|&d| d == b'2');
+        match self.txns.respond(now, sid, bytes.clone()) {
+            Ok(()) => {}
+            Err(_) if is_2xx => self.forward_by_via(&bytes),
+            Err(_) => self.drop_msg(DropReason::Internal),
+        }
+    }
+
+    /// Sends a response (our Via already removed) to the address its top Via names.
+    fn forward_by_via(&mut self, bytes: &[u8]) {
+        let dest = Message::parse(bytes, &self.config.limits)
+            .ok()
+            .and_then(|m| m.top_via().ok().and_then(|v| via_destination(&v)));
+        match dest {
+            Some(dest) => {
+                self.stats.stateless += 1;
+                self.out.push_back((dest, bytes.to_vec()));
+            }
+            None => self.drop_msg(DropReason::Unroutable),
+        }
+    }
+
+    /// A response no client transaction matches: forwarded by its Via when our top Via says
+    /// it belongs to a stateless branch, or when it is a 2xx (retransmitted by the UAS after
+    /// the client transaction ended); dropped otherwise.
+    fn stray_response(&mut self, msg: &Message<'_>, status: u16) {
+        let Ok(via) = msg.top_via() else {
+            self.drop_msg(DropReason::Malformed);
+            return;
+        };
+        let stateless = via.branch().is_some_and(|b| b.starts_with(b"z9hG4bKs"));
+        if !is_our_via(&self.config, &via) || !(stateless || (200..300).contains(&status)) {
+            self.drop_msg(DropReason::StrayResponse);
+            return;
+        }
+        match Self::pop_our_via(msg) {
+            Some(popped) => self.forward_by_via(&popped),
+            None => self.drop_msg(DropReason::Malformed),
+        }
+    }
+}

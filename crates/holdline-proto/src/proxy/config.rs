@@ -1,0 +1,129 @@
+//! [`ProxyConfig`]: what the proxy core serves, where it listens and where it routes.
+
+use std::net::SocketAddr;
+
+use holdline_base::{Duration, Transport};
+use holdline_sip::Limits;
+
+use crate::registrar::RegistrarConfig;
+use crate::txn::TxnConfig;
+
+/// One address the server listens on: how it names itself in Via, Record-Route and when
+/// deciding whether a URI means "this proxy".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenAddr {
+    /// The transport of this listener.
+    pub transport: Transport,
+    /// The address as advertised (a concrete address, not `0.0.0.0`).
+    pub addr: SocketAddr,
+}
+
+/// A static route: requests whose Request-URI host is `domain` (or any host, for `*`) go to
+/// `next_hop` over `transport`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticRoute {
+    /// The Request-URI host this route applies to (compared case-insensitively), or `*` for
+    /// the default route (used when no other route matches).
+    pub domain: String,
+    /// Where matching requests are sent.
+    pub next_hop: SocketAddr,
+    /// The transport towards `next_hop`.
+    pub transport: Transport,
+    /// Forward matching requests statelessly (RFC 3261 §16.11): no transactions, a branch
+    /// derived from the incoming one, responses routed back by their Via.
+    pub stateless: bool,
+}
+
+/// The proxy core's configuration. Build it with [`ProxyConfig::default`] and fill in the
+/// fields; every field is documented with its default.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ProxyConfig {
+    /// Domains this server is responsible for: requests whose Request-URI host is one of them
+    /// are routed through the location service, and REGISTERs for them go to the registrar.
+    /// Compared case-insensitively. Default: none.
+    pub domains: Vec<String>,
+    /// Host names that also mean "this proxy" (besides the [`listen`](Self::listen)
+    /// addresses), compared case-insensitively. Default: none.
+    pub aliases: Vec<String>,
+    /// The server's listening addresses, one per transport at least: the first listener of a
+    /// transport is used as sent-by and in Record-Route for messages leaving over it.
+    /// Default: `127.0.0.1:5060` over UDP.
+    pub listen: Vec<ListenAddr>,
+    /// Whether to add a Record-Route header to dialog-creating requests (so that in-dialog
+    /// requests come back through this proxy). Default `true`.
+    pub record_route: bool,
+    /// Static routes, tried for requests the location service does not handle: an exact
+    /// domain first, then `*`. Default: none.
+    pub static_routes: Vec<StaticRoute>,
+    /// Timer C (RFC 3261 §16.6 step 11): how long a forwarded INVITE may stay without a
+    /// final response (reset by every provisional other than 100). Default 3 minutes
+    /// (the RFC's minimum).
+    pub timer_c: Duration,
+    /// The most branches one request is forked to. Default 16.
+    pub max_branches: usize,
+    /// Seed of the per-transaction part of the branches this proxy generates. Draw it from
+    /// the driver's seeded [`Rng`](holdline_base::Rng), different per worker. Default 0.
+    pub branch_seed: u64,
+    /// The transaction layer's settings. Its `limits` are replaced by
+    /// [`limits`](Self::limits). Default [`TxnConfig::default`].
+    pub txn: TxnConfig,
+    /// The registrar's settings. Default [`RegistrarConfig::default`].
+    pub registrar: RegistrarConfig,
+    /// Parser limits for every message handled. Default [`Limits::DEFAULT`].
+    pub limits: Limits,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            domains: Vec::new(),
+            aliases: Vec::new(),
+            listen: vec![ListenAddr {
+                transport: Transport::Udp,
+                addr: SocketAddr::from(([127, 0, 0, 1], 5060)),
+            }],
+            record_route: true,
+            static_routes: Vec::new(),
+            timer_c: Duration::from_secs(180),
+            max_branches: 16,
+            branch_seed: 0,
+            txn: TxnConfig::default(),
+            registrar: RegistrarConfig::default(),
+            limits: Limits::DEFAULT,
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// The listener to use for messages leaving over `transport`: the first one of that
+    /// transport, else the first one at all.
+    pub fn listener(&self, transport: Transport) -> Option<&ListenAddr> {
+        self.listen
+            .iter()
+            .find(|l| l.transport == transport)
+            .or_else(|| self.listen.first())
+    }
+
+    /// Whether `host` is one of the served [`domains`](Self::domains).
+    pub fn serves(&self, host: &[u8]) -> bool {
+        let host = trim_dot(host);
+        self.domains
+            .iter()
+            .any(|d| trim_dot(d.as_bytes()).eq_ignore_ascii_case(host))
+    }
+
+    /// The static route for `host`: an exact match, else the `*` route.
+    pub fn static_route(&self, host: &[u8]) -> Option<&StaticRoute> {
+        let host = trim_dot(host);
+        self.static_routes
+            .iter()
+            .find(|r| trim_dot(r.domain.as_bytes()).eq_ignore_ascii_case(host))
+            .or_else(|| self.static_routes.iter().find(|r| r.domain == "*"))
+    }
+}
+
+/// A fully qualified name may end with a dot.
+fn trim_dot(s: &[u8]) -> &[u8] {
+    s.strip_suffix(b".").unwrap_or(s)
+}

@@ -1,0 +1,1586 @@
+//! Deterministic tests of the proxy core: an [`Endpoint`] between scripted user agents on an
+//! in-memory network, time jumping to the next wake-up (quinn-proto's `Pair` is the model),
+//! with a livelock guard.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use holdline_base::{Duration, Instant, Peer, Transport};
+use holdline_sip::{HeaderName, Limits, Message, build_response};
+
+use super::*;
+use crate::endpoint::{DropReason, Endpoint};
+use crate::location::{Binding, LocationStore};
+
+// ---------------------------------------------------------------- location store
+
+#[derive(Default)]
+struct MemStore(Mutex<HashMap<Vec<u8>, Vec<Binding>>>);
+
+impl LocationStore for MemStore {
+    fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
+        let map = self.0.lock().expect("lock");
+        let before = out.len();
+        if let Some(v) = map.get(aor) {
+            out.extend(v.iter().filter(|b| b.expires_at > now).cloned());
+        }
+        out.len() - before
+    }
+
+    fn modify(&self, aor: &[u8], now: Instant, f: &mut dyn FnMut(&mut Vec<Binding>)) {
+        let mut map = self.0.lock().expect("lock");
+        let mut v = map.remove(aor).unwrap_or_default();
+        v.retain(|b| b.expires_at > now);
+        f(&mut v);
+        if !v.is_empty() {
+            map.insert(aor.to_vec(), v);
+        }
+    }
+
+    fn purge_expired(&self, now: Instant) -> usize {
+        let mut map = self.0.lock().expect("lock");
+        let mut n = 0;
+        for v in map.values_mut() {
+            let before = v.len();
+            v.retain(|b| b.expires_at > now);
+            n += before - v.len();
+        }
+        map.retain(|_, v| !v.is_empty());
+        n
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().expect("lock").values().map(Vec::len).sum()
+    }
+}
+
+// ---------------------------------------------------------------- addresses and messages
+
+const PROXY: SocketAddr = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 100)), 5060);
+const RR: &str = "<sip:10.0.0.100:5060;transport=udp;lr>";
+
+fn ua_addr(last: u8) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, last], 5060))
+}
+
+fn udp(addr: SocketAddr) -> Peer {
+    Peer {
+        addr,
+        transport: Transport::Udp,
+        conn: None,
+    }
+}
+
+fn config() -> ProxyConfig {
+    ProxyConfig {
+        domains: vec!["example.com".into()],
+        listen: vec![ListenAddr {
+            transport: Transport::Udp,
+            addr: PROXY,
+        }],
+        branch_seed: 7,
+        ..ProxyConfig::default()
+    }
+}
+
+/// A request from `from` with defaults for every mandatory header; `headers` replace a
+/// default of the same name (an empty value removes it) or are appended.
+fn request(
+    method: &str,
+    ruri: &str,
+    from: SocketAddr,
+    branch: &str,
+    cseq: u32,
+    headers: &[(&str, &str)],
+) -> Vec<u8> {
+    let defaults = [
+        ("Via", format!("SIP/2.0/UDP {from};branch={branch};rport")),
+        ("Max-Forwards", "70".to_string()),
+        ("From", "<sip:alice@example.com>;tag=a1".to_string()),
+        ("To", "<sip:bob@example.com>".to_string()),
+        ("Call-ID", "call-1@test".to_string()),
+        ("CSeq", format!("{cseq} {method}")),
+        ("Contact", format!("<sip:alice@{from}>")),
+    ];
+    let mut out = format!("{method} {ruri} SIP/2.0\r\n");
+    for (name, value) in &defaults {
+        let value = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map_or(value.as_str(), |(_, v)| *v);
+        if !value.is_empty() {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    for (name, value) in headers {
+        if !defaults.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    out.push_str("Content-Length: 0\r\n\r\n");
+    out.into_bytes()
+}
+
+fn parse(bytes: &[u8]) -> Message<'_> {
+    Message::parse(bytes, &Limits::DEFAULT).expect("test message parses")
+}
+
+fn status_of(bytes: &[u8]) -> u16 {
+    Message::parse(bytes, &Limits::DEFAULT)
+        .ok()
+        .and_then(|m| m.status())
+        .unwrap_or(0)
+}
+
+fn method_of(bytes: &[u8]) -> String {
+    Message::parse(bytes, &Limits::DEFAULT)
+        .ok()
+        .and_then(|m| m.method())
+        .map(|m| m.to_string())
+        .unwrap_or_default()
+}
+
+fn cseq_method(bytes: &[u8]) -> String {
+    parse(bytes)
+        .cseq()
+        .map(|c| c.method.to_string())
+        .unwrap_or_default()
+}
+
+fn header(bytes: &[u8], kind: HeaderName) -> Option<String> {
+    parse(bytes)
+        .first_value(kind)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+fn top_branch(bytes: &[u8]) -> String {
+    let m = parse(bytes);
+    let via = m.top_via().expect("via");
+    String::from_utf8_lossy(via.branch().unwrap_or_default()).into_owned()
+}
+
+fn reason(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(parse(bytes).reason().unwrap_or_default()).into_owned()
+}
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+// ---------------------------------------------------------------- scripted user agents
+
+/// How a user agent answers an INVITE.
+#[derive(Clone, Copy, Debug)]
+struct Script {
+    /// Send 100 at once.
+    trying: bool,
+    /// Send 180 after this long.
+    ring: Option<u64>,
+    /// Send the final response after this long (ms) with this status.
+    answer: Option<(u64, u16)>,
+    /// Answer CANCEL (200, then 487 for the INVITE).
+    answer_cancel: bool,
+    /// Answer anything at all.
+    silent: bool,
+}
+
+impl Script {
+    const UAC: Self = Self {
+        trying: false,
+        ring: None,
+        answer: None,
+        answer_cancel: true,
+        silent: false,
+    };
+
+    fn answers(ring: u64, answer: u64, status: u16) -> Self {
+        Self {
+            trying: true,
+            ring: Some(ring),
+            answer: Some((answer, status)),
+            answer_cancel: true,
+            silent: false,
+        }
+    }
+
+    fn rings_forever() -> Self {
+        Self {
+            trying: true,
+            ring: Some(10),
+            answer: None,
+            answer_cancel: true,
+            silent: false,
+        }
+    }
+}
+
+enum Action {
+    Send(Vec<u8>),
+    /// The final response to the INVITE with this branch, unless one was sent already.
+    Final(String, u16),
+}
+
+struct Ua {
+    addr: SocketAddr,
+    script: Script,
+    tag: String,
+    inbox: Vec<(Instant, Vec<u8>)>,
+    /// INVITEs received, by branch: the request and whether it got a final response.
+    invites: BTreeMap<String, (Vec<u8>, bool)>,
+    scheduled: Vec<(Instant, Action)>,
+}
+
+impl Ua {
+    fn new(last: u8, script: Script) -> Self {
+        Self {
+            addr: ua_addr(last),
+            script,
+            tag: format!("tag{last}"),
+            inbox: Vec::new(),
+            invites: BTreeMap::new(),
+            scheduled: Vec::new(),
+        }
+    }
+
+    fn respond(&self, req: &[u8], status: u16) -> Vec<u8> {
+        let m = parse(req);
+        let contact = format!("<sip:bob@{}>", self.addr);
+        let mut extra: Vec<(&str, &[u8])> = m
+            .values(HeaderName::RecordRoute)
+            .map(|v| ("Record-Route", v.bytes))
+            .collect();
+        if status > 100 && status < 300 {
+            extra.push(("Contact", contact.as_bytes()));
+        }
+        let tag = (status > 100).then_some(self.tag.as_bytes());
+        let mut out = Vec::new();
+        build_response(&m, status, "Scripted", tag, &extra, b"", &mut out);
+        out
+    }
+
+    fn receive(&mut self, now: Instant, bytes: Vec<u8>) {
+        self.inbox.push((now, bytes.clone()));
+        if self.script.silent {
+            return;
+        }
+        let method = method_of(&bytes);
+        match method.as_str() {
+            "" if self.script.answer.is_none()
+                && status_of(&bytes) >= 300
+                && cseq_method(&bytes) == "INVITE" =>
+            {
+                // A UAC's INVITE transaction ACKs a non-2xx final hop by hop (§17.1.1.3).
+                let m = parse(&bytes);
+                let mut ack = b"ACK sip:bob@example.com SIP/2.0\r\n".to_vec();
+                for h in m.headers() {
+                    if matches!(
+                        h.kind,
+                        HeaderName::Via | HeaderName::From | HeaderName::To | HeaderName::CallId
+                    ) {
+                        ack.extend_from_slice(m.slice(h.line_span()));
+                    }
+                }
+                let seq = m.cseq().map(|c| c.seq).unwrap_or_default();
+                ack.extend_from_slice(
+                    format!("CSeq: {seq} ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n")
+                        .as_bytes(),
+                );
+                self.scheduled.push((now, Action::Send(ack)));
+            }
+            "" | "ACK" => {}
+            "INVITE" => {
+                let branch = top_branch(&bytes);
+                if self.invites.contains_key(&branch) {
+                    return; // retransmission
+                }
+                self.invites.insert(branch.clone(), (bytes.clone(), false));
+                if self.script.trying {
+                    let r = self.respond(&bytes, 100);
+                    self.scheduled.push((now, Action::Send(r)));
+                }
+                if let Some(d) = self.script.ring {
+                    let r = self.respond(&bytes, 180);
+                    self.scheduled
+                        .push((now + Duration::from_millis(d), Action::Send(r)));
+                }
+                if let Some((d, status)) = self.script.answer {
+                    self.scheduled.push((
+                        now + Duration::from_millis(d),
+                        Action::Final(branch, status),
+                    ));
+                }
+            }
+            "CANCEL" => {
+                if !self.script.answer_cancel {
+                    return;
+                }
+                let r = self.respond(&bytes, 200);
+                self.scheduled.push((now, Action::Send(r)));
+                self.scheduled
+                    .push((now, Action::Final(top_branch(&bytes), 487)));
+            }
+            _ => {
+                let r = self.respond(&bytes, 200);
+                self.scheduled.push((now, Action::Send(r)));
+            }
+        }
+    }
+
+    /// Messages due at `now`.
+    fn due(&mut self, now: Instant) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut later = Vec::new();
+        for (at, action) in std::mem::take(&mut self.scheduled) {
+            if at > now {
+                later.push((at, action));
+                continue;
+            }
+            match action {
+                Action::Send(b) => out.push(b),
+                Action::Final(branch, status) => {
+                    if let Some((req, done)) = self.invites.get_mut(&branch)
+                        && !*done
+                    {
+                        *done = true;
+                        let req = req.clone();
+                        out.push(self.respond(&req, status));
+                    }
+                }
+            }
+        }
+        self.scheduled = later;
+        out
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        self.scheduled.iter().map(|(at, _)| *at).min()
+    }
+
+    /// Received requests of `method`.
+    fn requests(&self, method: &str) -> Vec<Vec<u8>> {
+        self.inbox
+            .iter()
+            .filter(|(_, b)| method_of(b) == method)
+            .map(|(_, b)| b.clone())
+            .collect()
+    }
+
+    /// Received responses with `status` to requests of `method`.
+    fn responses(&self, status: u16, method: &str) -> Vec<(Instant, Vec<u8>)> {
+        self.inbox
+            .iter()
+            .filter(|(_, b)| status_of(b) == status && cseq_method(b) == method)
+            .cloned()
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------- the network
+
+struct Packet {
+    at: Instant,
+    seq: u64,
+    from: SocketAddr,
+    to: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+struct Net {
+    now: Instant,
+    proxy: Endpoint,
+    uas: Vec<Ua>,
+    wire: Vec<Packet>,
+    seq: u64,
+    latency: Duration,
+    /// Everything the proxy sent: (time, destination, bytes).
+    sent: Vec<(Instant, SocketAddr, Vec<u8>)>,
+}
+
+impl Net {
+    fn new(config: ProxyConfig, uas: Vec<Ua>) -> Self {
+        let store = Arc::new(MemStore::default());
+        Self {
+            now: Instant::ZERO,
+            proxy: Endpoint::new(config, store),
+            uas,
+            wire: Vec::new(),
+            seq: 0,
+            latency: Duration::from_millis(1),
+            sent: Vec::new(),
+        }
+    }
+
+    fn ua(&self, last: u8) -> &Ua {
+        let addr = ua_addr(last);
+        self.uas.iter().find(|u| u.addr == addr).expect("ua exists")
+    }
+
+    fn put(&mut self, from: SocketAddr, to: SocketAddr, bytes: Vec<u8>) {
+        self.seq += 1;
+        self.wire.push(Packet {
+            at: self.now + self.latency,
+            seq: self.seq,
+            from,
+            to,
+            bytes,
+        });
+    }
+
+    /// A user agent sends `bytes` to the proxy now.
+    fn send(&mut self, from_last: u8, bytes: Vec<u8>) {
+        self.put(ua_addr(from_last), PROXY, bytes);
+    }
+
+    fn flush(&mut self) {
+        let mut buf = Vec::new();
+        while let Some(t) = self.proxy.poll_transmit(self.now, &mut buf) {
+            let bytes = buf[..t.size].to_vec();
+            buf.clear();
+            self.sent
+                .push((self.now, t.destination.addr, bytes.clone()));
+            self.put(PROXY, t.destination.addr, bytes);
+        }
+        while self.proxy.poll_event().is_some() {}
+        for i in 0..self.uas.len() {
+            let now = self.now;
+            let from = self.uas[i].addr;
+            for b in self.uas[i].due(now) {
+                self.put(from, PROXY, b);
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        let wire = self.wire.iter().map(|p| p.at).min();
+        let uas = self.uas.iter().filter_map(Ua::next_wake).min();
+        [wire, uas, self.proxy.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Advances to the next event at or before `limit`; `false` when there is none.
+    fn step(&mut self, limit: Instant) -> bool {
+        self.flush();
+        let Some(t) = self.next_wake().filter(|t| *t <= limit) else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        let now = self.now;
+        let mut due: Vec<Packet> = Vec::new();
+        let mut i = 0;
+        while i < self.wire.len() {
+            if self.wire[i].at <= now {
+                due.push(self.wire.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        due.sort_by_key(|p| (p.at, p.seq));
+        for p in due {
+            if p.to == PROXY {
+                self.proxy
+                    .handle(now, &p.bytes, udp(p.from), Transport::Udp);
+                self.flush();
+            } else if let Some(ua) = self.uas.iter_mut().find(|u| u.addr == p.to) {
+                ua.receive(now, p.bytes);
+            }
+        }
+        if self.proxy.poll_timeout().is_some_and(|t| t <= now) {
+            self.proxy.handle_timeout(now);
+        }
+        self.flush();
+        true
+    }
+
+    fn run_until(&mut self, limit: Instant) {
+        let mut guard = 0;
+        while self.step(limit) {
+            guard += 1;
+            assert!(guard < 100_000, "livelock at {}", self.now);
+        }
+        self.now = self.now.max(limit);
+    }
+
+    /// Runs until nothing is left to happen.
+    fn run(&mut self) {
+        self.run_until(Instant::MAX);
+    }
+
+    /// Registers `user@example.com` at the UA `last`, through the proxy.
+    fn register(&mut self, user: &str, last: u8) {
+        let contact = format!("<sip:{user}@{}>", ua_addr(last));
+        let to = format!("<sip:{user}@example.com>");
+        let branch = format!("z9hG4bKreg{last}{user}");
+        let call_id = format!("reg-{user}-{last}");
+        let req = request(
+            "REGISTER",
+            "sip:example.com",
+            ua_addr(last),
+            &branch,
+            1,
+            &[
+                ("To", &to),
+                ("From", &format!("{to};tag=r{last}")),
+                ("Contact", &contact),
+                ("Call-ID", &call_id),
+                ("Expires", "3600"),
+            ],
+        );
+        self.send(last, req);
+        let until = self.now + Duration::from_millis(10);
+        self.run_until(until);
+        let ok = self
+            .ua(last)
+            .responses(200, "REGISTER")
+            .iter()
+            .any(|(_, b)| parse(b).call_id().ok() == Some(call_id.as_bytes()));
+        assert!(ok, "REGISTER answered 200");
+    }
+}
+
+fn alice() -> Ua {
+    Ua::new(1, Script::UAC)
+}
+
+fn invite(branch: &str) -> Vec<u8> {
+    request("INVITE", "sip:bob@example.com", ua_addr(1), branch, 1, &[])
+}
+
+/// Checks that the proxy keeps no state once everything has settled.
+fn assert_idle(net: &Net) {
+    assert!(net.proxy.transactions().is_empty(), "transactions left");
+    assert_eq!(net.proxy.active_calls(), 0);
+    assert_eq!(net.proxy.stats().server_transactions, 0);
+    assert_eq!(net.proxy.stats().client_transactions, 0);
+    assert_eq!(net.proxy.poll_timeout(), None);
+}
+
+// ---------------------------------------------------------------- tests: calls
+
+#[test]
+fn full_call_with_record_route_ack_and_bye_through_the_proxy() {
+    let mut net = Net::new(
+        config(),
+        vec![alice(), Ua::new(2, Script::answers(10, 50, 200))],
+    );
+    net.register("bob", 2);
+    net.send(1, invite("z9hG4bKinv1"));
+    net.run_until(ms(500));
+
+    // Bob got one INVITE: Request-URI from the binding, Record-Route, our Via on top.
+    let invites = net.ua(2).requests("INVITE");
+    assert_eq!(invites.len(), 1);
+    let inv = parse(&invites[0]);
+    assert_eq!(inv.request_uri_bytes(), Some(&b"sip:bob@10.0.0.2:5060"[..]));
+    assert_eq!(
+        header(&invites[0], HeaderName::RecordRoute).as_deref(),
+        Some(RR)
+    );
+    assert_eq!(inv.max_forwards().ok().flatten(), Some(69));
+    let vias: Vec<_> = inv.vias().flatten().collect();
+    assert_eq!(vias.len(), 2);
+    assert!(is_our_via(net.proxy.config(), &vias[0]));
+    assert!(vias[0].branch().is_some_and(|b| b.starts_with(b"z9hG4bK")));
+    // The original Via was annotated (RFC 3581).
+    assert_eq!(vias[1].rport(), Some(Some(5060)));
+    assert!(vias[1].received().is_some());
+
+    // Alice got 100 (from the proxy), 180 and 200, with our Via gone and the Record-Route.
+    let a = net.ua(1);
+    assert_eq!(a.responses(100, "INVITE").len(), 1);
+    assert_eq!(a.responses(180, "INVITE").len(), 1);
+    let ok = a.responses(200, "INVITE");
+    assert_eq!(ok.len(), 1);
+    let ok = ok[0].1.clone();
+    assert_eq!(parse(&ok).vias().count(), 1);
+    assert_eq!(header(&ok, HeaderName::RecordRoute).as_deref(), Some(RR));
+    let to = header(&ok, HeaderName::To).expect("To");
+    assert!(to.contains("tag=tag2"));
+
+    // ACK and BYE follow the route set through the proxy.
+    let ack = request(
+        "ACK",
+        "sip:bob@10.0.0.2:5060",
+        ua_addr(1),
+        "z9hG4bKack1",
+        1,
+        &[("To", &to), ("Route", RR)],
+    );
+    net.send(1, ack);
+    net.run_until(ms(600));
+    let acks = net.ua(2).requests("ACK");
+    assert_eq!(acks.len(), 1, "2xx ACK forwarded once");
+    assert_eq!(
+        header(&acks[0], HeaderName::Route),
+        None,
+        "our Route popped"
+    );
+    assert!(
+        top_branch(&acks[0]).starts_with("z9hG4bKs"),
+        "stateless branch"
+    );
+    assert_eq!(parse(&acks[0]).vias().count(), 2);
+
+    let bye = request(
+        "BYE",
+        "sip:bob@10.0.0.2:5060",
+        ua_addr(1),
+        "z9hG4bKbye1",
+        2,
+        &[("To", &to), ("Route", RR)],
+    );
+    net.send(1, bye);
+    net.run_until(ms(700));
+    assert_eq!(net.ua(2).requests("BYE").len(), 1);
+    assert_eq!(
+        header(&net.ua(2).requests("BYE")[0], HeaderName::Route),
+        None
+    );
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+
+    net.run();
+    assert_idle(&net);
+    let s = net.proxy.stats();
+    assert_eq!(s.requests_in.invite, 1);
+    assert_eq!(s.requests_in.ack, 1);
+    assert_eq!(s.requests_in.bye, 1);
+    assert_eq!(s.requests_in.register, 1);
+    assert_eq!(s.forwarded, 2, "INVITE and BYE through client transactions");
+    assert_eq!(s.stateless, 1, "the ACK");
+    assert_eq!(s.responses_in[0], 2, "100 and 180 from bob");
+    assert!(s.responses_out[1] >= 3, "REGISTER, INVITE and BYE 200s");
+}
+
+#[test]
+fn udp_invite_retransmission_is_absorbed() {
+    let mut net = Net::new(
+        config(),
+        vec![alice(), Ua::new(2, Script::answers(1000, 2000, 200))],
+    );
+    net.register("bob", 2);
+    let inv = invite("z9hG4bKrtx");
+    net.send(1, inv.clone());
+    net.run_until(ms(500));
+    net.send(1, inv.clone());
+    net.run_until(ms(1500));
+    net.send(1, inv);
+    net.run_until(ms(3000));
+    assert_eq!(
+        net.ua(2).requests("INVITE").len(),
+        1,
+        "one INVITE downstream"
+    );
+    // The proxy's 100, then the kept 180 replayed after it, on each retransmission.
+    assert_eq!(net.ua(1).responses(100, "INVITE").len(), 2);
+    assert_eq!(net.ua(1).responses(180, "INVITE").len(), 2);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().retransmissions_absorbed, 2);
+}
+
+#[test]
+fn cancel_is_answered_and_propagated() {
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, Script::rings_forever())]);
+    net.register("bob", 2);
+    net.send(1, invite("z9hG4bKc1"));
+    net.run_until(ms(100));
+    let cancel = request(
+        "CANCEL",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKc1",
+        1,
+        &[],
+    );
+    net.send(1, cancel);
+    net.run_until(ms(200));
+
+    let a = net.ua(1);
+    assert_eq!(a.responses(200, "CANCEL").len(), 1, "200 for the CANCEL");
+    let busy = a.responses(487, "INVITE");
+    assert_eq!(busy.len(), 1, "487 for the INVITE");
+    let cancels = net.ua(2).requests("CANCEL");
+    assert_eq!(cancels.len(), 1, "bob got a CANCEL");
+    let inv = &net.ua(2).requests("INVITE")[0];
+    assert_eq!(
+        top_branch(&cancels[0]),
+        top_branch(inv),
+        "CANCEL matches the INVITE"
+    );
+    // The proxy ACKed bob's 487 itself.
+    assert_eq!(net.ua(2).requests("ACK").len(), 1);
+
+    // Alice ACKs the 487 hop by hop; the proxy absorbs it.
+    let to = header(&busy[0].1, HeaderName::To).expect("To");
+    let ack = request(
+        "ACK",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKc1",
+        1,
+        &[("To", &to)],
+    );
+    net.send(1, ack);
+    net.run();
+    assert_eq!(
+        net.ua(2).requests("ACK").len(),
+        1,
+        "hop-by-hop ACK not forwarded"
+    );
+    assert_idle(&net);
+}
+
+#[test]
+fn cancel_before_any_provisional_waits_for_one() {
+    // Bob sends nothing for 300 ms, then rings: the CANCEL may go only then (§9.1).
+    let bob = Script {
+        trying: false,
+        ring: Some(300),
+        answer: None,
+        answer_cancel: true,
+        silent: false,
+    };
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, bob)]);
+    net.register("bob", 2);
+    net.send(1, invite("z9hG4bKc2"));
+    net.run_until(ms(50));
+    net.send(
+        1,
+        request(
+            "CANCEL",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKc2",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(250));
+    assert!(net.ua(2).requests("CANCEL").is_empty());
+    net.run_until(ms(1000));
+    assert_eq!(net.ua(2).requests("CANCEL").len(), 1);
+    assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
+}
+
+#[test]
+fn unmatched_cancel_is_forwarded_statelessly() {
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, Script::rings_forever())]);
+    net.register("bob", 2);
+    net.send(
+        1,
+        request(
+            "CANCEL",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKnone",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(100));
+    let cancels = net.ua(2).requests("CANCEL");
+    assert_eq!(cancels.len(), 1);
+    assert!(top_branch(&cancels[0]).starts_with("z9hG4bKs"));
+    assert_eq!(
+        net.ua(1).responses(200, "CANCEL").len(),
+        1,
+        "answer routed back by Via"
+    );
+    net.run();
+    assert_idle(&net);
+}
+
+#[test]
+fn forking_first_2xx_wins_and_the_other_branch_is_cancelled() {
+    let mut net = Net::new(
+        config(),
+        vec![
+            alice(),
+            Ua::new(2, Script::answers(10, 100, 200)),
+            Ua::new(3, Script::rings_forever()),
+        ],
+    );
+    net.register("bob", 2);
+    net.register("bob", 3);
+    net.send(1, invite("z9hG4bKf1"));
+    net.run_until(ms(1000));
+    assert_eq!(net.ua(2).requests("INVITE").len(), 1);
+    assert_eq!(net.ua(3).requests("INVITE").len(), 1);
+    assert!(net.ua(2).requests("CANCEL").is_empty());
+    assert_eq!(
+        net.ua(3).requests("CANCEL").len(),
+        1,
+        "losing branch cancelled"
+    );
+    let a = net.ua(1);
+    assert_eq!(a.responses(200, "INVITE").len(), 1);
+    assert_eq!(a.responses(180, "INVITE").len(), 2, "both rings forwarded");
+    assert!(
+        a.responses(487, "INVITE").is_empty(),
+        "487 of the loser not forwarded"
+    );
+}
+
+#[test]
+fn forking_every_2xx_is_forwarded() {
+    let mut net = Net::new(
+        config(),
+        vec![
+            alice(),
+            Ua::new(2, Script::answers(10, 50, 200)),
+            Ua::new(3, Script::answers(10, 50, 200)),
+        ],
+    );
+    net.register("bob", 2);
+    net.register("bob", 3);
+    net.send(1, invite("z9hG4bKf2"));
+    net.run_until(ms(1000));
+    let oks = net.ua(1).responses(200, "INVITE");
+    assert_eq!(oks.len(), 2, "both 2xx forwarded");
+    let tags: HashSet<String> = oks
+        .iter()
+        .filter_map(|(_, b)| header(b, HeaderName::To))
+        .collect();
+    assert_eq!(tags.len(), 2);
+}
+
+#[test]
+fn forking_best_final_response_is_chosen_when_all_branches_fail() {
+    let mut net = Net::new(
+        config(),
+        vec![
+            alice(),
+            Ua::new(2, Script::answers(10, 50, 486)),
+            Ua::new(3, Script::answers(10, 80, 503)),
+        ],
+    );
+    net.register("bob", 2);
+    net.register("bob", 3);
+    net.send(1, invite("z9hG4bKf3"));
+    net.run_until(ms(1000));
+    let a = net.ua(1);
+    assert_eq!(a.responses(486, "INVITE").len(), 1, "4xx beats 5xx");
+    assert!(a.responses(503, "INVITE").is_empty());
+}
+
+#[test]
+fn a_lone_503_goes_upstream_as_500() {
+    let mut net = Net::new(
+        config(),
+        vec![alice(), Ua::new(2, Script::answers(10, 50, 503))],
+    );
+    net.register("bob", 2);
+    net.send(1, invite("z9hG4bK503"));
+    net.run_until(ms(1000));
+    assert_eq!(net.ua(1).responses(500, "INVITE").len(), 1);
+    assert!(net.ua(1).responses(503, "INVITE").is_empty());
+}
+
+#[test]
+fn a_6xx_cancels_the_other_branches_and_is_chosen() {
+    let mut net = Net::new(
+        config(),
+        vec![
+            alice(),
+            Ua::new(2, Script::answers(10, 50, 603)),
+            Ua::new(3, Script::rings_forever()),
+        ],
+    );
+    net.register("bob", 2);
+    net.register("bob", 3);
+    net.send(1, invite("z9hG4bK6xx"));
+    net.run_until(ms(1000));
+    assert_eq!(net.ua(3).requests("CANCEL").len(), 1);
+    assert_eq!(net.ua(1).responses(603, "INVITE").len(), 1);
+    assert!(net.ua(1).responses(487, "INVITE").is_empty());
+}
+
+// ---------------------------------------------------------------- tests: timers
+
+#[test]
+fn client_timeout_gives_408_upstream() {
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, silent)]);
+    net.register("bob", 2);
+    let start = net.now;
+    net.send(1, invite("z9hG4bKto"));
+    net.run_until(start + Duration::from_secs(40));
+    let timeouts = net.ua(1).responses(408, "INVITE");
+    assert_eq!(timeouts.len(), 1);
+    let at = timeouts[0].0 - start;
+    assert!(
+        at >= Duration::from_secs(32) && at < Duration::from_secs(33),
+        "Timer B: {at:?}"
+    );
+    // Timer A retransmitted the INVITE to bob: 0.5, 1, 2, 4, 8, 16 s.
+    assert_eq!(net.ua(2).requests("INVITE").len(), 7);
+}
+
+#[test]
+fn non_invite_timeout_sends_no_408() {
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, silent)]);
+    net.register("bob", 2);
+    let msg = request(
+        "MESSAGE",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKnto",
+        1,
+        &[],
+    );
+    net.send(1, msg);
+    net.run();
+    assert!(net.ua(1).responses(408, "MESSAGE").is_empty(), "RFC 4320");
+    assert_eq!(
+        net.ua(2).requests("MESSAGE").len(),
+        11,
+        "Timer E: 0.5, 1, 2, 4, 4, ... s"
+    );
+    assert_idle(&net);
+}
+
+#[test]
+fn timer_c_cancels_a_ringing_branch() {
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, Script::rings_forever())]);
+    net.register("bob", 2);
+    let start = net.now;
+    net.send(1, invite("z9hG4bKtc"));
+    net.run_until(start + Duration::from_secs(200));
+    let cancels: Vec<_> = net
+        .ua(2)
+        .inbox
+        .iter()
+        .filter(|(_, b)| method_of(b) == "CANCEL")
+        .map(|(t, _)| *t - start)
+        .collect();
+    assert_eq!(cancels.len(), 1);
+    assert!(cancels[0] >= Duration::from_secs(180) && cancels[0] < Duration::from_secs(181));
+    assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
+}
+
+#[test]
+fn timer_c_then_unanswered_cancel_gives_408() {
+    let deaf = Script {
+        answer_cancel: false,
+        ..Script::rings_forever()
+    };
+    let mut net = Net::new(config(), vec![alice(), Ua::new(2, deaf)]);
+    net.register("bob", 2);
+    let start = net.now;
+    net.send(1, invite("z9hG4bKtc2"));
+    net.run_until(start + Duration::from_secs(300));
+    let t = net.ua(1).responses(408, "INVITE");
+    assert_eq!(t.len(), 1);
+    let at = t[0].0 - start;
+    assert!(
+        at >= Duration::from_secs(212) && at < Duration::from_secs(213),
+        "{at:?}"
+    );
+    net.run();
+    assert_idle(&net);
+}
+
+// ---------------------------------------------------------------- tests: validation
+
+fn answer_to(net: &mut Net, req: Vec<u8>) -> Vec<u8> {
+    net.send(1, req);
+    let until = net.now + Duration::from_millis(10);
+    net.run_until(until);
+    net.ua(1).inbox.last().expect("an answer").1.clone()
+}
+
+#[test]
+fn max_forwards_zero_gives_483_but_options_to_us_gives_200() {
+    let mut net = Net::new(config(), vec![alice()]);
+    let r = answer_to(
+        &mut net,
+        request(
+            "INVITE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKmf",
+            1,
+            &[("Max-Forwards", "0")],
+        ),
+    );
+    assert_eq!(status_of(&r), 483);
+    let r = answer_to(
+        &mut net,
+        request(
+            "OPTIONS",
+            "sip:10.0.0.100:5060",
+            ua_addr(1),
+            "z9hG4bKmf2",
+            1,
+            &[("Max-Forwards", "0")],
+        ),
+    );
+    assert_eq!(status_of(&r), 200);
+}
+
+#[test]
+fn options_to_the_proxy_is_answered_with_allow() {
+    let mut net = Net::new(config(), vec![alice()]);
+    for (i, uri) in [
+        "sip:10.0.0.100",
+        "sip:example.com",
+        "sip:10.0.0.100:5060;transport=udp",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = answer_to(
+            &mut net,
+            request("OPTIONS", uri, ua_addr(1), &format!("z9hG4bKo{i}"), 1, &[]),
+        );
+        assert_eq!(status_of(&r), 200, "{uri}");
+        assert!(header(&r, HeaderName::Allow).is_some_and(|a| a.contains("INVITE")));
+        assert!(header(&r, HeaderName::To).is_some_and(|t| t.contains(";tag=")));
+    }
+}
+
+#[test]
+fn proxy_require_gives_420_with_unsupported() {
+    let mut net = Net::new(config(), vec![alice()]);
+    let r = answer_to(
+        &mut net,
+        request(
+            "INVITE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKpr",
+            1,
+            &[("Proxy-Require", "foo, bar")],
+        ),
+    );
+    assert_eq!(status_of(&r), 420);
+    assert_eq!(
+        header(&r, HeaderName::Unsupported).as_deref(),
+        Some("foo, bar")
+    );
+}
+
+#[test]
+fn malformed_requests_get_400_with_the_reason() {
+    let mut net = Net::new(config(), vec![alice()]);
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (&[("Call-ID", "")], "Missing Call-ID"),
+        (&[("CSeq", "abc INVITE")], "Bad CSeq"),
+        (&[("CSeq", "1 BYE")], "Bad CSeq"),
+        (&[("From", "")], "Missing From"),
+    ];
+    for (i, (headers, phrase)) in cases.into_iter().enumerate() {
+        let r = answer_to(
+            &mut net,
+            request(
+                "INVITE",
+                "sip:bob@example.com",
+                ua_addr(1),
+                &format!("z9hG4bKbad{i}"),
+                1,
+                headers,
+            ),
+        );
+        assert_eq!(status_of(&r), 400, "{phrase}");
+        assert_eq!(reason(&r), phrase);
+    }
+    // Alice ACKs each 400; the ACKs without Call-ID or From are malformed too and dropped.
+    assert_eq!(net.proxy.stats().parse_errors, 6);
+    assert_eq!(net.proxy.stats().dropped(DropReason::Malformed), 2);
+    assert!(net.proxy.transactions().is_empty());
+}
+
+#[test]
+fn unknown_user_in_a_served_domain_gets_404() {
+    let mut net = Net::new(config(), vec![alice()]);
+    let r = answer_to(
+        &mut net,
+        request(
+            "INVITE",
+            "sip:nobody@example.com",
+            ua_addr(1),
+            "z9hG4bK404",
+            1,
+            &[],
+        ),
+    );
+    assert_eq!(status_of(&r), 404);
+    // Unroutable host name (no DNS yet) too.
+    let r = answer_to(
+        &mut net,
+        request(
+            "MESSAGE",
+            "sip:x@nowhere.invalid",
+            ua_addr(1),
+            "z9hG4bK4042",
+            1,
+            &[],
+        ),
+    );
+    assert_eq!(status_of(&r), 404);
+}
+
+#[test]
+fn a_looped_request_gets_482() {
+    // The default route points back at the proxy itself: the second pass is a loop.
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: PROXY,
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let mut net = Net::new(c, vec![alice()]);
+    net.send(
+        1,
+        request(
+            "INVITE",
+            "sip:carol@elsewhere.example",
+            ua_addr(1),
+            "z9hG4bKloop",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(100));
+    let a = net.ua(1);
+    assert_eq!(a.responses(482, "INVITE").len(), 1);
+    let looped = net
+        .sent
+        .iter()
+        .filter(|(_, to, b)| *to == PROXY && method_of(b) == "INVITE")
+        .count();
+    assert_eq!(looped, 1, "the request went round once");
+}
+
+#[test]
+fn spiral_through_a_different_request_uri_is_not_a_loop() {
+    let c = config();
+    let msg_bytes = request(
+        "INVITE",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKx",
+        1,
+        &[],
+    );
+    let m = parse(&msg_bytes);
+    let plan = RoutePlan::new(&c, &m).expect("plan");
+    let h1 = plan.loop_hash(&m);
+    let other = request("INVITE", "sip:bob@10.0.0.2", ua_addr(1), "z9hG4bKx", 1, &[]);
+    let m2 = parse(&other);
+    let h2 = RoutePlan::new(&c, &m2).expect("plan").loop_hash(&m2);
+    assert_ne!(h1, h2);
+    let branch = format!("z9hG4bK{h1:016x}.abc");
+    assert_eq!(branch_loop_hash(branch.as_bytes()), Some(h1));
+    assert_eq!(branch_loop_hash(b"z9hG4bKs0123456789abcdef"), None);
+}
+
+// ---------------------------------------------------------------- tests: routing
+
+#[test]
+fn stateless_static_route_keeps_no_state() {
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "stateless.example".into(),
+        next_hop: ua_addr(4),
+        transport: Transport::Udp,
+        stateless: true,
+    }];
+    let mut net = Net::new(c, vec![alice(), Ua::new(4, Script::answers(10, 20, 200))]);
+    let msg = request(
+        "MESSAGE",
+        "sip:x@stateless.example",
+        ua_addr(1),
+        "z9hG4bKsl",
+        1,
+        &[],
+    );
+    net.send(1, msg.clone());
+    net.run_until(ms(5));
+    assert!(net.proxy.transactions().is_empty());
+    net.send(1, msg);
+    net.run_until(ms(50));
+    let got = net.ua(4).requests("MESSAGE");
+    assert_eq!(got.len(), 2, "each copy forwarded");
+    assert_eq!(
+        top_branch(&got[0]),
+        top_branch(&got[1]),
+        "same branch for a retransmission"
+    );
+    assert_eq!(
+        net.ua(1).responses(200, "MESSAGE").len(),
+        2,
+        "responses routed back by Via"
+    );
+    assert!(net.proxy.transactions().is_empty());
+    assert_eq!(net.proxy.stats().server_transactions, 0);
+    assert_eq!(net.proxy.stats().stateless, 4);
+
+    // A stateless INVITE: its provisional and final responses come back by Via too.
+    let inv = request(
+        "INVITE",
+        "sip:x@stateless.example",
+        ua_addr(1),
+        "z9hG4bKsl2",
+        2,
+        &[],
+    );
+    net.send(1, inv);
+    net.run_until(ms(200));
+    assert_eq!(net.ua(1).responses(180, "INVITE").len(), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert!(net.proxy.transactions().is_empty());
+}
+
+#[test]
+fn static_route_forwards_statefully() {
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: ua_addr(5),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::answers(10, 20, 200))]);
+    net.send(
+        1,
+        request(
+            "INVITE",
+            "sip:carol@carrier.example",
+            ua_addr(1),
+            "z9hG4bKsr",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(100));
+    let got = net.ua(5).requests("INVITE");
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        parse(&got[0]).request_uri_bytes(),
+        Some(&b"sip:carol@carrier.example"[..])
+    );
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+}
+
+#[test]
+fn ip_literal_request_uri_uses_its_port_and_transport() {
+    let c = config();
+    let m_bytes = request(
+        "INVITE",
+        "sip:bob@10.0.0.9:5070;transport=tcp",
+        ua_addr(1),
+        "z9hG4bKip",
+        1,
+        &[],
+    );
+    let m = parse(&m_bytes);
+    let plan = RoutePlan::new(&c, &m).expect("plan");
+    let dest = resolve_uri(&c, &plan.ruri, true).expect("resolves");
+    assert_eq!(dest.addr, SocketAddr::from(([10, 0, 0, 9], 5070)));
+    assert_eq!(dest.transport, Transport::Tcp);
+}
+
+#[test]
+fn strict_router_fix_up_and_loose_route_pop() {
+    let c = config();
+    // A strict router sent us the request with our Record-Route value as Request-URI.
+    let bytes = request(
+        "BYE",
+        "sip:10.0.0.100:5060;transport=udp;lr",
+        ua_addr(1),
+        "z9hG4bKsr1",
+        2,
+        &[("Route", "<sip:p2.example;lr>, <sip:bob@10.0.0.2:5060>")],
+    );
+    let m = parse(&bytes);
+    let plan = RoutePlan::new(&c, &m).expect("plan");
+    assert_eq!(plan.ruri.as_bytes(), b"sip:bob@10.0.0.2:5060");
+    assert_eq!(
+        plan.next_route.map(|u| u.as_bytes()),
+        Some(&b"sip:p2.example;lr"[..])
+    );
+    let mut ed = holdline_sip::Editor::new(&m);
+    for s in &plan.remove {
+        ed.replace(*s, b"").expect("remove");
+    }
+    let mut out = Vec::new();
+    ed.emit(&mut out);
+    assert_eq!(
+        header(&out, HeaderName::Route).as_deref(),
+        Some("<sip:p2.example;lr>")
+    );
+
+    // Loose routing: our own Route on top (alone on its line, then in a list) is removed.
+    for route in [
+        &[("Route", RR), ("Route", "<sip:p3.example;lr>")][..],
+        &[("Route", "<sip:10.0.0.100;lr>, <sip:p3.example;lr>")][..],
+    ] {
+        let bytes = request(
+            "BYE",
+            "sip:bob@10.0.0.2",
+            ua_addr(1),
+            "z9hG4bKsr2",
+            2,
+            route,
+        );
+        let m = parse(&bytes);
+        let plan = RoutePlan::new(&c, &m).expect("plan");
+        assert_eq!(
+            plan.next_route.map(|u| u.as_bytes()),
+            Some(&b"sip:p3.example;lr"[..])
+        );
+        let mut ed = holdline_sip::Editor::new(&m);
+        for s in &plan.remove {
+            ed.replace(*s, b"").expect("remove");
+        }
+        let mut out = Vec::new();
+        ed.emit(&mut out);
+        let routes: Vec<String> = parse(&out)
+            .values(HeaderName::Route)
+            .map(|v| String::from_utf8_lossy(v.bytes).into_owned())
+            .collect();
+        assert_eq!(routes, ["<sip:p3.example;lr>"]);
+    }
+}
+
+#[test]
+fn tcp_binding_is_reached_over_its_connection_with_double_record_route() {
+    use holdline_base::ConnId;
+    let mut c = config();
+    let tcp_addr = SocketAddr::from(([10, 0, 0, 100], 5060));
+    c.listen.push(ListenAddr {
+        transport: Transport::Tcp,
+        addr: tcp_addr,
+    });
+    let mut p = Endpoint::new(c, Arc::new(MemStore::default()));
+    let bob = Peer {
+        addr: SocketAddr::from(([10, 0, 0, 2], 40000)),
+        transport: Transport::Tcp,
+        conn: Some(ConnId(9)),
+    };
+    let reg = request(
+        "REGISTER",
+        "sip:example.com",
+        ua_addr(2),
+        "z9hG4bKtcpreg",
+        1,
+        &[
+            ("Via", "SIP/2.0/TCP 10.0.0.2:5060;branch=z9hG4bKtcpreg"),
+            ("To", "<sip:bob@example.com>"),
+            ("Contact", "<sip:bob@10.0.0.2:5060;transport=tcp>"),
+        ],
+    );
+    let mut buf = Vec::new();
+    p.handle(ms(1), &reg, bob, Transport::Tcp);
+    let t = p.poll_transmit(ms(1), &mut buf).expect("REGISTER answered");
+    assert_eq!(t.destination, bob, "response on the incoming connection");
+    assert_eq!(status_of(&buf), 200);
+    buf.clear();
+
+    // An INVITE without Content-Length over UDP goes out over bob's connection, framed.
+    let mut inv = invite("z9hG4bKtcp");
+    let cl = b"Content-Length: 0\r\n";
+    let at = inv.windows(cl.len()).position(|w| w == cl).expect("has CL");
+    inv.drain(at..at + cl.len());
+    p.handle(ms(2), &inv, udp(ua_addr(1)), Transport::Udp);
+    let mut out = Vec::new();
+    while let Some(t) = p.poll_transmit(ms(2), &mut buf) {
+        out.push((t.destination, buf[..t.size].to_vec()));
+        buf.clear();
+    }
+    let (dest, fwd) = out
+        .iter()
+        .find(|(_, b)| method_of(b) == "INVITE")
+        .expect("forwarded");
+    assert_eq!(*dest, bob);
+    let m = parse(fwd);
+    assert_eq!(m.content_length(), Some(0));
+    assert_eq!(m.top_via().expect("via").transport, Some(Transport::Tcp));
+    let rrs: Vec<String> = m
+        .values(HeaderName::RecordRoute)
+        .map(|v| String::from_utf8_lossy(v.bytes).into_owned())
+        .collect();
+    assert_eq!(
+        rrs,
+        [
+            "<sip:10.0.0.100:5060;transport=tcp;lr>",
+            "<sip:10.0.0.100:5060;transport=udp;lr>"
+        ]
+    );
+    // In-dialog, both of our Route values are consumed.
+    let bye = request(
+        "BYE",
+        "sip:bob@10.0.0.2:5060;transport=tcp",
+        ua_addr(1),
+        "z9hG4bKtcpbye",
+        2,
+        &[
+            ("To", "<sip:bob@example.com>;tag=b"),
+            (
+                "Route",
+                "<sip:10.0.0.100:5060;transport=udp;lr>, <sip:10.0.0.100:5060;transport=tcp;lr>",
+            ),
+        ],
+    );
+    let m = parse(&bye);
+    let plan = RoutePlan::new(p.config(), &m).expect("plan");
+    assert!(plan.next_route.is_none());
+    assert_eq!(plan.remove.len(), 1, "the whole Route line");
+}
+
+#[test]
+fn best_response_ranking() {
+    let best = |codes: &[u16]| {
+        *codes
+            .iter()
+            .min_by_key(|c| response_rank(**c))
+            .expect("one")
+    };
+    assert_eq!(best(&[486, 302, 500]), 302);
+    assert_eq!(best(&[486, 603, 302]), 603);
+    assert_eq!(best(&[404, 407, 486]), 407);
+    assert_eq!(best(&[503, 502]), 502);
+}
+
+#[test]
+fn responses_with_a_foreign_via_are_dropped() {
+    let mut net = Net::new(config(), vec![alice()]);
+    let req = request(
+        "OPTIONS",
+        "sip:x@example.net",
+        ua_addr(1),
+        "z9hG4bKfv",
+        1,
+        &[],
+    );
+    let mut resp = Vec::new();
+    build_response(&parse(&req), 200, "OK", Some(b"t"), &[], b"", &mut resp);
+    net.send(1, resp);
+    net.run_until(ms(10));
+    assert_eq!(net.proxy.stats().dropped(DropReason::StrayResponse), 1);
+    assert!(net.sent.is_empty());
+}
+
+// ---------------------------------------------------------------- malformed input
+
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn feed(bytes: &[u8]) {
+        let mut p = Endpoint::new(config(), Arc::new(MemStore::default()));
+        let from = udp(ua_addr(1));
+        p.handle(ms(1), bytes, from, Transport::Udp);
+        let mut buf = Vec::new();
+        let mut now = ms(1);
+        for _ in 0..64 {
+            while p.poll_transmit(now, &mut buf).is_some() {}
+            while p.poll_event().is_some() {}
+            match p.poll_timeout() {
+                Some(t) => {
+                    now = t.max(now);
+                    p.handle_timeout(now);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn templates() -> Vec<Vec<u8>> {
+        let inv = request(
+            "INVITE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKfz",
+            1,
+            &[("Route", RR), ("Proxy-Require", "x")],
+        );
+        let mut resp = Vec::new();
+        build_response(
+            &parse(&inv),
+            180,
+            "Ringing",
+            Some(b"t"),
+            &[],
+            b"",
+            &mut resp,
+        );
+        let mut ours = Vec::new();
+        let via_ours = request(
+            "INVITE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKfz",
+            1,
+            &[(
+                "Via",
+                "SIP/2.0/UDP 10.0.0.100:5060;branch=z9hG4bKs0011223344556677, SIP/2.0/UDP 10.0.0.1;rport=5060;received=10.0.0.1",
+            )],
+        );
+        build_response(
+            &parse(&via_ours),
+            200,
+            "OK",
+            Some(b"t"),
+            &[],
+            b"",
+            &mut ours,
+        );
+        vec![
+            inv,
+            resp,
+            ours,
+            request(
+                "CANCEL",
+                "sip:10.0.0.100",
+                ua_addr(1),
+                "z9hG4bKfz",
+                1,
+                &[("Route", "<sip:bob@10.0.0.2>")],
+            ),
+            request(
+                "ACK",
+                "sip:bob@example.com",
+                ua_addr(1),
+                "z9hG4bKfz",
+                1,
+                &[],
+            ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            feed(&bytes);
+        }
+
+        #[test]
+        fn mutated_messages_never_panic(
+            which in 0usize..5,
+            edits in proptest::collection::vec((0usize..700, any::<u8>()), 1..6),
+            cut in 0usize..700,
+        ) {
+            let mut m = templates().swap_remove(which);
+            for (pos, byte) in edits {
+                if !m.is_empty() {
+                    let i = pos % m.len();
+                    m[i] = byte;
+                }
+            }
+            m.truncate(cut.max(1).min(m.len()));
+            feed(&m);
+        }
+    }
+}
