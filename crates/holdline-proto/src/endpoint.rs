@@ -533,7 +533,7 @@ impl Endpoint {
                 RequestOutcome::New(sid) => {
                     // Not expected for an ACK; do not leave a transaction waiting for us.
                     self.stats.server_transactions += 1;
-                    self.txns.handle_transport_error(TxnId::Server(sid));
+                    self.txns.abandon(TxnId::Server(sid));
                 }
                 RequestOutcome::TooMany => self.drop_msg(DropReason::TooManyTransactions),
                 RequestOutcome::Malformed(_) => self.drop_msg(DropReason::Malformed),
@@ -872,7 +872,7 @@ impl Endpoint {
         }
         // Unmatched: forwarded statelessly (§16.10); the server transaction just created is
         // not kept, so that nothing waits for an answer the proxy will not give.
-        self.txns.handle_transport_error(TxnId::Server(sid));
+        self.txns.abandon(TxnId::Server(sid));
         self.forward_stateless(now, msg, plan, from, local);
     }
 
@@ -940,7 +940,7 @@ impl Endpoint {
             // The CANCEL went unanswered by a final response: give the branch up.
             (BranchState::Proceeding, true) => {
                 self.branch_final(now, cid, 408, None);
-                self.txns.handle_transport_error(TxnId::Client(cid));
+                self.txns.abandon(TxnId::Client(cid));
             }
         }
     }
@@ -1209,7 +1209,7 @@ impl Endpoint {
         call.final_sent = true;
         if call.best.is_none() && !call.invite {
             // RFC 4320: no 408 for a non-INVITE; the upstream client times out by itself.
-            self.txns.handle_transport_error(TxnId::Server(sid));
+            self.txns.abandon(TxnId::Server(sid));
             return;
         }
         let best = call.best.take();

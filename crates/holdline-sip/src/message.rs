@@ -632,10 +632,10 @@ impl<'a> Message<'a> {
         self.delta(HeaderName::MinExpires, true)
     }
 
-    /// Checks that a request carries the headers RFC 3261 §8.1.1 makes mandatory (To, From,
-    /// CSeq, Call-ID, Max-Forwards, Via) with valid To, From tags aside, CSeq and Call-ID, and
-    /// that the CSeq method matches the request's. Responses need To, From, CSeq, Call-ID and
-    /// Via.
+    /// Checks that a message carries the headers every SIP message needs (Via, From, To,
+    /// Call-ID, CSeq; RFC 3261 §8.1.1) with a valid Call-ID and CSeq, and, for a request, that
+    /// the CSeq method equals the request's method and that Max-Forwards, when present, is a
+    /// number. A missing Max-Forwards passes: a proxy accepts it (§16.3 step 3) and adds one.
     pub fn check_mandatory(&self) -> Result<(), ParseError> {
         for kind in [HeaderName::Via, HeaderName::From, HeaderName::To] {
             self.required(kind)?;
@@ -643,15 +643,14 @@ impl<'a> Message<'a> {
         self.call_id()?;
         let cseq = self.cseq()?;
         if let Some(m) = self.method() {
-            self.required(HeaderName::MaxForwards)?;
-            self.max_forwards()?;
-            if cseq.method != m && !(m == Method::Ack || m == Method::Cancel) {
+            if cseq.method != m {
                 let h = self.required(HeaderName::CSeq)?;
                 return Err(ParseError::new(
                     ParseErrorKind::BadHeader(HeaderName::CSeq),
                     h.value_start as usize,
                 ));
             }
+            self.max_forwards()?;
         }
         Ok(())
     }
@@ -834,4 +833,74 @@ fn check_version(v: &[u8]) -> Result<(), ParseErrorKind> {
         }
     }
     Err(ParseErrorKind::BadVersion)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(method: &str, cseq_method: &str, extra: &str) -> Vec<u8> {
+        format!(
+            "{method} sip:b@example.com SIP/2.0\r\nVia: SIP/2.0/UDP a.example;branch=z9hG4bK1\r\n\
+             From: <sip:a@example.com>;tag=1\r\nTo: <sip:b@example.com>\r\nCall-ID: c1@a\r\n\
+             CSeq: 7 {cseq_method}\r\n{extra}Content-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    }
+
+    fn check(bytes: &[u8]) -> Result<(), ParseErrorKind> {
+        Message::parse(bytes, &Limits::DEFAULT)
+            .and_then(|m| m.check_mandatory())
+            .map_err(|e| e.kind)
+    }
+
+    #[test]
+    fn max_forwards_is_optional_but_must_be_a_number() {
+        assert_eq!(check(&req("INVITE", "INVITE", "")), Ok(()));
+        assert_eq!(
+            check(&req("INVITE", "INVITE", "Max-Forwards: 70\r\n")),
+            Ok(())
+        );
+        assert_eq!(
+            check(&req("INVITE", "INVITE", "Max-Forwards: x\r\n")),
+            Err(ParseErrorKind::BadHeader(HeaderName::MaxForwards))
+        );
+    }
+
+    #[test]
+    fn cseq_method_must_match_for_every_method() {
+        for m in ["INVITE", "ACK", "CANCEL", "BYE", "FOO"] {
+            assert_eq!(check(&req(m, m, "")), Ok(()), "{m}");
+        }
+        for (m, c) in [("ACK", "INVITE"), ("CANCEL", "INVITE"), ("BYE", "INVITE")] {
+            assert_eq!(
+                check(&req(m, c, "")),
+                Err(ParseErrorKind::BadHeader(HeaderName::CSeq)),
+                "{m} with CSeq {c}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_headers_are_named() {
+        let full = req("OPTIONS", "OPTIONS", "");
+        for (line, kind) in [
+            ("Via: ", HeaderName::Via),
+            ("From: ", HeaderName::From),
+            ("To: ", HeaderName::To),
+            ("Call-ID: ", HeaderName::CallId),
+            ("CSeq: ", HeaderName::CSeq),
+        ] {
+            let text = String::from_utf8_lossy(&full);
+            let without: String = text
+                .split_inclusive("\r\n")
+                .filter(|l| !l.starts_with(line))
+                .collect();
+            assert_eq!(
+                check(without.as_bytes()),
+                Err(ParseErrorKind::MissingHeader(kind)),
+                "{line}"
+            );
+        }
+    }
 }

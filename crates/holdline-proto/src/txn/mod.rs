@@ -907,6 +907,16 @@ impl Transactions {
         }
     }
 
+    /// Ends a transaction at once because its user no longer wants it (e.g. a proxy that
+    /// forwarded an unmatched CANCEL statelessly, or gave up on a branch whose CANCEL was never
+    /// answered). Unlike [`handle_transport_error`](Self::handle_transport_error) no
+    /// [`TxnEvent::TransportError`] is reported, only [`TxnEvent::Terminated`]; pending
+    /// retransmissions are not sent. Unknown ids are ignored.
+    pub fn abandon(&mut self, id: TxnId) {
+        self.terminate(id);
+        self.prune_timers();
+    }
+
     /// Removes a transaction and its keys, and reports [`TxnEvent::Terminated`].
     fn terminate(&mut self, id: TxnId) {
         match id {

@@ -1206,6 +1206,30 @@ fn transport_error_ends_a_transaction() {
 }
 
 #[test]
+fn abandon_ends_a_transaction_without_a_transport_error() {
+    let mut t = Transactions::new(TxnConfig::default());
+    let id = t
+        .send_request(
+            Instant::ZERO,
+            request("INVITE", "z9hG4bKab", 1, Transport::Udp),
+            peer(2, Transport::Udp),
+        )
+        .expect("send");
+    t.abandon(TxnId::Client(id));
+    assert_eq!(
+        t.poll_event(),
+        Some(TxnEvent::Terminated(TxnId::Client(id)))
+    );
+    assert_eq!(t.poll_event(), None);
+    // Nothing is sent, no retransmission timer remains, and the id is gone.
+    assert_eq!(t.poll_transmit(Instant::ZERO, &mut Vec::new()), None);
+    assert_eq!(t.poll_timeout(), None);
+    assert_eq!(t.client_state(id), None);
+    t.abandon(TxnId::Client(id));
+    assert_eq!(t.poll_event(), None);
+}
+
+#[test]
 fn cancelled_timers_do_not_pile_up() {
     let mut t = Transactions::new(TxnConfig::default());
     let from = peer(2, Transport::Udp);
