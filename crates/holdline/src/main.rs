@@ -3,9 +3,12 @@
 //! A thin `main` over the libraries. Subcommands that are not built yet say so and exit
 //! with status 2, so scripts can tell "not available" from "failed".
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use holdline_server::{Listener, Overrides, Route, Server, ServerConfig, StoreSpec};
 
 /// A SIP proxy and registrar that keeps carrying calls at full capacity under overload, and the
 /// lab that proves it.
@@ -19,7 +22,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the SIP proxy and registrar.
-    Serve(Rest),
+    Serve(ServeArgs),
     /// Generate SIP load or answer calls (uac, uas, register, pair).
     Load(Rest),
     /// Compare holdline with Kamailio: capacity, cost per call, overload curves.
@@ -40,6 +43,142 @@ struct Rest {
     args: Vec<String>,
 }
 
+/// `holdline serve`: command-line values override the configuration file's.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen on udp:IP:PORT or tcp:IP:PORT (repeatable; replaces the file's list).
+    #[arg(long, value_name = "TRANSPORT:IP:PORT")]
+    listen: Vec<Listener>,
+    /// A domain this server is responsible for (repeatable).
+    #[arg(long, value_name = "NAME")]
+    domain: Vec<String>,
+    /// Location store: `memory` or a directory.
+    #[arg(long, value_name = "memory|PATH")]
+    store: Option<StoreSpec>,
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Serve Prometheus metrics on IP:PORT (GET /metrics).
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<SocketAddr>,
+    /// Insert Record-Route.
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    record_route: Option<bool>,
+    /// Static route DOMAIN=udp:IP:PORT (or tcp:, `*` for any domain; `,stateless` suffix).
+    #[arg(long, value_name = "DOMAIN=TRANSPORT:IP:PORT")]
+    route: Vec<Route>,
+    /// Check a configuration file, report errors with file, line and key, and exit.
+    #[arg(long, value_name = "FILE")]
+    check_config: Option<PathBuf>,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(format!("`{s}`: expected on or off")),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    if let Some(file) = &args.check_config {
+        return match ServerConfig::from_file(file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run_server(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("holdline serve: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_server(args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(file) => ServerConfig::from_file(file)?,
+        None => ServerConfig::default(),
+    };
+    config
+        .apply(Overrides {
+            listen: args.listen,
+            domains: args.domain,
+            store: args.store,
+            workers: args.workers,
+            metrics: args.metrics,
+            record_route: args.record_route,
+            routes: args.route,
+        })
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log))
+        .map_err(|e| anyhow::anyhow!("log filter `{}`: {e}", config.log))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let clock = holdline_io::Clock::new();
+    let opened = holdline_server::open_store(&config, &clock)?;
+    let store = opened.store.clone();
+    let engine_config = config.clone();
+    let mut server = Server::start_with(&config, clock, move |i, bound| {
+        let proxy = holdline_server::proxy_config(&engine_config, bound, i);
+        Box::new(holdline_server::Engine::new(proxy, store.clone(), i))
+    })?;
+    eprintln!("holdline: data directory {}", config.data_dir().display());
+    match (&opened.path, &opened.persistent) {
+        (Some(path), Some(p)) => {
+            let r = p.load_report();
+            eprintln!(
+                "holdline: store {} ({} bindings of {} addresses-of-record loaded, {} expired dropped)",
+                path.display(),
+                r.loaded,
+                r.aors,
+                r.expired_dropped
+            );
+            let p = p.clone();
+            server.on_shutdown(Box::new(move || match p.flush() {
+                Ok(()) => eprintln!("holdline: store flushed"),
+                Err(e) => eprintln!("holdline: store flush failed: {e}"),
+            }));
+        }
+        _ => eprintln!("holdline: store in memory (bindings are lost at exit)"),
+    }
+    if config.domains.is_empty() {
+        eprintln!(
+            "holdline: no --domain: REGISTERs are not accepted; requests follow static routes and IP literals"
+        );
+    } else {
+        eprintln!("holdline: serving domains {}", config.domains.join(", "));
+    }
+    eprintln!("holdline: logs to stderr (filter: RUST_LOG or `log` in the config)");
+    for l in server.local_addrs() {
+        eprintln!("holdline: listening on {l}");
+    }
+    match server.metrics_addr() {
+        Some(a) => eprintln!("holdline: metrics on http://{a}/metrics"),
+        None => eprintln!("holdline: metrics off (--metrics IP:PORT)"),
+    }
+    eprintln!("holdline: {} workers", server.workers());
+    let report = server.run()?;
+    if report.workers_panicked > 0 {
+        anyhow::bail!("{} worker(s) panicked", report.workers_panicked);
+    }
+    Ok(())
+}
+
 fn not_yet(name: &str) -> ExitCode {
     eprintln!("holdline {name}: not yet available in this build");
     ExitCode::from(2)
@@ -48,7 +187,7 @@ fn not_yet(name: &str) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(_) => not_yet("serve"),
+        Command::Serve(args) => serve(args),
         Command::Load(_) => not_yet("load"),
         Command::Bench(_) => not_yet("bench"),
         Command::Lab(_) => not_yet("lab"),

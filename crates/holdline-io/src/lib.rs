@@ -1,0 +1,27 @@
+//! holdline's IO layer: the sockets and the clock under the server's sans-IO cores.
+//!
+//! ```text
+//!   UdpSocket ──recv_batch (recvmmsg)──> RecvBatch ──> (bytes, source) per datagram
+//!   SendBatch <── queued (destination, bytes) ──sendmmsg──> UdpSocket
+//!   TcpListener ──accept──> TcpConn: read buffer (append, consume) + bounded write queue
+//!   Clock: std::time::Instant  <──>  holdline_base::Instant (nanoseconds since start)
+//! ```
+//!
+//! - [`udp`]: UDP sockets opened with socket2 (`SO_REUSEPORT`, buffer sizes, non-blocking),
+//!   receiving and sending in batches with `recvmmsg`/`sendmmsg` on Linux and one datagram
+//!   per system call elsewhere (or when [`udp::UdpOptions::batched`] is off).
+//! - [`tcp`]: listeners (optionally `SO_REUSEPORT`, one per worker), non-blocking connections
+//!   with a byte-level read buffer (framing is the caller's business) and a write queue
+//!   bounded in bytes: a full queue refuses, it never blocks. [`tcp::siocoutq`] reports the
+//!   bytes the kernel has not sent yet.
+//! - [`Clock`]: maps the operating system's monotonic clock onto [`holdline_base::Instant`].
+//!
+//! This is the only crate of the workspace allowed `unsafe`: the `libc` calls for batched
+//! datagrams and `SIOCOUTQ`, each block with a `// SAFETY:` comment, all in [`sys`].
+
+mod clock;
+mod sys;
+pub mod tcp;
+pub mod udp;
+
+pub use clock::Clock;

@@ -1,0 +1,150 @@
+//! The `unsafe` system calls: batched datagrams (`recvmmsg`, `sendmmsg`) and `SIOCOUTQ`.
+//! Everything else in the crate is safe code over these few functions.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+/// Most datagrams one batched call moves (the arrays live on the stack).
+pub(crate) const MAX_BATCH: usize = 32;
+
+/// What the kernel reported for one received datagram.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvMeta {
+    pub(crate) len: usize,
+    pub(crate) addr: Option<SocketAddr>,
+    pub(crate) truncated: bool,
+}
+
+/// Receives up to `min(meta.len(), MAX_BATCH, data.len() / slot)` datagrams with one
+/// `recvmmsg(MSG_DONTWAIT)`; datagram `i` lands in `data[i * slot..(i + 1) * slot]`.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn recv_mmsg(
+    fd: RawFd,
+    data: &mut [u8],
+    slot: usize,
+    meta: &mut [RecvMeta],
+) -> io::Result<usize> {
+    use socket2::{SockAddr, SockAddrStorage};
+    let n = meta.len().min(MAX_BATCH).min(data.len() / slot.max(1));
+    if n == 0 || slot == 0 {
+        return Ok(0);
+    }
+    let mut storages: [SockAddrStorage; MAX_BATCH] =
+        std::array::from_fn(|_| SockAddrStorage::zeroed());
+    // SAFETY: iovec is a plain C struct (pointer + length); all-zero is a valid value.
+    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: mmsghdr is a plain C struct of integers and pointers; all-zero is valid (null
+    // pointers with zero lengths).
+    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    for (i, chunk) in data.chunks_exact_mut(slot).take(n).enumerate() {
+        iovs[i].iov_base = chunk.as_mut_ptr().cast();
+        iovs[i].iov_len = slot;
+        hdrs[i].msg_hdr.msg_name = (&raw mut storages[i]).cast();
+        hdrs[i].msg_hdr.msg_namelen = storages[i].size_of();
+        hdrs[i].msg_hdr.msg_iov = &raw mut iovs[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: `hdrs[..n]` point at `n` live iovecs, each covering a distinct `slot`-byte chunk
+    // of `data`, and at `n` live address storages whose sizes are given; all outlive the call.
+    // The kernel writes at most those lengths. A null timeout is allowed.
+    let got = unsafe {
+        libc::recvmmsg(
+            fd,
+            hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let got = got as usize;
+    for i in 0..got {
+        let h = &hdrs[i];
+        // SAFETY: the kernel initialised `msg_namelen` bytes of `storages[i]`, which is a
+        // sockaddr_storage-sized buffer; SockAddr only reads them as the family says.
+        let addr = unsafe {
+            SockAddr::new(
+                std::mem::replace(&mut storages[i], SockAddrStorage::zeroed()),
+                h.msg_hdr.msg_namelen,
+            )
+        };
+        meta[i] = RecvMeta {
+            len: (h.msg_len as usize).min(slot),
+            addr: addr.as_socket(),
+            truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        };
+    }
+    Ok(got)
+}
+
+/// Sends `items` (destination, payload) with one `sendmmsg(MSG_DONTWAIT)`; returns how many
+/// the kernel took (the first ones). An error means the first one failed.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn send_mmsg(fd: RawFd, items: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    use socket2::SockAddr;
+    let n = items.len().min(MAX_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let addrs: [Option<SockAddr>; MAX_BATCH] =
+        std::array::from_fn(|i| items.get(i).map(|(a, _)| SockAddr::from(*a)));
+    // SAFETY: see `recv_mmsg`: plain C structs, all-zero is valid.
+    let mut iovs: [libc::iovec; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    for (i, (_, payload)) in items.iter().take(n).enumerate() {
+        let Some(addr) = addrs[i].as_ref() else {
+            continue;
+        };
+        iovs[i].iov_base = payload.as_ptr().cast_mut().cast();
+        iovs[i].iov_len = payload.len();
+        hdrs[i].msg_hdr.msg_name = addr.as_ptr().cast_mut().cast();
+        hdrs[i].msg_hdr.msg_namelen = addr.len();
+        hdrs[i].msg_hdr.msg_iov = &raw mut iovs[i];
+        hdrs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: `hdrs[..n]` point at live iovecs over the callers' payloads (only read by
+    // sendmmsg despite the `*mut` type) and at live socket addresses of the given lengths.
+    let sent =
+        unsafe { libc::sendmmsg(fd, hdrs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
+}
+
+/// Bytes queued in a TCP socket's send buffer that the peer has not acknowledged
+/// (`ioctl(SIOCOUTQ)`, Linux).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn siocoutq(fd: RawFd) -> io::Result<usize> {
+    let mut value: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (== SIOCOUTQ) writes one c_int through the pointer, which points at a
+    // live local.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &raw mut value) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(value).unwrap_or(0))
+}
+
+/// `SIOCOUTQ` is Linux-only.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn siocoutq(_fd: RawFd) -> io::Result<usize> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+/// Whether this platform has `recvmmsg`/`sendmmsg`.
+pub(crate) const HAVE_MMSG: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn recv_mmsg(_: RawFd, _: &mut [u8], _: usize, _: &mut [RecvMeta]) -> io::Result<usize> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn send_mmsg(_: RawFd, _: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}

@@ -1,0 +1,298 @@
+//! UDP sockets with batched receive and send.
+//!
+//! A worker owns one [`UdpSocket`] per UDP listener; with [`UdpOptions::reuse_port`] every
+//! worker binds the same address and the kernel spreads datagrams over them by source.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+use mio::event::Source;
+use mio::{Interest, Registry, Token};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::sys::{self, MAX_BATCH, RecvMeta};
+
+/// How a UDP socket is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpOptions {
+    /// Set `SO_REUSEPORT` (one socket per worker on the same address).
+    pub reuse_port: bool,
+    /// `SO_RCVBUF` in bytes (`None`: the system default).
+    pub recv_buffer: Option<usize>,
+    /// `SO_SNDBUF` in bytes (`None`: the system default).
+    pub send_buffer: Option<usize>,
+    /// Use `recvmmsg`/`sendmmsg` where the platform has them; off forces one datagram per
+    /// system call.
+    pub batched: bool,
+}
+
+impl Default for UdpOptions {
+    fn default() -> Self {
+        Self {
+            reuse_port: true,
+            recv_buffer: None,
+            send_buffer: None,
+            batched: true,
+        }
+    }
+}
+
+/// A non-blocking UDP socket registered with a `mio::Poll`.
+#[derive(Debug)]
+pub struct UdpSocket {
+    inner: mio::net::UdpSocket,
+    batched: bool,
+}
+
+impl UdpSocket {
+    /// Opens a non-blocking socket bound to `addr` with `opts`.
+    pub fn bind(addr: SocketAddr, opts: &UdpOptions) -> io::Result<Self> {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        #[cfg(unix)]
+        if opts.reuse_port {
+            socket.set_reuse_port(true)?;
+        }
+        if let Some(n) = opts.recv_buffer {
+            socket.set_recv_buffer_size(n)?;
+        }
+        if let Some(n) = opts.send_buffer {
+            socket.set_send_buffer_size(n)?;
+        }
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        Ok(Self {
+            inner: mio::net::UdpSocket::from_std(socket.into()),
+            batched: opts.batched && sys::HAVE_MMSG,
+        })
+    }
+
+    /// The bound address (with the port the system chose for port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// `SO_RCVBUF` as the kernel reports it.
+    pub fn recv_buffer_size(&self) -> io::Result<usize> {
+        socket2::SockRef::from(&self.inner).recv_buffer_size()
+    }
+
+    /// `SO_SNDBUF` as the kernel reports it.
+    pub fn send_buffer_size(&self) -> io::Result<usize> {
+        socket2::SockRef::from(&self.inner).send_buffer_size()
+    }
+
+    /// Whether batched system calls are in use.
+    pub fn is_batched(&self) -> bool {
+        self.batched
+    }
+
+    /// Receives as many datagrams as fit in `batch` (at least one or an error; `WouldBlock`
+    /// when none is waiting). Previous contents of `batch` are replaced.
+    pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        batch.count = 0;
+        if self.batched {
+            let n = sys::recv_mmsg(
+                self.inner.as_raw_fd(),
+                &mut batch.data,
+                batch.slot,
+                &mut batch.meta,
+            )?;
+            batch.count = n;
+            return Ok(n);
+        }
+        let slot = batch.slot;
+        while batch.count < batch.meta.len() {
+            let i = batch.count;
+            let buf = &mut batch.data[i * slot..(i + 1) * slot];
+            match self.inner.recv_from(buf) {
+                Ok((len, addr)) => {
+                    batch.meta[i] = RecvMeta {
+                        len,
+                        addr: Some(addr),
+                        // recv_from cannot tell; a datagram filling the slot may be cut.
+                        truncated: len == slot,
+                    };
+                    batch.count += 1;
+                }
+                Err(e) if batch.count > 0 && e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(batch.count)
+    }
+
+    /// Sends the queued datagrams of `batch` from the front, removing those sent, and
+    /// returns how many were sent. Stops at `WouldBlock`: the rest stay queued and the
+    /// caller decides whether to drop them (never block). A datagram the kernel refuses for
+    /// another reason is removed and counted in `errors`.
+    pub fn send_batch(&self, batch: &mut SendBatch, errors: &mut usize) -> usize {
+        let mut sent = 0;
+        let mut first = 0;
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        while first < batch.items.len() {
+            let r = if self.batched {
+                let end = (first + MAX_BATCH).min(batch.items.len());
+                let mut arr: [(SocketAddr, &[u8]); MAX_BATCH] = [(unspecified, &[][..]); MAX_BATCH];
+                for (slot, (a, r)) in arr.iter_mut().zip(&batch.items[first..end]) {
+                    *slot = (*a, &batch.data[r.clone()]);
+                }
+                sys::send_mmsg(self.inner.as_raw_fd(), &arr[..end - first])
+            } else {
+                let (addr, range) = &batch.items[first];
+                self.inner
+                    .send_to(&batch.data[range.clone()], *addr)
+                    .map(|_| 1)
+            };
+            match r {
+                Ok(n) => {
+                    sent += n;
+                    first += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    *errors += 1;
+                    first += 1;
+                }
+            }
+        }
+        batch.drain_front(first);
+        sent
+    }
+
+    /// Sends one datagram (no batching).
+    pub fn send_to(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
+        self.inner.send_to(buf, addr)
+    }
+}
+
+impl Source for UdpSocket {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        self.inner.register(r, t, i)
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        self.inner.reregister(r, t, i)
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        self.inner.deregister(r)
+    }
+}
+
+/// Buffers for up to `slots` received datagrams of up to `slot_size` bytes each.
+#[derive(Debug)]
+pub struct RecvBatch {
+    slot: usize,
+    data: Vec<u8>,
+    meta: Vec<RecvMeta>,
+    count: usize,
+}
+
+impl RecvBatch {
+    /// Room for `slots` (at most 32 per call are used) datagrams of `slot_size` bytes.
+    /// Give `slot_size` one byte more than the largest message accepted, so that an oversized
+    /// datagram shows as truncated.
+    pub fn new(slots: usize, slot_size: usize) -> Self {
+        let slots = slots.clamp(1, MAX_BATCH);
+        let slot = slot_size.max(1);
+        Self {
+            slot,
+            data: vec![0; slots * slot],
+            meta: vec![
+                RecvMeta {
+                    len: 0,
+                    addr: None,
+                    truncated: false
+                };
+                slots
+            ],
+            count: 0,
+        }
+    }
+
+    /// Datagrams held by the last receive.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the last receive returned nothing.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Datagram `i` of the last receive: payload, source, and whether it was cut short
+    /// (longer than the slot).
+    pub fn get(&self, i: usize) -> Option<Datagram<'_>> {
+        if i >= self.count {
+            return None;
+        }
+        let m = self.meta[i];
+        let start = i * self.slot;
+        Some(Datagram {
+            payload: &self.data[start..start + m.len],
+            source: m.addr?,
+            truncated: m.truncated,
+        })
+    }
+}
+
+/// One received datagram.
+#[derive(Clone, Copy, Debug)]
+pub struct Datagram<'a> {
+    /// The bytes (cut at the slot size if `truncated`).
+    pub payload: &'a [u8],
+    /// Who sent it.
+    pub source: SocketAddr,
+    /// Whether it was longer than the receive slot.
+    pub truncated: bool,
+}
+
+/// Datagrams waiting to be sent with one batched call, payloads packed in one buffer.
+#[derive(Debug, Default)]
+pub struct SendBatch {
+    data: Vec<u8>,
+    items: Vec<(SocketAddr, std::ops::Range<usize>)>,
+}
+
+impl SendBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queues one datagram.
+    pub fn push(&mut self, to: SocketAddr, payload: &[u8]) {
+        let start = self.data.len();
+        self.data.extend_from_slice(payload);
+        self.items.push((to, start..self.data.len()));
+    }
+
+    /// Datagrams queued.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Drops everything queued; returns how many datagrams were dropped.
+    pub fn clear(&mut self) -> usize {
+        let n = self.items.len();
+        self.items.clear();
+        self.data.clear();
+        n
+    }
+
+    fn drain_front(&mut self, n: usize) {
+        if n >= self.items.len() {
+            self.clear();
+        } else if n > 0 {
+            self.items.drain(..n);
+        }
+    }
+}

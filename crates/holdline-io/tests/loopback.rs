@@ -1,0 +1,169 @@
+//! Real sockets on 127.0.0.1; every wait is bounded by a poll timeout.
+#![allow(missing_docs)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use holdline_io::tcp::{ConnLimits, QueueFull, TcpConn, TcpListener, TcpOptions};
+use holdline_io::udp::{RecvBatch, SendBatch, UdpOptions, UdpSocket};
+use mio::{Events, Interest, Poll, Token};
+
+fn lo() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("addr")
+}
+
+/// Polls until `f` returns Some, at most 5 s.
+fn until<T>(poll: &mut Poll, mut f: impl FnMut() -> io::Result<Option<T>>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut events = Events::with_capacity(16);
+    loop {
+        if let Some(v) = f().expect("io") {
+            return v;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "timed out");
+        poll.poll(&mut events, Some(left.min(Duration::from_millis(100))))
+            .expect("poll");
+    }
+}
+
+fn udp_round_trip(batched: bool) {
+    let opts = UdpOptions {
+        batched,
+        recv_buffer: Some(256 * 1024),
+        ..UdpOptions::default()
+    };
+    let mut a = UdpSocket::bind(lo(), &opts).expect("bind a");
+    let mut b = UdpSocket::bind(lo(), &opts).expect("bind b");
+    assert!(b.recv_buffer_size().expect("rcvbuf") >= 256 * 1024);
+    let mut poll = Poll::new().expect("poll");
+    poll.registry()
+        .register(&mut a, Token(0), Interest::READABLE)
+        .expect("reg");
+    poll.registry()
+        .register(&mut b, Token(1), Interest::READABLE)
+        .expect("reg");
+    let to = b.local_addr().expect("addr");
+    let mut out = SendBatch::new();
+    for i in 0..40u8 {
+        out.push(to, &[i; 7]);
+    }
+    let mut errors = 0;
+    let sent = a.send_batch(&mut out, &mut errors);
+    assert_eq!((sent, errors), (40, 0));
+    assert!(out.is_empty());
+    let mut batch = RecvBatch::new(32, 100);
+    let mut seen = Vec::new();
+    let from = a.local_addr().expect("addr");
+    until(&mut poll, || {
+        loop {
+            match b.recv_batch(&mut batch) {
+                Ok(n) => {
+                    for i in 0..n {
+                        let d = batch.get(i).expect("datagram");
+                        assert_eq!(d.source, from);
+                        assert!(!d.truncated);
+                        seen.push(d.payload.to_vec());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((seen.len() == 40).then_some(()))
+    });
+    for (i, p) in seen.iter().enumerate() {
+        assert_eq!(p, &vec![i as u8; 7]);
+    }
+    // An oversized datagram is reported as truncated.
+    a.send_to(&[1; 150], to).expect("send");
+    let mut small = RecvBatch::new(4, 100);
+    until(&mut poll, || match b.recv_batch(&mut small) {
+        Ok(_) => Ok(Some(())),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    });
+    let d = small.get(0).expect("one");
+    assert!(d.truncated);
+    assert_eq!(d.payload.len(), 100);
+}
+
+#[test]
+fn udp_batched_round_trip() {
+    udp_round_trip(true);
+}
+
+#[test]
+fn udp_fallback_round_trip() {
+    udp_round_trip(false);
+}
+
+#[test]
+fn udp_reuse_port_binds_twice() {
+    let a = UdpSocket::bind(lo(), &UdpOptions::default()).expect("a");
+    let addr = a.local_addr().expect("addr");
+    let b = UdpSocket::bind(addr, &UdpOptions::default()).expect("b shares the port");
+    assert_eq!(b.local_addr().expect("addr"), addr);
+    let no_reuse = UdpOptions {
+        reuse_port: false,
+        ..UdpOptions::default()
+    };
+    assert!(UdpSocket::bind(addr, &no_reuse).is_err());
+}
+
+#[test]
+fn tcp_connect_accept_read_write_and_bounds() {
+    let opts = TcpOptions::default();
+    let mut listener = TcpListener::bind(lo(), &opts).expect("listen");
+    let addr = listener.local_addr().expect("addr");
+    let mut poll = Poll::new().expect("poll");
+    poll.registry()
+        .register(&mut listener, Token(0), Interest::READABLE)
+        .expect("reg");
+    let limits = ConnLimits {
+        max_read_buffer: 64 * 1024,
+        max_queue_bytes: 1000,
+    };
+    let mut client = TcpConn::connect(addr, &opts, limits).expect("connect");
+    poll.registry()
+        .register(
+            &mut client,
+            Token(1),
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .expect("reg");
+    client.enqueue(b"hello ").expect("queue while connecting");
+    assert_eq!(client.enqueue(&[0; 2000]), Err(QueueFull));
+    let mut server = until(&mut poll, || match listener.accept(limits) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    });
+    poll.registry()
+        .register(
+            &mut server,
+            Token(2),
+            Interest::READABLE | Interest::WRITABLE,
+        )
+        .expect("reg");
+    until(&mut poll, || {
+        client.finish_connect().map(|c| c.then_some(()))
+    });
+    client.enqueue(b"world").expect("queue");
+    client.flush().expect("flush");
+    assert_eq!(client.queued_bytes(), 0);
+    assert!(client.unsent_bytes().is_ok());
+    until(&mut poll, || {
+        let r = server.read()?;
+        assert!(!r.eof);
+        Ok((server.buffered().len() == 11).then_some(()))
+    });
+    assert_eq!(server.buffered(), b"hello world");
+    server.consume(6);
+    assert_eq!(server.buffered(), b"world");
+    server.consume(5);
+    assert!(server.buffered().is_empty());
+    drop(client);
+    until(&mut poll, || Ok(server.read()?.eof.then_some(())));
+}

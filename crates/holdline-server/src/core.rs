@@ -1,0 +1,140 @@
+//! The interface between a worker's event loop and its sans-IO engine, and a trivial engine
+//! for tests.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+
+use holdline_base::{Instant, Peer, Transmit};
+use holdline_sip::{Limits, Message, Method, build_response};
+
+use crate::ServerConfig;
+
+/// One worker's sans-IO engine.
+pub trait WorkerCore: Send {
+    /// Processes one datagram or framed stream message from `from`.
+    fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer);
+    /// Fires every timer due at or before `now`.
+    fn handle_timeout(&mut self, now: Instant);
+    /// Appends the next message to send to `buf` and describes it.
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit>;
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Prometheus text lines for this worker's counters (the server adds the `worker` label).
+    fn metrics(&self, out: &mut String);
+}
+
+/// Makes the engine of worker `index`.
+pub type CoreFactory = Box<dyn Fn(usize) -> Box<dyn WorkerCore> + Send + Sync>;
+
+/// A factory of [`TestCore`]s, for tests of the runtime itself (`holdline serve` runs the SIP
+/// engine, [`Engine`](crate::Engine)).
+pub fn default_core_factory(config: &ServerConfig) -> CoreFactory {
+    let mut limits = Limits::DEFAULT;
+    limits.max_message_size(config.limits.max_message_size);
+    Box::new(move |i| Box::new(TestCore::new(i, limits)))
+}
+
+/// Most responses a [`TestCore`] holds before dropping.
+const TEST_CORE_QUEUE: usize = 65_536;
+
+/// A trivial engine: answers every request except ACK with `200 OK` (To tag `w<index>`, an
+/// `X-Worker: <index>` header naming the worker that handled it), a request without a valid
+/// Call-ID with `400`, and counts. Enough to test sockets, sharding, framing and limits.
+#[derive(Debug)]
+pub struct TestCore {
+    index: usize,
+    limits: Limits,
+    out: VecDeque<(Vec<u8>, Peer)>,
+    requests: u64,
+    responses: u64,
+    unparsable: u64,
+    bad_requests: u64,
+    dropped: u64,
+}
+
+impl TestCore {
+    /// The engine of worker `index`.
+    pub fn new(index: usize, limits: Limits) -> Self {
+        Self {
+            index,
+            limits,
+            out: VecDeque::new(),
+            requests: 0,
+            responses: 0,
+            unparsable: 0,
+            bad_requests: 0,
+            dropped: 0,
+        }
+    }
+}
+
+impl WorkerCore for TestCore {
+    fn handle(&mut self, _now: Instant, bytes: &[u8], from: Peer) {
+        let Ok(msg) = Message::parse(bytes, &self.limits) else {
+            self.unparsable += 1;
+            return;
+        };
+        if !msg.is_request() {
+            self.responses += 1;
+            return;
+        }
+        self.requests += 1;
+        if msg.method() == Some(Method::Ack) {
+            return;
+        }
+        if self.out.len() >= TEST_CORE_QUEUE {
+            self.dropped += 1;
+            return;
+        }
+        let worker = self.index.to_string();
+        let tag = format!("w{}", self.index);
+        let mut buf = Vec::new();
+        let (code, reason) = if msg.call_id().is_ok() {
+            (200, "OK")
+        } else {
+            self.bad_requests += 1;
+            (400, "Bad Call-ID")
+        };
+        build_response(
+            &msg,
+            code,
+            reason,
+            Some(tag.as_bytes()),
+            &[("X-Worker", worker.as_bytes())],
+            b"",
+            &mut buf,
+        );
+        self.out.push_back((buf, from));
+    }
+
+    fn handle_timeout(&mut self, _now: Instant) {}
+
+    fn poll_transmit(&mut self, _now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let (bytes, destination) = self.out.pop_front()?;
+        buf.extend_from_slice(&bytes);
+        Some(Transmit {
+            destination,
+            size: bytes.len(),
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn metrics(&self, out: &mut String) {
+        let _ = writeln!(out, "holdline_testcore_requests_total {}", self.requests);
+        let _ = writeln!(out, "holdline_testcore_responses_total {}", self.responses);
+        let _ = writeln!(
+            out,
+            "holdline_testcore_unparsable_total {}",
+            self.unparsable
+        );
+        let _ = writeln!(
+            out,
+            "holdline_testcore_bad_requests_total {}",
+            self.bad_requests
+        );
+        let _ = writeln!(out, "holdline_testcore_dropped_total {}", self.dropped);
+    }
+}

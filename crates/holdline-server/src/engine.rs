@@ -1,0 +1,247 @@
+//! The SIP engine as a worker core: [`holdline_proto::Endpoint`] behind [`WorkerCore`], its
+//! configuration derived from [`ServerConfig`], and the location store it shares with the
+//! other workers.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use holdline_base::{Duration, Instant, Peer, Transmit};
+use holdline_io::Clock;
+use holdline_proto::{
+    DropReason, Endpoint, EndpointStats, ListenAddr, LocationStore, ProxyConfig, StaticRoute,
+};
+use holdline_sip::Limits;
+use holdline_store::{MemoryStore, PersistentStore, StoreError};
+
+use crate::{Listener, ServerConfig, StoreSpec, WorkerCore};
+
+/// How often worker 0 removes expired bindings from the store.
+const PURGE_EVERY: Duration = Duration::from_secs(10);
+
+/// File name of the persistent store inside its directory.
+pub const STORE_FILE: &str = "locations.redb";
+
+/// Why the engine could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The persistent store could not be opened.
+    #[error("location store: {0}")]
+    Store(#[from] StoreError),
+    /// The store's directory could not be created.
+    #[error("cannot create the store directory {path}: {source}")]
+    StoreDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// The location store a server runs on.
+pub struct OpenedStore {
+    /// What the engines use.
+    pub store: Arc<dyn LocationStore>,
+    /// The persistent store, when there is one (to flush at shutdown and report its load).
+    pub persistent: Option<Arc<PersistentStore>>,
+    /// Where it lives (`None`: memory).
+    pub path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for OpenedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedStore")
+            .field("path", &self.path)
+            .field("bindings", &self.store.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the store `config` names (a persistent store at `<dir>/locations.redb` by default),
+/// with `clock` mapping its expiry times; expired bindings are dropped on load.
+pub fn open_store(config: &ServerConfig, clock: &Clock) -> Result<OpenedStore, EngineError> {
+    match config.store() {
+        StoreSpec::Memory => Ok(OpenedStore {
+            store: Arc::new(MemoryStore::new()),
+            persistent: None,
+            path: None,
+        }),
+        StoreSpec::Path(dir) => {
+            std::fs::create_dir_all(&dir).map_err(|source| EngineError::StoreDir {
+                path: dir.clone(),
+                source,
+            })?;
+            let path = dir.join(STORE_FILE);
+            let p = Arc::new(PersistentStore::open(&path, clock.now())?);
+            Ok(OpenedStore {
+                store: p.clone(),
+                persistent: Some(p),
+                path: Some(path),
+            })
+        }
+    }
+}
+
+/// The proxy configuration of worker `index`, from the server's configuration and the
+/// addresses its listeners are actually bound to.
+pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> ProxyConfig {
+    let mut p = ProxyConfig::default();
+    p.domains.clone_from(&config.domains);
+    p.listen = bound
+        .iter()
+        .map(|l| ListenAddr {
+            transport: l.transport,
+            addr: l.addr,
+        })
+        .collect();
+    p.record_route = config.record_route;
+    p.static_routes = config
+        .routes
+        .iter()
+        .map(|r| StaticRoute {
+            domain: r.domain.clone(),
+            next_hop: r.target.addr,
+            transport: r.target.transport,
+            stateless: r.stateless,
+        })
+        .collect();
+    let mut limits = Limits::DEFAULT;
+    limits.max_message_size(config.limits.max_message_size);
+    p.limits = limits;
+    p.txn
+        .t1(Duration::from_millis(config.timers.t1_ms))
+        .t2(Duration::from_millis(config.timers.t2_ms))
+        .t4(Duration::from_millis(config.timers.t4_ms));
+    // Distinct per worker, so that branches of different workers never collide.
+    p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
+    p
+}
+
+/// One worker's SIP engine: the proxy/registrar [`Endpoint`] and, on worker 0, the periodic
+/// purge of expired bindings.
+pub struct Engine {
+    endpoint: Endpoint,
+    store: Arc<dyn LocationStore>,
+    next_purge: Option<Instant>,
+    purged: u64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("active_calls", &self.endpoint.active_calls())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// The engine of worker `index`.
+    pub fn new(config: ProxyConfig, store: Arc<dyn LocationStore>, index: usize) -> Self {
+        Self {
+            endpoint: Endpoint::new(config, store.clone()),
+            store,
+            next_purge: (index == 0).then_some(Instant::ZERO),
+            purged: 0,
+        }
+    }
+
+    /// The endpoint's counters.
+    pub fn stats(&self) -> &EndpointStats {
+        self.endpoint.stats()
+    }
+
+    fn drain_events(&mut self) {
+        // Drops are already counted in the stats; the events only need to be consumed.
+        while self.endpoint.poll_event().is_some() {}
+    }
+}
+
+impl WorkerCore for Engine {
+    fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+        self.endpoint.handle(now, bytes, from, from.transport);
+        self.drain_events();
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.endpoint.handle_timeout(now);
+        if let Some(t) = self.next_purge.filter(|t| *t <= now) {
+            self.purged += self.store.purge_expired(now) as u64;
+            self.next_purge = Some(t.max(now) + PURGE_EVERY);
+        }
+        self.drain_events();
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.endpoint.poll_transmit(now, buf)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match (self.endpoint.poll_timeout(), self.next_purge) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn metrics(&self, out: &mut String) {
+        let s = self.endpoint.stats();
+        let m = &s.requests_in;
+        for (method, n) in [
+            ("INVITE", m.invite),
+            ("ACK", m.ack),
+            ("BYE", m.bye),
+            ("CANCEL", m.cancel),
+            ("OPTIONS", m.options),
+            ("REGISTER", m.register),
+            ("other", m.other),
+        ] {
+            let _ = writeln!(
+                out,
+                "holdline_sip_requests_in_total{{method=\"{method}\"}} {n}"
+            );
+        }
+        for (class, (i, o)) in s.responses_in.iter().zip(&s.responses_out).enumerate() {
+            if class == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "holdline_sip_responses_in_total{{class=\"{class}xx\"}} {i}"
+            );
+            let _ = writeln!(
+                out,
+                "holdline_sip_responses_out_total{{class=\"{class}xx\"}} {o}"
+            );
+        }
+        let _ = writeln!(out, "holdline_sip_parse_errors_total {}", s.parse_errors);
+        for r in DropReason::ALL {
+            let _ = writeln!(
+                out,
+                "holdline_sip_drops_total{{reason=\"{r:?}\"}} {}",
+                s.dropped(r)
+            );
+        }
+        let _ = writeln!(out, "holdline_sip_forwarded_total {}", s.forwarded);
+        let _ = writeln!(
+            out,
+            "holdline_sip_stateless_forwarded_total {}",
+            s.stateless
+        );
+        let _ = writeln!(
+            out,
+            "holdline_sip_retransmissions_absorbed_total {}",
+            s.retransmissions_absorbed
+        );
+        let t = self.endpoint.transactions();
+        let _ = writeln!(out, "holdline_sip_active_transactions {}", t.len());
+        let _ = writeln!(
+            out,
+            "holdline_sip_active_calls {}",
+            self.endpoint.active_calls()
+        );
+        if self.next_purge.is_some() {
+            let _ = writeln!(out, "holdline_store_bindings {}", self.store.len());
+            let _ = writeln!(out, "holdline_store_purged_total {}", self.purged);
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! holdline's server runtime: thread-per-core workers around sans-IO engines.
+//!
+//! ```text
+//!             SO_REUSEPORT: every worker binds every listener; the kernel spreads sources
+//!   worker 0 ─ mio::Poll ─ UDP sockets, TCP listener, its connections, Waker, core 0
+//!   worker 1 ─ mio::Poll ─ UDP sockets, TCP listener, its connections, Waker, core 1
+//!      │   received message ─ parse index + Call-ID ─ owner = fnv(Call-ID) % workers
+//!      │   owner == me: core.handle(now, bytes, peer)
+//!      └─> owner != me: bounded channel to the owner + wake it (full: drop, counted)
+//!   core.poll_transmit ─ UDP: this worker's socket (sendmmsg batch)
+//!                      ─ TCP with conn: the connection's owner (ConnId carries it)
+//!                      ─ TCP without conn: this worker's pooled connection to the address
+//! ```
+//!
+//! - TCP: one listener per worker with `SO_REUSEPORT` (no acceptor thread, no cross-thread
+//!   registration: a connection lives in the Poll of the worker that accepted it). Messages
+//!   are framed by [`holdline_sip::Framer`] and sharded like datagrams; replies for a
+//!   connection owned by another worker travel back to it through its channel.
+//! - Nothing blocks: full channels, full connection queues and UDP sends the socket does not
+//!   take are dropped and counted (`holdline_drops_total{reason}`).
+//! - [`Server::shutdown`]: stop reading, let cores run their timers until the grace deadline
+//!   (or until they have none), then run the shutdown hooks (the store flush goes there).
+//!
+//! A worker's engine implements [`WorkerCore`]; [`TestCore`] is a trivial one for tests.
+
+mod config;
+mod core;
+mod engine;
+mod metrics;
+pub mod shard;
+mod worker;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use holdline_base::{Instant, Transport};
+use holdline_io::Clock;
+use holdline_io::tcp::{ConnLimits, TcpListener, TcpOptions};
+use holdline_io::udp::{UdpOptions, UdpSocket};
+use holdline_sip::Limits;
+use mio::{Poll, Waker};
+
+pub use crate::config::{
+    ConfigError, LimitsConfig, Listener, Overrides, Route, ServerConfig, StoreSpec, TimersConfig,
+    default_data_dir,
+};
+pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
+pub use crate::engine::{Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config};
+pub use crate::metrics::{BUCKETS_US, Close as CloseReason, Drop as DropReason};
+use crate::metrics::{MetricsServer, WorkerStats};
+use crate::worker::{Settings, Shared, WAKER, Worker};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {listener}: {source}")]
+    Bind {
+        /// The listener.
+        listener: Listener,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The metrics endpoint could not be bound.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A transport other than UDP or TCP was configured.
+    #[error("unsupported listener {0} (udp and tcp only)")]
+    Unsupported(Listener),
+    /// Polls, wakers or threads could not be created.
+    #[error("runtime setup failed: {0}")]
+    Runtime(#[from] io::Error),
+}
+
+/// What [`Server::shutdown`] observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Workers that exited normally.
+    pub workers_joined: usize,
+    /// Workers that panicked.
+    pub workers_panicked: usize,
+}
+
+/// A hook run once all workers have stopped.
+pub type ShutdownHook = Box<dyn FnOnce() + Send>;
+
+/// A running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    bound: Vec<Listener>,
+    metrics: Option<MetricsServer>,
+    hooks: Vec<ShutdownHook>,
+    grace: Duration,
+    store: StoreSpec,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listeners", &self.bound)
+            .field("workers", &self.threads.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds every listener in every worker, starts the workers and the metrics endpoint,
+    /// and creates the store's directory. `factory(i)` makes worker `i`'s engine.
+    pub fn start<F>(config: &ServerConfig, factory: F) -> Result<Self, StartError>
+    where
+        F: Fn(usize) -> Box<dyn WorkerCore>,
+    {
+        Self::start_with(config, Clock::new(), |i, _| factory(i))
+    }
+
+    /// Like [`start`](Self::start), on the given clock (so that state created before the
+    /// server, such as a persistent store, shares the workers' time), with a factory that also
+    /// gets the bound listeners (port 0 resolved): `factory(i, listeners)`.
+    pub fn start_with<F>(
+        config: &ServerConfig,
+        clock: Clock,
+        factory: F,
+    ) -> Result<Self, StartError>
+    where
+        F: Fn(usize, &[Listener]) -> Box<dyn WorkerCore>,
+    {
+        let n = config.worker_count();
+        let store = config.store();
+        if let StoreSpec::Path(p) = &store {
+            std::fs::create_dir_all(p).map_err(|source| StartError::DataDir {
+                path: p.display().to_string(),
+                source,
+            })?;
+        }
+        let l = &config.limits;
+        let udp_opts = UdpOptions {
+            reuse_port: true,
+            recv_buffer: l.udp_recv_buffer,
+            send_buffer: l.udp_send_buffer,
+            batched: l.batched_udp,
+        };
+        let tcp_opts = TcpOptions {
+            send_buffer: l.tcp_send_buffer,
+            ..TcpOptions::default()
+        };
+        // Bind: worker 0 first (resolving port 0), the others on the address it got.
+        let mut udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
+        let mut tcp: Vec<Vec<TcpListener>> = (0..n).map(|_| Vec::new()).collect();
+        let mut bound = Vec::new();
+        for lst in &config.listen {
+            let mut addr = lst.addr;
+            for w in 0..n {
+                let err = |source| StartError::Bind {
+                    listener: *lst,
+                    source,
+                };
+                match lst.transport {
+                    Transport::Udp => {
+                        let s = UdpSocket::bind(addr, &udp_opts).map_err(err)?;
+                        addr = s.local_addr().map_err(err)?;
+                        udp[w].push(s);
+                    }
+                    Transport::Tcp => {
+                        let s = TcpListener::bind(addr, &tcp_opts).map_err(err)?;
+                        addr = s.local_addr().map_err(err)?;
+                        tcp[w].push(s);
+                    }
+                    _ => return Err(StartError::Unsupported(*lst)),
+                }
+            }
+            bound.push(Listener {
+                transport: lst.transport,
+                addr,
+            });
+        }
+        let mut polls = Vec::with_capacity(n);
+        let mut wakers = Vec::with_capacity(n);
+        let mut senders = Vec::with_capacity(n);
+        let mut receivers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let poll = Poll::new()?;
+            wakers.push(Waker::new(poll.registry(), WAKER)?);
+            polls.push(poll);
+            let (tx, rx) = crossbeam_channel::bounded(l.handoff_queue);
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            deadline: AtomicU64::new(u64::MAX),
+            wakers,
+            senders,
+            stats: (0..n).map(|_| WorkerStats::default()).collect(),
+            open_conns: AtomicUsize::new(0),
+            clock,
+        });
+        let mut limits = Limits::DEFAULT;
+        limits.max_message_size(l.max_message_size);
+        let settings = Settings {
+            limits,
+            max_connections: l.max_connections,
+            conn_limits: ConnLimits {
+                max_read_buffer: l.max_message_size + 16 * 1024,
+                max_queue_bytes: l.conn_queue_bytes,
+            },
+            tcp_opts,
+            idle_timeout: Duration::from_millis(l.idle_timeout_ms),
+            write_stall: Duration::from_millis(l.write_stall_ms.max(1)),
+        };
+        let mut workers = Vec::with_capacity(n);
+        for (i, ((poll, rx), (u, t))) in polls
+            .into_iter()
+            .zip(receivers)
+            .zip(udp.into_iter().zip(tcp))
+            .enumerate()
+        {
+            let mut w = Worker::new(
+                i,
+                poll,
+                factory(i, &bound),
+                shared.clone(),
+                rx,
+                u,
+                t,
+                settings.clone(),
+            );
+            w.register()?;
+            workers.push(w);
+        }
+        let metrics = match config.metrics {
+            Some(addr) => Some(
+                MetricsServer::start(addr, shared.clone())
+                    .map_err(|source| StartError::Metrics { addr, source })?,
+            ),
+            None => None,
+        };
+        let mut threads = Vec::with_capacity(n);
+        for w in workers {
+            let name = format!("holdline-w{}", w.index);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || w.run())?,
+            );
+        }
+        tracing::info!(workers = n, listeners = ?bound.iter().map(ToString::to_string).collect::<Vec<_>>(), store = %store, "server started");
+        Ok(Self {
+            shared,
+            threads,
+            bound,
+            metrics,
+            hooks: Vec::new(),
+            grace: config.shutdown_grace(),
+            store,
+        })
+    }
+
+    /// The listeners as bound (port 0 resolved).
+    pub fn local_addrs(&self) -> &[Listener] {
+        &self.bound
+    }
+
+    /// The first bound listener of `transport`.
+    pub fn local_addr(&self, transport: Transport) -> Option<SocketAddr> {
+        self.bound
+            .iter()
+            .find(|l| l.transport == transport)
+            .map(|l| l.addr)
+    }
+
+    /// The metrics endpoint's address, if enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
+    }
+
+    /// The store in effect.
+    pub fn store(&self) -> &StoreSpec {
+        &self.store
+    }
+
+    /// The number of workers.
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The Prometheus text the endpoint serves.
+    pub fn metrics_text(&self) -> String {
+        metrics::render(&self.shared, Duration::from_millis(250))
+    }
+
+    /// Registers a hook run after the workers stopped (e.g. flushing the store).
+    pub fn on_shutdown(&mut self, hook: ShutdownHook) {
+        self.hooks.push(hook);
+    }
+
+    /// Waits for SIGINT or SIGTERM, then shuts down. Prints `ready` on stderr once the
+    /// signal handlers are installed.
+    pub fn run(self) -> io::Result<ShutdownReport> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+        tracing::info!("ready; SIGINT or SIGTERM stops the server");
+        eprintln!("holdline: ready (SIGINT/SIGTERM to stop)");
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(
+                signal = sig,
+                grace_ms = self.grace.as_millis() as u64,
+                "shutting down"
+            );
+        }
+        Ok(self.shutdown())
+    }
+
+    /// Stops reading, lets workers run timers until the grace deadline, joins them, stops
+    /// the metrics endpoint and runs the shutdown hooks.
+    pub fn shutdown(mut self) -> ShutdownReport {
+        let deadline: Instant = self.shared.clock.now() + self.grace;
+        self.shared.deadline.store(deadline.as_nanos(), Relaxed);
+        self.shared.stop.store(true, Relaxed);
+        for w in &self.shared.wakers {
+            let _ = w.wake();
+        }
+        let mut report = ShutdownReport {
+            workers_joined: 0,
+            workers_panicked: 0,
+        };
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok(()) => report.workers_joined += 1,
+                Err(_) => report.workers_panicked += 1,
+            }
+        }
+        if let Some(m) = self.metrics.as_mut() {
+            m.stop();
+        }
+        for hook in self.hooks.drain(..) {
+            hook();
+        }
+        tracing::info!(?report, "server stopped");
+        report
+    }
+}

@@ -1,0 +1,379 @@
+//! Per-worker counters (atomics written by their worker only), their Prometheus text, and
+//! the `/metrics` HTTP/1.0 responder.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::worker::Shared;
+
+macro_rules! reasons {
+    ($name:ident { $($v:ident => $s:literal),* $(,)? }) => {
+        /// A reason label.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(missing_docs)]
+        pub enum $name { $($v),* }
+        impl $name {
+            /// Every value, in label order.
+            pub const ALL: &'static [Self] = &[$(Self::$v),*];
+            /// The label value.
+            pub const fn label(self) -> &'static str {
+                match self { $(Self::$v => $s),* }
+            }
+        }
+    };
+}
+
+reasons!(Drop {
+    HandoffFull => "handoff_full",
+    TooLarge => "too_large",
+    ConnQueueFull => "conn_queue_full",
+    ConnGone => "conn_gone",
+    UdpSendBlocked => "udp_send_blocked",
+    SendError => "send_error",
+    FramingError => "framing_error",
+    NoListener => "no_listener",
+    ConnectFailed => "connect_failed",
+    Unsupported => "unsupported_transport",
+    Shutdown => "shutdown",
+});
+
+reasons!(Close {
+    Eof => "eof",
+    Error => "error",
+    Idle => "idle",
+    Stalled => "stalled",
+    Framing => "framing_error",
+    MaxConnections => "max_connections",
+    Shutdown => "shutdown",
+});
+
+/// Upper bounds of the processing-time histogram buckets, µs.
+pub const BUCKETS_US: [u64; 14] = [
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000,
+];
+
+/// The counters of one worker.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerStats {
+    pub(crate) msgs_in: [AtomicU64; 2],
+    pub(crate) msgs_out: [AtomicU64; 2],
+    pub(crate) drops: [AtomicU64; 11],
+    pub(crate) closes: [AtomicU64; 7],
+    pub(crate) handoffs_out: AtomicU64,
+    pub(crate) handoffs_in: AtomicU64,
+    pub(crate) conns_accepted: AtomicU64,
+    pub(crate) conns_outbound: AtomicU64,
+    pub(crate) conns_open: AtomicI64,
+    pub(crate) pongs: AtomicU64,
+    pub(crate) busy_ns: AtomicU64,
+    pub(crate) loop_ns: AtomicU64,
+    pub(crate) hist: [AtomicU64; BUCKETS_US.len() + 1],
+    pub(crate) hist_sum_ns: AtomicU64,
+    /// The core's own lines, rendered by the worker on request.
+    pub(crate) core_text: Mutex<(u64, String)>,
+    pub(crate) core_ready: Condvar,
+    pub(crate) core_wanted: AtomicBool,
+}
+
+pub(crate) fn transport_idx(t: holdline_base::Transport) -> usize {
+    usize::from(t.is_stream())
+}
+
+impl WorkerStats {
+    pub(crate) fn drop(&self, why: Drop) {
+        self.drops[why as usize].fetch_add(1, Relaxed);
+    }
+    pub(crate) fn close(&self, why: Close) {
+        self.closes[why as usize].fetch_add(1, Relaxed);
+    }
+    pub(crate) fn record_processing(&self, d: Duration) {
+        let us = d.as_micros() as u64;
+        let b = BUCKETS_US
+            .iter()
+            .position(|&le| us <= le)
+            .unwrap_or(BUCKETS_US.len());
+        self.hist[b].fetch_add(1, Relaxed);
+        self.hist_sum_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+    }
+}
+
+/// Appends `worker="i"` to every sample line of a core's text.
+fn label_core_lines(worker: usize, text: &str, out: &mut String) {
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(brace) = line.find('{') {
+            let _ = writeln!(
+                out,
+                "{}{{worker=\"{worker}\",{}",
+                &line[..brace],
+                &line[brace + 1..]
+            );
+        } else if let Some(sp) = line.find(' ') {
+            let _ = writeln!(out, "{}{{worker=\"{worker}\"}}{}", &line[..sp], &line[sp..]);
+        }
+    }
+}
+
+/// Renders every worker's counters (with a `worker` label) and the cores' lines, asking
+/// each worker for fresh core lines and waiting at most `wait` for them.
+pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
+    let gens: Vec<u64> = shared
+        .stats
+        .iter()
+        .map(|s| s.core_text.lock().map_or(0, |g| g.0))
+        .collect();
+    for (s, w) in shared.stats.iter().zip(&shared.wakers) {
+        s.core_wanted.store(true, Relaxed);
+        let _ = w.wake();
+    }
+    let mut out = String::with_capacity(8192);
+    let counter = |out: &mut String, name: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    };
+    let each = |out: &mut String, f: &dyn Fn(usize, &WorkerStats, &mut String)| {
+        for (i, s) in shared.stats.iter().enumerate() {
+            f(i, s, out);
+        }
+    };
+    for (name, help, pick) in [
+        (
+            "holdline_messages_in_total",
+            "Messages received (datagrams and framed stream messages).",
+            0,
+        ),
+        (
+            "holdline_messages_out_total",
+            "Messages handed to a socket or connection queue.",
+            1,
+        ),
+    ] {
+        counter(&mut out, name, help);
+        each(&mut out, &|i, s, out| {
+            for (t, label) in [(0, "udp"), (1, "tcp")] {
+                let v = if pick == 0 {
+                    &s.msgs_in[t]
+                } else {
+                    &s.msgs_out[t]
+                };
+                let _ = writeln!(
+                    out,
+                    "{name}{{worker=\"{i}\",transport=\"{label}\"}} {}",
+                    v.load(Relaxed)
+                );
+            }
+        });
+    }
+    counter(
+        &mut out,
+        "holdline_drops_total",
+        "Messages dropped, by reason.",
+    );
+    each(&mut out, &|i, s, out| {
+        for d in Drop::ALL {
+            let _ = writeln!(
+                out,
+                "holdline_drops_total{{worker=\"{i}\",reason=\"{}\"}} {}",
+                d.label(),
+                s.drops[*d as usize].load(Relaxed)
+            );
+        }
+    });
+    counter(
+        &mut out,
+        "holdline_connections_closed_total",
+        "TCP connections closed, by reason.",
+    );
+    each(&mut out, &|i, s, out| {
+        for c in Close::ALL {
+            let _ = writeln!(
+                out,
+                "holdline_connections_closed_total{{worker=\"{i}\",reason=\"{}\"}} {}",
+                c.label(),
+                s.closes[*c as usize].load(Relaxed)
+            );
+        }
+    });
+    for (name, help, get) in [
+        (
+            "holdline_handoffs_out_total",
+            "Messages handed to the worker owning their call.",
+            (|s: &WorkerStats| s.handoffs_out.load(Relaxed)) as fn(&WorkerStats) -> u64,
+        ),
+        (
+            "holdline_handoffs_in_total",
+            "Messages received from other workers.",
+            |s| s.handoffs_in.load(Relaxed),
+        ),
+        (
+            "holdline_connections_accepted_total",
+            "Inbound TCP connections accepted.",
+            |s| s.conns_accepted.load(Relaxed),
+        ),
+        (
+            "holdline_connections_outbound_total",
+            "Outbound TCP connections opened.",
+            |s| s.conns_outbound.load(Relaxed),
+        ),
+        (
+            "holdline_keepalive_pongs_total",
+            "CRLFCRLF pings answered.",
+            |s| s.pongs.load(Relaxed),
+        ),
+        (
+            "holdline_worker_busy_seconds_total",
+            "Time spent handling (not waiting in poll).",
+            |s| s.busy_ns.load(Relaxed),
+        ),
+        (
+            "holdline_worker_seconds_total",
+            "Time in the event loop.",
+            |s| s.loop_ns.load(Relaxed),
+        ),
+    ] {
+        counter(&mut out, name, help);
+        let secs = name.contains("seconds");
+        each(&mut out, &|i, s, out| {
+            let v = get(s);
+            if secs {
+                let _ = writeln!(out, "{name}{{worker=\"{i}\"}} {:.6}", v as f64 / 1e9);
+            } else {
+                let _ = writeln!(out, "{name}{{worker=\"{i}\"}} {v}");
+            }
+        });
+    }
+    let _ = writeln!(
+        out,
+        "# HELP holdline_connections_open TCP connections open.\n# TYPE holdline_connections_open gauge"
+    );
+    each(&mut out, &|i, s, out| {
+        let _ = writeln!(
+            out,
+            "holdline_connections_open{{worker=\"{i}\"}} {}",
+            s.conns_open.load(Relaxed)
+        );
+    });
+    let _ = writeln!(
+        out,
+        "# HELP holdline_worker_busy_ratio Busy fraction since start.\n# TYPE holdline_worker_busy_ratio gauge"
+    );
+    each(&mut out, &|i, s, out| {
+        let total = s.loop_ns.load(Relaxed).max(1) as f64;
+        let _ = writeln!(
+            out,
+            "holdline_worker_busy_ratio{{worker=\"{i}\"}} {:.4}",
+            s.busy_ns.load(Relaxed) as f64 / total
+        );
+    });
+    let name = "holdline_processing_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time a core takes to handle one message.\n# TYPE {name} histogram"
+    );
+    each(&mut out, &|i, s, out| {
+        let mut cum = 0;
+        for (b, le) in BUCKETS_US.iter().enumerate() {
+            cum += s.hist[b].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{worker=\"{i}\",le=\"{:.6}\"}} {cum}",
+                *le as f64 / 1e6
+            );
+        }
+        cum += s.hist[BUCKETS_US.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{worker=\"{i}\",le=\"+Inf\"}} {cum}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{worker=\"{i}\"}} {:.9}",
+            s.hist_sum_ns.load(Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "{name}_count{{worker=\"{i}\"}} {cum}");
+    });
+    let deadline = std::time::Instant::now() + wait;
+    for (i, (s, g0)) in shared.stats.iter().zip(gens).enumerate() {
+        let Ok(mut guard) = s.core_text.lock() else {
+            continue;
+        };
+        while guard.0 == g0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match s.core_ready.wait_timeout(guard, left) {
+                Ok((g, _)) => guard = g,
+                Err(_) => return out,
+            }
+        }
+        label_core_lines(i, &guard.1, &mut out);
+    }
+    out
+}
+
+/// The `/metrics` responder thread.
+pub(crate) struct MetricsServer {
+    pub(crate) addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    pub(crate) fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("holdline-metrics".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Relaxed) {
+                        break;
+                    }
+                    let Ok(mut conn) = conn else { continue };
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                    let _ = conn.set_write_timeout(Some(Duration::from_secs(2)));
+                    let mut req = [0u8; 2048];
+                    let mut n = 0;
+                    while n < req.len() {
+                        match conn.read(&mut req[n..]) {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => n += k,
+                        }
+                        if req[..n].windows(4).any(|w| w == b"\r\n\r\n") || req[..n].windows(2).any(|w| w == b"\n\n") {
+                            break;
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&req[..n]);
+                    let path = head.split_whitespace().nth(1).unwrap_or("");
+                    let resp = if head.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+                        let body = render(&shared, Duration::from_millis(250));
+                        format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                    } else {
+                        "HTTP/1.0 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n".to_owned()
+                    };
+                    let _ = conn.write_all(resp.as_bytes());
+                }
+            })?;
+        Ok(Self {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub(crate) fn stop(&mut self) {
+        self.stop.store(true, Relaxed);
+        // Unblock accept() with one connection of our own.
+        let _ = std::net::TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

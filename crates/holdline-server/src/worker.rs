@@ -1,0 +1,718 @@
+//! One worker: a mio event loop owning its UDP sockets, its TCP listener(s) and connections,
+//! its engine, and the receiving end of its hand-off channel.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant as StdInstant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use holdline_base::{ConnId, Instant, Peer, Transport};
+use holdline_io::Clock;
+use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
+use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
+use holdline_sip::{Frame, Framer, Limits};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::core::WorkerCore;
+use crate::metrics::{Close, Drop, WorkerStats, transport_idx};
+use crate::shard::owner_of;
+
+pub(crate) const WAKER: Token = Token(0);
+const UDP_BASE: usize = 1;
+const LISTENER_BASE: usize = 1 << 16;
+const CONN_BASE: usize = 1 << 20;
+/// Receive batches per UDP readiness before yielding to other sources.
+const UDP_BUDGET: usize = 8;
+/// Reads per TCP readiness before yielding.
+const TCP_BUDGET: usize = 16;
+/// Hand-off messages taken per loop iteration.
+const HANDOFF_BUDGET: usize = 1024;
+/// Accepts per listener readiness.
+const ACCEPT_BUDGET: usize = 64;
+
+/// What workers send each other.
+#[derive(Debug)]
+pub(crate) enum Handoff {
+    /// A message for a call the receiver owns.
+    Inbound { bytes: Vec<u8>, from: Peer },
+    /// Bytes to write on a connection the receiver owns.
+    Outbound { bytes: Vec<u8>, to: Peer },
+}
+
+/// State every worker and the server share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) stop: AtomicBool,
+    /// Shutdown deadline, nanoseconds on `clock` (u64::MAX: none).
+    pub(crate) deadline: AtomicU64,
+    pub(crate) wakers: Vec<Waker>,
+    pub(crate) senders: Vec<Sender<Handoff>>,
+    pub(crate) stats: Vec<WorkerStats>,
+    pub(crate) open_conns: AtomicUsize,
+    pub(crate) clock: Clock,
+}
+
+/// Per-worker settings derived from the configuration.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) limits: Limits,
+    pub(crate) max_connections: usize,
+    pub(crate) conn_limits: ConnLimits,
+    pub(crate) tcp_opts: TcpOptions,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) write_stall: Duration,
+}
+
+struct Conn {
+    io: TcpConn,
+    id: ConnId,
+    framer: Framer,
+    last_activity: Instant,
+    full_since: Option<Instant>,
+    outbound: bool,
+}
+
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    pub(crate) poll: Poll,
+    pub(crate) core: Box<dyn WorkerCore>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) rx: Receiver<Handoff>,
+    pub(crate) udp: Vec<UdpSocket>,
+    pub(crate) listeners: Vec<TcpListener>,
+    pub(crate) settings: Settings,
+    conns: Slab<Conn>,
+    conn_keys: HashMap<ConnId, usize>,
+    pool: HashMap<SocketAddr, ConnId>,
+    next_seq: u64,
+    recv: Option<RecvBatch>,
+    sends: Vec<SendBatch>,
+    tx_buf: Vec<u8>,
+    scratch: Vec<u8>,
+    need_wake: Vec<bool>,
+    pending: Vec<Token>,
+    more_handoffs: bool,
+    stopping: bool,
+}
+
+fn conn_owner(id: ConnId) -> usize {
+    (id.0 >> 48) as usize
+}
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        index: usize,
+        poll: Poll,
+        core: Box<dyn WorkerCore>,
+        shared: Arc<Shared>,
+        rx: Receiver<Handoff>,
+        udp: Vec<UdpSocket>,
+        listeners: Vec<TcpListener>,
+        settings: Settings,
+    ) -> Self {
+        let workers = shared.senders.len();
+        let slot = settings.limits.max_message_size + 1;
+        Self {
+            index,
+            poll,
+            core,
+            sends: udp.iter().map(|_| SendBatch::new()).collect(),
+            shared,
+            rx,
+            udp,
+            listeners,
+            settings,
+            conns: Slab::new(),
+            conn_keys: HashMap::new(),
+            pool: HashMap::new(),
+            next_seq: 1,
+            recv: Some(RecvBatch::new(32, slot)),
+            tx_buf: Vec::with_capacity(4096),
+            scratch: Vec::with_capacity(4096),
+            need_wake: vec![false; workers],
+            pending: Vec::new(),
+            more_handoffs: false,
+            stopping: false,
+        }
+    }
+
+    fn stats(&self) -> &WorkerStats {
+        &self.shared.stats[self.index]
+    }
+
+    /// Registers the sockets; call once before [`run`](Self::run).
+    pub(crate) fn register(&mut self) -> io::Result<()> {
+        for (i, s) in self.udp.iter_mut().enumerate() {
+            self.poll
+                .registry()
+                .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
+        }
+        for (i, l) in self.listeners.iter_mut().enumerate() {
+            self.poll
+                .registry()
+                .register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let clock = self.shared.clock;
+        let housekeeping_every = (self.settings.idle_timeout / 4)
+            .min(self.settings.write_stall / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let mut next_housekeeping = clock.now() + housekeeping_every;
+        loop {
+            let now = clock.now();
+            let mut timeout = self
+                .core
+                .poll_timeout()
+                .map(|t| t.saturating_duration_since(now));
+            if !self.conns.is_empty() {
+                let h = next_housekeeping.saturating_duration_since(now);
+                timeout = Some(timeout.map_or(h, |t| t.min(h)));
+            }
+            if self.stopping {
+                let d = Instant::from_nanos(self.shared.deadline.load(Relaxed));
+                let left = d.saturating_duration_since(now);
+                timeout = Some(timeout.map_or(left, |t| t.min(left)));
+            }
+            if !self.pending.is_empty() || self.more_handoffs {
+                timeout = Some(Duration::ZERO);
+            }
+            let t0 = StdInstant::now();
+            if let Err(e) = self.poll.poll(&mut events, timeout)
+                && e.kind() != io::ErrorKind::Interrupted
+            {
+                tracing::error!(worker = self.index, error = %e, "poll failed; worker exits");
+                break;
+            }
+            let t1 = StdInstant::now();
+            let now = clock.from_std(t1);
+
+            if !self.stopping && self.shared.stop.load(Relaxed) {
+                self.begin_shutdown();
+            }
+            for ev in events.iter() {
+                let t = ev.token();
+                match t.0 {
+                    0 => {}
+                    n if n >= CONN_BASE => {
+                        self.conn_event(
+                            now,
+                            n - CONN_BASE,
+                            ev.is_readable() || ev.is_read_closed(),
+                            ev.is_writable() || ev.is_error(),
+                        );
+                    }
+                    n if n >= LISTENER_BASE => self.accept(now, n - LISTENER_BASE),
+                    n => self.read_udp(now, n - UDP_BASE),
+                }
+            }
+            for t in std::mem::take(&mut self.pending) {
+                match t.0 {
+                    n if n >= CONN_BASE => self.conn_event(now, n - CONN_BASE, true, false),
+                    n if n >= LISTENER_BASE => self.accept(now, n - LISTENER_BASE),
+                    n => self.read_udp(now, n - UDP_BASE),
+                }
+            }
+            self.drain_handoffs(now);
+            if self.core.poll_timeout().is_some_and(|t| t <= now) {
+                self.core.handle_timeout(now);
+                self.drain_transmits(now);
+            }
+            if now >= next_housekeeping {
+                self.housekeeping(now);
+                next_housekeeping = now + housekeeping_every;
+            }
+            self.flush_udp();
+            self.flush_wakes();
+            if self.stats().core_wanted.swap(false, Relaxed) {
+                self.render_core_metrics();
+            }
+            let t2 = StdInstant::now();
+            let s = self.stats();
+            s.busy_ns.fetch_add((t2 - t1).as_nanos() as u64, Relaxed);
+            s.loop_ns.fetch_add((t2 - t0).as_nanos() as u64, Relaxed);
+            if self.stopping {
+                let deadline = Instant::from_nanos(self.shared.deadline.load(Relaxed));
+                let idle = self.core.poll_timeout().is_none()
+                    && self.rx.is_empty()
+                    && self.conns.iter().all(|(_, c)| c.io.queued_bytes() == 0);
+                if idle || clock.now() >= deadline {
+                    break;
+                }
+            }
+        }
+        self.render_core_metrics();
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for k in keys {
+            self.close(k, Close::Shutdown);
+        }
+    }
+
+    fn render_core_metrics(&self) {
+        let mut text = String::new();
+        self.core.metrics(&mut text);
+        let s = self.stats();
+        if let Ok(mut g) = s.core_text.lock() {
+            g.0 += 1;
+            g.1 = text;
+        }
+        s.core_ready.notify_all();
+    }
+
+    /// Stops reading: UDP sockets leave the poll (kept for sending), listeners close,
+    /// connections are no longer read.
+    fn begin_shutdown(&mut self) {
+        self.stopping = true;
+        for s in &mut self.udp {
+            let _ = self.poll.registry().deregister(s);
+        }
+        for mut l in self.listeners.drain(..) {
+            let _ = self.poll.registry().deregister(&mut l);
+        }
+        self.pending.clear();
+    }
+
+    fn read_udp(&mut self, now: Instant, i: usize) {
+        if self.stopping || i >= self.udp.len() {
+            return;
+        }
+        let Some(mut batch) = self.recv.take() else {
+            return;
+        };
+        let mut drained = false;
+        for _ in 0..UDP_BUDGET {
+            match self.udp[i].recv_batch(&mut batch) {
+                Ok(n) => {
+                    for k in 0..n {
+                        let Some(d) = batch.get(k) else { continue };
+                        let peer = Peer {
+                            addr: d.source,
+                            transport: Transport::Udp,
+                            conn: None,
+                        };
+                        if d.truncated || d.payload.len() > self.settings.limits.max_message_size {
+                            self.stats().msgs_in[0].fetch_add(1, Relaxed);
+                            self.stats().drop(Drop::TooLarge);
+                            continue;
+                        }
+                        if d.payload.iter().all(|&b| b == b'\r' || b == b'\n') {
+                            continue; // keep-alive datagram
+                        }
+                        self.dispatch(now, d.payload, peer);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    drained = true;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // ICMP errors surface here on some systems; nothing to do but go on.
+                    tracing::debug!(worker = self.index, error = %e, "udp receive error");
+                }
+            }
+        }
+        self.recv = Some(batch);
+        if !drained {
+            self.pending.push(Token(UDP_BASE + i));
+        }
+    }
+
+    /// Routes one received message to the worker that owns its call.
+    fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+        let s = &self.shared.stats[self.index];
+        s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
+        let n = self.shared.senders.len();
+        let owner = if n == 1 {
+            self.index
+        } else {
+            owner_of(bytes, &self.settings.limits, n).unwrap_or(self.index)
+        };
+        if owner == self.index {
+            self.handle_local(now, bytes, from);
+            return;
+        }
+        let msg = Handoff::Inbound {
+            bytes: bytes.to_vec(),
+            from,
+        };
+        self.hand_to(owner, msg);
+    }
+
+    fn hand_to(&mut self, owner: usize, msg: Handoff) {
+        match self.shared.senders[owner].try_send(msg) {
+            Ok(()) => {
+                self.stats().handoffs_out.fetch_add(1, Relaxed);
+                self.need_wake[owner] = true;
+            }
+            Err(TrySendError::Full(_)) => self.stats().drop(Drop::HandoffFull),
+            Err(TrySendError::Disconnected(_)) => self.stats().drop(Drop::Shutdown),
+        }
+    }
+
+    fn handle_local(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+        let t = StdInstant::now();
+        self.core.handle(now, bytes, from);
+        self.stats().record_processing(t.elapsed());
+        self.drain_transmits(now);
+    }
+
+    fn drain_handoffs(&mut self, now: Instant) {
+        self.more_handoffs = false;
+        for _ in 0..HANDOFF_BUDGET {
+            match self.rx.try_recv() {
+                Ok(Handoff::Inbound { bytes, from }) => {
+                    self.stats().handoffs_in.fetch_add(1, Relaxed);
+                    self.handle_local(now, &bytes, from);
+                }
+                Ok(Handoff::Outbound { bytes, to }) => {
+                    if let Some(id) = to.conn {
+                        self.conn_send(now, id, &bytes);
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        self.more_handoffs = true;
+    }
+
+    fn drain_transmits(&mut self, now: Instant) {
+        loop {
+            self.tx_buf.clear();
+            let Some(t) = self.core.poll_transmit(now, &mut self.tx_buf) else {
+                break;
+            };
+            let size = t.size.min(self.tx_buf.len());
+            let bytes = std::mem::take(&mut self.tx_buf);
+            self.send(now, &bytes[..size], t.destination);
+            self.tx_buf = bytes;
+        }
+    }
+
+    /// Sends bytes to a peer: UDP through this worker's socket, TCP on the given connection
+    /// (forwarded to the worker owning it) or on a pooled connection to the address.
+    fn send(&mut self, now: Instant, bytes: &[u8], to: Peer) {
+        match to.transport {
+            Transport::Udp => {
+                let Some(i) = self.udp.iter().position(|s| {
+                    s.local_addr()
+                        .is_ok_and(|a| a.is_ipv4() == to.addr.is_ipv4())
+                }) else {
+                    self.stats().drop(Drop::NoListener);
+                    return;
+                };
+                self.sends[i].push(to.addr, bytes);
+                self.stats().msgs_out[0].fetch_add(1, Relaxed);
+                if self.sends[i].len() >= 32 {
+                    self.flush_udp();
+                }
+            }
+            Transport::Tcp => {
+                let id = match to.conn {
+                    Some(id) => id,
+                    None => match self.pooled(now, to.addr) {
+                        Some(id) => id,
+                        None => return,
+                    },
+                };
+                let owner = conn_owner(id);
+                if owner == self.index {
+                    self.conn_send(now, id, bytes);
+                } else if owner < self.shared.senders.len() {
+                    let to = Peer {
+                        conn: Some(id),
+                        ..to
+                    };
+                    self.hand_to(
+                        owner,
+                        Handoff::Outbound {
+                            bytes: bytes.to_vec(),
+                            to,
+                        },
+                    );
+                } else {
+                    self.stats().drop(Drop::ConnGone);
+                }
+            }
+            _ => self.stats().drop(Drop::Unsupported),
+        }
+    }
+
+    /// This worker's pooled outbound connection to `addr`, opened (non-blocking) if needed.
+    fn pooled(&mut self, now: Instant, addr: SocketAddr) -> Option<ConnId> {
+        if let Some(id) = self.pool.get(&addr) {
+            return Some(*id);
+        }
+        if self.stopping {
+            self.stats().drop(Drop::Shutdown);
+            return None;
+        }
+        match TcpConn::connect(addr, &self.settings.tcp_opts, self.settings.conn_limits) {
+            Ok(io) => {
+                let id = self.add_conn(now, io, true)?;
+                self.pool.insert(addr, id);
+                self.stats().conns_outbound.fetch_add(1, Relaxed);
+                Some(id)
+            }
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "connect failed");
+                self.stats().drop(Drop::ConnectFailed);
+                None
+            }
+        }
+    }
+
+    fn add_conn(&mut self, now: Instant, mut io: TcpConn, outbound: bool) -> Option<ConnId> {
+        let id = ConnId(((self.index as u64) << 48) | self.next_seq);
+        self.next_seq += 1;
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = self.poll.registry().register(
+            &mut io,
+            Token(CONN_BASE + key),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!(error = %e, "cannot register connection");
+            self.stats().close(Close::Error);
+            return None;
+        }
+        entry.insert(Conn {
+            io,
+            id,
+            framer: Framer::new(self.settings.limits),
+            last_activity: now,
+            full_since: None,
+            outbound,
+        });
+        self.conn_keys.insert(id, key);
+        self.stats().conns_open.fetch_add(1, Relaxed);
+        if !outbound {
+            self.shared.open_conns.fetch_add(1, Relaxed);
+        }
+        Some(id)
+    }
+
+    fn close(&mut self, key: usize, why: Close) {
+        let Some(mut c) = self.conns.try_remove(key) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut c.io);
+        self.conn_keys.remove(&c.id);
+        if c.outbound {
+            self.pool.retain(|_, id| *id != c.id);
+        } else {
+            self.shared.open_conns.fetch_sub(1, Relaxed);
+        }
+        // Count before the peer can see the close.
+        let s = self.stats();
+        s.conns_open.fetch_sub(1, Relaxed);
+        s.close(why);
+        c.io.shutdown();
+    }
+
+    fn accept(&mut self, now: Instant, i: usize) {
+        if self.stopping || i >= self.listeners.len() {
+            return;
+        }
+        for _ in 0..ACCEPT_BUDGET {
+            match self.listeners[i].accept(self.settings.conn_limits) {
+                Ok(io) => {
+                    if self.shared.open_conns.load(Relaxed) >= self.settings.max_connections {
+                        self.stats().close(Close::MaxConnections);
+                        io.shutdown();
+                        continue;
+                    }
+                    if self.add_conn(now, io, false).is_some() {
+                        self.stats().conns_accepted.fetch_add(1, Relaxed);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // EMFILE and friends: stop for now, try again on the next event.
+                    tracing::warn!(worker = self.index, error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+        self.pending.push(Token(LISTENER_BASE + i));
+    }
+
+    fn conn_event(&mut self, now: Instant, key: usize, readable: bool, writable: bool) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        if c.io.is_connecting() {
+            match c.io.finish_connect() {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    tracing::debug!(peer = %c.io.peer_addr(), error = %e, "connect failed");
+                    if c.io.queued_bytes() > 0 {
+                        self.stats().drop(Drop::ConnectFailed);
+                    }
+                    self.close(key, Close::Error);
+                    return;
+                }
+            }
+        }
+        if writable || c.io.queued_bytes() > 0 {
+            self.flush_conn(now, key);
+        }
+        if readable && !self.stopping {
+            self.read_conn(now, key);
+        }
+    }
+
+    fn flush_conn(&mut self, now: Instant, key: usize) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        match c.io.flush() {
+            Ok(n) => {
+                if n > 0 {
+                    c.last_activity = now;
+                }
+                if c.io.queued_bytes() <= c.io.max_queue_bytes() / 2 {
+                    c.full_since = None;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "write failed");
+                self.close(key, Close::Error);
+            }
+        }
+    }
+
+    fn read_conn(&mut self, now: Instant, key: usize) {
+        for _ in 0..TCP_BUDGET {
+            let Some(c) = self.conns.get_mut(key) else {
+                return;
+            };
+            let Ok(r) = c.io.read() else {
+                self.close(key, Close::Error);
+                return;
+            };
+            if r.bytes > 0 {
+                c.last_activity = now;
+            }
+            loop {
+                let Some(c) = self.conns.get_mut(key) else {
+                    return;
+                };
+                let peer = Peer {
+                    addr: c.io.peer_addr(),
+                    transport: Transport::Tcp,
+                    conn: Some(c.id),
+                };
+                match c.framer.poll(c.io.buffered()) {
+                    Ok(Frame::Message { len }) => {
+                        let mut msg = std::mem::take(&mut self.scratch);
+                        msg.clear();
+                        msg.extend_from_slice(&c.io.buffered()[..len]);
+                        c.io.consume(len);
+                        self.dispatch(now, &msg, peer);
+                        self.scratch = msg;
+                    }
+                    Ok(Frame::KeepAlive { len, ping }) => {
+                        c.io.consume(len);
+                        if ping {
+                            let id = c.id;
+                            self.stats().pongs.fetch_add(1, Relaxed);
+                            self.conn_send(now, id, b"\r\n");
+                        }
+                    }
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(peer = %peer.addr, error = %e, "framing error; closing");
+                        self.stats().drop(Drop::FramingError);
+                        self.close(key, Close::Framing);
+                        return;
+                    }
+                }
+            }
+            if r.eof {
+                self.close(key, Close::Eof);
+                return;
+            }
+            if r.drained {
+                return;
+            }
+        }
+        self.pending.push(Token(CONN_BASE + key));
+    }
+
+    fn conn_send(&mut self, now: Instant, id: ConnId, bytes: &[u8]) {
+        let Some(&key) = self.conn_keys.get(&id) else {
+            self.stats().drop(Drop::ConnGone);
+            return;
+        };
+        let Some(c) = self.conns.get_mut(key) else {
+            self.stats().drop(Drop::ConnGone);
+            return;
+        };
+        if c.io.enqueue(bytes).is_err() {
+            if c.full_since.is_none() {
+                c.full_since = Some(now);
+            }
+            self.stats().drop(Drop::ConnQueueFull);
+            return;
+        }
+        c.last_activity = now;
+        if bytes != b"\r\n" {
+            self.stats().msgs_out[1].fetch_add(1, Relaxed);
+        }
+        self.flush_conn(now, key);
+    }
+
+    fn housekeeping(&mut self, now: Instant) {
+        let idle = self.settings.idle_timeout;
+        let stall = self.settings.write_stall;
+        let mut doomed = Vec::new();
+        for (k, c) in &self.conns {
+            if c.full_since
+                .is_some_and(|t| now.saturating_duration_since(t) > stall)
+            {
+                doomed.push((k, Close::Stalled));
+            } else if now.saturating_duration_since(c.last_activity) > idle {
+                doomed.push((k, Close::Idle));
+            }
+        }
+        for (k, why) in doomed {
+            self.close(k, why);
+        }
+    }
+
+    fn flush_udp(&mut self) {
+        for (i, batch) in self.sends.iter_mut().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            let mut errors = 0;
+            self.udp[i].send_batch(batch, &mut errors);
+            let s = &self.shared.stats[self.index];
+            for _ in 0..errors {
+                s.drop(Drop::SendError);
+            }
+            // Never block: what the socket did not take now is dropped and counted.
+            for _ in 0..batch.clear() {
+                s.drop(Drop::UdpSendBlocked);
+            }
+        }
+    }
+
+    fn flush_wakes(&mut self) {
+        for (i, w) in self.need_wake.iter_mut().enumerate() {
+            if std::mem::take(w) {
+                let _ = self.shared.wakers[i].wake();
+            }
+        }
+    }
+}
