@@ -792,10 +792,25 @@ impl Endpoint {
             }
             let empty = bindings.is_empty();
             self.bindings = bindings;
-            return match (out.is_empty(), empty) {
-                (false, _) => Ok(out),
-                (true, true) => Err((404, "Not Found")),
-                (true, false) => Err((480, "Temporarily Unavailable")),
+            // A user at this proxy's own address (not a served domain) without a binding
+            // follows a static route if one applies: a trunk pointed at the proxy.
+            let fallback = if self.config.serves(host) {
+                None
+            } else {
+                self.config.static_route(host)
+            };
+            return match (out.is_empty(), empty, fallback) {
+                (false, _, _) => Ok(out),
+                (true, true, Some(r)) => Ok(vec![Target {
+                    uri: ruri,
+                    dest: Peer {
+                        addr: r.next_hop,
+                        transport: r.transport,
+                        conn: None,
+                    },
+                }]),
+                (true, true, None) => Err((404, "Not Found")),
+                (true, false, _) => Err((480, "Temporarily Unavailable")),
             };
         }
         if me {

@@ -200,10 +200,9 @@ impl WorkerCore for Engine {
                 "holdline_sip_requests_in_total{{method=\"{method}\"}} {n}"
             );
         }
-        for (class, (i, o)) in s.responses_in.iter().zip(&s.responses_out).enumerate() {
-            if class == 0 {
-                continue;
-            }
+        // Index k counts status class k + 1 (1xx at 0, 6xx at 5).
+        for (k, (i, o)) in s.responses_in.iter().zip(&s.responses_out).enumerate() {
+            let class = k + 1;
             let _ = writeln!(
                 out,
                 "holdline_sip_responses_in_total{{class=\"{class}xx\"}} {i}"
@@ -243,5 +242,51 @@ impl WorkerCore for Engine {
             let _ = writeln!(out, "holdline_store_bindings {}", self.store.len());
             let _ = writeln!(out, "holdline_store_purged_total {}", self.purged);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdline_base::{Peer, Transport};
+    use holdline_proto::MemoryLocationStore;
+
+    #[test]
+    fn metrics_label_status_classes_correctly() {
+        let bound = [Listener {
+            transport: Transport::Udp,
+            addr: "127.0.0.1:5060".parse().expect("addr"),
+        }];
+        let proxy = proxy_config(&ServerConfig::default(), &bound, 0);
+        let mut e = Engine::new(proxy, Arc::new(MemoryLocationStore::new()), 0);
+        // A health probe to the engine's own address: answered 200 (class 2).
+        let req = b"OPTIONS sip:127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKm\r\n\
+Max-Forwards: 70\r\nTo: <sip:127.0.0.1:5060>\r\nFrom: <sip:a@127.0.0.1>;tag=1\r\nCall-ID: m@1\r\n\
+CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
+        let from = Peer {
+            addr: "127.0.0.1:9".parse().expect("addr"),
+            transport: Transport::Udp,
+            conn: None,
+        };
+        e.handle(Instant::ZERO, req, from);
+        let mut buf = Vec::new();
+        let t = e
+            .poll_transmit(Instant::ZERO, &mut buf)
+            .expect("a response");
+        assert!(buf[..t.size].starts_with(b"SIP/2.0 200"));
+        let mut text = String::new();
+        e.metrics(&mut text);
+        assert!(
+            text.contains("holdline_sip_responses_out_total{class=\"2xx\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdline_sip_responses_out_total{class=\"1xx\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdline_sip_requests_in_total{method=\"OPTIONS\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -168,6 +168,7 @@ impl Server {
         let mut bound = Vec::new();
         for lst in &config.listen {
             let mut addr = lst.addr;
+            probe_exclusive(lst)?;
             for w in 0..n {
                 let err = |source| StartError::Bind {
                     listener: *lst,
@@ -356,5 +357,24 @@ impl Server {
         }
         tracing::info!(?report, "server stopped");
         report
+    }
+}
+
+/// Fails if another socket already holds `lst`'s address. The workers bind with
+/// `SO_REUSEPORT`, which would otherwise let a second server (or one still shutting down)
+/// silently share the port and receive part of its traffic. A plain bind without the option
+/// fails with "address in use" when any other socket holds the address. Port 0 is skipped.
+fn probe_exclusive(lst: &Listener) -> Result<(), StartError> {
+    if lst.addr.port() == 0 {
+        return Ok(());
+    }
+    let err = |source| StartError::Bind {
+        listener: *lst,
+        source,
+    };
+    match lst.transport {
+        Transport::Udp => std::net::UdpSocket::bind(lst.addr).map(drop).map_err(err),
+        Transport::Tcp => std::net::TcpListener::bind(lst.addr).map(drop).map_err(err),
+        _ => Ok(()),
     }
 }

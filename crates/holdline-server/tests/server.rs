@@ -427,3 +427,21 @@ fn summary_call_id(bytes: &[u8]) -> String {
     let m = Message::parse(bytes, &Limits::DEFAULT).unwrap();
     String::from_utf8(m.call_id().unwrap().to_vec()).unwrap()
 }
+
+#[test]
+fn a_second_server_on_the_same_address_is_refused() {
+    // The first server binds real ports; a second one asking for the same addresses must
+    // fail loudly instead of sharing them through SO_REUSEPORT.
+    let first = start(&config(2));
+    let mut c = config(2);
+    c.listen = first.local_addrs().to_vec();
+    c.metrics = None;
+    let err = Server::start(&c, |i| {
+        Box::new(TestCore::new(i, Limits::DEFAULT)) as Box<dyn WorkerCore>
+    })
+    .expect_err("the address is taken");
+    let text = err.to_string();
+    assert!(text.starts_with("cannot listen on"), "{text}");
+    assert!(text.contains("in use"), "{text}");
+    first.shutdown();
+}

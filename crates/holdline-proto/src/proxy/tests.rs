@@ -1129,6 +1129,32 @@ fn unknown_user_in_a_served_domain_gets_404() {
 }
 
 #[test]
+fn a_user_at_the_proxy_address_follows_the_default_route_without_a_binding() {
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: ua_addr(5),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::answers(10, 20, 200))]);
+    // What SIPp's built-in uac sends: the Request-URI is the proxy's own address.
+    let ruri = format!("sip:service@{PROXY}");
+    net.send(1, request("INVITE", &ruri, ua_addr(1), "z9hG4bKme", 1, &[]));
+    net.run_until(ms(100));
+    let got = net.ua(5).requests("INVITE");
+    assert_eq!(got.len(), 1, "forwarded once to the default route");
+    assert_eq!(parse(&got[0]).request_uri_bytes(), Some(ruri.as_bytes()));
+    // Without a static route the same request is a 404.
+    let mut net = Net::new(config(), vec![alice()]);
+    let r = answer_to(
+        &mut net,
+        request("INVITE", &ruri, ua_addr(1), "z9hG4bKme2", 1, &[]),
+    );
+    assert_eq!(status_of(&r), 404);
+}
+
+#[test]
 fn a_looped_request_gets_482() {
     // The default route points back at the proxy itself: the second pass is a loop.
     let mut c = config();
