@@ -1,0 +1,222 @@
+//! End-to-end calls with the real SIPp (Debian package `sip-tester`, installed by `.ci/run`):
+//! SIPp's built-in `uac` → `holdline serve` → SIPp's built-in `uas`, 10,000 calls at 500
+//! calls/s, over UDP and over TCP, with zero failed calls and zero unexpected messages.
+//!
+//! Every process is started here, bounded (`-m`, `-timeout`) and stopped by its PID.
+//! Set `HOLDLINE_SKIP_SIPP=1` to skip these tests on a machine without SIPp (they print
+//! that they were skipped); without it a missing SIPp is a failure.
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_holdline");
+
+/// A port free on 127.0.0.1 for both UDP and TCP at the time of the call.
+fn free_port() -> u16 {
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().expect("addr").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+fn sipp_available() -> bool {
+    if std::env::var_os("HOLDLINE_SKIP_SIPP").is_some() {
+        eprintln!("SKIPPED: HOLDLINE_SKIP_SIPP is set");
+        return false;
+    }
+    let ok = Command::new("sipp")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        ok,
+        "SIPp is not installed: apt-get install sip-tester (or set HOLDLINE_SKIP_SIPP=1)"
+    );
+    true
+}
+
+/// Kills a child by PID when dropped (so a failing assertion leaves no process behind).
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `holdline serve` and waits for its ready line.
+fn start_holdline(args: &[String]) -> Guard {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holdline");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let guard = Guard(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut log = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("holdline: ready") => break,
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(e) => panic!("holdline did not become ready ({e:?}):\n{log}"),
+        }
+    }
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    guard
+}
+
+/// The last row of a SIPp `-trace_stat` CSV as (column, value) pairs.
+fn last_stats(path: &PathBuf) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<String> = lines
+        .next()
+        .expect("header")
+        .split(';')
+        .map(str::to_owned)
+        .collect();
+    let last: Vec<String> = lines
+        .last()
+        .expect("a data row")
+        .split(';')
+        .map(str::to_owned)
+        .collect();
+    header.into_iter().zip(last).collect()
+}
+
+fn stat(stats: &[(String, String)], name: &str) -> u64 {
+    stats
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no numeric column {name}"))
+}
+
+fn calls_through_holdline(transport: &str) {
+    if !sipp_available() {
+        return;
+    }
+    let (t, sipp_t) = match transport {
+        "udp" => ("udp", "u1"),
+        _ => ("tcp", "t1"),
+    };
+    let proxy = free_port();
+    let uas = free_port();
+    let uac = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let calls = 10_000;
+    let rate = 500;
+
+    let _holdline = start_holdline(&[
+        "--listen".into(),
+        format!("{t}:127.0.0.1:{proxy}"),
+        "--route".into(),
+        format!("*={t}:127.0.0.1:{uas}"),
+        "--store".into(),
+        "memory".into(),
+        "--workers".into(),
+        "2".into(),
+    ]);
+    let uas_child = Command::new("sipp")
+        .args([
+            "-sn",
+            "uas",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &uas.to_string(),
+            "-t",
+            sipp_t,
+        ])
+        .args(["-nostdin", "-timeout", "90s", "-timeout_error"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sipp uas");
+    let _uas = Guard(uas_child);
+    // SIPp's UAS binds at once; give it a moment to do so before the first INVITE arrives
+    // (bounded wait on the port, not a sleep).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let taken = match t {
+            "udp" => UdpSocket::bind(("127.0.0.1", uas)).is_err(),
+            _ => TcpListener::bind(("127.0.0.1", uas)).is_err(),
+        };
+        if taken {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let stats = dir.path().join("uac.csv");
+    let target: SocketAddr = format!("127.0.0.1:{proxy}").parse().expect("addr");
+    let status = Command::new("sipp")
+        .args(["-sn", "uac", &target.to_string(), "-i", "127.0.0.1"])
+        .args(["-p", &uac.to_string(), "-t", sipp_t])
+        .args(["-r", &rate.to_string(), "-m", &calls.to_string(), "-d", "0"])
+        .args(["-nostdin", "-timeout", "80s", "-timeout_error"])
+        .args(["-trace_stat", "-fd", "1", "-stf"])
+        .arg(&stats)
+        .args(["-trace_err", "-error_file"])
+        .arg(dir.path().join("uac_errors.log"))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run sipp uac");
+    let s = last_stats(&stats);
+    let errors = std::fs::read_to_string(dir.path().join("uac_errors.log")).unwrap_or_default();
+    let excerpt: String = errors.chars().take(3000).collect();
+    assert_eq!(
+        stat(&s, "SuccessfulCall(C)"),
+        calls,
+        "{transport}: {s:?}\n{excerpt}"
+    );
+    assert_eq!(stat(&s, "FailedCall(C)"), 0, "{transport}: {excerpt}");
+    assert_eq!(
+        stat(&s, "FailedUnexpectedMessage(C)"),
+        0,
+        "{transport}: {excerpt}"
+    );
+    assert!(
+        status.success(),
+        "{transport}: sipp uac exit {status:?}\n{excerpt}"
+    );
+}
+
+#[test]
+fn sipp_10000_calls_at_500_per_second_over_udp() {
+    calls_through_holdline("udp");
+}
+
+#[test]
+fn sipp_10000_calls_at_500_per_second_over_tcp() {
+    calls_through_holdline("tcp");
+}
