@@ -94,19 +94,13 @@ fn start_holdline(args: &[String]) -> Guard {
 fn last_stats(path: &PathBuf) -> Vec<(String, String)> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header: Vec<String> = lines
-        .next()
-        .expect("header")
+    let header = lines.next().expect("header");
+    let last = lines.next_back().expect("a data row");
+    header
         .split(';')
         .map(str::to_owned)
-        .collect();
-    let last: Vec<String> = lines
-        .last()
-        .expect("a data row")
-        .split(';')
-        .map(str::to_owned)
-        .collect();
-    header.into_iter().zip(last).collect()
+        .zip(last.split(';').map(str::to_owned))
+        .collect()
 }
 
 fn stat(stats: &[(String, String)], name: &str) -> u64 {
