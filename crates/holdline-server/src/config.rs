@@ -25,6 +25,12 @@
 //! t2_ms = 4000
 //! t4_ms = 5000
 //!
+//! [registrar]                      # intervals in seconds
+//! min_expires = 60                 # shorter requests (under one hour): 423
+//! max_expires = 7200
+//! default_expires = 3600
+//! max_contacts_per_aor = 10
+//!
 //! [[routes]]
 //! domain = "*"
 //! target = "udp:192.0.2.10:5060"
@@ -228,6 +234,44 @@ impl Default for TimersConfig {
     }
 }
 
+/// The registrar's intervals (seconds) and contact limit; the defaults are
+/// [`holdline_proto::RegistrarConfig`]'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistrarSettings {
+    /// Shortest non-zero interval accepted; shorter ones (under one hour) get 423.
+    pub min_expires: u32,
+    /// Longest interval granted; longer requests are shortened to it.
+    pub max_expires: u32,
+    /// Interval granted when the REGISTER names none.
+    pub default_expires: u32,
+    /// Most bindings per address-of-record.
+    pub max_contacts_per_aor: usize,
+}
+
+impl Default for RegistrarSettings {
+    fn default() -> Self {
+        let d = holdline_proto::RegistrarConfig::default();
+        Self {
+            min_expires: d.min_expires,
+            max_expires: d.max_expires,
+            default_expires: d.default_expires,
+            max_contacts_per_aor: d.max_contacts_per_aor,
+        }
+    }
+}
+
+impl From<RegistrarSettings> for holdline_proto::RegistrarConfig {
+    fn from(r: RegistrarSettings) -> Self {
+        Self {
+            min_expires: r.min_expires,
+            max_expires: r.max_expires,
+            default_expires: r.default_expires,
+            max_contacts_per_aor: r.max_contacts_per_aor,
+        }
+    }
+}
+
 /// Everything `holdline serve` needs.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -254,6 +298,8 @@ pub struct ServerConfig {
     pub limits: LimitsConfig,
     /// Transaction timers.
     pub timers: TimersConfig,
+    /// Registrar intervals.
+    pub registrar: RegistrarSettings,
     /// Static routes, tried in order.
     pub routes: Vec<Route>,
 }
@@ -282,6 +328,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: 2000,
             limits: LimitsConfig::default(),
             timers: TimersConfig::default(),
+            registrar: RegistrarSettings::default(),
             routes: Vec::new(),
         }
     }
@@ -409,6 +456,25 @@ impl ServerConfig {
         let t = &self.timers;
         if t.t1_ms == 0 || t.t2_ms < t.t1_ms {
             return err("timers.t2_ms", "need 0 < t1_ms <= t2_ms");
+        }
+        let r = &self.registrar;
+        if r.min_expires == 0 {
+            return err("registrar.min_expires", "must be at least 1");
+        }
+        if r.max_expires < r.min_expires {
+            return err(
+                "registrar.max_expires",
+                "must be at least registrar.min_expires",
+            );
+        }
+        if !(r.min_expires..=r.max_expires).contains(&r.default_expires) {
+            return err(
+                "registrar.default_expires",
+                "must be between registrar.min_expires and registrar.max_expires",
+            );
+        }
+        if r.max_contacts_per_aor == 0 {
+            return err("registrar.max_contacts_per_aor", "must be at least 1");
         }
         if let Some(r) = self.routes.iter().find(|r| r.domain.is_empty()) {
             return err(
@@ -564,6 +630,33 @@ stateless = true
         assert_eq!((e.line, e.key.as_str()), (2, "limits.handoff_queue"));
         let e = ServerConfig::from_toml("a.toml", "[bogus]\nx = 1\n").expect_err("unknown table");
         assert_eq!((e.line, e.key.as_str()), (1, "bogus"));
+    }
+
+    #[test]
+    fn registrar_section() {
+        let c = ServerConfig::from_toml("x.toml", "").expect("default");
+        assert_eq!(
+            holdline_proto::RegistrarConfig::from(c.registrar),
+            holdline_proto::RegistrarConfig::default()
+        );
+        let text = "[registrar]\nmin_expires = 1\nmax_expires = 600\ndefault_expires = 300\n";
+        let c = ServerConfig::from_toml("x.toml", text).expect("parses");
+        let r = holdline_proto::RegistrarConfig::from(c.registrar);
+        assert_eq!(
+            (r.min_expires, r.max_expires, r.default_expires),
+            (1, 600, 300)
+        );
+        assert_eq!(r.max_contacts_per_aor, 10);
+        let e =
+            ServerConfig::from_toml("a.toml", "[registrar]\nmin_expires = 0\n").expect_err("zero");
+        assert_eq!((e.line, e.key.as_str()), (2, "registrar.min_expires"));
+        let e =
+            ServerConfig::from_toml("a.toml", "[registrar]\nmin_expires = 10\nmax_expires = 5\n")
+                .expect_err("max below min");
+        assert_eq!((e.line, e.key.as_str()), (3, "registrar.max_expires"));
+        let e = ServerConfig::from_toml("a.toml", "[registrar]\nmin_expire = 1\n")
+            .expect_err("unknown key");
+        assert_eq!((e.line, e.key.as_str()), (2, "registrar.min_expire"));
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         })
         .collect();
     p.record_route = config.record_route;
+    p.registrar = config.registrar.into();
     p.static_routes = config
         .routes
         .iter()

@@ -45,8 +45,8 @@ use holdline_sip::Limits;
 use mio::{Poll, Waker};
 
 pub use crate::config::{
-    ConfigError, LimitsConfig, Listener, Overrides, Route, ServerConfig, StoreSpec, TimersConfig,
-    default_data_dir,
+    ConfigError, LimitsConfig, Listener, Overrides, RegistrarSettings, Route, ServerConfig,
+    StoreSpec, TimersConfig, default_data_dir,
 };
 pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
 pub use crate::engine::{Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config};

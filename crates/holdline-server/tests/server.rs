@@ -329,9 +329,12 @@ fn metrics_endpoint_and_shutdown_hook() {
     let deadline = StdInstant::now() + WAIT;
     let text = loop {
         let text = http_get(maddr, "/metrics");
-        if metric_sum(&text, "holdline_testcore_unparsable_total") == 1
-            || StdInstant::now() > deadline
-        {
+        // The core's counters and the worker's (messages, processing histogram) are updated
+        // at slightly different moments: wait until all of them have seen both datagrams.
+        let settled = metric_sum(&text, "holdline_testcore_unparsable_total") == 1
+            && metric_sum(&text, "holdline_messages_in_total") == 2
+            && metric_sum(&text, "holdline_processing_seconds_count") == 2;
+        if settled || StdInstant::now() > deadline {
             break text;
         }
     };

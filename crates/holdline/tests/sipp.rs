@@ -6,110 +6,13 @@
 //! Set `HOLDLINE_SKIP_SIPP=1` to skip these tests on a machine without SIPp (they print
 //! that they were skipped); without it a missing SIPp is a failure.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_holdline");
-
-/// A port free on 127.0.0.1 for both UDP and TCP at the time of the call.
-fn free_port() -> u16 {
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("addr").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-fn sipp_available() -> bool {
-    if std::env::var_os("HOLDLINE_SKIP_SIPP").is_some() {
-        eprintln!("SKIPPED: HOLDLINE_SKIP_SIPP is set");
-        return false;
-    }
-    let ok = Command::new("sipp")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    assert!(
-        ok,
-        "SIPp is not installed: apt-get install sip-tester (or set HOLDLINE_SKIP_SIPP=1)"
-    );
-    true
-}
-
-/// Kills a child by PID when dropped (so a failing assertion leaves no process behind).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `holdline serve` and waits for its ready line.
-fn start_holdline(args: &[String]) -> Guard {
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdline");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let guard = Guard(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut log = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if line.starts_with("holdline: ready") => break,
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            Err(e) => panic!("holdline did not become ready ({e:?}):\n{log}"),
-        }
-    }
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    guard
-}
-
-/// The last row of a SIPp `-trace_stat` CSV as (column, value) pairs.
-fn last_stats(path: &PathBuf) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let header = lines.next().expect("header");
-    let last = lines.next_back().expect("a data row");
-    header
-        .split(';')
-        .map(str::to_owned)
-        .zip(last.split(';').map(str::to_owned))
-        .collect()
-}
-
-fn stat(stats: &[(String, String)], name: &str) -> u64 {
-    stats
-        .iter()
-        .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no numeric column {name}"))
-}
+use common::{Guard, Holdline, free_port, last_stats, sipp_available, stat};
 
 fn calls_through_holdline(transport: &str) {
     if !sipp_available() {
@@ -126,7 +29,7 @@ fn calls_through_holdline(transport: &str) {
     let calls = 10_000;
     let rate = 500;
 
-    let _holdline = start_holdline(&[
+    let _holdline = Holdline::start(&[
         "--listen".into(),
         format!("{t}:127.0.0.1:{proxy}"),
         "--route".into(),

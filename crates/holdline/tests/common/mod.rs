@@ -1,0 +1,310 @@
+//! Helpers shared by the end-to-end tests that run `holdline serve` and SIPp as processes:
+//! free ports, the SIPp check, a `holdline serve` child stopped by PID when dropped, SIPp's
+//! `-trace_stat` CSV, and raw SIP over a UDP socket.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_holdline");
+
+/// A port free on 127.0.0.1 for both UDP and TCP at the time of the call.
+pub fn free_port() -> u16 {
+    loop {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().expect("addr").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Whether to run SIPp tests: false (with a note) when `HOLDLINE_SKIP_SIPP` is set; a missing
+/// SIPp otherwise fails the test.
+pub fn sipp_available() -> bool {
+    if std::env::var_os("HOLDLINE_SKIP_SIPP").is_some() {
+        eprintln!("SKIPPED: HOLDLINE_SKIP_SIPP is set");
+        return false;
+    }
+    let ok = Command::new("sipp")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        ok,
+        "SIPp is not installed: apt-get install sip-tester (or set HOLDLINE_SKIP_SIPP=1)"
+    );
+    true
+}
+
+/// Kills a child by PID when dropped (so a failing assertion leaves no process behind).
+pub struct Guard(pub Child);
+
+impl Guard {
+    /// Waits for the child to exit, up to `limit`; `None` if it is still running then.
+    pub fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.0.try_wait().expect("try_wait") {
+                Some(s) => return Some(s),
+                None if Instant::now() >= deadline => return None,
+                // Bounded poll of the child's state.
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `holdline serve`: its stderr up to the ready line, the rest on demand.
+pub struct Holdline {
+    child: Guard,
+    lines: Receiver<String>,
+    /// Stderr lines up to and including `holdline: ready`.
+    pub startup: String,
+}
+
+impl Holdline {
+    /// Starts `holdline serve ARGS` and waits (bounded) for its ready line.
+    pub fn start(args: &[String]) -> Self {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holdline");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        // Reads stderr to its end, so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let child = Guard(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut startup = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    startup.push_str(&line);
+                    startup.push('\n');
+                    if line.starts_with("holdline: ready") {
+                        break;
+                    }
+                }
+                Err(e) => panic!("holdline did not become ready ({e:?}):\n{startup}"),
+            }
+        }
+        Self {
+            child,
+            lines: rx,
+            startup,
+        }
+    }
+
+    /// The first startup line starting with `prefix`.
+    pub fn startup_line(&self, prefix: &str) -> Option<&str> {
+        self.startup.lines().find(|l| l.starts_with(prefix))
+    }
+
+    /// The address of its first `udp:` listener (from the `holdline: listening on` lines).
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.startup_line("holdline: listening on udp:")
+            .and_then(|l| l.strip_prefix("holdline: listening on udp:"))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no udp listener:\n{}", self.startup))
+    }
+
+    /// Sends SIGTERM, waits (bounded) for stderr to close and the process to exit; returns
+    /// its exit status and the stderr written after the ready line.
+    pub fn terminate(mut self) -> (ExitStatus, String) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut rest = String::new();
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => {
+                    rest.push_str(&line);
+                    rest.push('\n');
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => panic!("no exit after SIGTERM:\n{rest}"),
+            }
+        }
+        let status = self
+            .child
+            .wait_for(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("stderr closed but no exit:\n{rest}"));
+        (status, rest)
+    }
+}
+
+/// The last row of a SIPp `-trace_stat` CSV as (column, value) pairs.
+pub fn last_stats(path: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header = lines.next().expect("header");
+    let last = lines.next_back().expect("a data row");
+    header
+        .split(';')
+        .zip(last.split(';'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// A numeric column of [`last_stats`].
+pub fn stat(stats: &[(String, String)], name: &str) -> u64 {
+    stats
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no numeric column {name}"))
+}
+
+/// Waits (bounded) until something is bound to UDP `port` on 127.0.0.1.
+pub fn wait_udp_bound(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        assert!(Instant::now() < deadline, "nothing bound udp port {port}");
+        std::thread::yield_now();
+    }
+}
+
+/// A SIP client over one UDP socket: sends a request, returns the first final response
+/// (skipping 1xx) with a matching Call-ID.
+pub struct SipClient {
+    sock: UdpSocket,
+    server: SocketAddr,
+    seq: u64,
+}
+
+impl SipClient {
+    pub fn new(server: SocketAddr) -> Self {
+        let sock = UdpSocket::bind("127.0.0.1:0").expect("bind client");
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        Self {
+            sock,
+            server,
+            seq: 0,
+        }
+    }
+
+    pub fn local_port(&self) -> u16 {
+        self.sock.local_addr().expect("addr").port()
+    }
+
+    /// Sends `request` (with `{call_id}`, `{branch}` and `{port}` replaced) and returns the
+    /// final response's text.
+    fn exchange(&mut self, request: &str) -> String {
+        self.seq += 1;
+        let call_id = format!("t{}-{}@127.0.0.1", self.local_port(), self.seq);
+        let text = request
+            .replace("{call_id}", &call_id)
+            .replace("{branch}", &format!("z9hG4bKt{}", self.seq))
+            .replace("{port}", &self.local_port().to_string());
+        self.sock
+            .send_to(text.as_bytes(), self.server)
+            .expect("send");
+        let mut buf = vec![0; 65_535];
+        loop {
+            let (n, _) = self
+                .sock
+                .recv_from(&mut buf)
+                .unwrap_or_else(|e| panic!("no response ({e}) to:\n{text}"));
+            let resp = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let same_call = resp
+                .lines()
+                .any(|l| l.strip_prefix("Call-ID: ") == Some(call_id.as_str()));
+            if same_call && !resp.starts_with("SIP/2.0 1") {
+                return resp;
+            }
+        }
+    }
+
+    /// REGISTER `user@domain` with `contact` (`None`: a query) and `Expires: expires`.
+    pub fn register(
+        &mut self,
+        user: &str,
+        domain: &str,
+        contact: Option<&str>,
+        expires: u32,
+    ) -> String {
+        let contact = contact
+            .map(|c| format!("Contact: <{c}>\r\nExpires: {expires}\r\n"))
+            .unwrap_or_default();
+        self.exchange(&format!(
+            "REGISTER sip:{domain} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{{port}};branch={{branch}}\r\n\
+             Max-Forwards: 70\r\nTo: <sip:{user}@{domain}>\r\nFrom: <sip:{user}@{domain}>;tag=r1\r\n\
+             Call-ID: {{call_id}}\r\nCSeq: 1 REGISTER\r\n{contact}Content-Length: 0\r\n\r\n"
+        ))
+    }
+
+    /// INVITE `uri` (no body); returns the final response. A non-2xx final response is
+    /// acknowledged.
+    pub fn invite(&mut self, uri: &str) -> String {
+        let resp = self.exchange(&format!(
+            "INVITE {uri} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:{{port}};branch={{branch}}\r\n\
+             Max-Forwards: 70\r\nTo: <{uri}>\r\nFrom: <sip:caller@127.0.0.1>;tag=i1\r\n\
+             Call-ID: {{call_id}}\r\nCSeq: 1 INVITE\r\nContact: <sip:caller@127.0.0.1:{{port}}>\r\n\
+             Content-Length: 0\r\n\r\n"
+        ));
+        if !resp.starts_with("SIP/2.0 2") {
+            let header = |name: &str| {
+                resp.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let ack = format!(
+                "ACK {uri} SIP/2.0\r\nVia: {}\r\nMax-Forwards: 70\r\nTo: {}\r\nFrom: {}\r\n\
+                 Call-ID: {}\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+                header("Via: "),
+                header("To: "),
+                header("From: "),
+                header("Call-ID: "),
+            );
+            self.sock
+                .send_to(ack.as_bytes(), self.server)
+                .expect("send ack");
+        }
+        resp
+    }
+}
+
+/// The Contact header values of a response.
+pub fn contacts(resp: &str) -> Vec<&str> {
+    resp.lines()
+        .filter_map(|l| l.strip_prefix("Contact: "))
+        .collect()
+}
+
+/// The status code of a response.
+pub fn status_code(resp: &str) -> u16 {
+    resp.get(8..11)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not a response: {resp}"))
+}
