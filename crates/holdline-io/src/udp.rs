@@ -43,6 +43,9 @@ impl Default for UdpOptions {
 pub struct UdpSocket {
     inner: mio::net::UdpSocket,
     batched: bool,
+    /// The bound address, read once after binding (it cannot change afterwards), so that
+    /// callers choosing a socket per datagram make no `getsockname` call.
+    local: SocketAddr,
 }
 
 impl UdpSocket {
@@ -64,15 +67,18 @@ impl UdpSocket {
         }
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
+        let inner = mio::net::UdpSocket::from_std(socket.into());
+        let local = inner.local_addr()?;
         Ok(Self {
-            inner: mio::net::UdpSocket::from_std(socket.into()),
+            inner,
             batched: opts.batched && sys::HAVE_MMSG,
+            local,
         })
     }
 
-    /// The bound address (with the port the system chose for port 0).
+    /// The bound address (with the port the system chose for port 0); no system call.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.local_addr()
+        Ok(self.local)
     }
 
     /// `SO_RCVBUF` as the kernel reports it.
