@@ -386,12 +386,13 @@ impl Transactions {
             Err(e) => return RequestOutcome::Malformed(e),
         };
         let mut scratch = std::mem::take(&mut self.scratch);
+        let reply_to = response_peer(&msg, from);
         let outcome = match self.request_key(&msg, &mut scratch) {
             Ok((method, rfc2543, prefix_len)) => {
                 match self.server_keys.get(scratch.as_slice()).copied() {
-                    Some(id) => self.matched_request(now, id, method, from),
+                    Some(id) => self.matched_request(now, id, method, reply_to),
                     None if method == Method::Ack => RequestOutcome::PassThrough,
-                    None => self.new_server(&msg, &scratch, method, rfc2543, prefix_len, from),
+                    None => self.new_server(&msg, &scratch, method, rfc2543, prefix_len, reply_to),
                 }
             }
             Err(e) => RequestOutcome::Malformed(e),
@@ -1132,4 +1133,25 @@ fn build_in_txn_request(
     line(&[b"Content-Length: 0"]);
     line(&[]);
     Ok(out)
+}
+
+/// Where the responses of a server transaction go (RFC 3261 §18.2.2, RFC 3581 §4): over a
+/// reliable transport, back on the connection the request came on; over UDP, to the
+/// request's source address, on the source port when the top Via asks for `rport`, else on
+/// the port of the Via's sent-by (default 5060). (`maddr` multicast responses are not
+/// supported: they go to the source like any other.)
+pub(crate) fn response_peer(msg: &Message<'_>, from: Peer) -> Peer {
+    if from.transport.is_reliable() {
+        return from;
+    }
+    match msg.top_via() {
+        Ok(via) if via.rport().is_none() => Peer {
+            addr: std::net::SocketAddr::new(
+                from.addr.ip(),
+                via.port.unwrap_or_else(|| from.transport.default_port()),
+            ),
+            ..from
+        },
+        _ => from,
+    }
 }

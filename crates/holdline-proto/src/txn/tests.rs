@@ -1301,3 +1301,63 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn udp_responses_go_to_the_via_port_unless_rport_is_asked() {
+    // RFC 3261 §18.2.2: source IP, sent-by port; RFC 3581: the source port with `rport`.
+    let from = Peer {
+        addr: SocketAddr::from(([10, 0, 0, 9], 40_000)),
+        transport: Transport::Udp,
+        conn: None,
+    };
+    for (sent_by, want_port) in [
+        ("10.0.0.9:5070", 5070),
+        ("10.0.0.9", 5060),
+        ("10.0.0.9:5070;rport", 40_000),
+        ("host.example:5070", 5070),
+    ] {
+        let mut t = Transactions::new(TxnConfig::default());
+        let req = request_full(
+            "OPTIONS",
+            Some("z9hG4bKrp"),
+            1,
+            "OPTIONS",
+            None,
+            Transport::Udp,
+            sent_by,
+        );
+        let RequestOutcome::New(id) = t.handle_request(Instant::ZERO, &req, from) else {
+            panic!("new transaction for {sent_by}");
+        };
+        let resp = response(&req, 200, Some("tt"));
+        t.respond(Instant::ZERO, id, resp).expect("respond");
+        let mut buf = Vec::new();
+        let tx = t.poll_transmit(Instant::ZERO, &mut buf).expect("sent");
+        assert_eq!(
+            tx.destination.addr,
+            SocketAddr::from(([10, 0, 0, 9], want_port)),
+            "{sent_by}"
+        );
+    }
+    // Over TCP the response goes back on the request's connection whatever the Via says.
+    let mut t = Transactions::new(TxnConfig::default());
+    let tcp = peer(9, Transport::Tcp);
+    let req = request_full(
+        "OPTIONS",
+        Some("z9hG4bKrq"),
+        1,
+        "OPTIONS",
+        None,
+        Transport::Tcp,
+        "10.0.0.9:5070",
+    );
+    let RequestOutcome::New(id) = t.handle_request(Instant::ZERO, &req, tcp) else {
+        panic!("new transaction over tcp");
+    };
+    t.respond(Instant::ZERO, id, response(&req, 200, Some("tt")))
+        .expect("respond");
+    let tx = t
+        .poll_transmit(Instant::ZERO, &mut Vec::new())
+        .expect("sent");
+    assert_eq!(tx.destination, tcp);
+}
