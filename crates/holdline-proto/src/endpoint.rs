@@ -281,9 +281,9 @@ impl Endpoint {
     /// on a listener of transport `local`.
     pub fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer, local: Transport) {
         match Message::parse(bytes, &self.config.limits) {
-            Err(_) => {
+            Err(e) => {
                 self.stats.parse_errors += 1;
-                self.drop_msg(DropReason::Unparsable);
+                self.reject_unparsable(bytes, e, from);
             }
             Ok(msg) if msg.is_request() => match self.annotate_via(&msg, from) {
                 Some(annotated) => match Message::parse(&annotated, &self.config.limits) {
@@ -458,6 +458,33 @@ impl Endpoint {
     }
 
     // ------------------------------------------------------------------ requests
+
+    /// A message `Message::parse` rejected: a request whose Request-Line is sound and whose
+    /// Via, Call-ID and CSeq can be read gets `400` with the error's reason phrase (`505
+    /// Version Not Supported` for a well-formed version other than SIP/2.0, RFC 3261 §21.5.7);
+    /// anything else (a response, an ACK, garbage) is dropped and counted.
+    fn reject_unparsable(&mut self, bytes: &[u8], e: holdline_sip::ParseError, from: Peer) {
+        let code = match e.kind {
+            holdline_sip::ParseErrorKind::UnsupportedVersion => 505,
+            _ => 400,
+        };
+        let answered = salvage_request(bytes, e, &self.config.limits).is_some_and(|head| {
+            let Ok(m) = Message::parse(&head, &self.config.limits) else {
+                return false;
+            };
+            let answerable = m.method().is_some_and(|m| m != Method::Ack)
+                && m.top_via().is_ok()
+                && m.call_id().is_ok()
+                && m.cseq().is_ok();
+            if answerable {
+                self.respond_stateless(&m, from, code, e.kind.reason(), &[]);
+            }
+            answerable
+        });
+        if !answered {
+            self.drop_msg(DropReason::Unparsable);
+        }
+    }
 
     /// RFC 3261 §18.2.1 and RFC 3581: the top Via gets `received` when its host is not the
     /// source address or it asks for `rport`, and `rport` gets the source port. Returns the
@@ -1288,4 +1315,61 @@ impl Endpoint {
             None => self.drop_msg(DropReason::Malformed),
         }
     }
+}
+
+/// What a response to an unparsable request can be built from: its Request-Line (with the
+/// version replaced by `SIP/2.0` when the error is an unsupported version) and its clean
+/// Via, From, To, Call-ID and CSeq lines, then `Content-Length: 0`. `None` when the message
+/// is not a request or the error lies in the Request-Line itself.
+fn salvage_request(
+    bytes: &[u8],
+    e: holdline_sip::ParseError,
+    limits: &holdline_sip::Limits,
+) -> Option<Vec<u8>> {
+    let start = bytes.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let mut lines = bytes[start..]
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let first = lines.next()?;
+    if first.len() >= 4 && first[..4].eq_ignore_ascii_case(b"SIP/") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(512);
+    if e.kind == holdline_sip::ParseErrorKind::UnsupportedVersion {
+        // The method and Request-URI passed; only the version is replaced.
+        let line = first.trim_ascii_end();
+        let sp = line.iter().rposition(|&b| b == b' ')?;
+        out.extend_from_slice(line[..sp].trim_ascii_end());
+        out.extend_from_slice(b" SIP/2.0\r\n");
+    } else if (e.offset as usize) < start + first.len() || first.len() > limits.max_header_line {
+        return None;
+    } else {
+        out.extend_from_slice(first);
+        out.extend_from_slice(b"\r\n");
+    }
+    let mut kept = 0;
+    for line in lines {
+        if line.is_empty() {
+            break;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let kind = HeaderName::lookup(line[..colon].trim_ascii());
+        let wanted = matches!(
+            kind,
+            HeaderName::Via
+                | HeaderName::From
+                | HeaderName::To
+                | HeaderName::CallId
+                | HeaderName::CSeq
+        );
+        if wanted && line.len() <= limits.max_header_line && !line.contains(&0) && kept < 32 {
+            out.extend_from_slice(line);
+            out.extend_from_slice(b"\r\n");
+            kept += 1;
+        }
+    }
+    out.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+    Some(out)
 }

@@ -13,7 +13,7 @@ use holdline_base::{ConnId, Instant, Peer, Transport};
 use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
-use holdline_sip::{Frame, Framer, Limits};
+use holdline_sip::{Frame, Framer, Limits, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
@@ -97,6 +97,16 @@ pub(crate) struct Worker {
     pending: Vec<Token>,
     more_handoffs: bool,
     stopping: bool,
+}
+
+/// Offset just past the empty line ending the header section at the front of `buf`.
+fn header_end(buf: &[u8]) -> Option<usize> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = buf.windows(3).position(|w| w == b"\n\r\n").map(|i| i + 3);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn conn_owner(id: ConnId) -> usize {
@@ -632,7 +642,17 @@ impl Worker {
                     Ok(_) => break,
                     Err(e) => {
                         tracing::debug!(peer = %peer.addr, error = %e, "framing error; closing");
+                        // Only the Content-Length is wrong: the header section is whole, so the
+                        // core can answer `400 Bad Content-Length` on this connection (it cannot
+                        // parse as a valid message: the same check fails) before it closes.
+                        let head = (e.kind == ParseErrorKind::BadContentLength)
+                            .then(|| header_end(c.io.buffered()))
+                            .flatten()
+                            .map(|end| c.io.buffered()[..end].to_vec());
                         self.stats().drop(Drop::FramingError);
+                        if let Some(head) = head {
+                            self.handle_local(now, &head, peer);
+                        }
                         self.close(key, Close::Framing);
                         return;
                     }

@@ -1099,6 +1099,65 @@ fn malformed_requests_get_400_with_the_reason() {
 }
 
 #[test]
+fn unparsable_requests_are_answered_when_a_response_can_be_built() {
+    let mut net = Net::new(config(), vec![alice()]);
+    let base = request(
+        "OPTIONS",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKu",
+        1,
+        &[],
+    );
+    let text = String::from_utf8(base).expect("ascii");
+    let cases = [
+        (
+            text.replacen("SIP/2.0\r\n", "SIP/3.0\r\n", 1),
+            505,
+            "Version Not Supported",
+        ),
+        (
+            text.replacen("\r\n\r\n", "\r\nSubject: a\0b\r\n\r\n", 1),
+            400,
+            "NUL Byte In Headers",
+        ),
+        (
+            text.replacen("Content-Length: 0", "Content-Length: -1", 1),
+            400,
+            "Bad Content-Length",
+        ),
+    ];
+    for (req, code, phrase) in cases {
+        let r = answer_to(&mut net, req.into_bytes());
+        assert_eq!(status_of(&r), code, "{phrase}");
+        assert_eq!(reason(&r), phrase);
+    }
+    // Not a request, or a request line that cannot be read: dropped and counted.
+    let before = net.proxy.stats().dropped(DropReason::Unparsable);
+    net.send(
+        1,
+        text.replacen(
+            "OPTIONS sip:bob@example.com SIP/2.0",
+            "OPTIONS sip:bob@example.com SIP/2.x",
+            1,
+        )
+        .into_bytes(),
+    );
+    net.send(
+        1,
+        text.replacen("OPTIONS sip:bob@example.com SIP/2.0", "SIP/3.0 200 OK", 1)
+            .into_bytes(),
+    );
+    let until = net.now + Duration::from_millis(10);
+    net.run_until(until);
+    assert_eq!(
+        net.proxy.stats().dropped(DropReason::Unparsable),
+        before + 2
+    );
+    assert_eq!(net.proxy.stats().parse_errors, 5);
+}
+
+#[test]
 fn unknown_user_in_a_served_domain_gets_404() {
     let mut net = Net::new(config(), vec![alice()]);
     let r = answer_to(

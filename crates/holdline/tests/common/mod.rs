@@ -3,8 +3,8 @@
 //! `-trace_stat` CSV, and raw SIP over a UDP socket.
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -184,13 +184,45 @@ pub fn stat(stats: &[(String, String)], name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no numeric column {name}"))
 }
 
-/// Waits (bounded) until something is bound to UDP `port` on 127.0.0.1.
-pub fn wait_udp_bound(port: u16, limit: Duration) {
+/// Whether a socket is bound to 127.0.0.1:`port` (UDP) or listening on it (TCP), read
+/// from `/proc/net` so that checking never takes the port (binding it to test would race
+/// with the process that is about to bind it).
+pub fn port_bound(udp: bool, port: u16) -> bool {
+    let files: &[&str] = if udp {
+        &["/proc/net/udp", "/proc/net/udp6"]
+    } else {
+        &["/proc/net/tcp", "/proc/net/tcp6"]
+    };
+    let want = format!(":{port:04X}");
+    files.iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|text| {
+            text.lines().skip(1).any(|line| {
+                let mut cols = line.split_whitespace();
+                let local = cols.nth(1).unwrap_or_default();
+                let state = cols.nth(1).unwrap_or_default();
+                // TCP: 0A is LISTEN; UDP sockets are 07 (unconnected).
+                local.ends_with(&want) && (udp || state == "0A")
+            })
+        })
+    })
+}
+
+/// Waits (bounded) until something is bound to / listening on `port`; panics after `limit`.
+pub fn wait_bound(udp: bool, port: u16, limit: Duration) {
     let deadline = Instant::now() + limit;
-    while UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-        assert!(Instant::now() < deadline, "nothing bound udp port {port}");
-        std::thread::yield_now();
+    while !port_bound(udp, port) {
+        assert!(
+            Instant::now() < deadline,
+            "nothing bound {} port {port}",
+            if udp { "udp" } else { "tcp" }
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// [`wait_bound`] for UDP.
+pub fn wait_udp_bound(port: u16, limit: Duration) {
+    wait_bound(true, port, limit);
 }
 
 /// A SIP client over one UDP socket: sends a request, returns the first final response
@@ -307,4 +339,202 @@ pub fn status_code(resp: &str) -> u16 {
     resp.get(8..11)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("not a response: {resp}"))
+}
+
+// ---- shared with the malformed-input and hostile-peer tests (bad_input.rs)
+
+/// Held by a test for the length of its SIPp run, so that the runs of one test binary do
+/// not compete for the CPU (a poisoned lock is still a lock).
+pub static SIPP_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn sipp_lock() -> std::sync::MutexGuard<'static, ()> {
+    SIPP_RUN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Starts `holdline serve` and waits for its ready line.
+pub fn start_holdline(args: &[String]) -> Guard {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holdline");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let guard = Guard(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut log = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.starts_with("holdline: ready") => break,
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(e) => panic!("holdline did not become ready ({e:?}):\n{log}"),
+        }
+    }
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || while rx.recv().is_ok() {});
+    guard
+}
+
+/// SIPp's built-in `uas` on `port` (`sipp_t`: `u1` or `t1`), bounded by `-timeout`; returns
+/// once the port is taken (a bounded wait on the port, not a sleep).
+pub fn start_uas(dir: &Path, port: u16, sipp_t: &str) -> Guard {
+    let child = Command::new("sipp")
+        .args(["-sn", "uas", "-i", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", sipp_t])
+        .args(["-nostdin", "-timeout", "90s", "-timeout_error"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sipp uas");
+    let guard = Guard(child);
+    wait_bound(sipp_t == "u1", port, Duration::from_secs(10));
+    guard
+}
+
+/// The SIPp `uac` command line: `calls` calls at `rate`/s to `target`, stats in
+/// `dir/uac.csv`, errors in `dir/uac_errors.log`.
+pub fn uac_command(
+    dir: &Path,
+    target: SocketAddr,
+    port: u16,
+    sipp_t: &str,
+    rate: u64,
+    calls: u64,
+) -> Command {
+    let mut c = Command::new("sipp");
+    c.args(["-sn", "uac", &target.to_string(), "-i", "127.0.0.1"])
+        .args(["-p", &port.to_string(), "-t", sipp_t])
+        .args(["-r", &rate.to_string(), "-m", &calls.to_string(), "-d", "0"])
+        .args(["-nostdin", "-timeout", "80s", "-timeout_error"])
+        .args(["-trace_stat", "-fd", "1", "-stf"])
+        .arg(dir.join("uac.csv"))
+        .args(["-trace_err", "-error_file"])
+        .arg(dir.join("uac_errors.log"))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// Asserts that the uac run in `dir` completed `calls` calls with no failure and no
+/// unexpected message, and exited successfully.
+pub fn assert_uac_ok(dir: &Path, calls: u64, status: ExitStatus, what: &str) {
+    let s = last_stats(&dir.join("uac.csv"));
+    let errors = std::fs::read_to_string(dir.join("uac_errors.log")).unwrap_or_default();
+    let excerpt: String = errors.chars().take(3000).collect();
+    assert_eq!(
+        stat(&s, "SuccessfulCall(C)"),
+        calls,
+        "{what}: {s:?}\n{excerpt}"
+    );
+    assert_eq!(stat(&s, "FailedCall(C)"), 0, "{what}: {excerpt}");
+    assert_eq!(
+        stat(&s, "FailedUnexpectedMessage(C)"),
+        0,
+        "{what}: {excerpt}"
+    );
+    assert!(
+        status.success(),
+        "{what}: sipp uac exit {status:?}\n{excerpt}"
+    );
+}
+
+/// A child running in the background: its exit is reported by a thread blocked in
+/// `wait()`; if it has not been seen to exit when this is dropped, it is killed by PID.
+pub struct Background {
+    pid: u32,
+    rx: Receiver<ExitStatus>,
+    done: bool,
+}
+
+impl Background {
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd.spawn().expect("spawn");
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            if let Ok(s) = child.wait() {
+                let _ = tx.send(s);
+            }
+        });
+        Self {
+            pid,
+            rx,
+            done: false,
+        }
+    }
+
+    /// Waits at most `limit` for the exit.
+    pub fn finish(mut self, limit: Duration) -> ExitStatus {
+        let s = self
+            .rx
+            .recv_timeout(limit)
+            .unwrap_or_else(|e| panic!("pid {} did not exit within {limit:?}: {e:?}", self.pid));
+        self.done = true;
+        s
+    }
+}
+
+/// `GET /metrics` from the server's metrics listener.
+pub fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("metrics");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").expect("get");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read metrics");
+    assert!(text.starts_with("HTTP/1.0 200"), "{text}");
+    text
+}
+
+/// The sum over every sample of `name` whose labels contain each of `labels` (e.g.
+/// `reason="eof"`), all workers together.
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            if !(rest.is_empty() || rest.starts_with('{')) {
+                return None;
+            }
+            labels
+                .iter()
+                .all(|want| rest.contains(want))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Scrapes until `pred` holds for the metrics text (bounded by `limit`); returns the text.
+pub fn wait_metrics(addr: SocketAddr, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let text = scrape(addr);
+        if pred(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "metrics condition not reached within {limit:?}:\n{text}"
+        );
+    }
 }
