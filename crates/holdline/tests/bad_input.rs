@@ -23,8 +23,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{
-    Background, assert_uac_ok, free_port, metric, scrape, sipp_available, sipp_lock,
-    start_holdline, start_uas, uac_command, wait_metrics,
+    Background, Holdline, assert_uac_ok, free_port, metric, scrape, sipp_available, sipp_lock,
+    start_uas, uac_command, wait_metrics,
 };
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -251,7 +251,7 @@ fn malformed_corpus_over_udp_during_a_sipp_run() {
     let uac = free_port();
     let (mport, metrics) = metrics_port();
     let dir = tempfile::tempdir().expect("tempdir");
-    let _holdline = start_holdline(&[
+    let _holdline = Holdline::start(&[
         "--listen".into(),
         format!("udp:127.0.0.1:{proxy}"),
         "--route".into(),
@@ -404,7 +404,7 @@ impl Client {
 fn malformed_corpus_over_tcp_one_connection_each() {
     let proxy = free_port();
     let (mport, metrics) = metrics_port();
-    let _holdline = start_holdline(&[
+    let _holdline = Holdline::start(&[
         "--listen".into(),
         format!("tcp:127.0.0.1:{proxy}"),
         "--domain".into(),
@@ -541,7 +541,7 @@ fn hostile_tcp_peers_during_a_sipp_tcp_run() {
         ),
     )
     .expect("write config");
-    let _holdline = start_holdline(&["--config".into(), config.display().to_string()]);
+    let _holdline = Holdline::start(&["--config".into(), config.display().to_string()]);
     let _uas = start_uas(dir.path(), uas, "t1");
     let target: SocketAddr = format!("127.0.0.1:{proxy}").parse().expect("addr");
     let run = Background::spawn(uac_command(dir.path(), target, uac, "t1", RATE, CALLS));

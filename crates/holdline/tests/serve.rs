@@ -1,14 +1,14 @@
 //! `holdline serve` as a process: `--check-config` diagnostics and graceful SIGTERM.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_holdline");
+mod common;
+
+use common::BIN;
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("holdline-test-{}", std::process::id()));
@@ -69,9 +69,9 @@ fn check_config_names_file_line_and_key() {
 
 #[test]
 fn serve_answers_and_exits_zero_on_sigterm() {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
+    // `Holdline` stops the server by PID if an assertion fails first.
+    let server = common::Holdline::start(
+        &[
             "--listen",
             "udp:127.0.0.1:0",
             "--listen",
@@ -82,45 +82,15 @@ fn serve_answers_and_exits_zero_on_sigterm() {
             "2",
             "--domain",
             "example.test",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut udp: Option<SocketAddr> = None;
-    let mut log = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = match rx.recv_timeout(left) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = child.kill();
-                panic!("no ready line ({e:?}):\n{log}");
-            }
-        };
-        log.push_str(&line);
-        log.push('\n');
-        if let Some(a) = line.strip_prefix("holdline: listening on udp:") {
-            udp = Some(a.parse().unwrap());
-        }
-        if line.starts_with("holdline: ready") {
-            break;
-        }
-    }
-    assert!(log.contains("holdline: store in memory"), "{log}");
-    let udp = udp.unwrap();
+        ]
+        .map(String::from),
+    );
+    assert!(
+        server.startup.contains("holdline: store in memory"),
+        "{}",
+        server.startup
+    );
+    let udp = server.udp_addr();
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     client
         .set_read_timeout(Some(Duration::from_secs(5)))
@@ -128,7 +98,7 @@ fn serve_answers_and_exits_zero_on_sigterm() {
     let port = udp.port();
     // A health probe addressed to the server itself.
     let req = format!(
-        "OPTIONS sip:127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;branch=z9hG4bK1\r\n\
+        "OPTIONS sip:127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bK1\r\n\
          Max-Forwards: 70\r\nTo: <sip:127.0.0.1:{port}>\r\nFrom: <sip:y@127.0.0.1>;tag=1\r\n\
          Call-ID: sig@t\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
     );
@@ -139,7 +109,7 @@ fn serve_answers_and_exits_zero_on_sigterm() {
     assert!(text.starts_with("SIP/2.0 200 OK"), "{text}");
     assert!(text.contains("Call-ID: sig@t"), "{text}");
     // A REGISTER for the served domain goes to the registrar, which lists the binding.
-    let reg = "REGISTER sip:example.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;branch=z9hG4bK2\r\n\
+    let reg = "REGISTER sip:example.test SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bK2\r\n\
          Max-Forwards: 70\r\nTo: <sip:alice@example.test>\r\nFrom: <sip:alice@example.test>;tag=2\r\n\
          Call-ID: reg@t\r\nCSeq: 1 REGISTER\r\nContact: <sip:alice@127.0.0.1:9>;expires=600\r\n\
          Content-Length: 0\r\n\r\n";
@@ -149,22 +119,6 @@ fn serve_answers_and_exits_zero_on_sigterm() {
     assert!(text.starts_with("SIP/2.0 200 OK"), "{text}");
     assert!(text.contains("<sip:alice@127.0.0.1:9>;expires="), "{text}");
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    // stderr closes when the process exits.
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => log.push_str(&line),
-            Err(RecvTimeoutError::Disconnected) => break,
-            Err(RecvTimeoutError::Timeout) => {
-                let _ = child.kill();
-                panic!("did not exit after SIGTERM:\n{log}");
-            }
-        }
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "exit status {status:?}\n{log}");
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit status {status:?}\n{rest}");
 }

@@ -353,42 +353,6 @@ pub fn sipp_lock() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Starts `holdline serve` and waits for its ready line.
-pub fn start_holdline(args: &[String]) -> Guard {
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdline");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let guard = Guard(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut log = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if line.starts_with("holdline: ready") => break,
-            Ok(line) => {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            Err(e) => panic!("holdline did not become ready ({e:?}):\n{log}"),
-        }
-    }
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || while rx.recv().is_ok() {});
-    guard
-}
-
 /// SIPp's built-in `uas` on `port` (`sipp_t`: `u1` or `t1`), bounded by `-timeout`; returns
 /// once the port is taken (a bounded wait on the port, not a sleep).
 pub fn start_uas(dir: &Path, port: u16, sipp_t: &str) -> Guard {
