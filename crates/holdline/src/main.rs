@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod load;
+
 /// mimalloc instead of glibc's malloc: the workers allocate and free message buffers on
 /// every loop, and glibc's per-thread arenas answered that with an `mprotect` call per few
 /// messages (measured with strace at 2,000 calls/s: 1,400 per second).
@@ -30,7 +32,7 @@ enum Command {
     /// Run the SIP proxy and registrar.
     Serve(ServeArgs),
     /// Generate SIP load or answer calls (uac, uas, register, pair).
-    Load(Rest),
+    Load(load::LoadArgs),
     /// Compare holdline with Kamailio: capacity, cost per call, overload curves.
     Bench(Rest),
     /// Run a named experiment of the lab.
@@ -194,7 +196,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Load(_) => not_yet("load"),
+        Command::Load(args) => load::main(args),
         Command::Bench(_) => not_yet("bench"),
         Command::Lab(_) => not_yet("lab"),
         Command::Sim(_) => not_yet("sim"),

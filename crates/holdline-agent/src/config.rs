@@ -1,0 +1,289 @@
+//! Configuration of the agents: what to place, how to answer, whom to register.
+
+use std::net::SocketAddr;
+
+use holdline_base::{Duration, Transport};
+
+/// RFC 3261 timer base values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timers {
+    /// T1: round-trip estimate (500 ms).
+    pub t1: Duration,
+    /// T2: longest retransmission interval of non-INVITE requests and 2xx (4 s).
+    pub t2: Duration,
+    /// T4: longest time a message stays in the network (5 s).
+    pub t4: Duration,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Self {
+            t1: Duration::from_millis(500),
+            t2: Duration::from_secs(4),
+            t4: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Timers {
+    /// 64*T1: transaction timeout (Timers B, F, H).
+    pub fn timeout(&self) -> Duration {
+        self.t1 * 64
+    }
+}
+
+/// How call arrivals are spaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArrivalKind {
+    /// Exponential inter-arrival times (a Poisson process).
+    Poisson,
+    /// Evenly spaced arrivals.
+    Constant,
+}
+
+/// How long an answered call lasts before the UAC hangs up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Hold {
+    /// Always this long (0: BYE right after the ACK, as in the papers).
+    Fixed(Duration),
+    /// Exponentially distributed with this mean.
+    Exp(Duration),
+}
+
+/// A set of SIP users: `prefix{lo..hi}suffix@domain` expanded by number, e.g.
+/// `user{0..9999}@example.com`; a pattern without braces names one user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserPattern {
+    prefix: String,
+    range: Option<(u64, u64)>,
+    suffix: String,
+    domain: String,
+}
+
+/// A pattern that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad user pattern {pattern:?}: {why} (expected e.g. user{{0..9999}}@example.com)")]
+pub struct PatternError {
+    /// The pattern.
+    pub pattern: String,
+    /// What is wrong.
+    pub why: &'static str,
+}
+
+impl UserPattern {
+    /// Parses `user{0..9999}@example.com` (inclusive range) or `alice@example.com`.
+    pub fn parse(s: &str) -> Result<Self, PatternError> {
+        let err = |why| PatternError {
+            pattern: s.to_owned(),
+            why,
+        };
+        let (user, domain) = s.rsplit_once('@').ok_or_else(|| err("no @domain"))?;
+        if domain.is_empty() || domain.contains(['{', '}', ' ']) {
+            return Err(err("bad domain"));
+        }
+        let ok_user = |u: &str| {
+            u.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.!~*'+".contains(&b))
+        };
+        match user.split_once('{') {
+            None => {
+                if user.is_empty() || !ok_user(user) {
+                    return Err(err("bad user part"));
+                }
+                Ok(Self {
+                    prefix: user.to_owned(),
+                    range: None,
+                    suffix: String::new(),
+                    domain: domain.to_owned(),
+                })
+            }
+            Some((prefix, rest)) => {
+                let (range, suffix) = rest.split_once('}').ok_or_else(|| err("unclosed {"))?;
+                let (lo, hi) = range
+                    .split_once("..")
+                    .ok_or_else(|| err("range needs lo..hi"))?;
+                let lo: u64 = lo
+                    .trim()
+                    .parse()
+                    .map_err(|_| err("range bound is not a number"))?;
+                let hi: u64 = hi
+                    .trim()
+                    .parse()
+                    .map_err(|_| err("range bound is not a number"))?;
+                if hi < lo {
+                    return Err(err("range is empty"));
+                }
+                if !ok_user(prefix) || !ok_user(suffix) || prefix.len() + suffix.len() + 20 > 200 {
+                    return Err(err("bad user part"));
+                }
+                Ok(Self {
+                    prefix: prefix.to_owned(),
+                    range: Some((lo, hi)),
+                    suffix: suffix.to_owned(),
+                    domain: domain.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// How many users the pattern names.
+    pub fn len(&self) -> u64 {
+        self.range.map_or(1, |(lo, hi)| hi - lo + 1)
+    }
+
+    /// Whether the pattern names no user (never: a pattern names at least one).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// Appends the user part of user number `i` (taken modulo [`UserPattern::len`]).
+    pub fn write_user(&self, i: u64, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.prefix.as_bytes());
+        if let Some((lo, _)) = self.range {
+            let mut b = itoa::Buffer::new();
+            out.extend_from_slice(b.format(lo + i % self.len()).as_bytes());
+        }
+        out.extend_from_slice(self.suffix.as_bytes());
+    }
+
+    /// User number `i` as `user@domain`.
+    pub fn address(&self, i: u64) -> String {
+        let mut v = Vec::new();
+        self.write_user(i, &mut v);
+        v.push(b'@');
+        v.extend_from_slice(self.domain.as_bytes());
+        String::from_utf8_lossy(&v).into_owned()
+    }
+}
+
+/// The calling side.
+#[derive(Clone, Debug)]
+pub struct UacConfig {
+    /// Where requests go (the proxy under test, or the UAS).
+    pub target: SocketAddr,
+    /// Callees.
+    pub to: UserPattern,
+    /// The caller's user name.
+    pub from_user: String,
+    /// Arrival process.
+    pub arrivals: ArrivalKind,
+    /// Calls per second.
+    pub rate: f64,
+    /// Place at most this many calls.
+    pub calls: Option<u64>,
+    /// Place no call after this long.
+    pub duration: Option<Duration>,
+    /// Call holding time.
+    pub hold: Hold,
+    /// CANCEL a call that has no final response after this long.
+    pub cancel_after: Option<Duration>,
+    /// Never have more than this many calls in progress (arrivals beyond it are counted as
+    /// `blocked`); `None` keeps the load open-loop.
+    pub max_active: Option<u64>,
+    /// Put `;transport=tcp` in the Request-URI when the transport is TCP, so a proxy that
+    /// follows RFC 3263 forwards over TCP too.
+    pub uri_transport: bool,
+}
+
+/// The answering side.
+#[derive(Clone, Debug)]
+pub struct UasConfig {
+    /// Send `100 Trying` first.
+    pub trying: bool,
+    /// Delay before `180 Ringing`.
+    pub ring_delay: Duration,
+    /// Delay from the 180 to the final response.
+    pub answer_delay: Duration,
+    /// Final responses and their weights (default: all 200).
+    pub mix: Vec<(u16, f64)>,
+    /// Stop after answering this many calls (BYE or failure), if set.
+    pub calls: Option<u64>,
+}
+
+impl Default for UasConfig {
+    fn default() -> Self {
+        Self {
+            trying: false,
+            ring_delay: Duration::ZERO,
+            answer_delay: Duration::ZERO,
+            mix: vec![(200, 1.0)],
+            calls: None,
+        }
+    }
+}
+
+/// REGISTER load.
+#[derive(Clone, Debug)]
+pub struct RegisterConfig {
+    /// The registrar.
+    pub registrar: SocketAddr,
+    /// The users to register (one registration each).
+    pub users: UserPattern,
+    /// How many users (default: the pattern's size).
+    pub count: u64,
+    /// New registrations per second.
+    pub rate: f64,
+    /// Arrival process of the initial registrations.
+    pub arrivals: ArrivalKind,
+    /// Expires value requested.
+    pub expires: u32,
+    /// Re-register each user this long after its last success, until `duration` ends.
+    pub refresh: Option<Duration>,
+    /// No new REGISTER after this long.
+    pub duration: Option<Duration>,
+    /// The contact address registered (default: the sending address).
+    pub contact: Option<SocketAddr>,
+}
+
+/// The whole agent: any combination of roles sharing one recorder and one clock.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Transport of every role.
+    pub transport: Transport,
+    /// Local addresses of the calling legs (one per connection or source port); requests of
+    /// leg `i` leave with `Peer::conn == Some(ConnId(i))`.
+    pub legs: Vec<SocketAddr>,
+    /// Where the UAS listens (its Contact).
+    pub uas_addr: Option<SocketAddr>,
+    /// The UAC role.
+    pub uac: Option<UacConfig>,
+    /// The UAS role.
+    pub uas: Option<UasConfig>,
+    /// The registration role.
+    pub register: Option<RegisterConfig>,
+    /// RFC 3261 timers.
+    pub timers: Timers,
+    /// Row interval of the recorder.
+    pub interval: Duration,
+    /// Goodput window.
+    pub goodput_window: Duration,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// UAC and UAS share this process's clock: the UAC stamps INVITEs and the UAS measures
+    /// setup completion.
+    pub shared_clock: bool,
+}
+
+impl AgentConfig {
+    /// A configuration with no role, for the given transport and legs.
+    pub fn new(transport: Transport, legs: Vec<SocketAddr>) -> Self {
+        Self {
+            transport,
+            legs,
+            uas_addr: None,
+            uac: None,
+            uas: None,
+            register: None,
+            timers: Timers::default(),
+            interval: Duration::from_secs(1),
+            goodput_window: Duration::from_secs(10),
+            seed: 1,
+            shared_clock: false,
+        }
+    }
+}

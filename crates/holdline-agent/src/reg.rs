@@ -1,0 +1,270 @@
+//! REGISTER load: N users registered at a rate, refreshed at an interval, retried once with
+//! Min-Expires on 423, non-INVITE transaction timers E/F.
+
+use holdline_base::{ConnId, Duration, Instant, Peer};
+use holdline_metrics::{Method as M, MsgKey};
+use holdline_sip::Message;
+
+use crate::build::{self, LegText, num};
+use crate::timers::{Entry, Kind};
+use crate::{Arrivals, Ctx, RegisterConfig};
+
+#[derive(Debug, Default)]
+struct User {
+    cseq: u32,
+    expires: u32,
+    pending: bool,
+    t_sent: Instant,
+    interval: Duration,
+    timer_e: Option<Instant>,
+    timer_f: Option<Instant>,
+    refresh_at: Option<Instant>,
+    retried_423: bool,
+}
+
+/// The registration role.
+#[derive(Debug)]
+pub(crate) struct Reg {
+    cfg: RegisterConfig,
+    leg: LegText,
+    /// `@host:port;transport=..>\r\n`: the Contact line after the user.
+    contact: Vec<u8>,
+    pub(crate) arrivals: Arrivals,
+    users: Vec<User>,
+    /// Transactions in progress plus refreshes scheduled.
+    pub(crate) outstanding: u64,
+    end: Option<Instant>,
+}
+
+const PREFIX: &[u8] = b"-r";
+
+impl Reg {
+    pub(crate) fn new(
+        cfg: RegisterConfig,
+        leg: LegText,
+        arrivals: Arrivals,
+        contact_leg: &LegText,
+    ) -> Self {
+        // What follows the user in the Contact line.
+        let mut contact = b"@".to_vec();
+        contact.extend_from_slice(&contact_leg.hostport);
+        contact.extend_from_slice(contact_leg.uri_tp);
+        contact.extend_from_slice(b">\r\n");
+        let end = cfg.duration.map(|d| arrivals.start() + d);
+        Self {
+            cfg,
+            leg,
+            contact,
+            arrivals,
+            users: Vec::new(),
+            outstanding: 0,
+            end,
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.arrivals.is_done() && self.outstanding == 0
+    }
+
+    fn peer(&self, cx: &Ctx<'_>) -> Peer {
+        Peer {
+            addr: self.cfg.registrar,
+            transport: cx.transport,
+            conn: Some(ConnId(0)),
+        }
+    }
+
+    pub(crate) fn poll_arrivals(&mut self, cx: &mut Ctx<'_>) {
+        while self.arrivals.poll(cx.now, cx.rng).is_some() {
+            let user = self.users.len() as u32;
+            self.users.push(User {
+                expires: self.cfg.expires,
+                ..User::default()
+            });
+            self.outstanding += 1;
+            self.send(cx, user, false);
+            if self.arrivals.is_done() {
+                cx.rec.mark_load_end(cx.now);
+            }
+        }
+    }
+
+    fn send(&mut self, cx: &mut Ctx<'_>, user: u32, retrans: bool) {
+        let peer = self.peer(cx);
+        let Some(u) = self.users.get_mut(user as usize) else {
+            return;
+        };
+        if !retrans {
+            u.cseq += 1;
+            u.pending = true;
+            u.t_sent = cx.now;
+            u.interval = cx.t.t1;
+            u.timer_e = (!cx.reliable).then(|| cx.now + cx.t.t1);
+            u.timer_f = Some(cx.now + cx.t.timeout());
+            for (at, kind) in [(u.timer_e, Kind::RegE), (u.timer_f, Kind::RegF)] {
+                if let Some(at) = at {
+                    cx.timers.schedule(Entry {
+                        at,
+                        slot: user,
+                        gen_: u.cseq,
+                        kind,
+                    });
+                }
+            }
+            cx.rec.c.reg_sent += 1;
+            cx.rec.msgs.row(MsgKey::Request(M::Register)).sent += 1;
+        }
+        let (cseq, expires) = (u.cseq, u.expires);
+        let start = cx.out.begin();
+        let out = cx.out.buf();
+        let mut name = Vec::with_capacity(32);
+        self.cfg.users.write_user(u64::from(user), &mut name);
+        let domain = self.cfg.users.domain().as_bytes();
+        out.extend_from_slice(b"REGISTER sip:");
+        out.extend_from_slice(domain);
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        out.extend_from_slice(&self.leg.via_prefix);
+        out.extend_from_slice(cx.token);
+        out.extend_from_slice(PREFIX);
+        num(out, user);
+        out.push(b'-');
+        num(out, cseq);
+        out.extend_from_slice(b";rport\r\nMax-Forwards: 70\r\nFrom: <sip:");
+        out.extend_from_slice(&name);
+        out.push(b'@');
+        out.extend_from_slice(domain);
+        out.extend_from_slice(b">;tag=");
+        out.extend_from_slice(cx.token);
+        num(out, user);
+        out.extend_from_slice(b"\r\nTo: <sip:");
+        out.extend_from_slice(&name);
+        out.push(b'@');
+        out.extend_from_slice(domain);
+        out.extend_from_slice(b">\r\nCall-ID: ");
+        out.extend_from_slice(cx.token);
+        out.extend_from_slice(PREFIX);
+        num(out, user);
+        out.push(b'@');
+        out.extend_from_slice(&self.leg.hostport);
+        out.extend_from_slice(b"\r\nCSeq: ");
+        num(out, cseq);
+        out.extend_from_slice(b" REGISTER\r\n");
+        out.extend_from_slice(b"Contact: <sip:");
+        out.extend_from_slice(&name);
+        out.extend_from_slice(&self.contact);
+        out.extend_from_slice(b"Expires: ");
+        num(out, expires);
+        out.extend_from_slice(b"\r\n");
+        build::body(out, b"");
+        cx.out.end(start, peer);
+    }
+
+    /// A response whose Call-ID is `{token}-r{user}@...`. Returns false if it is not ours.
+    pub(crate) fn handle_response(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        msg: &Message<'_>,
+        code: u16,
+    ) -> bool {
+        let Some(user) = msg.call_id().ok().and_then(|c| {
+            let rest = c.strip_prefix(cx.token)?.strip_prefix(PREFIX)?;
+            let end = rest.iter().position(|&b| b == b'@')?;
+            std::str::from_utf8(&rest[..end]).ok()?.parse::<u32>().ok()
+        }) else {
+            return false;
+        };
+        let key = MsgKey::Response(code, M::Register);
+        let cseq = msg.cseq().map_or(0, |c| c.seq);
+        let end = self.end;
+        let refresh = self.cfg.refresh;
+        let Some(u) = self
+            .users
+            .get_mut(user as usize)
+            .filter(|u| u.pending && u.cseq == cseq)
+        else {
+            cx.rec.msgs.row(key).unexpected += 1;
+            cx.rec.c.unexpected += 1;
+            return true;
+        };
+        cx.rec.msgs.row(key).received += 1;
+        if code < 200 {
+            return true;
+        }
+        u.pending = false;
+        u.timer_e = None;
+        u.timer_f = None;
+        cx.rec
+            .record_register(code, cx.now.saturating_duration_since(u.t_sent));
+        if code == 423
+            && !u.retried_423
+            && let Ok(Some(min)) = msg.min_expires()
+        {
+            u.expires = min;
+            u.retried_423 = true;
+            self.send(cx, user, false);
+            return true;
+        }
+        match refresh {
+            Some(every) if code < 300 && end.is_none_or(|e| cx.now + every < e) => {
+                let at = cx.now + every;
+                u.refresh_at = Some(at);
+                cx.timers.schedule(Entry {
+                    at,
+                    slot: user,
+                    gen_: u.cseq,
+                    kind: Kind::RegRefresh,
+                });
+            }
+            _ => self.outstanding -= 1,
+        }
+        true
+    }
+
+    pub(crate) fn fire(&mut self, cx: &mut Ctx<'_>, e: Entry) {
+        let Some(u) = self.users.get_mut(e.slot as usize) else {
+            return;
+        };
+        if u.cseq != e.gen_ {
+            return;
+        }
+        match e.kind {
+            Kind::RegE if u.pending && u.timer_e == Some(e.at) => {
+                u.interval = (u.interval * 2).min(cx.t.t2);
+                let at = cx.now + u.interval;
+                u.timer_e = Some(at);
+                cx.timers.schedule(Entry {
+                    at,
+                    slot: e.slot,
+                    gen_: e.gen_,
+                    kind: Kind::RegE,
+                });
+                cx.rec.c.retrans_other += 1;
+                cx.rec.msgs.row(MsgKey::Request(M::Register)).retransmitted += 1;
+                self.send(cx, e.slot, true);
+            }
+            Kind::RegF if u.pending && u.timer_f == Some(e.at) => {
+                u.pending = false;
+                u.timer_e = None;
+                u.timer_f = None;
+                cx.rec.c.timeouts += 1;
+                cx.rec.msgs.row(MsgKey::Request(M::Register)).timeouts += 1;
+                self.outstanding -= 1;
+            }
+            Kind::RegRefresh if u.refresh_at == Some(e.at) => {
+                u.refresh_at = None;
+                u.retried_423 = false;
+                if self.end.is_some_and(|end| cx.now >= end) {
+                    self.outstanding -= 1;
+                } else {
+                    self.send(cx, e.slot, false);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(crate) fn abort(&mut self) {
+        self.arrivals.stop();
+        self.outstanding = 0;
+    }
+}

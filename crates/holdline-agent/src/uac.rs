@@ -1,0 +1,642 @@
+//! The calling side: arrivals, INVITE client transactions (Timers A/B), ACK, BYE with its
+//! non-INVITE transaction (Timers E/F), CANCEL after a no-answer time.
+
+use holdline_base::{ConnId, Duration, Instant, Peer};
+use holdline_metrics::{Method as M, MsgKey};
+use holdline_sip::Message;
+
+use crate::build::{self, LegText, num};
+use crate::timers::{Entry, Kind};
+use crate::{Arrivals, Ctx, Hold, UacConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// INVITE sent, nothing back.
+    Calling,
+    /// A provisional response came.
+    Proceeding,
+    /// CANCEL sent; waiting for the final response (487).
+    Cancelling,
+    /// 200 OK acknowledged; holding.
+    Confirmed,
+    /// BYE sent.
+    Closing,
+}
+
+#[derive(Debug)]
+struct Call {
+    leg: u16,
+    user: u64,
+    state: State,
+    t_invite: Instant,
+    stamp: u64,
+    a_interval: Duration,
+    timer_a: Option<Instant>,
+    timer_b: Option<Instant>,
+    cancel_at: Option<Instant>,
+    cancel_pending: bool,
+    hold_at: Option<Instant>,
+    got_100: bool,
+    got_180: bool,
+    to_tag: Vec<u8>,
+    target: Vec<u8>,
+    routes: Vec<u8>,
+    /// The non-INVITE transaction in progress (BYE or CANCEL).
+    nit: Option<M>,
+    t_nit: Instant,
+    e_interval: Duration,
+    timer_e: Option<Instant>,
+    timer_f: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    gen_: u32,
+    call: Option<Call>,
+}
+
+/// The UAC role.
+#[derive(Debug)]
+pub(crate) struct Uac {
+    cfg: UacConfig,
+    legs: Vec<LegText>,
+    pub(crate) arrivals: Arrivals,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    pub(crate) active: u64,
+    next_leg: usize,
+    placed: u64,
+}
+
+/// Identifies the call of a message: `{token}-{slot}-{gen}` in Call-ID and tags.
+fn parse_id(token: &[u8], call_id: &[u8]) -> Option<(u32, u32)> {
+    let rest = call_id.strip_prefix(token)?.strip_prefix(b"-")?;
+    let end = rest.iter().position(|&b| b == b'@').unwrap_or(rest.len());
+    let mut it = rest[..end].split(|&b| b == b'-');
+    let slot = std::str::from_utf8(it.next()?).ok()?.parse().ok()?;
+    let gen_ = std::str::from_utf8(it.next()?).ok()?.parse().ok()?;
+    it.next().is_none().then_some((slot, gen_))
+}
+
+fn write_id(out: &mut Vec<u8>, token: &[u8], slot: u32, gen_: u32) {
+    out.extend_from_slice(token);
+    out.push(b'-');
+    num(out, slot);
+    out.push(b'-');
+    num(out, gen_);
+}
+
+impl Uac {
+    pub(crate) fn new(cfg: UacConfig, legs: Vec<LegText>, arrivals: Arrivals) -> Self {
+        Self {
+            cfg,
+            legs,
+            arrivals,
+            slots: Vec::new(),
+            free: Vec::new(),
+            active: 0,
+            next_leg: 0,
+            placed: 0,
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.arrivals.is_done() && self.active == 0
+    }
+
+    /// Places the calls whose arrival is due.
+    pub(crate) fn poll_arrivals(&mut self, cx: &mut Ctx<'_>) {
+        while self.arrivals.poll(cx.now, cx.rng).is_some() {
+            cx.rec.c.offered += 1;
+            if self.cfg.max_active.is_some_and(|m| self.active >= m) {
+                cx.rec.c.blocked += 1;
+            } else {
+                self.start_call(cx);
+            }
+            if self.arrivals.is_done() {
+                cx.rec.mark_load_end(cx.now);
+            }
+        }
+    }
+
+    fn start_call(&mut self, cx: &mut Ctx<'_>) {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let leg = (self.next_leg % self.legs.len().max(1)) as u16;
+        self.next_leg = self.next_leg.wrapping_add(1);
+        let user = self.placed;
+        self.placed += 1;
+        let now = cx.now;
+        let reliable = cx.reliable;
+        let t1 = cx.t.t1;
+        let call = Call {
+            leg,
+            user,
+            state: State::Calling,
+            t_invite: now,
+            stamp: now.as_nanos(),
+            a_interval: t1,
+            timer_a: (!reliable).then(|| now + t1),
+            timer_b: Some(now + cx.t.timeout()),
+            cancel_at: self.cfg.cancel_after.map(|d| now + d),
+            cancel_pending: false,
+            hold_at: None,
+            got_100: false,
+            got_180: false,
+            to_tag: Vec::new(),
+            target: Vec::new(),
+            routes: Vec::new(),
+            nit: None,
+            t_nit: now,
+            e_interval: t1,
+            timer_e: None,
+            timer_f: None,
+        };
+        let gen_ = self.slots[slot as usize].gen_;
+        for (at, kind) in [
+            (call.timer_a, Kind::UacA),
+            (call.timer_b, Kind::UacB),
+            (call.cancel_at, Kind::UacCancel),
+        ] {
+            if let Some(at) = at {
+                cx.timers.schedule(Entry {
+                    at,
+                    slot,
+                    gen_,
+                    kind,
+                });
+            }
+        }
+        self.slots[slot as usize].call = Some(call);
+        self.active += 1;
+        cx.rec.c.attempted += 1;
+        cx.rec.msgs.row(MsgKey::Request(M::Invite)).sent += 1;
+        self.send_invite(cx, slot);
+    }
+
+    fn peer(&self, cx: &Ctx<'_>, leg: u16) -> Peer {
+        Peer {
+            addr: self.cfg.target,
+            transport: cx.transport,
+            conn: Some(ConnId(u64::from(leg))),
+        }
+    }
+
+    fn request_uri(&self, out: &mut Vec<u8>, leg: &LegText, user: u64) {
+        out.extend_from_slice(b"sip:");
+        self.cfg.to.write_user(user, out);
+        out.push(b'@');
+        out.extend_from_slice(self.cfg.to.domain().as_bytes());
+        if self.cfg.uri_transport {
+            out.extend_from_slice(leg.uri_tp);
+        }
+    }
+
+    /// The lines every request of a call shares after the Via: From, To, Call-ID.
+    fn dialog_lines(&self, token: &[u8], out: &mut Vec<u8>, slot: u32, call: &Call, to_tag: bool) {
+        let leg = &self.legs[call.leg as usize];
+        let gen_ = self.slots[slot as usize].gen_;
+        out.extend_from_slice(b"From: \"");
+        out.extend_from_slice(self.cfg.from_user.as_bytes());
+        out.extend_from_slice(b"\" <sip:");
+        out.extend_from_slice(self.cfg.from_user.as_bytes());
+        out.push(b'@');
+        out.extend_from_slice(&leg.hostport);
+        out.extend_from_slice(b">;tag=");
+        write_id(out, token, slot, gen_);
+        out.extend_from_slice(b"\r\nTo: <sip:");
+        self.cfg.to.write_user(call.user, out);
+        out.push(b'@');
+        out.extend_from_slice(self.cfg.to.domain().as_bytes());
+        out.push(b'>');
+        if to_tag && !call.to_tag.is_empty() {
+            out.extend_from_slice(b";tag=");
+            out.extend_from_slice(&call.to_tag);
+        }
+        out.extend_from_slice(b"\r\nCall-ID: ");
+        write_id(out, token, slot, gen_);
+        out.push(b'@');
+        out.extend_from_slice(&leg.hostport);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn via(&self, token: &[u8], out: &mut Vec<u8>, slot: u32, leg: u16, suffix: &[u8]) {
+        let leg = &self.legs[leg as usize];
+        out.extend_from_slice(&leg.via_prefix);
+        write_id(out, token, slot, self.slots[slot as usize].gen_);
+        out.extend_from_slice(suffix);
+        out.extend_from_slice(b";rport\r\n");
+    }
+
+    fn send_invite(&self, cx: &mut Ctx<'_>, slot: u32) {
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+            return;
+        };
+        let leg = &self.legs[call.leg as usize];
+        let peer = self.peer(cx, call.leg);
+        let token = cx.token;
+        let start = cx.out.begin();
+        let out = cx.out.buf();
+        out.extend_from_slice(b"INVITE ");
+        self.request_uri(out, leg, call.user);
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        self.via(token, out, slot, call.leg, b"-i");
+        out.extend_from_slice(b"Max-Forwards: 70\r\n");
+        self.dialog_lines(token, out, slot, call, false);
+        out.extend_from_slice(b"CSeq: 1 INVITE\r\nContact: <sip:");
+        out.extend_from_slice(self.cfg.from_user.as_bytes());
+        out.push(b'@');
+        out.extend_from_slice(&leg.hostport);
+        out.extend_from_slice(leg.uri_tp);
+        out.extend_from_slice(
+            b">\r\nSubject: Performance Test\r\nContent-Type: application/sdp\r\n",
+        );
+        if cx.shared_clock {
+            out.extend_from_slice(b"X-Holdline-Sent: ");
+            num(out, call.stamp);
+            out.extend_from_slice(b"\r\n");
+        }
+        build::body(out, &leg.sdp);
+        cx.out.end(start, peer);
+    }
+
+    fn send_ack(&self, cx: &mut Ctx<'_>, slot: u32, failure: bool) {
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+            return;
+        };
+        let leg = &self.legs[call.leg as usize];
+        let peer = self.peer(cx, call.leg);
+        let token = cx.token;
+        let start = cx.out.begin();
+        let out = cx.out.buf();
+        out.extend_from_slice(b"ACK ");
+        if failure || call.target.is_empty() {
+            self.request_uri(out, leg, call.user);
+        } else {
+            out.extend_from_slice(&call.target);
+        }
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        // ACK of a failure belongs to the INVITE transaction (same branch, §17.1.1.3); ACK
+        // of a 2xx is a transaction of its own (§13.2.2.4).
+        self.via(
+            token,
+            out,
+            slot,
+            call.leg,
+            if failure { b"-i" } else { b"-a" },
+        );
+        if !failure {
+            out.extend_from_slice(&call.routes);
+        }
+        out.extend_from_slice(b"Max-Forwards: 70\r\n");
+        self.dialog_lines(token, out, slot, call, true);
+        out.extend_from_slice(b"CSeq: 1 ACK\r\n");
+        build::body(out, b"");
+        cx.out.end(start, peer);
+    }
+
+    /// Sends BYE (in-dialog) or CANCEL (same branch as the INVITE).
+    fn send_nit(&self, cx: &mut Ctx<'_>, slot: u32, method: M) {
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+            return;
+        };
+        let leg = &self.legs[call.leg as usize];
+        let peer = self.peer(cx, call.leg);
+        let token = cx.token;
+        let start = cx.out.begin();
+        let out = cx.out.buf();
+        let bye = method == M::Bye;
+        out.extend_from_slice(if bye { b"BYE " } else { b"CANCEL " });
+        if bye && !call.target.is_empty() {
+            out.extend_from_slice(&call.target);
+        } else {
+            self.request_uri(out, leg, call.user);
+        }
+        out.extend_from_slice(b" SIP/2.0\r\n");
+        self.via(token, out, slot, call.leg, if bye { b"-b" } else { b"-i" });
+        if bye {
+            out.extend_from_slice(&call.routes);
+        }
+        out.extend_from_slice(b"Max-Forwards: 70\r\n");
+        self.dialog_lines(token, out, slot, call, bye);
+        out.extend_from_slice(if bye {
+            b"CSeq: 2 BYE\r\n"
+        } else {
+            b"CSeq: 1 CANCEL\r\n"
+        });
+        build::body(out, b"");
+        cx.out.end(start, peer);
+    }
+
+    fn start_nit(&mut self, cx: &mut Ctx<'_>, slot: u32, method: M) {
+        let gen_ = self.slots[slot as usize].gen_;
+        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+            return;
+        };
+        let now = cx.now;
+        call.nit = Some(method);
+        call.t_nit = now;
+        call.e_interval = cx.t.t1;
+        call.timer_e = (!cx.reliable).then(|| now + cx.t.t1);
+        call.timer_f = Some(now + cx.t.timeout());
+        for (at, kind) in [(call.timer_e, Kind::UacE), (call.timer_f, Kind::UacF)] {
+            if let Some(at) = at {
+                cx.timers.schedule(Entry {
+                    at,
+                    slot,
+                    gen_,
+                    kind,
+                });
+            }
+        }
+        cx.rec.msgs.row(MsgKey::Request(method)).sent += 1;
+        self.send_nit(cx, slot, method);
+    }
+
+    fn free(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if s.call.take().is_some() {
+            s.gen_ = s.gen_.wrapping_add(1);
+            self.free.push(slot);
+            self.active -= 1;
+        }
+    }
+
+    fn hang_up(&mut self, cx: &mut Ctx<'_>, slot: u32) {
+        if let Some(call) = self.slots[slot as usize].call.as_mut() {
+            call.state = State::Closing;
+            call.hold_at = None;
+        }
+        self.start_nit(cx, slot, M::Bye);
+    }
+
+    /// A response whose Call-ID is ours. Returns false when it matches no call.
+    pub(crate) fn handle_response(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        msg: &Message<'_>,
+        code: u16,
+        from: Peer,
+    ) -> bool {
+        let Some((slot, gen_)) = msg.call_id().ok().and_then(|c| parse_id(cx.token, c)) else {
+            return false;
+        };
+        let Ok(cseq) = msg.cseq() else { return false };
+        let method = M::from_bytes(cseq.method.as_bytes());
+        let key = MsgKey::Response(code, method);
+        let live = self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| s.gen_ == gen_ && s.call.is_some());
+        if !live {
+            cx.rec.msgs.row(key).unexpected += 1;
+            cx.rec.c.unexpected += 1;
+            if method == M::Invite && code >= 200 {
+                // A late final response: acknowledge it so the server stops retransmitting.
+                cx.stateless_ack(msg, code, from);
+            }
+            return true;
+        }
+        cx.rec.msgs.row(key).received += 1;
+        match method {
+            M::Invite => self.invite_response(cx, msg, slot, code),
+            M::Bye | M::Cancel => self.nit_response(cx, slot, method, code),
+            _ => {
+                cx.rec.msgs.row(key).unexpected += 1;
+                cx.rec.c.unexpected += 1;
+            }
+        }
+        true
+    }
+
+    fn invite_response(&mut self, cx: &mut Ctx<'_>, msg: &Message<'_>, slot: u32, code: u16) {
+        let hold = self.cfg.hold;
+        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+            return;
+        };
+        let now = cx.now;
+        let answered = matches!(call.state, State::Confirmed | State::Closing);
+        match code {
+            100..=199 => {
+                if answered {
+                    return;
+                }
+                if call.state == State::Calling {
+                    call.state = State::Proceeding;
+                }
+                call.timer_a = None;
+                if code == 100 && !call.got_100 {
+                    call.got_100 = true;
+                    cx.rec.c.r100 += 1;
+                }
+                if code == 180 && !call.got_180 {
+                    call.got_180 = true;
+                    cx.rec.c.r180 += 1;
+                    cx.rec
+                        .lat
+                        .psd
+                        .record(now.saturating_duration_since(call.t_invite));
+                }
+                if call.cancel_pending {
+                    call.cancel_pending = false;
+                    call.state = State::Cancelling;
+                    cx.rec.c.cancelled += 1;
+                    self.start_nit(cx, slot, M::Cancel);
+                }
+            }
+            200..=299 => {
+                if answered {
+                    // The 200 was retransmitted: our ACK was lost or late. ACK again.
+                    cx.rec.msgs.row(MsgKey::Request(M::Ack)).retransmitted += 1;
+                    cx.rec.c.retrans_other += 1;
+                    self.send_ack(cx, slot, false);
+                    return;
+                }
+                cx.rec.c.r200 += 1;
+                cx.rec
+                    .record_answer(now.saturating_duration_since(call.t_invite));
+                call.timer_a = None;
+                call.timer_b = None;
+                call.cancel_at = None;
+                call.cancel_pending = false;
+                if let Some(tag) = msg.to().ok().and_then(|t| t.tag()) {
+                    call.to_tag = tag.to_vec();
+                }
+                call.target = build::route_set(msg, &mut call.routes);
+                call.state = State::Confirmed;
+                // A CANCEL that crossed the 200 is moot now.
+                if call.nit == Some(M::Cancel) {
+                    call.nit = None;
+                    call.timer_e = None;
+                    call.timer_f = None;
+                }
+                cx.rec.msgs.row(MsgKey::Request(M::Ack)).sent += 1;
+                if !cx.has_uas {
+                    cx.rec.c.completed += 1;
+                }
+                let hold_for = match hold {
+                    Hold::Fixed(d) => d,
+                    Hold::Exp(mean) => {
+                        Duration::from_nanos(cx.rng.exp(mean.as_nanos() as f64).min(1e18) as u64)
+                    }
+                };
+                self.send_ack(cx, slot, false);
+                if hold_for.is_zero() {
+                    self.hang_up(cx, slot);
+                } else if let Some(call) = self.slots[slot as usize].call.as_mut() {
+                    let at = now + hold_for;
+                    call.hold_at = Some(at);
+                    let gen_ = self.slots[slot as usize].gen_;
+                    cx.timers.schedule(Entry {
+                        at,
+                        slot,
+                        gen_,
+                        kind: Kind::UacHold,
+                    });
+                }
+            }
+            _ => {
+                if answered {
+                    return;
+                }
+                if call.to_tag.is_empty()
+                    && let Some(tag) = msg.to().ok().and_then(|t| t.tag())
+                {
+                    call.to_tag = tag.to_vec();
+                }
+                if !(code == 487 && call.state == State::Cancelling) {
+                    cx.rec.record_failure(code);
+                }
+                cx.rec.c.calls_failed += 1;
+                cx.rec.msgs.row(MsgKey::Request(M::Ack)).sent += 1;
+                self.send_ack(cx, slot, true);
+                self.free(slot);
+            }
+        }
+    }
+
+    fn nit_response(&mut self, cx: &mut Ctx<'_>, slot: u32, method: M, code: u16) {
+        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+            return;
+        };
+        if call.nit != Some(method) || code < 200 {
+            return;
+        }
+        call.nit = None;
+        call.timer_e = None;
+        call.timer_f = None;
+        if method == M::Bye {
+            cx.rec
+                .lat
+                .bye
+                .record(cx.now.saturating_duration_since(call.t_nit));
+            if code < 300 {
+                cx.rec.c.calls_ok += 1;
+            } else {
+                cx.rec.c.calls_failed += 1;
+            }
+            self.free(slot);
+        }
+    }
+
+    pub(crate) fn fire(&mut self, cx: &mut Ctx<'_>, e: Entry) {
+        let Some(s) = self.slots.get_mut(e.slot as usize) else {
+            return;
+        };
+        if s.gen_ != e.gen_ {
+            return;
+        }
+        let Some(call) = s.call.as_mut() else { return };
+        let now = cx.now;
+        let gen_ = s.gen_;
+        match e.kind {
+            Kind::UacA if call.timer_a == Some(e.at) => {
+                call.a_interval *= 2;
+                let at = now + call.a_interval;
+                call.timer_a = Some(at);
+                cx.timers.schedule(Entry {
+                    at,
+                    slot: e.slot,
+                    gen_,
+                    kind: Kind::UacA,
+                });
+                cx.rec.c.retrans_invite += 1;
+                cx.rec.msgs.row(MsgKey::Request(M::Invite)).retransmitted += 1;
+                self.send_invite(cx, e.slot);
+            }
+            Kind::UacB if call.timer_b == Some(e.at) => {
+                cx.rec.c.timeouts += 1;
+                cx.rec.c.calls_failed += 1;
+                cx.rec.msgs.row(MsgKey::Request(M::Invite)).timeouts += 1;
+                self.free(e.slot);
+            }
+            Kind::UacCancel if call.cancel_at == Some(e.at) => {
+                call.cancel_at = None;
+                match call.state {
+                    // §9.1: no CANCEL before a provisional response; send it on the first.
+                    State::Calling => call.cancel_pending = true,
+                    State::Proceeding => {
+                        call.state = State::Cancelling;
+                        cx.rec.c.cancelled += 1;
+                        self.start_nit(cx, e.slot, M::Cancel);
+                    }
+                    _ => {}
+                }
+            }
+            Kind::UacHold if call.hold_at == Some(e.at) => self.hang_up(cx, e.slot),
+            Kind::UacE if call.timer_e == Some(e.at) => {
+                call.e_interval = (call.e_interval * 2).min(cx.t.t2);
+                let at = now + call.e_interval;
+                call.timer_e = Some(at);
+                cx.timers.schedule(Entry {
+                    at,
+                    slot: e.slot,
+                    gen_,
+                    kind: Kind::UacE,
+                });
+                let Some(m) = call.nit else { return };
+                if m == M::Bye {
+                    cx.rec.c.retrans_bye += 1;
+                } else {
+                    cx.rec.c.retrans_other += 1;
+                }
+                cx.rec.msgs.row(MsgKey::Request(m)).retransmitted += 1;
+                self.send_nit(cx, e.slot, m);
+            }
+            Kind::UacF if call.timer_f == Some(e.at) => {
+                let Some(m) = call.nit.take() else { return };
+                call.timer_e = None;
+                call.timer_f = None;
+                cx.rec.c.timeouts += 1;
+                cx.rec.msgs.row(MsgKey::Request(m)).timeouts += 1;
+                if m == M::Bye {
+                    cx.rec.c.calls_failed += 1;
+                    self.free(e.slot);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Hard stop: every call still in progress ends now; those not yet answered count as
+    /// failed.
+    pub(crate) fn abort(&mut self, cx: &mut Ctx<'_>) {
+        for i in 0..self.slots.len() {
+            if let Some(call) = self.slots[i].call.as_ref() {
+                if matches!(
+                    call.state,
+                    State::Calling | State::Proceeding | State::Cancelling
+                ) {
+                    cx.rec.c.calls_failed += 1;
+                }
+                self.free(i as u32);
+            }
+        }
+        self.arrivals.stop();
+    }
+}

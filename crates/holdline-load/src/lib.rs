@@ -1,0 +1,604 @@
+//! The socket loop of `holdline load`: one thread, mio readiness, batched UDP
+//! (`recvmmsg`/`sendmmsg`) or non-blocking TCP connections, around one
+//! [`holdline_agent::Agent`].
+//!
+//! Sockets:
+//! - the calling legs (UAC and registration): `--connections M` UDP sockets (M source ports)
+//!   or M TCP connections to the target; leg `i` is `ConnId(i)` for the agent;
+//! - the UAS: one UDP socket, or a TCP listener whose accepted connections answer on
+//!   themselves.
+//!
+//! The loop hands every received message to the agent, sends what the agent queued, fires
+//! its timers when due, writes a CSV row and a progress line each second, and stops when the
+//! agent is done, when the drain time after the last arrival passes (the hard stop), or when
+//! the caller's stop flag is raised (SIGINT/SIGTERM in the binary).
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration as StdDuration;
+
+use holdline_agent::{Agent, AgentConfig};
+use holdline_base::{ConnId, Duration, Instant, Peer, Transport};
+use holdline_io::Clock;
+use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
+use holdline_io::udp::{RecvBatch, SendBatch, UdpOptions, UdpSocket};
+use holdline_metrics::{Report, csv_header, csv_row, progress_line, summary_table};
+use holdline_sip::{Frame, Framer, Limits};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+/// How progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// One line rewritten in place on a terminal, plain lines otherwise.
+    Auto,
+    /// Plain lines (one per interval) on stderr.
+    Lines,
+    /// Nothing.
+    Quiet,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    /// The agent; its `legs` and `uas_addr` are filled in from the bound sockets.
+    pub agent: AgentConfig,
+    /// Where the UAS listens; for a UAC alone, the local address its legs bind (port 0:
+    /// ephemeral; otherwise leg `i` binds port + i over UDP).
+    pub listen: SocketAddr,
+    /// Calling legs: UDP source ports or TCP connections.
+    pub connections: usize,
+    /// After the last arrival, wait at most this long for calls in progress (then stop hard).
+    pub drain: Duration,
+    /// Stop after this long whatever happens (a UAS without limits runs until then or until
+    /// the stop flag).
+    pub max_time: Option<Duration>,
+    /// Per-interval CSV file.
+    pub csv: Option<PathBuf>,
+    /// Progress display.
+    pub progress: Progress,
+    /// SO_RCVBUF/SO_SNDBUF for every socket, bytes.
+    pub socket_buffer: Option<usize>,
+    /// The UAC calls the in-process UAS (`holdline load pair`): its target is set to the
+    /// UAS's bound address.
+    pub target_uas: bool,
+    /// Free-form facts copied into the report's `meta`.
+    pub meta: serde_json::Value,
+}
+
+/// Why a run could not start or continue.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Binding or connecting failed.
+    #[error("{what} {addr}: {source}")]
+    Socket {
+        /// What was being done.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The agent refused its configuration.
+    #[error(transparent)]
+    Agent(#[from] holdline_agent::ConfigError),
+    /// The CSV file could not be written.
+    #[error("CSV file {path}: {source}")]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Polling failed.
+    #[error("poll: {0}")]
+    Poll(io::Error),
+}
+
+const LEG_BASE: usize = 1;
+const UAS_UDP: Token = Token(1 << 20);
+const LISTENER: Token = Token(1 << 21);
+const CONN_BASE: usize = 1 << 22;
+const UAS_UDP_ID: u64 = 1 << 31;
+const ACCEPTED_ID: u64 = 1 << 32;
+const RECV_SLOTS: usize = 64;
+const RECV_SLOT: usize = 16 * 1024;
+const UDP_BUDGET: usize = 16;
+
+struct Conn {
+    tcp: TcpConn,
+    framer: Framer,
+    id: ConnId,
+    dirty: bool,
+}
+
+struct Io {
+    transport: Transport,
+    legs_udp: Vec<UdpSocket>,
+    leg_batches: Vec<SendBatch>,
+    uas_udp: Option<UdpSocket>,
+    uas_batch: SendBatch,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn>,
+    leg_conns: Vec<usize>,
+    recv: RecvBatch,
+    poll: Poll,
+    send_errors: u64,
+    limits: Limits,
+}
+
+fn sock_err(what: &'static str, addr: SocketAddr) -> impl FnOnce(io::Error) -> LoadError {
+    move |source| LoadError::Socket { what, addr, source }
+}
+
+impl Io {
+    /// Queues one message of the agent on its socket or connection.
+    fn dispatch(&mut self, peer: &Peer, bytes: &[u8]) {
+        let id = peer.conn.map_or(0, |c| c.0);
+        match self.transport {
+            Transport::Udp => {
+                let batch = if id == UAS_UDP_ID {
+                    &mut self.uas_batch
+                } else if let Some(b) = self.leg_batches.get_mut(id as usize) {
+                    b
+                } else {
+                    self.send_errors += 1;
+                    return;
+                };
+                batch.push(peer.addr, bytes);
+            }
+            _ => {
+                let key = if id >= ACCEPTED_ID {
+                    Some((id - ACCEPTED_ID) as usize)
+                } else {
+                    self.leg_conns.get(id as usize).copied()
+                };
+                match key.and_then(|k| self.conns.get_mut(k)) {
+                    Some(c) => match c.tcp.enqueue(bytes) {
+                        Ok(()) => c.dirty = true,
+                        Err(_) => self.send_errors += 1,
+                    },
+                    None => self.send_errors += 1,
+                }
+            }
+        }
+    }
+
+    /// Sends every queued datagram and flushes every connection written to.
+    fn flush(&mut self) {
+        let mut errors = 0usize;
+        for (s, b) in self.legs_udp.iter().zip(self.leg_batches.iter_mut()) {
+            while !b.is_empty() {
+                if s.send_batch(b, &mut errors) == 0 {
+                    break;
+                }
+            }
+            // What could not be sent now (socket buffer full) is dropped, like a lossy link.
+            errors += b.clear();
+        }
+        if let Some(s) = &self.uas_udp {
+            while !self.uas_batch.is_empty() {
+                if s.send_batch(&mut self.uas_batch, &mut errors) == 0 {
+                    break;
+                }
+            }
+            errors += self.uas_batch.clear();
+        }
+        self.send_errors += errors as u64;
+        let mut dead = Vec::new();
+        for (k, c) in &mut self.conns {
+            if c.dirty {
+                c.dirty = false;
+                if c.tcp.is_connecting() {
+                    continue;
+                }
+                if c.tcp.flush().is_err() {
+                    dead.push(k);
+                }
+            }
+        }
+        for k in dead {
+            self.close(k);
+        }
+    }
+
+    fn close(&mut self, key: usize) {
+        if self.conns.contains(key) {
+            let mut c = self.conns.remove(key);
+            let _ = self.poll.registry().deregister(&mut c.tcp);
+        }
+    }
+}
+
+/// Runs a load (or answering) session to its end and returns the report.
+pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> {
+    let transport = cfg.agent.transport;
+    let poll = Poll::new().map_err(LoadError::Poll)?;
+    let udp_opts = UdpOptions {
+        reuse_port: false,
+        recv_buffer: cfg.socket_buffer,
+        send_buffer: cfg.socket_buffer,
+        batched: true,
+    };
+    let tcp_opts = TcpOptions {
+        reuse_port: false,
+        recv_buffer: cfg.socket_buffer,
+        send_buffer: cfg.socket_buffer,
+        ..TcpOptions::default()
+    };
+    let limits = ConnLimits {
+        max_read_buffer: 256 * 1024,
+        max_queue_bytes: 64 * 1024 * 1024,
+    };
+    let mut io = Io {
+        transport,
+        legs_udp: Vec::new(),
+        leg_batches: Vec::new(),
+        uas_udp: None,
+        uas_batch: SendBatch::new(),
+        listener: None,
+        conns: Slab::new(),
+        leg_conns: Vec::new(),
+        recv: RecvBatch::new(RECV_SLOTS, RECV_SLOT),
+        poll,
+        send_errors: 0,
+        limits: Limits::default(),
+    };
+    let has_uas = cfg.agent.uas.is_some();
+    // The UAS socket first, so a pair's legs bind next to it.
+    if has_uas {
+        match transport {
+            Transport::Udp => {
+                let mut s = UdpSocket::bind(cfg.listen, &udp_opts)
+                    .map_err(sock_err("bind UDP", cfg.listen))?;
+                io.poll
+                    .registry()
+                    .register(&mut s, UAS_UDP, Interest::READABLE)
+                    .map_err(LoadError::Poll)?;
+                cfg.agent.uas_addr =
+                    Some(s.local_addr().map_err(sock_err("bind UDP", cfg.listen))?);
+                io.uas_udp = Some(s);
+            }
+            _ => {
+                let mut l = TcpListener::bind(cfg.listen, &tcp_opts)
+                    .map_err(sock_err("listen TCP", cfg.listen))?;
+                io.poll
+                    .registry()
+                    .register(&mut l, LISTENER, Interest::READABLE)
+                    .map_err(LoadError::Poll)?;
+                cfg.agent.uas_addr =
+                    Some(l.local_addr().map_err(sock_err("listen TCP", cfg.listen))?);
+                io.listener = Some(l);
+            }
+        }
+    }
+    if cfg.target_uas
+        && let (Some(u), Some(a)) = (cfg.agent.uac.as_mut(), cfg.agent.uas_addr)
+    {
+        u.target = a;
+    }
+    let leg_target = cfg
+        .agent
+        .uac
+        .as_ref()
+        .map(|u| u.target)
+        .or_else(|| cfg.agent.register.as_ref().map(|r| r.registrar));
+    let mut legs = Vec::new();
+    if let Some(target) = leg_target {
+        let n = cfg.connections.max(1);
+        for i in 0..n {
+            match transport {
+                Transport::Udp => {
+                    let mut local = cfg.listen;
+                    if has_uas || local.port() == 0 {
+                        local.set_port(0);
+                    } else {
+                        local.set_port(local.port().saturating_add(i as u16));
+                    }
+                    let mut s =
+                        UdpSocket::bind(local, &udp_opts).map_err(sock_err("bind UDP", local))?;
+                    io.poll
+                        .registry()
+                        .register(&mut s, Token(LEG_BASE + i), Interest::READABLE)
+                        .map_err(LoadError::Poll)?;
+                    legs.push(s.local_addr().map_err(sock_err("bind UDP", local))?);
+                    io.legs_udp.push(s);
+                    io.leg_batches.push(SendBatch::new());
+                }
+                _ => {
+                    let tcp = TcpConn::connect(target, &tcp_opts, limits)
+                        .map_err(sock_err("connect TCP", target))?;
+                    legs.push(tcp.local_addr().map_err(sock_err("connect TCP", target))?);
+                    let entry = io.conns.vacant_entry();
+                    let key = entry.key();
+                    let mut conn = Conn {
+                        tcp,
+                        framer: Framer::new(io.limits),
+                        id: ConnId(i as u64),
+                        dirty: false,
+                    };
+                    io.poll
+                        .registry()
+                        .register(
+                            &mut conn.tcp,
+                            Token(CONN_BASE + key),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                        .map_err(LoadError::Poll)?;
+                    entry.insert(conn);
+                    io.leg_conns.push(key);
+                }
+            }
+        }
+    }
+    cfg.agent.legs = legs;
+    let clock = Clock::new();
+    let start = clock.now();
+    let mut agent = Agent::new(cfg.agent.clone(), start)?;
+    let mut csv = match &cfg.csv {
+        Some(path) => {
+            let f = File::create(path).map_err(|source| LoadError::Csv {
+                path: path.clone(),
+                source,
+            })?;
+            let mut w = BufWriter::new(f);
+            w.write_all(csv_header().as_bytes())
+                .map_err(|source| LoadError::Csv {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(w)
+        }
+        None => None,
+    };
+    let tty = cfg.progress == Progress::Auto && io::stderr().is_terminal();
+    let mut printed = 0usize;
+    let mut events = Events::with_capacity(256);
+    let max_end = cfg.max_time.map(|d| start + d);
+    let mut drain_end: Option<Instant> = None;
+    loop {
+        let now = clock.now();
+        if stop.load(Ordering::Relaxed) || max_end.is_some_and(|e| now >= e) {
+            agent.abort(now);
+            break;
+        }
+        if drain_end.is_none()
+            && agent.arrivals_done()
+            && (agent.config().uac.is_some() || agent.config().register.is_some())
+        {
+            drain_end = Some(now + cfg.drain);
+        }
+        if drain_end.is_some_and(|e| now >= e) {
+            agent.abort(now);
+            break;
+        }
+        if agent.poll_timeout().is_some_and(|t| t <= now) {
+            agent.handle_timeout(now);
+        }
+        agent.drain_transmits(|p, b| io.dispatch(p, b));
+        io.flush();
+        if agent.is_done() {
+            break;
+        }
+        // Rows cut so far: CSV and progress.
+        let rows = agent.recorder().rows();
+        if rows.len() > printed {
+            for row in &rows[printed..] {
+                if let (Some(w), Some(path)) = (csv.as_mut(), cfg.csv.as_ref()) {
+                    w.write_all(csv_row(row).as_bytes())
+                        .map_err(|source| LoadError::Csv {
+                            path: path.clone(),
+                            source,
+                        })?;
+                }
+            }
+            if let Some(row) = rows.last() {
+                let line = progress_line(row, &agent.recorder().c);
+                match cfg.progress {
+                    Progress::Quiet => {}
+                    _ if tty => eprint!("\r\x1b[K{line}"),
+                    _ => eprintln!("{line}"),
+                }
+            }
+            printed = rows.len();
+        }
+        let wake = [agent.poll_timeout(), drain_end, max_end]
+            .into_iter()
+            .flatten()
+            .min();
+        let timeout = wake.map_or(StdDuration::from_millis(100), |t| {
+            clock.until(t).min(StdDuration::from_millis(100))
+        });
+        match io.poll.poll(&mut events, Some(timeout)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LoadError::Poll(e)),
+        }
+        for ev in &events {
+            let token = ev.token();
+            if token == LISTENER {
+                accept_all(&mut io);
+            } else if token == UAS_UDP {
+                read_udp(&mut io, &mut agent, &clock, None);
+            } else if token.0 >= CONN_BASE {
+                let key = token.0 - CONN_BASE;
+                if ev.is_writable()
+                    && let Some(c) = io.conns.get_mut(key)
+                {
+                    if c.tcp.is_connecting() && c.tcp.finish_connect().is_err() {
+                        io.close(key);
+                        continue;
+                    }
+                    c.dirty = true;
+                }
+                if ev.is_readable() || ev.is_read_closed() {
+                    read_tcp(&mut io, &mut agent, &clock, key);
+                }
+            } else if token.0 >= LEG_BASE {
+                read_udp(&mut io, &mut agent, &clock, Some(token.0 - LEG_BASE));
+            }
+            agent.drain_transmits(|p, b| io.dispatch(p, b));
+            io.flush();
+        }
+    }
+    let end = clock.now();
+    agent.drain_transmits(|p, b| io.dispatch(p, b));
+    io.flush();
+    agent.recorder_mut().c.send_errors += io.send_errors;
+    agent.recorder_mut().finish(end);
+    if let (Some(w), Some(path)) = (csv.as_mut(), cfg.csv.as_ref()) {
+        for row in &agent.recorder().rows()[printed..] {
+            w.write_all(csv_row(row).as_bytes())
+                .map_err(|source| LoadError::Csv {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        w.flush().map_err(|source| LoadError::Csv {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    if tty {
+        eprintln!();
+    }
+    let mut meta = cfg.meta.clone();
+    if let Some(obj) = meta.as_object_mut() {
+        obj.insert("transport".into(), transport.as_param_str().into());
+        obj.insert(
+            "legs".into(),
+            agent
+                .config()
+                .legs
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .into(),
+        );
+        if let Some(a) = agent.config().uas_addr {
+            obj.insert("uas_addr".into(), a.to_string().into());
+        }
+    }
+    Ok(agent.recorder().report(end, meta))
+}
+
+/// The final table printed after a run.
+pub fn summary(report: &Report) -> String {
+    summary_table(report)
+}
+
+fn accept_all(io: &mut Io) {
+    let Some(listener) = io.listener.as_ref() else {
+        return;
+    };
+    let limits = ConnLimits {
+        max_read_buffer: 256 * 1024,
+        max_queue_bytes: 64 * 1024 * 1024,
+    };
+    let mut accepted = Vec::new();
+    loop {
+        match listener.accept(limits) {
+            Ok(c) => accepted.push(c),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    for tcp in accepted {
+        let entry = io.conns.vacant_entry();
+        let key = entry.key();
+        let mut conn = Conn {
+            tcp,
+            framer: Framer::new(io.limits),
+            id: ConnId(ACCEPTED_ID + key as u64),
+            dirty: false,
+        };
+        if io
+            .poll
+            .registry()
+            .register(
+                &mut conn.tcp,
+                Token(CONN_BASE + key),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_ok()
+        {
+            entry.insert(conn);
+        }
+    }
+}
+
+fn read_udp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) {
+    let id = leg.map_or(UAS_UDP_ID, |l| l as u64);
+    for _ in 0..UDP_BUDGET {
+        let sock = match leg {
+            Some(l) => io.legs_udp.get(l),
+            None => io.uas_udp.as_ref(),
+        };
+        let Some(sock) = sock else { return };
+        match sock.recv_batch(&mut io.recv) {
+            Ok(0) => return,
+            Ok(n) => {
+                let now = clock.now();
+                for i in 0..n {
+                    if let Some(d) = io.recv.get(i) {
+                        let from = Peer {
+                            addr: d.source,
+                            transport: Transport::Udp,
+                            conn: Some(ConnId(id)),
+                        };
+                        agent.handle(now, from, d.payload);
+                    }
+                }
+                agent.drain_transmits(|p, b| io.dispatch(p, b));
+                io.flush();
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
+    loop {
+        let Some(c) = io.conns.get_mut(key) else {
+            return;
+        };
+        let Ok(outcome) = c.tcp.read() else {
+            io.close(key);
+            return;
+        };
+        let now = clock.now();
+        let from = Peer {
+            addr: c.tcp.peer_addr(),
+            transport: io.transport,
+            conn: Some(c.id),
+        };
+        loop {
+            match c.framer.poll(c.tcp.buffered()) {
+                Ok(Frame::Message { len }) => {
+                    agent.handle(now, from, &c.tcp.buffered()[..len]);
+                    c.tcp.consume(len);
+                }
+                Ok(Frame::KeepAlive { len, .. }) => c.tcp.consume(len),
+                Ok(_) => break,
+                Err(_) => {
+                    agent.recorder_mut().c.parse_errors += 1;
+                    io.close(key);
+                    return;
+                }
+            }
+        }
+        agent.drain_transmits(|p, b| io.dispatch(p, b));
+        io.flush();
+        if outcome.eof {
+            io.close(key);
+            return;
+        }
+        if outcome.drained {
+            return;
+        }
+    }
+}

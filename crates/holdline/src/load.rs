@@ -1,0 +1,524 @@
+//! `holdline load`: the command line of the load generator and call handler.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::{Args, Subcommand, ValueEnum};
+use holdline_agent::{
+    AgentConfig, ArrivalKind, Hold, RegisterConfig, Timers, UacConfig, UasConfig, UserPattern,
+};
+use holdline_base::{Duration, Transport};
+use holdline_load::{LoadConfig, Progress};
+
+/// `holdline load MODE [OPTIONS]`.
+#[derive(Debug, Args)]
+pub(crate) struct LoadArgs {
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Place calls through a target (INVITE, ACK, BYE).
+    Uac(UacArgs),
+    /// Answer calls: 180 then 200 (or a mix), 200 OK retransmitted until the ACK.
+    Uas(UasArgs),
+    /// REGISTER load and storms.
+    Register(RegisterArgs),
+    /// UAC and UAS in one process (self-test; measuring the generator itself).
+    Pair(PairArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TransportArg {
+    Udp,
+    Tcp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ArrivalArg {
+    Poisson,
+    Constant,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProgressArg {
+    Auto,
+    Lines,
+    Off,
+}
+
+/// Options every mode has.
+#[derive(Debug, Args)]
+struct Common {
+    /// Transport.
+    #[arg(long, value_enum, default_value = "udp")]
+    transport: TransportArg,
+    /// Where this mode listens (the UAS) or binds (the UAC's local address; port 0: any).
+    #[arg(long, value_name = "IP:PORT")]
+    listen: Option<SocketAddr>,
+    /// Per-second CSV file.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// JSON report file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// A 200 OK counts as goodput within this many seconds of the first INVITE.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    goodput_window: f64,
+    /// RFC 3261 T1 in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    t1_ms: u64,
+    /// RFC 3261 T2 in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 4000)]
+    t2_ms: u64,
+    /// Stop after this many seconds whatever happens.
+    #[arg(long, value_name = "S")]
+    max_time: Option<f64>,
+    /// Socket send and receive buffer size in bytes (capped by net.core.[rw]mem_max).
+    #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
+    socket_buffer: usize,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Progress display on stderr.
+    #[arg(long, value_enum, default_value = "auto")]
+    progress: ProgressArg,
+}
+
+/// Options of the calling side.
+#[derive(Debug, Args)]
+struct Calling {
+    /// Calls per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Place at most N calls.
+    #[arg(long, value_name = "N")]
+    calls: Option<u64>,
+    /// Place no call after S seconds.
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// Arrival process.
+    #[arg(long, value_enum, default_value = "poisson")]
+    arrivals: ArrivalArg,
+    /// Call holding time: fixed:S or exp:MEAN (seconds); 0 hangs up right after the ACK.
+    #[arg(long, value_name = "fixed:S|exp:MEAN", default_value = "fixed:0", value_parser = parse_hold)]
+    hold: Hold,
+    /// Callees, e.g. 'user{0..9999}@example.com'.
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        default_value = "user{0..9999}@example.com"
+    )]
+    to: String,
+    /// The caller's user name.
+    #[arg(long, value_name = "USER", default_value = "holdline")]
+    from: String,
+    /// Calling legs: M TCP connections, or M UDP source ports (M upstream servers).
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    connections: usize,
+    /// CANCEL calls without a final response after S seconds.
+    #[arg(long, value_name = "S")]
+    cancel_after: Option<f64>,
+    /// At most N calls in progress (arrivals beyond are counted as blocked); default open loop.
+    #[arg(long, value_name = "N")]
+    max_active: Option<u64>,
+    /// Do not put ;transport=tcp in the Request-URI over TCP.
+    #[arg(long)]
+    no_uri_transport: bool,
+    /// After the last arrival, wait at most S seconds for calls in progress.
+    #[arg(long, value_name = "S", default_value_t = 40.0)]
+    drain: f64,
+}
+
+/// Options of the answering side.
+#[derive(Debug, Args)]
+struct Answering {
+    /// Send 100 Trying before 180.
+    #[arg(long)]
+    trying: bool,
+    /// Milliseconds before 180 Ringing.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    ring_delay_ms: u64,
+    /// Milliseconds from 180 to the final response.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    answer_delay_ms: u64,
+    /// Final responses and weights, e.g. 200:0.9,486:0.1.
+    #[arg(long, value_name = "CODE:WEIGHT,...", default_value = "200:1", value_parser = parse_mix)]
+    responses: Mix,
+}
+
+#[derive(Clone, Debug)]
+struct Mix(Vec<(u16, f64)>);
+
+#[derive(Debug, Args)]
+struct UacArgs {
+    /// Where requests go (the proxy under test, or a UAS).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
+    target: SocketAddr,
+    #[command(flatten)]
+    calling: Calling,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Args)]
+struct UasArgs {
+    #[command(flatten)]
+    answering: Answering,
+    /// Stop after N calls ended.
+    #[arg(long, value_name = "N")]
+    calls: Option<u64>,
+    /// Stop after S seconds.
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// Register N users (from --users) at --registrar first, with this UAS as their contact.
+    #[arg(long, value_name = "N")]
+    register: Option<u64>,
+    /// The registrar for --register.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
+    registrar: Option<SocketAddr>,
+    /// The users registered by --register.
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        default_value = "user{0..9999}@example.com"
+    )]
+    users: String,
+    /// REGISTERs per second for --register.
+    #[arg(long, default_value_t = 1000.0)]
+    register_rate: f64,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Args)]
+struct RegisterArgs {
+    /// The registrar.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
+    target: SocketAddr,
+    /// The users, e.g. 'user{0..9999}@example.com' (one registration each).
+    #[arg(
+        long,
+        value_name = "PATTERN",
+        default_value = "user{0..9999}@example.com"
+    )]
+    users: String,
+    /// Register at most N users (default: every user of the pattern).
+    #[arg(long, value_name = "N")]
+    calls: Option<u64>,
+    /// New registrations per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Arrival process.
+    #[arg(long, value_enum, default_value = "constant")]
+    arrivals: ArrivalArg,
+    /// Expires requested, seconds.
+    #[arg(long, default_value_t = 3600)]
+    expires: u32,
+    /// Re-register each user S seconds after its last success, until --duration ends.
+    #[arg(long, value_name = "S")]
+    refresh: Option<f64>,
+    /// No new REGISTER after S seconds.
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// UDP source ports or TCP connections.
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    connections: usize,
+    /// After the last arrival, wait at most S seconds for answers.
+    #[arg(long, value_name = "S", default_value_t = 40.0)]
+    drain: f64,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Args)]
+struct PairArgs {
+    /// Send through this proxy instead of straight to the in-process UAS.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
+    target: Option<SocketAddr>,
+    #[command(flatten)]
+    calling: Calling,
+    #[command(flatten)]
+    answering: Answering,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_target(s: &str) -> Result<SocketAddr, String> {
+    s.to_socket_addrs()
+        .map_err(|e| format!("`{s}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{s}`: no address"))
+}
+
+fn secs(s: f64, what: &str) -> Result<Duration, String> {
+    if (0.0..1e9).contains(&s) {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(format!("{what}: `{s}` is not a number of seconds"))
+    }
+}
+
+fn parse_hold(s: &str) -> Result<Hold, String> {
+    let (kind, v) = s.split_once(':').unwrap_or(("fixed", s));
+    let v: f64 = v
+        .parse()
+        .map_err(|_| format!("`{s}`: expected fixed:S or exp:MEAN"))?;
+    let d = secs(v, "hold")?;
+    match kind {
+        "fixed" => Ok(Hold::Fixed(d)),
+        "exp" => Ok(Hold::Exp(d)),
+        _ => Err(format!("`{s}`: expected fixed:S or exp:MEAN")),
+    }
+}
+
+fn parse_mix(s: &str) -> Result<Mix, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let (code, w) = part.split_once(':').unwrap_or((part, "1"));
+        let code: u16 = code
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: bad status code"))?;
+        if !(200..700).contains(&code) {
+            return Err(format!("`{part}`: a final status is 200..699"));
+        }
+        let w: f64 = w
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: bad weight"))?;
+        if !(w >= 0.0 && w.is_finite()) {
+            return Err(format!("`{part}`: bad weight"));
+        }
+        out.push((code, w));
+    }
+    Ok(Mix(out))
+}
+
+fn transport(t: TransportArg) -> Transport {
+    match t {
+        TransportArg::Udp => Transport::Udp,
+        TransportArg::Tcp => Transport::Tcp,
+    }
+}
+
+fn arrival(a: ArrivalArg) -> ArrivalKind {
+    match a {
+        ArrivalArg::Poisson => ArrivalKind::Poisson,
+        ArrivalArg::Constant => ArrivalKind::Constant,
+    }
+}
+
+fn base_config(c: &Common) -> Result<AgentConfig, String> {
+    let mut a = AgentConfig::new(transport(c.transport), Vec::new());
+    a.timers = Timers {
+        t1: Duration::from_millis(c.t1_ms.max(1)),
+        t2: Duration::from_millis(c.t2_ms.max(c.t1_ms.max(1))),
+        ..Timers::default()
+    };
+    a.goodput_window = secs(c.goodput_window, "--goodput-window")?;
+    a.seed = c.seed;
+    Ok(a)
+}
+
+fn uac_config(c: &Calling, target: SocketAddr) -> Result<UacConfig, String> {
+    if c.calls.is_none() && c.duration.is_none() {
+        return Err("give --calls N and/or --duration S: every load run is bounded".into());
+    }
+    if !(c.rate > 0.0 && c.rate.is_finite()) {
+        return Err(format!("--rate {}: must be positive", c.rate));
+    }
+    Ok(UacConfig {
+        target,
+        to: UserPattern::parse(&c.to).map_err(|e| e.to_string())?,
+        from_user: c.from.clone(),
+        arrivals: arrival(c.arrivals),
+        rate: c.rate,
+        calls: c.calls,
+        duration: c.duration.map(|d| secs(d, "--duration")).transpose()?,
+        hold: c.hold,
+        cancel_after: c
+            .cancel_after
+            .map(|d| secs(d, "--cancel-after"))
+            .transpose()?,
+        max_active: c.max_active,
+        uri_transport: !c.no_uri_transport,
+    })
+}
+
+fn uas_config(a: &Answering, calls: Option<u64>) -> UasConfig {
+    UasConfig {
+        trying: a.trying,
+        ring_delay: Duration::from_millis(a.ring_delay_ms),
+        answer_delay: Duration::from_millis(a.answer_delay_ms),
+        mix: a.responses.0.clone(),
+        calls,
+    }
+}
+
+fn load_config(
+    agent: AgentConfig,
+    c: &Common,
+    listen: SocketAddr,
+    connections: usize,
+    drain: f64,
+    mode: &str,
+) -> Result<LoadConfig, String> {
+    Ok(LoadConfig {
+        agent,
+        listen: c.listen.unwrap_or(listen),
+        connections,
+        drain: secs(drain, "--drain")?,
+        max_time: c.max_time.map(|d| secs(d, "--max-time")).transpose()?,
+        csv: c.csv.clone(),
+        progress: match c.progress {
+            ProgressArg::Auto => Progress::Auto,
+            ProgressArg::Lines => Progress::Lines,
+            ProgressArg::Off => Progress::Quiet,
+        },
+        socket_buffer: Some(c.socket_buffer),
+        target_uas: false,
+        meta: serde_json::json!({
+            "mode": mode,
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+        }),
+    })
+}
+
+fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
+    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+    match mode {
+        Mode::Uac(a) => {
+            let mut cfg = base_config(&a.common)?;
+            cfg.uac = Some(uac_config(&a.calling, a.target)?);
+            let l = load_config(
+                cfg,
+                &a.common,
+                localhost,
+                a.calling.connections,
+                a.calling.drain,
+                "uac",
+            )?;
+            Ok((l, a.common.json))
+        }
+        Mode::Uas(a) => {
+            let mut cfg = base_config(&a.common)?;
+            cfg.uas = Some(uas_config(&a.answering, a.calls));
+            if let Some(n) = a.register {
+                let registrar = a
+                    .registrar
+                    .ok_or("--register needs --registrar HOST:PORT")?;
+                let users = UserPattern::parse(&a.users).map_err(|e| e.to_string())?;
+                cfg.register = Some(RegisterConfig {
+                    registrar,
+                    count: n.min(users.len()),
+                    users,
+                    rate: a.register_rate,
+                    arrivals: ArrivalKind::Constant,
+                    expires: 3600,
+                    refresh: None,
+                    duration: None,
+                    contact: None,
+                });
+            }
+            let mut l = load_config(
+                cfg,
+                &a.common,
+                SocketAddr::from(([127, 0, 0, 1], 5070)),
+                1,
+                0.0,
+                "uas",
+            )?;
+            if let Some(d) = a.duration {
+                l.max_time = Some(secs(d, "--duration")?);
+            }
+            Ok((l, a.common.json))
+        }
+        Mode::Register(a) => {
+            let mut cfg = base_config(&a.common)?;
+            let users = UserPattern::parse(&a.users).map_err(|e| e.to_string())?;
+            if !(a.rate > 0.0 && a.rate.is_finite()) {
+                return Err(format!("--rate {}: must be positive", a.rate));
+            }
+            cfg.register = Some(RegisterConfig {
+                registrar: a.target,
+                count: a.calls.unwrap_or(u64::MAX).min(users.len()),
+                users,
+                rate: a.rate,
+                arrivals: arrival(a.arrivals),
+                expires: a.expires,
+                refresh: a.refresh.map(|r| secs(r, "--refresh")).transpose()?,
+                duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
+                contact: None,
+            });
+            let l = load_config(
+                cfg,
+                &a.common,
+                localhost,
+                a.connections,
+                a.drain,
+                "register",
+            )?;
+            Ok((l, a.common.json))
+        }
+        Mode::Pair(a) => {
+            let mut cfg = base_config(&a.common)?;
+            // The UAS binds first; the target defaults to it (filled in after binding).
+            let listen = a.common.listen.unwrap_or(localhost);
+            let target = a.target.unwrap_or(listen);
+            cfg.uac = Some(uac_config(&a.calling, target)?);
+            cfg.uas = Some(uas_config(&a.answering, None));
+            cfg.shared_clock = true;
+            let mut l = load_config(
+                cfg,
+                &a.common,
+                listen,
+                a.calling.connections,
+                a.calling.drain,
+                "pair",
+            )?;
+            if a.target.is_none() {
+                l.meta["target"] = "in-process UAS".into();
+            }
+            Ok((l, a.common.json))
+        }
+    }
+}
+
+pub(crate) fn main(args: LoadArgs) -> ExitCode {
+    let pair_direct = matches!(&args.mode, Mode::Pair(p) if p.target.is_none());
+    let (mut cfg, json) = match build(args.mode) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("holdline load: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    cfg.target_uas = pair_direct;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("holdline load: cannot handle signal {sig}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let report = match holdline_load::run(cfg, &stop) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("holdline load: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", holdline_load::summary(&report));
+    if let Some(path) = json
+        && let Err(e) = std::fs::write(&path, report.to_json())
+    {
+        eprintln!("holdline load: JSON file {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
