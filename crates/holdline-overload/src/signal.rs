@@ -1,0 +1,148 @@
+//! Load signals: what the driver (the server's IO layer, or the simulator's CPU model) tells a
+//! controller about the world.
+
+use holdline_base::Duration;
+
+use crate::admission::TargetId;
+
+/// A measurement or an event given to [`Controller::on_signal`](crate::Controller::on_signal).
+///
+/// The driver sends the signals it can measure; a controller uses those its algorithm needs
+/// and ignores the others, so one driver can feed any controller. Values that make no sense
+/// (a NaN occupancy, a negative one) are clamped or ignored, never a panic.
+///
+/// | signal | measured by the server | computed by the simulator | used by |
+/// | --- | --- | --- | --- |
+/// | [`Busy`](Self::Busy) | time a worker spent outside `poll` | CPU model service time | OCC |
+/// | [`Occupancy`](Self::Occupancy) | busy fraction over a window | CPU model | OCC, (RFC 7339 server) |
+/// | [`QueueLength`](Self::QueueLength) | inbound queue length | queue model | queue limit, bang-bang |
+/// | [`QueueDelay`](Self::QueueDelay) | receive-to-dequeue time of a message | queue model | queue delay, (RFC 7415 server) |
+/// | [`Backlog`](Self::Backlog) | SIOCOUTQ + own per-connection queue | TCP model | smart forwarding |
+/// | [`Feedback`](Self::Feedback) | `oc` Via parameters of responses | same | (RFC 7339/7415 clients, window client) |
+/// | [`Forwarded`](Self::Forwarded) / [`Completed`](Self::Completed) | client INVITE transactions | same | (windows, DEOC) |
+///
+/// Parenthesised users are planned controllers (see [`Algorithm`](crate::Algorithm)).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Signal {
+    /// The server was busy (processing, not waiting for input) for this long since the
+    /// previous `Busy` signal. Interval-driven controllers sum these over their measurement
+    /// interval: occupancy = busy time / interval length. A driver reports once per event-loop
+    /// iteration (cheap: one addition).
+    Busy(Duration),
+    /// An occupancy sample in `[0, 1]` measured by the driver over a window of its choosing
+    /// (values outside are clamped, NaN is ignored). When a controller receives any in an
+    /// interval, their mean is the interval's occupancy and [`Busy`](Self::Busy) time is
+    /// ignored; a driver using these reports at least once per measurement interval.
+    Occupancy(f64),
+    /// The current number of messages (or new INVITEs, as the driver documents) waiting in the
+    /// server's bounded inbound queue. Report it when it changes, or just before asking about
+    /// a new INVITE.
+    QueueLength(usize),
+    /// The queueing delay of one message that just left the queue: from its receipt (ideally
+    /// the kernel's receive timestamp, so that time in the socket buffer counts) to the start
+    /// of its processing.
+    QueueDelay(Duration),
+    /// The backlog of the connection that carries new INVITEs to `target` (TCP smart
+    /// forwarding). Report it just before asking about a new INVITE for `target` at
+    /// [`Gate::Forward`](crate::Gate::Forward) (the server reads SIOCOUTQ then), or whenever it
+    /// changes. A report replaces the previous one for that target and lane.
+    Backlog {
+        /// The next hop.
+        target: TargetId,
+        /// Which of the target's connections this is.
+        lane: Lane,
+        /// Bytes in the socket's send queue: Linux `SIOCOUTQ`, the paper's measure (it
+        /// counts bytes not yet acknowledged by the peer; `SIOCOUTQNSD`, not yet sent, is
+        /// a stricter alternative the driver may use instead).
+        unsent: u64,
+        /// Bytes the application still holds for this connection (its bounded write queue,
+        /// including bytes handed off from other workers).
+        queued: u64,
+    },
+    /// `target` is gone (connection closed, next hop removed): forget its state.
+    TargetGone(TargetId),
+    /// Overload-control feedback received from a downstream server: the `oc`, `oc-algo`,
+    /// `oc-validity` and `oc-seq` Via parameters of a response (RFC 7339 §5), or an explicit
+    /// window. Used by the planned client-role controllers.
+    Feedback {
+        /// The downstream server that sent it.
+        from: TargetId,
+        /// What it asks for.
+        feedback: Feedback,
+    },
+    /// An admitted new INVITE was sent to `target` (its client transaction started). Used by
+    /// the planned window-based clients (one more outstanding transaction) and DEOC (admitted
+    /// calls per interval).
+    Forwarded {
+        /// Where it went.
+        target: TargetId,
+    },
+    /// The client transaction of a new INVITE sent to `target` ended.
+    Completed {
+        /// Where it went.
+        target: TargetId,
+        /// How it ended.
+        outcome: Outcome,
+        /// From sending the INVITE to the outcome (seed 004's transaction delay).
+        delay: Duration,
+    },
+}
+
+/// Which of a next hop's TCP connections a [`Signal::Backlog`] describes (seed 000 §VI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// The only connection to the next hop, carrying every request (implicit connection split,
+    /// ICS, or no split at all).
+    Shared,
+    /// The connection dedicated to new INVITEs (explicit connection split, ECS).
+    Invite,
+    /// The connection for everything but new INVITEs (ECS). Its backlog never rejects an
+    /// INVITE: in-dialog traffic has its own buffers precisely so that it does not.
+    Other,
+}
+
+/// Overload-control feedback from a downstream server.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Feedback {
+    /// RFC 7339 loss-based: `oc=<percent>`: drop (reject or divert) this percentage of the
+    /// requests that would be sent to the server; `oc-validity` in milliseconds (0 ends
+    /// control); `oc-seq` orders feedback from one server.
+    Loss {
+        /// 0 to 100: the percentage of new INVITEs to drop.
+        percent: u8,
+        /// How long the value holds (`oc-validity`).
+        validity: Duration,
+        /// `oc-seq`, mapped by the driver onto a monotonically increasing integer (e.g. its
+        /// integer part times 10^5 plus its fraction). Older or equal values are ignored.
+        seq: u64,
+    },
+    /// RFC 7415 rate-based (`oc-algo="rate"`): `oc=<rate>`, the most requests per second the
+    /// client may send to the server.
+    Rate {
+        /// The allowed rate, in new INVITEs per second.
+        per_second: u32,
+        /// How long the value holds (`oc-validity`).
+        validity: Duration,
+        /// `oc-seq`, as for [`Feedback::Loss`].
+        seq: u64,
+    },
+    /// Window-based explicit feedback: how many new INVITE transactions the client may have
+    /// outstanding towards the server.
+    Window {
+        /// The window, in transactions.
+        window: u32,
+        /// A sequence number, as for [`Feedback::Loss`].
+        seq: u64,
+    },
+}
+
+/// How a client INVITE transaction ended ([`Signal::Completed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A final response with this status. A `503` is DEOC's overload signal.
+    Final(u16),
+    /// Timer B (or C) fired: no final response. DEOC and seed 004 treat it as overload.
+    Timeout,
+}

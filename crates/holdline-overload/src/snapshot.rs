@@ -1,0 +1,95 @@
+//! What a controller exposes for metrics.
+
+use core::ops::AddAssign;
+
+use holdline_base::Duration;
+
+use crate::admission::RejectReason;
+use crate::algorithm::Algorithm;
+
+/// Rejections counted by [`RejectReason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RejectCounts([u64; RejectReason::COUNT]);
+
+impl RejectCounts {
+    /// The count for one reason.
+    pub const fn get(&self, reason: RejectReason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    /// Adds one rejection for `reason`.
+    pub const fn record(&mut self, reason: RejectReason) {
+        let slot = &mut self.0[reason.index()];
+        *slot = slot.saturating_add(1);
+    }
+
+    /// All rejections, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().fold(0u64, |a, b| a.saturating_add(*b))
+    }
+
+    /// `(reason, count)` for every reason, including zero counts (stable metric series).
+    pub fn iter(&self) -> impl Iterator<Item = (RejectReason, u64)> + '_ {
+        RejectReason::ALL.iter().map(|r| (*r, self.get(*r)))
+    }
+}
+
+impl AddAssign<&Self> for RejectCounts {
+    /// Sums counts, e.g. over workers.
+    fn add_assign(&mut self, rhs: &Self) {
+        for (a, b) in self.0.iter_mut().zip(rhs.0.iter()) {
+            *a = a.saturating_add(*b);
+        }
+    }
+}
+
+/// A controller's state for metrics and logs ([`Controller::snapshot`](crate::Controller::snapshot)).
+///
+/// Counters only count decisions the controller took: new INVITEs asked about at its own
+/// [`Gate`](crate::Gate). Fields that do not apply to an algorithm are `None`.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Snapshot {
+    /// Which algorithm this is (the metrics label).
+    pub algorithm: Algorithm,
+    /// The current acceptance fraction `f`: the probability that a new INVITE is admitted
+    /// (OCC, queue delay). `None` for deterministic controllers.
+    pub acceptance: Option<f64>,
+    /// The occupancy measured over the last completed interval, in `[0, 1]`.
+    pub occupancy: Option<f64>,
+    /// The queueing delay measured over the last completed interval (the mean of its
+    /// samples).
+    pub queue_delay: Option<Duration>,
+    /// The last queue length reported.
+    pub queue_length: Option<usize>,
+    /// Targets whose INVITE-carrying connection currently has a non-empty backlog.
+    pub backlogged_targets: Option<usize>,
+    /// Completed measurement intervals (control updates) so far.
+    pub intervals: u64,
+    /// New INVITEs admitted.
+    pub admitted: u64,
+    /// New INVITEs rejected, by reason.
+    pub rejected: RejectCounts,
+}
+
+impl Snapshot {
+    /// An empty snapshot for `algorithm`: no measurement, no decision yet.
+    pub const fn new(algorithm: Algorithm) -> Self {
+        Self {
+            algorithm,
+            acceptance: None,
+            occupancy: None,
+            queue_delay: None,
+            queue_length: None,
+            backlogged_targets: None,
+            intervals: 0,
+            admitted: 0,
+            rejected: RejectCounts([0; RejectReason::COUNT]),
+        }
+    }
+
+    /// Admitted plus rejected new INVITEs.
+    pub fn decisions(&self) -> u64 {
+        self.admitted.saturating_add(self.rejected.total())
+    }
+}
