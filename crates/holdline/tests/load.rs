@@ -1,0 +1,482 @@
+//! `holdline load` end to end, with real sockets, the real `holdline serve` and the real
+//! SIPp (Debian `sip-tester`):
+//!
+//! - `holdline load uac` → `holdline serve` → SIPp `uas`, and SIPp `uac` → `holdline serve` →
+//!   `holdline load uas`, over UDP and TCP: 10,000 calls at 500 calls/s (20 s), zero failures;
+//! - over TCP, a deliberately slow peer that holds back its ACK sees the UAS retransmit the
+//!   200 OK at T1, 2*T1, 4*T1, ... capped at T2 (RFC 3261 §13.3.1.4), and nothing after
+//!   the ACK;
+//! - `holdline load pair` and `holdline load register` write the CSV and JSON schemas.
+//!
+//! Every process is bounded (`--duration`/`--calls`/`--max-time`, SIPp `-m`/`-timeout`) and
+//! stopped by PID when a test fails.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BIN, Guard, Holdline, free_port, sipp_available};
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", path.display()))
+}
+
+fn num(v: &serde_json::Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .or_else(|| v[key].as_f64().map(|f| f as u64))
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+fn total(v: &serde_json::Value, key: &str) -> u64 {
+    num(&v["totals"], key)
+}
+
+fn load_cmd(args: &[String]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("load")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Runs `holdline load ARGS` to its end (bounded by its own flags); returns stdout.
+fn run_load(args: &[String], limit: Duration) -> String {
+    let child = load_cmd(args).spawn().expect("spawn holdline load");
+    let mut guard = Guard(child);
+    let status = guard
+        .wait_for(limit)
+        .unwrap_or_else(|| panic!("holdline load {args:?} still running after {limit:?}"));
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut s) = guard.0.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    if let Some(mut s) = guard.0.stderr.take() {
+        let _ = s.read_to_string(&mut err);
+    }
+    assert!(
+        status.success(),
+        "holdline load {args:?}: {status:?}\n{out}\n{err}"
+    );
+    out
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+fn load_uac_through_serve_to_sipp_uas(transport: &str) {
+    let _one_run_at_a_time = common::sipp_lock();
+    if !sipp_available() {
+        return;
+    }
+    let sipp_t = if transport == "udp" { "u1" } else { "t1" };
+    let proxy = free_port();
+    let uas = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _holdline = Holdline::start(&[
+        s("--listen"),
+        format!("{transport}:127.0.0.1:{proxy}"),
+        s("--route"),
+        format!("*={transport}:127.0.0.1:{uas}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("2"),
+    ]);
+    let _uas = common::start_uas(dir.path(), uas, sipp_t);
+    let json = dir.path().join("uac.json");
+    let csv = dir.path().join("uac.csv");
+    run_load(
+        &[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{proxy}"),
+            s("--transport"),
+            s(transport),
+            s("--rate"),
+            s("500"),
+            s("--duration"),
+            s("20"),
+            s("--arrivals"),
+            s("constant"),
+            s("--progress"),
+            s("lines"),
+            s("--json"),
+            json.display().to_string(),
+            s("--csv"),
+            csv.display().to_string(),
+        ],
+        Duration::from_secs(90),
+    );
+    let v = read_json(&json);
+    assert_eq!(num(&v, "calls_attempted"), 10_000, "{transport}: {v}");
+    assert_eq!(num(&v, "calls_failed"), 0, "{transport}");
+    assert_eq!(num(&v, "calls_completed"), 10_000, "{transport}");
+    assert_eq!(total(&v, "calls_ok"), 10_000, "{transport}");
+    assert_eq!(total(&v, "r200"), 10_000, "{transport}");
+    assert_eq!(total(&v, "r180"), 10_000, "{transport}");
+    assert_eq!(total(&v, "timeouts"), 0, "{transport}");
+    // Not asserted: `unexpected`. On a loaded machine SIPp's UAS may retransmit a 200 OK
+    // that crosses our ACK and arrives after the call ended; the generator ACKs it again and
+    // counts it as unexpected, which is what happened on the wire, not a failure.
+    // holdline serve answers INVITE with 100 Trying (stateful proxy).
+    assert_eq!(total(&v, "r100"), 10_000, "{transport}");
+    let rows = std::fs::read_to_string(&csv).expect("csv");
+    assert!(rows.lines().count() >= 20, "one row per second:\n{rows}");
+}
+
+fn sipp_uac_through_serve_to_load_uas(transport: &str) {
+    let _one_run_at_a_time = common::sipp_lock();
+    if !sipp_available() {
+        return;
+    }
+    let sipp_t = if transport == "udp" { "u1" } else { "t1" };
+    let proxy = free_port();
+    let uas = free_port();
+    let uac = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _holdline = Holdline::start(&[
+        s("--listen"),
+        format!("{transport}:127.0.0.1:{proxy}"),
+        s("--route"),
+        format!("*={transport}:127.0.0.1:{uas}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("2"),
+    ]);
+    let calls = 10_000u64;
+    let json = dir.path().join("uas.json");
+    let child = load_cmd(&[
+        s("uas"),
+        s("--listen"),
+        format!("127.0.0.1:{uas}"),
+        s("--transport"),
+        s(transport),
+        s("--calls"),
+        calls.to_string(),
+        s("--max-time"),
+        s("120"),
+        s("--progress"),
+        s("off"),
+        s("--json"),
+        json.display().to_string(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn holdline load uas");
+    let mut load_uas = Guard(child);
+    common::wait_bound(transport == "udp", uas, Duration::from_secs(10));
+    let status = common::uac_command(
+        dir.path(),
+        format!("127.0.0.1:{proxy}").parse().expect("addr"),
+        uac,
+        sipp_t,
+        500,
+        calls,
+    )
+    .status()
+    .expect("run sipp uac");
+    common::assert_uac_ok(dir.path(), calls, status, transport);
+    // The UAS ends by itself once it has answered `calls` calls.
+    let st = load_uas
+        .wait_for(Duration::from_secs(30))
+        .expect("holdline load uas exits");
+    assert!(st.success(), "{st:?}");
+    let v = read_json(&json);
+    assert_eq!(total(&v, "uas_invites"), calls, "{transport}: {v}");
+    assert_eq!(num(&v, "calls_completed"), calls, "{transport}");
+    assert_eq!(total(&v, "timeouts"), 0, "{transport}");
+    assert_eq!(total(&v, "unexpected"), 0, "{transport}");
+    assert_eq!(total(&v, "parse_errors"), 0, "{transport}");
+}
+
+#[test]
+fn load_uac_to_serve_to_sipp_uas_udp() {
+    load_uac_through_serve_to_sipp_uas("udp");
+}
+
+#[test]
+fn load_uac_to_serve_to_sipp_uas_tcp() {
+    load_uac_through_serve_to_sipp_uas("tcp");
+}
+
+#[test]
+fn sipp_uac_to_serve_to_load_uas_udp() {
+    sipp_uac_through_serve_to_load_uas("udp");
+}
+
+#[test]
+fn sipp_uac_to_serve_to_load_uas_tcp() {
+    sipp_uac_through_serve_to_load_uas("tcp");
+}
+
+/// Reads one SIP message from a TCP stream (headers, then Content-Length bytes).
+fn read_message(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" && head.is_empty() {
+            continue;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            (n.eq_ignore_ascii_case("content-length") || n == "l").then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).ok()?;
+    head.push_str(&String::from_utf8_lossy(&body));
+    Some(head)
+}
+
+fn header<'a>(msg: &'a str, name: &str) -> &'a str {
+    msg.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then_some(v.trim())
+        })
+        .unwrap_or("")
+}
+
+/// A slow peer over TCP: sends an INVITE, holds its ACK back while the UAS retransmits the
+/// 200 OK on the RFC 3261 §13.3.1.4 schedule (T1 = 100 ms, T2 = 400 ms: intervals 100, 200,
+/// 400, 400 ms), then ACKs and hangs up; the UAS must not retransmit after the ACK.
+#[test]
+fn uas_retransmits_200_over_tcp_to_a_slow_peer_on_schedule() {
+    let port = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("uas.json");
+    let child = load_cmd(&[
+        s("uas"),
+        s("--listen"),
+        format!("127.0.0.1:{port}"),
+        s("--transport"),
+        s("tcp"),
+        s("--t1-ms"),
+        s("100"),
+        s("--t2-ms"),
+        s("400"),
+        s("--calls"),
+        s("1"),
+        s("--max-time"),
+        s("30"),
+        s("--progress"),
+        s("off"),
+        s("--json"),
+        json.display().to_string(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn holdline load uas");
+    let mut uas = Guard(child);
+    common::wait_bound(false, port, Duration::from_secs(10));
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let local = stream.local_addr().expect("local");
+    let mut w = stream.try_clone().expect("clone");
+    let mut r = BufReader::new(stream);
+    let branch = "z9hG4bK-slowpeer-1";
+    let common_headers = |method: &str, cseq: u32, to_tag: &str, branch: &str| {
+        format!(
+            "Via: SIP/2.0/TCP {local};branch={branch}\r\nMax-Forwards: 70\r\nFrom: <sip:slow@{local}>;tag=slow1\r\nTo: <sip:uas@127.0.0.1:{port}>{to_tag}\r\nCall-ID: slow-peer-call@{local}\r\nCSeq: {cseq} {method}\r\nContact: <sip:slow@{local};transport=tcp>\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    let invite = format!(
+        "INVITE sip:uas@127.0.0.1:{port};transport=tcp SIP/2.0\r\n{}",
+        common_headers("INVITE", 1, "", branch)
+    );
+    w.write_all(invite.as_bytes()).expect("send INVITE");
+    let mut oks = Vec::new();
+    let mut to_tag = String::new();
+    while oks.len() < 5 {
+        let msg = read_message(&mut r).expect("a response before the read timeout");
+        if msg.starts_with("SIP/2.0 200") {
+            oks.push(Instant::now());
+            let to = header(&msg, "To");
+            to_tag = to[to.find(";tag=").expect("To tag")..].to_owned();
+        } else {
+            assert!(msg.starts_with("SIP/2.0 180"), "unexpected: {msg}");
+        }
+    }
+    let intervals: Vec<u128> = oks.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    for (got, want) in intervals.iter().zip([100u128, 200, 400, 400]) {
+        // Never early; late by at most a scheduling hiccup on a loaded machine.
+        assert!(
+            *got + 5 >= want && *got <= want + want / 2 + 30,
+            "200 OK retransmission intervals {intervals:?}, want 100, 200, 400, 400 ms"
+        );
+    }
+    let ack = format!(
+        "ACK sip:uas@127.0.0.1:{port};transport=tcp SIP/2.0\r\n{}",
+        common_headers("ACK", 1, &to_tag, "z9hG4bK-slowpeer-ack")
+    );
+    w.write_all(ack.as_bytes()).expect("send ACK");
+    // No retransmission may follow the ACK: the next retransmission would be due 400 ms
+    // after the last one; wait past it (bounded read) before hanging up.
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(700)))
+        .expect("timeout");
+    let after = read_message(&mut r);
+    assert!(after.is_none(), "message after the ACK: {after:?}");
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let bye = format!(
+        "BYE sip:uas@127.0.0.1:{port};transport=tcp SIP/2.0\r\n{}",
+        common_headers("BYE", 2, &to_tag, "z9hG4bK-slowpeer-bye")
+    );
+    w.write_all(bye.as_bytes()).expect("send BYE");
+    let resp = read_message(&mut r).expect("BYE answered");
+    assert!(resp.starts_with("SIP/2.0 200"), "{resp}");
+    assert!(header(&resp, "CSeq").ends_with("BYE"), "{resp}");
+    let st = uas
+        .wait_for(Duration::from_secs(10))
+        .expect("uas exits after its one call");
+    assert!(st.success());
+    let v = read_json(&json);
+    assert_eq!(num(&v, "retrans_200"), 4, "{v}");
+    assert_eq!(num(&v, "calls_completed"), 1);
+    assert_eq!(total(&v, "timeouts"), 0);
+}
+
+/// The CSV header and the JSON contract fields of a `pair` run, and the counters they hold.
+#[test]
+fn pair_writes_csv_and_json_schemas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("pair.json");
+    let csv = dir.path().join("pair.csv");
+    let out = run_load(
+        &[
+            s("pair"),
+            s("--rate"),
+            s("400"),
+            s("--calls"),
+            s("1000"),
+            s("--arrivals"),
+            s("poisson"),
+            s("--progress"),
+            s("lines"),
+            s("--json"),
+            json.display().to_string(),
+            s("--csv"),
+            csv.display().to_string(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(out.contains("INVITE"), "summary table on stdout:\n{out}");
+    let v = read_json(&json);
+    for key in [
+        "calls_attempted",
+        "calls_completed",
+        "calls_failed",
+        "goodput_cps",
+        "pdd_p50_ms",
+        "pdd_p99_ms",
+        "retrans_200",
+        "retrans_invite",
+    ] {
+        assert!(v[key].is_number(), "{key} is not a number: {v}");
+    }
+    assert_eq!(num(&v, "calls_attempted"), 1000);
+    assert_eq!(num(&v, "calls_completed"), 1000);
+    assert_eq!(num(&v, "calls_failed"), 0);
+    assert_eq!(v["meta"]["mode"], "pair");
+    assert!(
+        v["latency"]["setup"]["count"].as_u64() == Some(1000),
+        "setup completion measured"
+    );
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    assert_eq!(header[0], "t_s");
+    for col in [
+        "offered",
+        "attempted",
+        "r100",
+        "r180",
+        "r200",
+        "r503",
+        "timeouts",
+        "retrans_invite",
+        "retrans_bye",
+        "retrans_200",
+        "completed",
+        "goodput",
+        "active",
+    ] {
+        assert!(header.contains(&col), "CSV lacks {col}: {header:?}");
+    }
+    let idx = header
+        .iter()
+        .position(|c| *c == "attempted")
+        .expect("attempted");
+    let mut sum = 0;
+    for line in lines {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells.len(), header.len(), "{line}");
+        sum += cells[idx].parse::<u64>().expect("number");
+    }
+    assert_eq!(sum, 1000, "rows add up to the total");
+}
+
+/// REGISTER load against `holdline serve`'s registrar: every user registered once.
+#[test]
+fn register_load_against_serve() {
+    let proxy = free_port();
+    let _holdline = Holdline::start(&[
+        s("--listen"),
+        format!("udp:127.0.0.1:{proxy}"),
+        s("--domain"),
+        s("example.com"),
+        s("--store"),
+        s("memory"),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("reg.json");
+    run_load(
+        &[
+            s("register"),
+            s("--target"),
+            format!("127.0.0.1:{proxy}"),
+            s("--users"),
+            s("user{0..1999}@example.com"),
+            s("--rate"),
+            s("2000"),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            json.display().to_string(),
+        ],
+        Duration::from_secs(60),
+    );
+    let v = read_json(&json);
+    assert_eq!(total(&v, "reg_sent"), 2000, "{v}");
+    assert_eq!(total(&v, "reg_ok"), 2000);
+    assert_eq!(v["register_by_code"]["200"], 2000);
+    assert!(v["latency"]["register"]["p99_ms"].is_number());
+    let _ = SocketAddr::from(([127, 0, 0, 1], proxy));
+}
