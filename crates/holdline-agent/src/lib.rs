@@ -140,22 +140,37 @@ pub struct Agent {
     aborted: bool,
 }
 
-macro_rules! ctx {
-    ($s:ident, $now:expr) => {
-        Ctx {
+/// Splits the agent into a [`Ctx`] and its roles, borrowed disjointly (no role is moved).
+macro_rules! split {
+    ($s:ident, $now:expr) => {{
+        let Agent {
+            cfg,
+            token,
+            rng,
+            rec,
+            out,
+            timers,
+            uac,
+            uas,
+            reg,
+            ..
+        } = $s;
+        let has_uas = uas.is_some();
+        let cx = Ctx {
             now: $now,
-            rec: &mut $s.rec,
-            out: &mut $s.out,
-            timers: &mut $s.timers,
-            rng: &mut $s.rng,
-            t: $s.cfg.timers,
-            transport: $s.cfg.transport,
-            reliable: $s.cfg.transport.is_reliable(),
-            has_uas: $s.uas.is_some(),
-            shared_clock: $s.cfg.shared_clock,
-            token: &$s.token,
-        }
-    };
+            rec,
+            out,
+            timers,
+            rng,
+            t: cfg.timers,
+            transport: cfg.transport,
+            reliable: cfg.transport.is_reliable(),
+            has_uas,
+            shared_clock: cfg.shared_clock,
+            token: token.as_slice(),
+        };
+        (cx, uac, uas, reg)
+    }};
 }
 
 impl Agent {
@@ -303,21 +318,17 @@ impl Agent {
     /// Hard stop at `now`: calls still unanswered count as failed; everything is dropped.
     pub fn abort(&mut self, now: Instant) {
         self.stop_arrivals(now);
-        let mut uac = self.uac.take();
-        let mut reg = self.reg.take();
         {
-            let mut cx = ctx!(self, now);
+            let (mut cx, uac, uas, reg) = split!(self, now);
             if let Some(u) = uac.as_mut() {
                 u.abort(&mut cx);
             }
             if let Some(r) = reg.as_mut() {
                 r.abort();
             }
-        }
-        self.uac = uac;
-        self.reg = reg;
-        if let Some(u) = self.uas.as_mut() {
-            u.abort();
+            if let Some(u) = uas.as_mut() {
+                u.abort();
+            }
         }
         self.aborted = true;
         self.rec.active = 0;
@@ -330,13 +341,8 @@ impl Agent {
             self.rec.c.parse_errors += 1;
             return;
         };
-        let mut uac = self.uac.take();
-        let mut uas = self.uas.take();
-        let mut reg = self.reg.take();
         {
-            let has_uas = uas.is_some();
-            let mut cx = ctx!(self, now);
-            cx.has_uas = has_uas;
+            let (mut cx, uac, uas, reg) = split!(self, now);
             match *msg.start_line() {
                 StartLine::Response { code, .. } => {
                     let mine = uac
@@ -367,22 +373,14 @@ impl Agent {
                 },
             }
         }
-        self.uac = uac;
-        self.uas = uas;
-        self.reg = reg;
         self.rec.active = self.active();
     }
 
     /// Fires every timer and arrival due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.rec.tick(now);
-        let mut uac = self.uac.take();
-        let mut uas = self.uas.take();
-        let mut reg = self.reg.take();
         {
-            let has_uas = uas.is_some();
-            let mut cx = ctx!(self, now);
-            cx.has_uas = has_uas;
+            let (mut cx, uac, uas, reg) = split!(self, now);
             while let Some(e) = cx.timers.pop_due(now) {
                 match e.kind {
                     Kind::UacA
@@ -390,12 +388,13 @@ impl Agent {
                     | Kind::UacCancel
                     | Kind::UacHold
                     | Kind::UacE
-                    | Kind::UacF => {
+                    | Kind::UacF
+                    | Kind::UacCheck => {
                         if let Some(u) = uac.as_mut() {
                             u.fire(&mut cx, e);
                         }
                     }
-                    Kind::UasRing | Kind::UasAnswer | Kind::UasG | Kind::UasH | Kind::UasLinger => {
+                    Kind::UasRing | Kind::UasAnswer | Kind::UasG | Kind::UasH | Kind::UasCheck => {
                         if let Some(u) = uas.as_mut() {
                             u.fire(&mut cx, e);
                         }
@@ -414,9 +413,6 @@ impl Agent {
                 r.poll_arrivals(&mut cx);
             }
         }
-        self.uac = uac;
-        self.uas = uas;
-        self.reg = reg;
         self.rec.active = self.active();
     }
 

@@ -158,9 +158,11 @@ impl Uac {
             timer_f: None,
         };
         let gen_ = self.slots[slot as usize].gen_;
+        // Timer B is armed by the checkpoint T1 from now, if the call still lives then.
+        let check = Some(now + t1);
         for (at, kind) in [
             (call.timer_a, Kind::UacA),
-            (call.timer_b, Kind::UacB),
+            (check, Kind::UacCheck),
             (call.cancel_at, Kind::UacCancel),
         ] {
             if let Some(at) = at {
@@ -344,7 +346,8 @@ impl Uac {
         call.e_interval = cx.t.t1;
         call.timer_e = (!cx.reliable).then(|| now + cx.t.t1);
         call.timer_f = Some(now + cx.t.timeout());
-        for (at, kind) in [(call.timer_e, Kind::UacE), (call.timer_f, Kind::UacF)] {
+        let check = Some(now + cx.t.t1);
+        for (at, kind) in [(call.timer_e, Kind::UacE), (check, Kind::UacCheck)] {
             if let Some(at) = at {
                 cx.timers.schedule(Entry {
                     at,
@@ -589,6 +592,18 @@ impl Uac {
                 }
             }
             Kind::UacHold if call.hold_at == Some(e.at) => self.hang_up(cx, e.slot),
+            Kind::UacCheck => {
+                for (at, kind) in [(call.timer_b, Kind::UacB), (call.timer_f, Kind::UacF)] {
+                    if let Some(at) = at {
+                        cx.timers.schedule(Entry {
+                            at,
+                            slot: e.slot,
+                            gen_,
+                            kind,
+                        });
+                    }
+                }
+            }
             Kind::UacE if call.timer_e == Some(e.at) => {
                 call.e_interval = (call.e_interval * 2).min(cx.t.t2);
                 let at = now + call.e_interval;

@@ -2,7 +2,8 @@
 //! the ACK (RFC 3261 §13.3.1.4, on every transport), non-2xx retransmission over UDP (Timer
 //! G), BYE and CANCEL handling.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
 
 use foldhash::fast::FixedState;
 use holdline_base::{Duration, Instant, Peer};
@@ -23,8 +24,6 @@ enum State {
     Answered,
     /// ACK of a 2xx received; waiting for BYE.
     Confirmed,
-    /// The call ended; kept to answer retransmitted requests.
-    Lingering,
 }
 
 #[derive(Debug)]
@@ -38,14 +37,13 @@ struct Call {
     common: Vec<u8>,
     /// `To: ...;tag=...\r\n`.
     to: Vec<u8>,
-    /// The last response sent to the INVITE (or to the BYE while lingering).
+    /// The last response sent to the INVITE.
     last: Vec<u8>,
     interval: Duration,
     timer_g: Option<Instant>,
     timer_h: Option<Instant>,
     ring_at: Option<Instant>,
     answer_at: Option<Instant>,
-    linger_until: Option<Instant>,
     sent_stamp: Option<u64>,
 }
 
@@ -64,8 +62,13 @@ pub(crate) struct Uas {
     map: HashMap<Box<[u8]>, u32, FixedState>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    /// Calls in progress (lingering ones excluded).
+    /// Calls in progress.
     pub(crate) active: u64,
+    /// Hashes of the Call-IDs of calls that ended less than 64*T1 ago over UDP, to answer
+    /// retransmitted BYEs (Timer J) without keeping the calls: one set per T1 of end times,
+    /// reused in a ring (no set ever grows past T1's worth of calls, so no long rehash).
+    recent: VecDeque<(Instant, HashSet<u64, FixedState>)>,
+    spare: Vec<HashSet<u64, FixedState>>,
     /// Calls finished (BYE answered, rejected and acknowledged, or timed out).
     pub(crate) finished: u64,
     mix_total: f64,
@@ -88,6 +91,8 @@ impl Uas {
             slots: Vec::new(),
             free: Vec::new(),
             active: 0,
+            recent: VecDeque::new(),
+            spare: Vec::new(),
             finished: 0,
             mix_total,
         }
@@ -122,6 +127,7 @@ impl Uas {
         };
         let mut msg = std::mem::take(&mut call.last);
         msg.clear();
+        msg.reserve(call.common.len() + call.to.len() + self.contact.len() + self.sdp.len() + 128);
         build::status_line(&mut msg, code);
         msg.extend_from_slice(&call.common);
         // The To tag goes on every response, 100 included (§8.2.6.2 allows it there).
@@ -171,7 +177,7 @@ impl Uas {
             cx.rec.c.uas_rejected += 1;
         }
         Self::schedule(cx, slot, gen_, call.timer_g, Kind::UasG);
-        Self::schedule(cx, slot, gen_, call.timer_h, Kind::UasH);
+        Self::schedule(cx, slot, gen_, Some(cx.now + cx.t.t1), Kind::UasCheck);
     }
 
     fn ring(&mut self, cx: &mut Ctx<'_>, slot: u32) {
@@ -191,31 +197,50 @@ impl Uas {
         }
     }
 
-    /// Ends the call: it stops counting as active and, over UDP, lingers for 64*T1 to
-    /// answer retransmissions.
+    /// Ends the call: it stops counting as active and is forgotten; over UDP its Call-ID is
+    /// remembered for 64*T1 to answer a retransmitted BYE.
     fn finish(&mut self, cx: &mut Ctx<'_>, slot: u32) {
-        let gen_ = self.slots[slot as usize].gen_;
-        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
             return;
         };
-        if call.state != State::Lingering {
-            self.active -= 1;
-            self.finished += 1;
+        self.active -= 1;
+        self.finished += 1;
+        if !cx.reliable {
+            let h = self.map.hasher().hash_one(&call.call_id);
+            // The newest set holds calls ending within one T1; it expires 64*T1 after its
+            // last possible member.
+            let expires = cx.now + cx.t.timeout() + cx.t.t1;
+            let floor = expires.checked_sub(cx.t.t1).unwrap_or(Instant::ZERO);
+            let fresh = self.recent.back().is_some_and(|(e, _)| *e >= floor);
+            if !fresh {
+                let set = self
+                    .spare
+                    .pop()
+                    .unwrap_or_else(|| HashSet::with_hasher(FixedState::default()));
+                self.recent.push_back((expires, set));
+            }
+            if let Some((_, set)) = self.recent.back_mut() {
+                set.insert(h);
+            }
         }
-        call.timer_g = None;
-        call.timer_h = None;
-        call.ring_at = None;
-        call.answer_at = None;
-        if cx.reliable {
-            self.remove(slot);
-        } else {
-            call.state = State::Lingering;
-            call.common = Vec::new();
-            call.to = Vec::new();
-            let at = cx.now + cx.t.timeout();
-            call.linger_until = Some(at);
-            Self::schedule(cx, slot, gen_, Some(at), Kind::UasLinger);
+        self.remove(slot);
+    }
+
+    fn forget_old(&mut self, now: Instant) {
+        while self.recent.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, mut set)) = self.recent.pop_front() {
+                set.clear();
+                self.spare.push(set);
+            }
         }
+    }
+
+    fn is_recent(&self, call_id: &[u8]) -> bool {
+        if self.recent.is_empty() {
+            return false;
+        }
+        let h = self.map.hasher().hash_one(call_id);
+        self.recent.iter().any(|(_, set)| set.contains(&h))
     }
 
     fn remove(&mut self, slot: u32) {
@@ -244,7 +269,20 @@ impl Uas {
             return;
         };
         let key = MsgKey::Request(m);
+        self.forget_old(cx.now);
         let slot = self.lookup(call_id);
+        if slot.is_none() && self.is_recent(call_id) {
+            // A late retransmission of a call that ended: answer a BYE again, absorb the rest.
+            cx.rec.msgs.row(key).received += 1;
+            if m == M::Bye {
+                cx.rec.c.retrans_other += 1;
+                cx.rec.msgs.row(MsgKey::Response(200, M::Bye)).retransmitted += 1;
+                let start = cx.out.begin();
+                holdline_sip::build_response(msg, 200, "OK", None, &[], b"", cx.out.buf());
+                cx.out.end(start, from);
+            }
+            return;
+        }
         match (m, slot) {
             (M::Invite, None) => {
                 cx.rec.msgs.row(key).received += 1;
@@ -256,7 +294,7 @@ impl Uas {
                     return;
                 };
                 let cseq = msg.cseq().map_or(0, |c| c.seq);
-                if cseq == call.cseq && call.state != State::Lingering && !call.last.is_empty() {
+                if cseq == call.cseq && !call.last.is_empty() {
                     // A retransmission: repeat the last response.
                     cx.out.push(call.peer, &call.last);
                     cx.rec.c.retrans_other += 1;
@@ -279,18 +317,6 @@ impl Uas {
             }
             (M::Bye, Some(slot)) => {
                 cx.rec.msgs.row(key).received += 1;
-                let lingering = self.slots[slot as usize]
-                    .call
-                    .as_ref()
-                    .is_some_and(|c| c.state == State::Lingering);
-                if lingering {
-                    cx.rec.c.retrans_other += 1;
-                    cx.rec.msgs.row(MsgKey::Response(200, M::Bye)).retransmitted += 1;
-                    let start = cx.out.begin();
-                    holdline_sip::build_response(msg, 200, "OK", None, &[], b"", cx.out.buf());
-                    cx.out.end(start, from);
-                    return;
-                }
                 Self::reply(cx, msg, from, 200, M::Bye);
                 self.finish(cx, slot);
             }
@@ -312,7 +338,7 @@ impl Uas {
                         call.timer_g = (!cx.reliable).then(|| cx.now + cx.t.t1);
                         call.timer_h = Some(cx.now + cx.t.timeout());
                         Self::schedule(cx, slot, gen_, call.timer_g, Kind::UasG);
-                        Self::schedule(cx, slot, gen_, call.timer_h, Kind::UasH);
+                        Self::schedule(cx, slot, gen_, Some(cx.now + cx.t.t1), Kind::UasCheck);
                     }
                 }
             }
@@ -392,7 +418,6 @@ impl Uas {
             timer_h: None,
             ring_at: None,
             answer_at: None,
-            linger_until: None,
             sent_stamp,
         };
         self.map.insert(call.call_id.clone(), slot);
@@ -417,7 +442,7 @@ impl Uas {
             return;
         };
         if call.state != State::Answered {
-            // A repeated ACK (our retransmitted 200 crossed it) or one for a lingering call.
+            // A repeated ACK (our retransmitted 200 crossed it).
             return;
         }
         let _ = msg;
@@ -425,6 +450,10 @@ impl Uas {
         call.timer_h = None;
         if call.status < 300 {
             call.state = State::Confirmed;
+            // Nothing is retransmitted any more: free the response copies.
+            call.last = Vec::new();
+            call.common = Vec::new();
+            call.to = Vec::new();
             cx.rec.c.completed += 1;
             if let Some(stamp) = call.sent_stamp {
                 cx.rec.lat.setup.record(Duration::from_nanos(
@@ -477,7 +506,16 @@ impl Uas {
                     .timeouts += 1;
                 self.finish(cx, e.slot);
             }
-            Kind::UasLinger if call.linger_until == Some(e.at) => self.remove(e.slot),
+            Kind::UasCheck => {
+                if let Some(at) = call.timer_h {
+                    cx.timers.schedule(Entry {
+                        at,
+                        slot: e.slot,
+                        gen_: e.gen_,
+                        kind: Kind::UasH,
+                    });
+                }
+            }
             _ => {}
         }
     }

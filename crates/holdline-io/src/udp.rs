@@ -224,6 +224,11 @@ impl RecvBatch {
         self.count
     }
 
+    /// How many datagrams one receive can return (a short receive emptied the socket).
+    pub fn capacity(&self) -> usize {
+        self.meta.len()
+    }
+
     /// Whether the last receive returned nothing.
     pub fn is_empty(&self) -> bool {
         self.count == 0

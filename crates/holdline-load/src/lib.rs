@@ -60,6 +60,12 @@ pub struct LoadConfig {
     pub csv: Option<PathBuf>,
     /// Progress display.
     pub progress: Progress,
+    /// Under load, wake at most once per this interval: after a wake-up that handled many
+    /// messages (16 or more), the loop waits until this long after it before polling again,
+    /// so that messages arriving in between are read and answered in batches (one
+    /// `recvmmsg`/`sendmmsg` for many) instead of one system call per message. Adds at most
+    /// this much delay per hop under load and none at light load; zero disables it.
+    pub coalesce: Duration,
     /// SO_RCVBUF/SO_SNDBUF for every socket, bytes.
     pub socket_buffer: Option<usize>,
     /// The UAC calls the in-process UAS (`holdline load pair`): its target is set to the
@@ -107,6 +113,8 @@ const ACCEPTED_ID: u64 = 1 << 32;
 const RECV_SLOTS: usize = 64;
 const RECV_SLOT: usize = 16 * 1024;
 const UDP_BUDGET: usize = 16;
+/// Coalesce only after a wake-up that handled at least this many messages.
+const COALESCE_MIN: usize = 16;
 
 struct Conn {
     tcp: TcpConn,
@@ -128,6 +136,8 @@ struct Io {
     poll: Poll,
     send_errors: u64,
     limits: Limits,
+    /// Messages handled since the last poll (decides whether to coalesce).
+    handled: usize,
 }
 
 fn sock_err(what: &'static str, addr: SocketAddr) -> impl FnOnce(io::Error) -> LoadError {
@@ -246,6 +256,7 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         poll,
         send_errors: 0,
         limits: Limits::default(),
+        handled: 0,
     };
     let has_uas = cfg.agent.uas.is_some();
     // The UAS socket first, so a pair's legs bind next to it.
@@ -359,6 +370,8 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
     let mut events = Events::with_capacity(256);
     let max_end = cfg.max_time.map(|d| start + d);
     let mut drain_end: Option<Instant> = None;
+    // UDP sockets whose last read stopped at the budget, not at an empty queue.
+    let mut pending: Vec<Option<usize>> = Vec::new();
     loop {
         let now = clock.now();
         if stop.load(Ordering::Relaxed) || max_end.is_some_and(|e| now >= e) {
@@ -405,24 +418,44 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
             }
             printed = rows.len();
         }
+        // Busy (many messages per wake-up): let the next batch accumulate. Idle or light
+        // load: poll at once, adding no delay.
+        if !cfg.coalesce.is_zero() && io.handled >= COALESCE_MIN {
+            let since = clock.now().saturating_duration_since(now);
+            if since < cfg.coalesce {
+                std::thread::sleep(cfg.coalesce - since);
+            }
+        }
         let wake = [agent.poll_timeout(), drain_end, max_end]
             .into_iter()
             .flatten()
             .min();
-        let timeout = wake.map_or(StdDuration::from_millis(100), |t| {
-            clock.until(t).min(StdDuration::from_millis(100))
-        });
+        let timeout = if pending.is_empty() {
+            wake.map_or(StdDuration::from_millis(100), |t| {
+                clock.until(t).min(StdDuration::from_millis(100))
+            })
+        } else {
+            StdDuration::ZERO
+        };
+        io.handled = 0;
         match io.poll.poll(&mut events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(LoadError::Poll(e)),
+        }
+        for leg in std::mem::take(&mut pending) {
+            if !read_udp(&mut io, &mut agent, &clock, leg) {
+                pending.push(leg);
+            }
         }
         for ev in &events {
             let token = ev.token();
             if token == LISTENER {
                 accept_all(&mut io);
             } else if token == UAS_UDP {
-                read_udp(&mut io, &mut agent, &clock, None);
+                if !read_udp(&mut io, &mut agent, &clock, None) && !pending.contains(&None) {
+                    pending.push(None);
+                }
             } else if token.0 >= CONN_BASE {
                 let key = token.0 - CONN_BASE;
                 if ev.is_writable()
@@ -438,7 +471,10 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                     read_tcp(&mut io, &mut agent, &clock, key);
                 }
             } else if token.0 >= LEG_BASE {
-                read_udp(&mut io, &mut agent, &clock, Some(token.0 - LEG_BASE));
+                let leg = Some(token.0 - LEG_BASE);
+                if !read_udp(&mut io, &mut agent, &clock, leg) && !pending.contains(&leg) {
+                    pending.push(leg);
+                }
             }
             agent.drain_transmits(|p, b| io.dispatch(p, b));
             io.flush();
@@ -531,17 +567,21 @@ fn accept_all(io: &mut Io) {
     }
 }
 
-fn read_udp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) {
+/// Reads up to a budget of batches; returns false when the socket may still hold data (the
+/// caller must come back without waiting for readiness: with a full buffer no new datagram
+/// arrives to re-arm edge-triggered readiness).
+fn read_udp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) -> bool {
     let id = leg.map_or(UAS_UDP_ID, |l| l as u64);
     for _ in 0..UDP_BUDGET {
         let sock = match leg {
             Some(l) => io.legs_udp.get(l),
             None => io.uas_udp.as_ref(),
         };
-        let Some(sock) = sock else { return };
+        let Some(sock) = sock else { return true };
         match sock.recv_batch(&mut io.recv) {
-            Ok(0) => return,
+            Ok(0) => return true,
             Ok(n) => {
+                let drained = n < io.recv.capacity();
                 let now = clock.now();
                 for i in 0..n {
                     if let Some(d) = io.recv.get(i) {
@@ -551,14 +591,21 @@ fn read_udp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) {
                             conn: Some(ConnId(id)),
                         };
                         agent.handle(now, from, d.payload);
+                        io.handled += 1;
                     }
                 }
                 agent.drain_transmits(|p, b| io.dispatch(p, b));
                 io.flush();
+                // A short batch emptied the socket: reading again would only return EAGAIN
+                // (edge-triggered readiness fires again for anything arriving later).
+                if drained {
+                    return true;
+                }
             }
-            Err(_) => return,
+            Err(_) => return true,
         }
     }
+    false
 }
 
 fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
@@ -580,6 +627,7 @@ fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
             match c.framer.poll(c.tcp.buffered()) {
                 Ok(Frame::Message { len }) => {
                     agent.handle(now, from, &c.tcp.buffered()[..len]);
+                    io.handled += 1;
                     c.tcp.consume(len);
                 }
                 Ok(Frame::KeepAlive { len, .. }) => c.tcp.consume(len),
