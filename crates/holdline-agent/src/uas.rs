@@ -2,7 +2,7 @@
 //! the ACK (RFC 3261 §13.3.1.4, on every transport), non-2xx retransmission over UDP (Timer
 //! G), BYE and CANCEL handling.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 
 use foldhash::fast::FixedState;
@@ -29,6 +29,7 @@ enum State {
 #[derive(Debug)]
 struct Call {
     call_id: Box<[u8]>,
+    hash: u64,
     peer: Peer,
     state: State,
     status: u16,
@@ -59,16 +60,20 @@ pub(crate) struct Uas {
     cfg: UasConfig,
     contact: Vec<u8>,
     sdp: Vec<u8>,
-    map: HashMap<Box<[u8]>, u32, FixedState>,
+    /// Call-ID hash → slot (the slot's Call-ID is compared on lookup).
+    map: HashMap<u64, u32, FixedState>,
+    hasher: FixedState,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Calls in progress.
     pub(crate) active: u64,
-    /// Hashes of the Call-IDs of calls that ended less than 64*T1 ago over UDP, to answer
-    /// retransmitted BYEs (Timer J) without keeping the calls: one set per T1 of end times,
-    /// reused in a ring (no set ever grows past T1's worth of calls, so no long rehash).
-    recent: VecDeque<(Instant, HashSet<u64, FixedState>)>,
-    spare: Vec<HashSet<u64, FixedState>>,
+    /// Hashes of the Call-IDs of calls that ended over UDP, to answer a retransmitted BYE
+    /// (Timer J) without keeping the calls: `recent[0]` is the generation started at
+    /// `recent_since`, `recent[1]` the one before. Generations rotate every 64*T1, so an ended
+    /// call is remembered between 64*T1 and 128*T1; a rotated-out set is cleared and reused,
+    /// so after the first rotation no set grows (no long rehash pauses).
+    recent: [HashSet<u64, FixedState>; 2],
+    recent_since: Instant,
     /// Calls finished (BYE answered, rejected and acknowledged, or timed out).
     pub(crate) finished: u64,
     mix_total: f64,
@@ -88,11 +93,15 @@ impl Uas {
             contact,
             sdp: leg.sdp.clone(),
             map: HashMap::with_hasher(FixedState::default()),
+            hasher: FixedState::default(),
             slots: Vec::new(),
             free: Vec::new(),
             active: 0,
-            recent: VecDeque::new(),
-            spare: Vec::new(),
+            recent: [
+                HashSet::with_hasher(FixedState::default()),
+                HashSet::with_hasher(FixedState::default()),
+            ],
+            recent_since: Instant::ZERO,
             finished: 0,
             mix_total,
         }
@@ -117,7 +126,9 @@ impl Uas {
     }
 
     fn lookup(&self, call_id: &[u8]) -> Option<u32> {
-        self.map.get(call_id).copied()
+        let slot = *self.map.get(&self.hasher.hash_one(call_id))?;
+        let call = self.slots.get(slot as usize)?.call.as_ref()?;
+        (&*call.call_id == call_id).then_some(slot)
     }
 
     /// Writes a response to the INVITE of `slot` into the outbox and keeps a copy.
@@ -206,47 +217,33 @@ impl Uas {
         self.active -= 1;
         self.finished += 1;
         if !cx.reliable {
-            let h = self.map.hasher().hash_one(&call.call_id);
-            // The newest set holds calls ending within one T1; it expires 64*T1 after its
-            // last possible member.
-            let expires = cx.now + cx.t.timeout() + cx.t.t1;
-            let floor = expires.checked_sub(cx.t.t1).unwrap_or(Instant::ZERO);
-            let fresh = self.recent.back().is_some_and(|(e, _)| *e >= floor);
-            if !fresh {
-                let set = self
-                    .spare
-                    .pop()
-                    .unwrap_or_else(|| HashSet::with_hasher(FixedState::default()));
-                self.recent.push_back((expires, set));
-            }
-            if let Some((_, set)) = self.recent.back_mut() {
-                set.insert(h);
-            }
+            self.recent[0].insert(call.hash);
         }
         self.remove(slot);
     }
 
-    fn forget_old(&mut self, now: Instant) {
-        while self.recent.front().is_some_and(|(at, _)| *at <= now) {
-            if let Some((_, mut set)) = self.recent.pop_front() {
-                set.clear();
-                self.spare.push(set);
-            }
+    fn forget_old(&mut self, cx: &Ctx<'_>) {
+        if cx.now.saturating_duration_since(self.recent_since) >= cx.t.timeout() {
+            self.recent[1].clear();
+            self.recent.swap(0, 1);
+            self.recent_since = cx.now;
         }
     }
 
     fn is_recent(&self, call_id: &[u8]) -> bool {
-        if self.recent.is_empty() {
+        if self.recent.iter().all(HashSet::is_empty) {
             return false;
         }
-        let h = self.map.hasher().hash_one(call_id);
-        self.recent.iter().any(|(_, set)| set.contains(&h))
+        let h = self.hasher.hash_one(call_id);
+        self.recent.iter().any(|set| set.contains(&h))
     }
 
     fn remove(&mut self, slot: u32) {
         let s = &mut self.slots[slot as usize];
         if let Some(call) = s.call.take() {
-            self.map.remove(&call.call_id);
+            if self.map.get(&call.hash) == Some(&slot) {
+                self.map.remove(&call.hash);
+            }
             s.gen_ = s.gen_.wrapping_add(1);
             self.free.push(slot);
         }
@@ -256,7 +253,9 @@ impl Uas {
     fn reply(cx: &mut Ctx<'_>, msg: &Message<'_>, from: Peer, code: u16, method: M) {
         let start = cx.out.begin();
         let out = cx.out.buf();
-        holdline_sip::build_response(msg, code, build::reason(code), Some(b"hl"), &[], b"", out);
+        // An in-dialog BYE's To already carries the tag: skip parsing To to look for it.
+        let tag: Option<&[u8]> = if method == M::Bye { None } else { Some(b"hl") };
+        holdline_sip::build_response(msg, code, build::reason(code), tag, &[], b"", out);
         cx.out.end(start, from);
         cx.rec.msgs.row(MsgKey::Response(code, method)).sent += 1;
     }
@@ -269,7 +268,7 @@ impl Uas {
             return;
         };
         let key = MsgKey::Request(m);
-        self.forget_old(cx.now);
+        self.forget_old(cx);
         let slot = self.lookup(call_id);
         if slot.is_none() && self.is_recent(call_id) {
             // A late retransmission of a call that ended: answer a BYE again, absorb the rest.
@@ -406,6 +405,7 @@ impl Uas {
         };
         let call = Call {
             call_id: call_id.into(),
+            hash: self.hasher.hash_one(call_id),
             peer: from,
             state: State::Trying,
             status: 0,
@@ -420,7 +420,7 @@ impl Uas {
             answer_at: None,
             sent_stamp,
         };
-        self.map.insert(call.call_id.clone(), slot);
+        self.map.insert(call.hash, slot);
         self.slots[slot as usize].call = Some(call);
         self.active += 1;
         if self.cfg.trying {

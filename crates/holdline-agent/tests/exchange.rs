@@ -284,3 +284,26 @@ fn rows_add_up_to_totals() {
     assert_eq!(sum, rec.c.attempted);
     assert!(rec.rows().len() >= 3);
 }
+
+/// Timer J over UDP: the UAS's 200 to BYE is lost, the UAC retransmits the BYE after the
+/// UAS forgot the call, and the UAS still answers it with 200 (not 481).
+#[test]
+fn retransmitted_bye_after_the_call_ended_gets_200() {
+    let mut net = pair(Transport::Udp, 10.0, 1, UasConfig::default());
+    let mut dropped = false;
+    net.filter = Box::new(move |p| {
+        let bye_ok = p.bytes.starts_with(b"SIP/2.0 200")
+            && String::from_utf8_lossy(&p.bytes).contains(" BYE\r\n");
+        if bye_ok && !dropped {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    assert!(net.run_to_completion(Duration::from_secs(10)));
+    let uac = &net.agent(0).recorder().c;
+    assert_eq!((uac.calls_ok, uac.retrans_bye, uac.calls_failed), (1, 1, 0));
+    let uas = &net.agent(1).recorder().c;
+    assert_eq!((uas.completed, uas.retrans_other, uas.unexpected), (1, 1, 0));
+    assert_eq!(net.sent("SIP/2.0 481").len(), 0);
+}

@@ -480,3 +480,42 @@ fn register_load_against_serve() {
     assert!(v["latency"]["register"]["p99_ms"].is_number());
     let _ = SocketAddr::from(([127, 0, 0, 1], proxy));
 }
+
+/// The drain limit is a hard stop: against a target that never answers, the run ends
+/// `--drain` seconds after its last call was placed, counting every call as failed.
+#[test]
+fn drain_is_a_hard_stop_when_nothing_answers() {
+    // A bound UDP socket that never reads: datagrams are accepted and never answered.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let target = silent.local_addr().expect("addr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("uac.json");
+    let started = Instant::now();
+    run_load(
+        &[
+            s("uac"),
+            s("--target"),
+            target.to_string(),
+            s("--rate"),
+            s("100"),
+            s("--calls"),
+            s("5"),
+            s("--drain"),
+            s("1"),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            json.display().to_string(),
+        ],
+        Duration::from_secs(20),
+    );
+    let took = started.elapsed();
+    let v = read_json(&json);
+    assert_eq!(num(&v, "calls_attempted"), 5, "{v}");
+    assert_eq!(num(&v, "calls_failed"), 5);
+    assert_eq!(num(&v, "calls_completed"), 0);
+    // Timer A fired at 0.5 s for each call before the drain ended the run at ~1 s.
+    assert_eq!(num(&v, "retrans_invite"), 5);
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    drop(silent);
+}

@@ -1,0 +1,156 @@
+//! The registration role against a scripted registrar: every REGISTER counter, 423 with
+//! Min-Expires retried once, 5xx, timeouts with Timer E retransmissions, refreshes.
+
+use std::net::SocketAddr;
+
+use holdline_agent::{Agent, AgentConfig, ArrivalKind, RegisterConfig, UserPattern};
+use holdline_base::{ConnId, Duration, Instant, Peer, Transport};
+use holdline_metrics::{Method as M, MsgKey};
+use holdline_sip::{HeaderName, Limits, Message};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9)))
+}
+
+fn agent(users: &str, rate: f64, refresh: Option<Duration>, duration: Option<Duration>) -> Agent {
+    let mut c = AgentConfig::new(Transport::Udp, vec![addr("127.0.0.1:5001")]);
+    let users = UserPattern::parse(users).unwrap_or_else(|e| panic!("{e}"));
+    c.register = Some(RegisterConfig {
+        registrar: addr("127.0.0.1:5060"),
+        count: users.len(),
+        users,
+        rate,
+        arrivals: ArrivalKind::Constant,
+        expires: 600,
+        refresh,
+        duration,
+        contact: None,
+    });
+    Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Answers a REGISTER: `status`, with Min-Expires when 423.
+fn answer(req: &[u8], status: u16) -> Vec<u8> {
+    let msg = Message::parse(req, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let mut out = Vec::new();
+    let extra: Vec<(&str, &[u8])> = if status == 423 {
+        vec![("Min-Expires", b"1800")]
+    } else {
+        vec![]
+    };
+    holdline_sip::build_response(&msg, status, "R", Some(b"reg"), &extra, b"", &mut out);
+    out
+}
+
+fn expires_of(req: &[u8]) -> u32 {
+    let msg = Message::parse(req, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    msg.first_value(HeaderName::Expires)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn sent(a: &mut Agent) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    a.drain_transmits(|_, b| out.push(b.to_vec()));
+    out
+}
+
+fn registrar() -> Peer {
+    Peer {
+        addr: addr("127.0.0.1:5060"),
+        transport: Transport::Udp,
+        conn: Some(ConnId(0)),
+    }
+}
+
+#[test]
+fn outcomes_are_counted_by_class() {
+    // Four users at 1,000/s: answered 200, 423 (then 200 with the Min-Expires), 503, 404.
+    let mut a = agent("u{0..3}@example.com", 1000.0, None, None);
+    let mut now = Instant::from_secs(1);
+    let mut reqs = Vec::new();
+    for _ in 0..5 {
+        now += Duration::from_millis(1);
+        a.handle_timeout(now);
+        reqs.extend(sent(&mut a));
+    }
+    assert_eq!(reqs.len(), 4);
+    for (req, status) in reqs.iter().zip([200u16, 423, 503, 404]) {
+        a.handle(now, registrar(), &answer(req, status));
+    }
+    // The 423 was retried at once with the registrar's minimum.
+    let retry = sent(&mut a);
+    assert_eq!(retry.len(), 1);
+    assert_eq!(expires_of(&retry[0]), 1800);
+    a.handle(now, registrar(), &answer(&retry[0], 200));
+    let r = a.recorder();
+    assert_eq!(r.c.reg_sent, 5);
+    assert_eq!(
+        (r.c.reg_ok, r.c.reg_423, r.c.reg_5xx, r.c.reg_fail_other),
+        (2, 1, 1, 1)
+    );
+    assert_eq!(r.reg_statuses.get(&200), Some(&2));
+    assert_eq!(r.lat.register.count(), 5);
+    assert_eq!(r.msgs.get(MsgKey::Request(M::Register)).sent, 5);
+    assert_eq!(r.msgs.get(MsgKey::Response(423, M::Register)).received, 1);
+    assert!(a.is_done());
+    // A duplicate final response is unexpected, not counted twice.
+    a.handle(now, registrar(), &answer(&reqs[0], 200));
+    assert_eq!(a.recorder().c.reg_ok, 2);
+    assert_eq!(a.recorder().c.unexpected, 1);
+}
+
+#[test]
+fn unanswered_register_retransmits_then_times_out() {
+    let mut a = agent("solo@example.com", 10.0, None, None);
+    let mut now = Instant::from_secs(1);
+    let mut times = Vec::new();
+    // Poll through 40 s of virtual time in 10 ms steps, answering nothing.
+    for _ in 0..4000 {
+        now += Duration::from_millis(10);
+        a.handle_timeout(now);
+        for _ in sent(&mut a) {
+            times.push(now);
+        }
+    }
+    let r = a.recorder();
+    // Timer E: 0.5, 1, 2, 4, 4, ... s (capped at T2) until Timer F at 32 s.
+    let gaps: Vec<u64> = times
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]).as_millis() as u64)
+        .collect();
+    assert_eq!(&gaps[..4], &[500, 1000, 2000, 4000]);
+    assert!(gaps[4..].iter().all(|g| *g == 4000), "{gaps:?}");
+    assert_eq!(r.c.reg_sent, 1);
+    assert_eq!(r.c.retrans_other, times.len() as u64 - 1);
+    assert_eq!(r.c.timeouts, 1);
+    assert_eq!(r.msgs.get(MsgKey::Request(M::Register)).timeouts, 1);
+    assert!(a.is_done());
+}
+
+#[test]
+fn refreshes_until_the_duration_ends() {
+    let mut a = agent(
+        "solo@example.com",
+        10.0,
+        Some(Duration::from_secs(2)),
+        Some(Duration::from_secs(7)),
+    );
+    let mut now = Instant::from_secs(1);
+    let mut count = 0;
+    for _ in 0..1000 {
+        now += Duration::from_millis(10);
+        a.handle_timeout(now);
+        for req in sent(&mut a) {
+            count += 1;
+            a.handle(now, registrar(), &answer(&req, 200));
+        }
+    }
+    // At 0.01 s, then 2 s after each success while that stays before 7 s: 2.01, 4.01, 6.01
+    // (8.01 would not).
+    assert_eq!(count, 4);
+    assert_eq!(a.recorder().c.reg_ok, 4);
+    assert!(a.is_done());
+}
