@@ -49,6 +49,15 @@ struct Call {
     timer_f: Option<Instant>,
 }
 
+/// The requests a UAC call sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Req {
+    Invite,
+    Ack { failure: bool },
+    Bye,
+    Cancel,
+}
+
 #[derive(Debug, Default)]
 struct Slot {
     gen_: u32,
@@ -236,102 +245,79 @@ impl Uac {
     }
 
     fn send_invite(&self, cx: &mut Ctx<'_>, slot: u32) {
-        let Some(call) = self.slots[slot as usize].call.as_ref() else {
-            return;
-        };
-        let leg = &self.legs[call.leg as usize];
-        let peer = self.peer(cx, call.leg);
-        let token = cx.token;
-        let start = cx.out.begin();
-        let out = cx.out.buf();
-        out.extend_from_slice(b"INVITE ");
-        self.request_uri(out, leg, call.user);
-        out.extend_from_slice(b" SIP/2.0\r\n");
-        self.via(token, out, slot, call.leg, b"-i");
-        out.extend_from_slice(b"Max-Forwards: 70\r\n");
-        self.dialog_lines(token, out, slot, call, false);
-        out.extend_from_slice(b"CSeq: 1 INVITE\r\nContact: <sip:");
-        out.extend_from_slice(self.cfg.from_user.as_bytes());
-        out.push(b'@');
-        out.extend_from_slice(&leg.hostport);
-        out.extend_from_slice(leg.uri_tp);
-        out.extend_from_slice(
-            b">\r\nSubject: Performance Test\r\nContent-Type: application/sdp\r\n",
-        );
-        if cx.shared_clock {
-            out.extend_from_slice(b"X-Holdline-Sent: ");
-            num(out, call.stamp);
-            out.extend_from_slice(b"\r\n");
-        }
-        build::body(out, &leg.sdp);
-        cx.out.end(start, peer);
+        self.send(cx, slot, Req::Invite);
     }
 
     fn send_ack(&self, cx: &mut Ctx<'_>, slot: u32, failure: bool) {
-        let Some(call) = self.slots[slot as usize].call.as_ref() else {
-            return;
-        };
-        let leg = &self.legs[call.leg as usize];
-        let peer = self.peer(cx, call.leg);
-        let token = cx.token;
-        let start = cx.out.begin();
-        let out = cx.out.buf();
-        out.extend_from_slice(b"ACK ");
-        if failure || call.target.is_empty() {
-            self.request_uri(out, leg, call.user);
-        } else {
-            out.extend_from_slice(&call.target);
-        }
-        out.extend_from_slice(b" SIP/2.0\r\n");
-        // ACK of a failure belongs to the INVITE transaction (same branch, §17.1.1.3); ACK
-        // of a 2xx is a transaction of its own (§13.2.2.4).
-        self.via(
-            token,
-            out,
-            slot,
-            call.leg,
-            if failure { b"-i" } else { b"-a" },
-        );
-        if !failure {
-            out.extend_from_slice(&call.routes);
-        }
-        out.extend_from_slice(b"Max-Forwards: 70\r\n");
-        self.dialog_lines(token, out, slot, call, true);
-        out.extend_from_slice(b"CSeq: 1 ACK\r\n");
-        build::body(out, b"");
-        cx.out.end(start, peer);
+        self.send(cx, slot, Req::Ack { failure });
     }
 
     /// Sends BYE (in-dialog) or CANCEL (same branch as the INVITE).
     fn send_nit(&self, cx: &mut Ctx<'_>, slot: u32, method: M) {
+        self.send(
+            cx,
+            slot,
+            if method == M::Bye {
+                Req::Bye
+            } else {
+                Req::Cancel
+            },
+        );
+    }
+
+    /// Writes one request of the call into the outbox.
+    fn send(&self, cx: &mut Ctx<'_>, slot: u32, req: Req) {
         let Some(call) = self.slots[slot as usize].call.as_ref() else {
             return;
+        };
+        // Method, in-dialog (remote target, route set), branch suffix, To tag, CSeq line.
+        // ACK of a failure and CANCEL belong to the INVITE transaction (same branch,
+        // §17.1.1.3, §9.1); ACK of a 2xx and BYE are transactions of their own (§13.2.2.4).
+        let (method, dialog, branch, to_tag, cseq): (&[u8], bool, &[u8], bool, &[u8]) = match req {
+            Req::Invite => (b"INVITE ", false, b"-i", false, b"CSeq: 1 INVITE\r\n"),
+            Req::Ack { failure: true } => (b"ACK ", false, b"-i", true, b"CSeq: 1 ACK\r\n"),
+            Req::Ack { failure: false } => (b"ACK ", true, b"-a", true, b"CSeq: 1 ACK\r\n"),
+            Req::Bye => (b"BYE ", true, b"-b", true, b"CSeq: 2 BYE\r\n"),
+            Req::Cancel => (b"CANCEL ", false, b"-i", false, b"CSeq: 1 CANCEL\r\n"),
         };
         let leg = &self.legs[call.leg as usize];
         let peer = self.peer(cx, call.leg);
         let token = cx.token;
+        let shared_clock = cx.shared_clock;
         let start = cx.out.begin();
         let out = cx.out.buf();
-        let bye = method == M::Bye;
-        out.extend_from_slice(if bye { b"BYE " } else { b"CANCEL " });
-        if bye && !call.target.is_empty() {
+        out.extend_from_slice(method);
+        if dialog && !call.target.is_empty() {
             out.extend_from_slice(&call.target);
         } else {
             self.request_uri(out, leg, call.user);
         }
         out.extend_from_slice(b" SIP/2.0\r\n");
-        self.via(token, out, slot, call.leg, if bye { b"-b" } else { b"-i" });
-        if bye {
+        self.via(token, out, slot, call.leg, branch);
+        if dialog {
             out.extend_from_slice(&call.routes);
         }
         out.extend_from_slice(b"Max-Forwards: 70\r\n");
-        self.dialog_lines(token, out, slot, call, bye);
-        out.extend_from_slice(if bye {
-            b"CSeq: 2 BYE\r\n"
+        self.dialog_lines(token, out, slot, call, to_tag);
+        out.extend_from_slice(cseq);
+        if req == Req::Invite {
+            out.extend_from_slice(b"Contact: <sip:");
+            out.extend_from_slice(self.cfg.from_user.as_bytes());
+            out.push(b'@');
+            out.extend_from_slice(&leg.hostport);
+            out.extend_from_slice(leg.uri_tp);
+            out.extend_from_slice(
+                b">\r\nSubject: Performance Test\r\nContent-Type: application/sdp\r\n",
+            );
+            if shared_clock {
+                out.extend_from_slice(b"X-Holdline-Sent: ");
+                num(out, call.stamp);
+                out.extend_from_slice(b"\r\n");
+            }
+            build::body(out, &leg.sdp);
         } else {
-            b"CSeq: 1 CANCEL\r\n"
-        });
-        build::body(out, b"");
+            build::body(out, b"");
+        }
         cx.out.end(start, peer);
     }
 

@@ -304,6 +304,9 @@ fn retransmitted_bye_after_the_call_ended_gets_200() {
     let uac = &net.agent(0).recorder().c;
     assert_eq!((uac.calls_ok, uac.retrans_bye, uac.calls_failed), (1, 1, 0));
     let uas = &net.agent(1).recorder().c;
-    assert_eq!((uas.completed, uas.retrans_other, uas.unexpected), (1, 1, 0));
+    assert_eq!(
+        (uas.completed, uas.retrans_other, uas.unexpected),
+        (1, 1, 0)
+    );
     assert_eq!(net.sent("SIP/2.0 481").len(), 0);
 }

@@ -73,6 +73,20 @@ fn s(v: &str) -> String {
     v.to_owned()
 }
 
+/// `holdline serve` on `proxy`, routing every request to `uas`, over `transport`.
+fn proxy_to(transport: &str, proxy: u16, uas: u16) -> Holdline {
+    Holdline::start(&[
+        s("--listen"),
+        format!("{transport}:127.0.0.1:{proxy}"),
+        s("--route"),
+        format!("*={transport}:127.0.0.1:{uas}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("2"),
+    ])
+}
+
 fn load_uac_through_serve_to_sipp_uas(transport: &str) {
     let _one_run_at_a_time = common::sipp_lock();
     if !sipp_available() {
@@ -82,16 +96,7 @@ fn load_uac_through_serve_to_sipp_uas(transport: &str) {
     let proxy = free_port();
     let uas = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
-    let _holdline = Holdline::start(&[
-        s("--listen"),
-        format!("{transport}:127.0.0.1:{proxy}"),
-        s("--route"),
-        format!("*={transport}:127.0.0.1:{uas}"),
-        s("--store"),
-        s("memory"),
-        s("--workers"),
-        s("2"),
-    ]);
+    let _holdline = proxy_to(transport, proxy, uas);
     let _uas = common::start_uas(dir.path(), uas, sipp_t);
     let json = dir.path().join("uac.json");
     let csv = dir.path().join("uac.csv");
@@ -144,16 +149,7 @@ fn sipp_uac_through_serve_to_load_uas(transport: &str) {
     let uas = free_port();
     let uac = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
-    let _holdline = Holdline::start(&[
-        s("--listen"),
-        format!("{transport}:127.0.0.1:{proxy}"),
-        s("--route"),
-        format!("*={transport}:127.0.0.1:{uas}"),
-        s("--store"),
-        s("memory"),
-        s("--workers"),
-        s("2"),
-    ]);
+    let _holdline = proxy_to(transport, proxy, uas);
     let calls = 10_000u64;
     let json = dir.path().join("uas.json");
     let child = load_cmd(&[
