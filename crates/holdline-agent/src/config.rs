@@ -236,7 +236,8 @@ pub struct RegisterConfig {
     pub refresh: Option<Duration>,
     /// No new REGISTER after this long.
     pub duration: Option<Duration>,
-    /// The contact address registered (default: the sending address).
+    /// The contact address registered (default: the agent's UAS address if it has a UAS,
+    /// else the sending address).
     pub contact: Option<SocketAddr>,
 }
 

@@ -217,7 +217,9 @@ impl Agent {
                 if !(r.rate > 0.0 && r.rate.is_finite()) {
                     return Err(ConfigError::BadRate(r.rate.to_string()));
                 }
-                let contact = match r.contact {
+                // The contact: as configured, else the UAS of this agent (calls to the users
+                // must reach it), else the sending address.
+                let contact = match r.contact.or(cfg.uas_addr) {
                     Some(a) => build::LegText::new(a, cfg.transport),
                     None => leg.clone(),
                 };
@@ -280,22 +282,23 @@ impl Agent {
         self.timers.len()
     }
 
-    /// Whether the generating roles have nothing more to do: arrivals over and every call and
-    /// registration finished; a UAS with a call limit has answered that many calls. A plain
-    /// UAS (no limit) is never done by itself.
+    /// Whether the agent has nothing more to do: arrivals over and every call and
+    /// registration finished; a UAS (with or without `--register`) is done only once it has
+    /// answered its call limit, and never by itself without one.
     pub fn is_done(&self) -> bool {
         if self.aborted {
             return true;
         }
-        let generating = self.uac.is_some() || self.reg.is_some();
         let uac = self.uac.as_ref().is_none_or(uac::Uac::is_done);
         let reg = self.reg.as_ref().is_none_or(reg::Reg::is_done);
-        let uas = match &self.uas {
-            Some(u) if !generating => u.is_done(),
-            Some(u) => u.is_done() || u.active == 0,
-            None => true,
-        };
-        if generating { uac && reg && uas } else { uas }
+        match (&self.uac, &self.uas) {
+            // A UAS (registering its users or not) ends by its call limit only: registering
+            // is how calls find it, not the end of its job.
+            (None, Some(u)) => reg && u.is_done(),
+            // A pair ends with its calls.
+            (Some(_), Some(u)) => uac && reg && u.active == 0,
+            (_, None) => uac && reg,
+        }
     }
 
     /// Whether the arrival processes are over (the load phase ended).

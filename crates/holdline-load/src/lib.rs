@@ -378,10 +378,11 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
             agent.abort(now);
             break;
         }
-        if drain_end.is_none()
-            && agent.arrivals_done()
-            && (agent.config().uac.is_some() || agent.config().register.is_some())
-        {
+        // The drain limit applies to generating runs (a UAC, or REGISTER load alone); a UAS
+        // that registers its users first keeps answering after its registrations are done.
+        let generating = agent.config().uac.is_some()
+            || (agent.config().register.is_some() && agent.config().uas.is_none());
+        if drain_end.is_none() && generating && agent.arrivals_done() {
             drain_end = Some(now + cfg.drain);
         }
         if drain_end.is_some_and(|e| now >= e) {

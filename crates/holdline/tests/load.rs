@@ -515,3 +515,83 @@ fn drain_is_a_hard_stop_when_nothing_answers() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
     drop(silent);
 }
+
+/// Calls through the location service: `holdline load uas --register` registers its users'
+/// contacts at `holdline serve`, then `holdline load uac` calls those users through it.
+#[test]
+fn calls_reach_registered_uas_through_the_location_service() {
+    let proxy = free_port();
+    let metrics = free_port();
+    let uas = free_port();
+    let _holdline = Holdline::start(&[
+        s("--listen"),
+        format!("udp:127.0.0.1:{proxy}"),
+        s("--domain"),
+        s("example.com"),
+        s("--store"),
+        s("memory"),
+        s("--metrics"),
+        format!("127.0.0.1:{metrics}"),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uas_json = dir.path().join("uas.json");
+    let child = load_cmd(&[
+        s("uas"),
+        s("--listen"),
+        format!("127.0.0.1:{uas}"),
+        s("--register"),
+        s("100"),
+        s("--registrar"),
+        format!("127.0.0.1:{proxy}"),
+        s("--users"),
+        s("user{0..99}@example.com"),
+        s("--calls"),
+        s("1000"),
+        s("--max-time"),
+        s("60"),
+        s("--progress"),
+        s("off"),
+        s("--json"),
+        uas_json.display().to_string(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn holdline load uas");
+    let mut load_uas = Guard(child);
+    // Calls start once every user is bound (bounded wait on the server's own count).
+    let maddr: SocketAddr = format!("127.0.0.1:{metrics}").parse().expect("addr");
+    common::wait_metrics(maddr, Duration::from_secs(20), |m| {
+        common::metric(m, "holdline_store_bindings", &[]) >= 100.0
+    });
+    let uac_json = dir.path().join("uac.json");
+    run_load(
+        &[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{proxy}"),
+            s("--to"),
+            s("user{0..99}@example.com"),
+            s("--rate"),
+            s("200"),
+            s("--calls"),
+            s("1000"),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            uac_json.display().to_string(),
+        ],
+        Duration::from_secs(60),
+    );
+    let st = load_uas
+        .wait_for(Duration::from_secs(30))
+        .expect("uas ends after its calls");
+    assert!(st.success());
+    let uac = read_json(&uac_json);
+    assert_eq!(total(&uac, "calls_ok"), 1000, "{uac}");
+    assert_eq!(num(&uac, "calls_failed"), 0);
+    let v = read_json(&uas_json);
+    assert_eq!(total(&v, "reg_ok"), 100, "{v}");
+    assert_eq!(total(&v, "uas_invites"), 1000);
+    assert_eq!(num(&v, "calls_completed"), 1000);
+}
