@@ -124,7 +124,7 @@ fn load_uac_through_serve_to_sipp_uas(transport: &str) {
     );
     let v = read_json(&json);
     assert_eq!(num(&v, "calls_attempted"), 10_000, "{transport}: {v}");
-    assert_eq!(num(&v, "calls_failed"), 0, "{transport}");
+    assert_eq!(num(&v, "calls_failed"), 0, "{transport}: {v}");
     assert_eq!(num(&v, "calls_completed"), 10_000, "{transport}");
     assert_eq!(total(&v, "calls_ok"), 10_000, "{transport}");
     assert_eq!(total(&v, "r200"), 10_000, "{transport}");
@@ -362,6 +362,9 @@ fn uas_retransmits_200_over_tcp_to_a_slow_peer_on_schedule() {
 /// The CSV header and the JSON contract fields of a `pair` run, and the counters they hold.
 #[test]
 fn pair_writes_csv_and_json_schemas() {
+    // Load-generating tests take turns with the SIPp runs: on two cores, running them side by
+    // side measures the machine, not the code.
+    let _one_run_at_a_time = common::sipp_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("pair.json");
     let csv = dir.path().join("pair.csv");
@@ -442,6 +445,9 @@ fn pair_writes_csv_and_json_schemas() {
 /// REGISTER load against `holdline serve`'s registrar: every user registered once.
 #[test]
 fn register_load_against_serve() {
+    // Load-generating tests take turns with the SIPp runs: on two cores, running them side by
+    // side measures the machine, not the code.
+    let _one_run_at_a_time = common::sipp_lock();
     let proxy = free_port();
     let _holdline = Holdline::start(&[
         s("--listen"),
@@ -520,6 +526,9 @@ fn drain_is_a_hard_stop_when_nothing_answers() {
 /// contacts at `holdline serve`, then `holdline load uac` calls those users through it.
 #[test]
 fn calls_reach_registered_uas_through_the_location_service() {
+    // Load-generating tests take turns with the SIPp runs: on two cores, running them side by
+    // side measures the machine, not the code.
+    let _one_run_at_a_time = common::sipp_lock();
     let proxy = free_port();
     let metrics = free_port();
     let uas = free_port();

@@ -359,6 +359,9 @@ pub fn start_uas(dir: &Path, port: u16, sipp_t: &str) -> Guard {
     let child = Command::new("sipp")
         .args(["-sn", "uas", "-i", "127.0.0.1", "-p", &port.to_string()])
         .args(["-t", sipp_t])
+        // Large socket buffers (capped by net.core.rmem_max, which .ci/run raises): with the
+        // default ones SIPp loses datagrams when the test binary runs other tests beside it.
+        .args(["-buff_size", "8388608"])
         .args(["-nostdin", "-timeout", "90s", "-timeout_error"])
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -385,6 +388,7 @@ pub fn uac_command(
     c.args(["-sn", "uac", &target.to_string(), "-i", "127.0.0.1"])
         .args(["-p", &port.to_string(), "-t", sipp_t])
         .args(["-r", &rate.to_string(), "-m", &calls.to_string(), "-d", "0"])
+        .args(["-buff_size", "8388608"])
         .args(["-nostdin", "-timeout", "80s", "-timeout_error"])
         .args(["-trace_stat", "-fd", "1", "-stf"])
         .arg(dir.join("uac.csv"))
