@@ -4,6 +4,7 @@
 use holdline_base::{Duration, Instant, Rng};
 
 use crate::admission::{Admission, Decision, Gate, RejectReason, Rejection};
+use crate::algorithm::{ConfigError, check_range};
 use crate::snapshot::RejectCounts;
 
 /// A periodic measurement interval that restarts when it is closed.
@@ -61,6 +62,26 @@ pub(crate) struct Acceptance {
 }
 
 impl Acceptance {
+    /// Checks the parameters every acceptance-fraction controller shares: the largest
+    /// multiplicative increase per interval (finite, at least 1) and the floor of the fraction
+    /// (above 0, at most 1).
+    pub(crate) fn validate(max_increase: f64, min_acceptance: f64) -> Result<(), ConfigError> {
+        check_range(
+            "max_increase",
+            max_increase,
+            1.0,
+            f64::MAX,
+            "finite, at least 1",
+        )?;
+        check_range(
+            "min_acceptance",
+            min_acceptance,
+            f64::MIN_POSITIVE,
+            1.0,
+            "greater than 0, at most 1",
+        )
+    }
+
     /// Starts at `f = 1` (admit everything until a measurement says otherwise).
     pub(crate) fn new(min: f64, max_increase: f64, rng: Rng) -> Self {
         Self {

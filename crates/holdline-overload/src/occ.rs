@@ -110,20 +110,7 @@ impl ControllerFactory for OccConfig {
             1.0,
             "greater than 0, at most 1",
         )?;
-        check_range(
-            "max_increase",
-            self.max_increase,
-            1.0,
-            f64::MAX,
-            "finite, at least 1",
-        )?;
-        check_range(
-            "min_acceptance",
-            self.min_acceptance,
-            f64::MIN_POSITIVE,
-            1.0,
-            "greater than 0, at most 1",
-        )
+        Acceptance::validate(self.max_increase, self.min_acceptance)
     }
 
     fn build(&self, now: Instant, rng: Rng) -> Result<Box<dyn Controller>, ConfigError> {

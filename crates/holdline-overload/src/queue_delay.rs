@@ -48,7 +48,7 @@
 use holdline_base::{Duration, Instant, Rng};
 
 use crate::admission::{Admission, Decision, RejectReason};
-use crate::algorithm::{Algorithm, ConfigError, check_positive, check_range};
+use crate::algorithm::{Algorithm, ConfigError, check_positive};
 use crate::common::{Acceptance, Counters, Interval, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
 use crate::signal::Signal;
@@ -108,20 +108,7 @@ impl ControllerFactory for QueueDelayConfig {
                 high: u64::try_from(self.horizon.as_millis()).unwrap_or(u64::MAX),
             });
         }
-        check_range(
-            "max_increase",
-            self.max_increase,
-            1.0,
-            f64::MAX,
-            "finite, at least 1",
-        )?;
-        check_range(
-            "min_acceptance",
-            self.min_acceptance,
-            f64::MIN_POSITIVE,
-            1.0,
-            "greater than 0, at most 1",
-        )
+        Acceptance::validate(self.max_increase, self.min_acceptance)
     }
 
     fn build(&self, now: Instant, rng: Rng) -> Result<Box<dyn Controller>, ConfigError> {
