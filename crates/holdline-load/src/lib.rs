@@ -138,6 +138,16 @@ struct Io {
     limits: Limits,
     /// Messages handled since the last poll (decides whether to coalesce).
     handled: usize,
+    /// Connections with bytes queued since the last flush.
+    dirty: Vec<usize>,
+}
+
+/// Queues connection `key` for the next flush (once).
+fn mark_dirty(dirty: &mut Vec<usize>, c: &mut Conn, key: usize) {
+    if !c.dirty {
+        c.dirty = true;
+        dirty.push(key);
+    }
 }
 
 fn sock_err(what: &'static str, addr: SocketAddr) -> impl FnOnce(io::Error) -> LoadError {
@@ -166,9 +176,10 @@ impl Io {
                 } else {
                     self.leg_conns.get(id as usize).copied()
                 };
-                match key.and_then(|k| self.conns.get_mut(k)) {
-                    Some(c) => match c.tcp.enqueue(bytes) {
-                        Ok(()) => c.dirty = true,
+                let conn = key.and_then(|k| Some((k, self.conns.get_mut(k)?)));
+                match conn {
+                    Some((k, c)) => match c.tcp.enqueue(bytes) {
+                        Ok(()) => mark_dirty(&mut self.dirty, c, k),
                         Err(_) => self.send_errors += 1,
                     },
                     None => self.send_errors += 1,
@@ -180,39 +191,34 @@ impl Io {
     /// Sends every queued datagram and flushes every connection written to.
     fn flush(&mut self) {
         let mut errors = 0usize;
+        // `send_batch` sends until the socket would block; what it could not send now (socket
+        // buffer full) is dropped, like a lossy link.
         for (s, b) in self.legs_udp.iter().zip(self.leg_batches.iter_mut()) {
-            while !b.is_empty() {
-                if s.send_batch(b, &mut errors) == 0 {
-                    break;
-                }
+            if !b.is_empty() {
+                s.send_batch(b, &mut errors);
+                errors += b.clear();
             }
-            // What could not be sent now (socket buffer full) is dropped, like a lossy link.
-            errors += b.clear();
         }
-        if let Some(s) = &self.uas_udp {
-            while !self.uas_batch.is_empty() {
-                if s.send_batch(&mut self.uas_batch, &mut errors) == 0 {
-                    break;
-                }
-            }
+        if let Some(s) = &self.uas_udp
+            && !self.uas_batch.is_empty()
+        {
+            s.send_batch(&mut self.uas_batch, &mut errors);
             errors += self.uas_batch.clear();
         }
         self.send_errors += errors as u64;
-        let mut dead = Vec::new();
-        for (k, c) in &mut self.conns {
-            if c.dirty {
-                c.dirty = false;
-                if c.tcp.is_connecting() {
-                    continue;
-                }
-                if c.tcp.flush().is_err() {
-                    dead.push(k);
-                }
+        // Only the connections written to since the last flush (not a scan of all of them).
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for k in dirty.drain(..) {
+            let Some(c) = self.conns.get_mut(k) else {
+                continue;
+            };
+            c.dirty = false;
+            // A connection still connecting is flushed when it reports writable.
+            if !c.tcp.is_connecting() && c.tcp.flush().is_err() {
+                self.close(k);
             }
         }
-        for k in dead {
-            self.close(k);
-        }
+        self.dirty = dirty;
     }
 
     fn close(&mut self, key: usize) {
@@ -257,6 +263,7 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         send_errors: 0,
         limits: Limits::default(),
         handled: 0,
+        dirty: Vec::new(),
     };
     let has_uas = cfg.agent.uas.is_some();
     // The UAS socket first, so a pair's legs bind next to it.
@@ -466,7 +473,7 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                         io.close(key);
                         continue;
                     }
-                    c.dirty = true;
+                    mark_dirty(&mut io.dirty, c, key);
                 }
                 if ev.is_readable() || ev.is_read_closed() {
                     read_tcp(&mut io, &mut agent, &clock, key);
