@@ -47,6 +47,17 @@ fn load_cmd(args: &[String]) -> Command {
     c
 }
 
+/// Starts `holdline load ARGS` in the background (output discarded), stopped by PID when the
+/// guard drops.
+fn spawn_load(args: &[String]) -> Guard {
+    let child = load_cmd(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn holdline load");
+    Guard(child)
+}
+
 /// Runs `holdline load ARGS` to its end (bounded by its own flags); returns stdout.
 fn run_load(args: &[String], limit: Duration) -> String {
     let child = load_cmd(args).spawn().expect("spawn holdline load");
@@ -152,7 +163,7 @@ fn sipp_uac_through_serve_to_load_uas(transport: &str) {
     let _holdline = proxy_to(transport, proxy, uas);
     let calls = 10_000u64;
     let json = dir.path().join("uas.json");
-    let child = load_cmd(&[
+    let mut load_uas = spawn_load(&[
         s("uas"),
         s("--listen"),
         format!("127.0.0.1:{uas}"),
@@ -166,12 +177,7 @@ fn sipp_uac_through_serve_to_load_uas(transport: &str) {
         s("off"),
         s("--json"),
         json.display().to_string(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn holdline load uas");
-    let mut load_uas = Guard(child);
+    ]);
     common::wait_bound(transport == "udp", uas, Duration::from_secs(10));
     let status = common::uac_command(
         dir.path(),
@@ -263,7 +269,7 @@ fn uas_retransmits_200_over_tcp_to_a_slow_peer_on_schedule() {
     let port = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("uas.json");
-    let child = load_cmd(&[
+    let mut uas = spawn_load(&[
         s("uas"),
         s("--listen"),
         format!("127.0.0.1:{port}"),
@@ -281,12 +287,7 @@ fn uas_retransmits_200_over_tcp_to_a_slow_peer_on_schedule() {
         s("off"),
         s("--json"),
         json.display().to_string(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn holdline load uas");
-    let mut uas = Guard(child);
+    ]);
     common::wait_bound(false, port, Duration::from_secs(10));
     let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
@@ -544,7 +545,7 @@ fn calls_reach_registered_uas_through_the_location_service() {
     ]);
     let dir = tempfile::tempdir().expect("tempdir");
     let uas_json = dir.path().join("uas.json");
-    let child = load_cmd(&[
+    let mut load_uas = spawn_load(&[
         s("uas"),
         s("--listen"),
         format!("127.0.0.1:{uas}"),
@@ -562,12 +563,7 @@ fn calls_reach_registered_uas_through_the_location_service() {
         s("off"),
         s("--json"),
         uas_json.display().to_string(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn holdline load uas");
-    let mut load_uas = Guard(child);
+    ]);
     // Calls start once every user is bound (bounded wait on the server's own count).
     let maddr: SocketAddr = format!("127.0.0.1:{metrics}").parse().expect("addr");
     common::wait_metrics(maddr, Duration::from_secs(20), |m| {
