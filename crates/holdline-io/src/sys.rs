@@ -14,6 +14,9 @@ pub(crate) struct RecvMeta {
     pub(crate) len: usize,
     pub(crate) addr: Option<SocketAddr>,
     pub(crate) truncated: bool,
+    /// The kernel's receive time (`SO_TIMESTAMPNS`, `CLOCK_REALTIME` nanoseconds since the
+    /// Unix epoch), when the socket asked for it and the kernel gave it.
+    pub(crate) rx_ns: Option<u64>,
 }
 
 /// Receives up to `min(meta.len(), MAX_BATCH, data.len() / slot)` datagrams with one
@@ -37,6 +40,8 @@ pub(crate) fn recv_mmsg(
     // SAFETY: mmsghdr is a plain C struct of integers and pointers; all-zero is valid (null
     // pointers with zero lengths).
     let mut hdrs: [libc::mmsghdr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+    // Room for one SCM_TIMESTAMPNS control message per datagram, 8-byte aligned.
+    let mut controls = [[0u64; CONTROL_WORDS]; MAX_BATCH];
     for (i, chunk) in data.chunks_exact_mut(slot).take(n).enumerate() {
         iovs[i].iov_base = chunk.as_mut_ptr().cast();
         iovs[i].iov_len = slot;
@@ -44,9 +49,12 @@ pub(crate) fn recv_mmsg(
         hdrs[i].msg_hdr.msg_namelen = storages[i].size_of();
         hdrs[i].msg_hdr.msg_iov = &raw mut iovs[i];
         hdrs[i].msg_hdr.msg_iovlen = 1;
+        hdrs[i].msg_hdr.msg_control = controls[i].as_mut_ptr().cast();
+        hdrs[i].msg_hdr.msg_controllen = CONTROL_WORDS * 8;
     }
     // SAFETY: `hdrs[..n]` point at `n` live iovecs, each covering a distinct `slot`-byte chunk
-    // of `data`, and at `n` live address storages whose sizes are given; all outlive the call.
+    // of `data`, at `n` live address storages and `n` live control buffers whose sizes are
+    // given; all outlive the call.
     // The kernel writes at most those lengths. A null timeout is allowed.
     let got = unsafe {
         libc::recvmmsg(
@@ -75,9 +83,68 @@ pub(crate) fn recv_mmsg(
             len: (h.msg_len as usize).min(slot),
             addr: addr.as_socket(),
             truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            rx_ns: rx_timestamp(&h.msg_hdr),
         };
     }
     Ok(got)
+}
+
+/// 8-byte words of control buffer per datagram: one `cmsghdr` (16 bytes) and a `timespec`
+/// (16 bytes), with room to spare.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const CONTROL_WORDS: usize = 8;
+
+/// The `SCM_TIMESTAMPNS` time in a received message's control data, as nanoseconds since
+/// the Unix epoch.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn rx_timestamp(h: &libc::msghdr) -> Option<u64> {
+    if h.msg_control.is_null() || h.msg_controllen == 0 {
+        return None;
+    }
+    // SAFETY: `h` is a msghdr the kernel filled: `msg_control` points at our live control
+    // buffer and `msg_controllen` is what the kernel wrote into it. CMSG_FIRSTHDR/NXTHDR stay
+    // within those bounds; CMSG_DATA of a header whose level/type is SCM_TIMESTAMPNS holds a
+    // timespec, read unaligned.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                let secs = u64::try_from(ts.tv_sec).ok()?;
+                let nanos = u64::try_from(ts.tv_nsec).ok()?;
+                return secs.checked_mul(1_000_000_000)?.checked_add(nanos);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// Asks the kernel to stamp every received datagram with its receive time
+/// (`SO_TIMESTAMPNS`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn enable_rx_timestamps(fd: RawFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a pointer to a live local.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&raw const on).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Receive timestamps are Linux-only here.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn enable_rx_timestamps(_fd: RawFd) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// Sends `items` (destination, payload) with one `sendmmsg(MSG_DONTWAIT)`; returns how many

@@ -25,6 +25,9 @@ pub struct UdpOptions {
     /// Use `recvmmsg`/`sendmmsg` where the platform has them; off forces one datagram per
     /// system call.
     pub batched: bool,
+    /// Ask the kernel for each datagram's receive time (`SO_TIMESTAMPNS`, Linux, batched
+    /// receive only): [`Datagram::received_at`]. A server measures its queueing delay with it.
+    pub timestamps: bool,
 }
 
 impl Default for UdpOptions {
@@ -34,6 +37,7 @@ impl Default for UdpOptions {
             recv_buffer: None,
             send_buffer: None,
             batched: true,
+            timestamps: false,
         }
     }
 }
@@ -64,6 +68,9 @@ impl UdpSocket {
         }
         if let Some(n) = opts.send_buffer {
             socket.set_send_buffer_size(n)?;
+        }
+        if opts.timestamps {
+            sys::enable_rx_timestamps(socket.as_raw_fd())?;
         }
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
@@ -121,6 +128,7 @@ impl UdpSocket {
                         addr: Some(addr),
                         // recv_from cannot tell; a datagram filling the slot may be cut.
                         truncated: len == slot,
+                        rx_ns: None,
                     };
                     batch.count += 1;
                 }
@@ -211,7 +219,8 @@ impl RecvBatch {
                 RecvMeta {
                     len: 0,
                     addr: None,
-                    truncated: false
+                    truncated: false,
+                    rx_ns: None,
                 };
                 slots
             ],
@@ -246,6 +255,7 @@ impl RecvBatch {
             payload: &self.data[start..start + m.len],
             source: m.addr?,
             truncated: m.truncated,
+            received_at: m.rx_ns,
         })
     }
 }
@@ -259,6 +269,10 @@ pub struct Datagram<'a> {
     pub source: SocketAddr,
     /// Whether it was longer than the receive slot.
     pub truncated: bool,
+    /// When the kernel received it: nanoseconds since the Unix epoch on the system's
+    /// real-time clock (`CLOCK_REALTIME`), if the socket was opened with
+    /// [`UdpOptions::timestamps`]. Compare with the same clock (`SystemTime::now()`).
+    pub received_at: Option<u64>,
 }
 
 /// Datagrams waiting to be sent with one batched call, payloads packed in one buffer.

@@ -167,3 +167,50 @@ fn tcp_connect_accept_read_write_and_bounds() {
     drop(client);
     until(&mut poll, || Ok(server.read()?.eof.then_some(())));
 }
+
+#[test]
+fn udp_receive_timestamps_are_the_kernels_receive_time() {
+    let stamped = UdpOptions {
+        timestamps: true,
+        ..UdpOptions::default()
+    };
+    let a = UdpSocket::bind(lo(), &UdpOptions::default()).expect("bind a");
+    let mut b = UdpSocket::bind(lo(), &stamped).expect("bind b");
+    let mut plain = UdpSocket::bind(lo(), &UdpOptions::default()).expect("bind c");
+    let mut poll = Poll::new().expect("poll");
+    poll.registry()
+        .register(&mut b, Token(1), Interest::READABLE)
+        .expect("reg");
+    poll.registry()
+        .register(&mut plain, Token(2), Interest::READABLE)
+        .expect("reg");
+    let epoch_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64
+    };
+    let before = epoch_ns();
+    a.send_to(b"one", b.local_addr().expect("addr"))
+        .expect("send");
+    a.send_to(b"two", plain.local_addr().expect("addr"))
+        .expect("send");
+    let mut batch = RecvBatch::new(4, 100);
+    let stamp = until(&mut poll, || match b.recv_batch(&mut batch) {
+        Ok(_) => Ok(Some(batch.get(0).expect("one datagram").received_at)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    });
+    let after = epoch_ns();
+    let stamp = stamp.expect("a stamped socket reports the receive time");
+    assert!(
+        (before..=after).contains(&stamp),
+        "{before} <= {stamp} <= {after}"
+    );
+    let unstamped = until(&mut poll, || match plain.recv_batch(&mut batch) {
+        Ok(_) => Ok(Some(batch.get(0).expect("one datagram").received_at)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    });
+    assert_eq!(unstamped, None, "no stamp unless asked for");
+}

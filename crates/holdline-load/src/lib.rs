@@ -238,6 +238,7 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         recv_buffer: cfg.socket_buffer,
         send_buffer: cfg.socket_buffer,
         batched: true,
+        timestamps: false,
     };
     let tcp_opts = TcpOptions {
         reuse_port: false,

@@ -32,6 +32,22 @@ use crate::txn::{
     ClientTxnId, RequestOutcome, ResponseOutcome, ServerTxnId, Transactions, TxnEvent, TxnId,
 };
 
+/// The To tag prefix of the gate's stateless rejections.
+const GATE_TAG_PREFIX: &[u8] = b"ol";
+/// Its length: the prefix and 16 hex digits of a keyed hash.
+const GATE_TAG_LEN: usize = 18;
+
+/// How [`Endpoint::handle_admitting`] answers a new INVITE its gate rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateRejection {
+    /// The status code (503 for load).
+    pub status: u16,
+    /// The reason phrase.
+    pub reason: &'static str,
+    /// A `Retry-After` value in seconds, if any.
+    pub retry_after_secs: Option<u32>,
+}
+
 /// The methods the proxy forwards, for `Allow` in its answer to OPTIONS.
 const ALLOW: &[u8] =
     b"INVITE, ACK, CANCEL, BYE, OPTIONS, REGISTER, PRACK, UPDATE, INFO, MESSAGE, SUBSCRIBE, NOTIFY, REFER";
@@ -155,6 +171,11 @@ pub struct EndpointStats {
     pub stateless: u64,
     /// Retransmitted requests absorbed by a server transaction.
     pub retransmissions_absorbed: u64,
+    /// New INVITEs the admission gate of [`Endpoint::handle_admitting`] rejected (answered
+    /// statelessly, no transaction created).
+    pub rejected_by_gate: u64,
+    /// ACKs of the gate's rejections, recognised by their To tag and absorbed.
+    pub gate_acks_absorbed: u64,
 }
 
 impl EndpointStats {
@@ -295,6 +316,114 @@ impl Endpoint {
             Ok(msg) => self.on_response(now, &msg, from),
         }
         self.after(now);
+    }
+
+    /// [`handle`](Self::handle) behind an admission gate: a new INVITE — a well-formed INVITE
+    /// request without a To tag that matches no live server transaction (a retransmission of
+    /// an admitted INVITE is not new) — is first put to `admit`. If `admit` answers
+    /// `Some(rejection)`, the INVITE is answered at once and statelessly with that response
+    /// (no transaction, no routing, no location lookup) and `true` is returned; otherwise, and
+    /// for every other message, this is `handle`.
+    ///
+    /// `admit` is asked at most once per message and only for new INVITEs: requests of calls
+    /// already admitted (ACK, BYE, CANCEL, anything with a To tag), other requests and every
+    /// response are never put to it.
+    ///
+    /// The ACK of such a rejection (RFC 3261 §17.1.1.3: the caller acknowledges a non-2xx
+    /// final response hop by hop) is recognised by the rejection's To tag and absorbed here
+    /// without state; `true` is returned for it too (the message ended at the gate).
+    pub fn handle_admitting(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        from: Peer,
+        local: Transport,
+        admit: &mut dyn FnMut() -> Option<GateRejection>,
+    ) -> bool {
+        if let Ok(msg) = Message::parse(bytes, &self.config.limits) {
+            match msg.method() {
+                Some(Method::Invite)
+                    if msg.to().is_ok_and(|to| to.tag().is_none())
+                        && self.txns.matches_server(&msg) == Ok(false) =>
+                {
+                    if let Some(r) = admit() {
+                        self.reject_at_gate(&msg, from, r);
+                        return true;
+                    }
+                }
+                Some(Method::Ack) if self.is_gate_ack(&msg) => {
+                    self.stats.requests_in.ack += 1;
+                    self.stats.gate_acks_absorbed += 1;
+                    return true;
+                }
+                _ => {}
+            }
+        }
+        self.handle(now, bytes, from, local);
+        false
+    }
+
+    /// The To tag of the gate's stateless rejections of `req`: a keyed hash of the fields an
+    /// ACK for that response repeats (Call-ID, From tag, CSeq number, top Via branch), so that
+    /// the ACK is recognised without any state (RFC 3261 §8.2.7 suggests such tags for
+    /// stateless responses; Kamailio's `sl` module does the same).
+    fn gate_tag(&self, req: &Message<'_>) -> Option<[u8; GATE_TAG_LEN]> {
+        let call_id = req.call_id().ok()?;
+        let from = req.from().ok()?;
+        let cseq = req.cseq().ok()?;
+        let via = req.top_via().ok()?;
+        let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ self.config.branch_seed;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            h = (h ^ 0xff).wrapping_mul(0x0100_0000_01b3);
+        };
+        eat(call_id);
+        eat(from.tag().unwrap_or_default());
+        eat(&cseq.seq.to_be_bytes());
+        eat(via.branch().unwrap_or_default());
+        let mut tag = [0u8; GATE_TAG_LEN];
+        tag[..GATE_TAG_PREFIX.len()].copy_from_slice(GATE_TAG_PREFIX);
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        for (i, t) in tag[GATE_TAG_PREFIX.len()..].iter_mut().enumerate() {
+            *t = HEX[((h >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        Some(tag)
+    }
+
+    /// Whether `ack` acknowledges one of the gate's stateless rejections.
+    fn is_gate_ack(&self, ack: &Message<'_>) -> bool {
+        let Ok(to) = ack.to() else { return false };
+        match to.tag() {
+            Some(t) if t.starts_with(GATE_TAG_PREFIX) => {
+                self.gate_tag(ack).is_some_and(|want| t == want)
+            }
+            _ => false,
+        }
+    }
+
+    /// Answers a new INVITE the gate rejected, statelessly.
+    fn reject_at_gate(&mut self, req: &Message<'_>, to: Peer, r: GateRejection) {
+        self.stats.requests_in.invite += 1;
+        self.stats.rejected_by_gate += 1;
+        let secs = r.retry_after_secs.map(|s| s.to_string());
+        let mut extra: Vec<(&str, &[u8])> = Vec::new();
+        if let Some(s) = &secs {
+            extra.push(("Retry-After", s.as_bytes()));
+        }
+        let tag = self.gate_tag(req);
+        let mut out = Vec::with_capacity(512);
+        build_response(
+            req,
+            r.status,
+            r.reason,
+            tag.as_ref().map(|t| &t[..]),
+            &extra,
+            b"",
+            &mut out,
+        );
+        self.out.push_back((to, out));
     }
 
     /// Fires every timer due at or before `now`: the transaction layer's and Timer C.

@@ -48,7 +48,9 @@ pub mod proxy;
 pub mod registrar;
 pub mod txn;
 
-pub use endpoint::{DropReason, Endpoint, EndpointEvent, EndpointStats, MethodCounters};
+pub use endpoint::{
+    DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, MethodCounters,
+};
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{ListenAddr, ProxyConfig, StaticRoute};

@@ -31,6 +31,16 @@
 //! default_expires = 3600
 //! max_contacts_per_aor = 10
 //!
+//! [overload]                       # local overload control, on by default
+//! local = "occ"                    # occ | queue-delay | queue-limit | bang-bang | none
+//! target_occupancy = 0.9           # occ
+//! interval_ms = 100                # occ, queue-delay
+//! target_delay_ms = 20             # queue-delay
+//! queue_limit = 100                # queue-limit, bang-bang (messages waiting)
+//! # retry_after_s = 5              # Retry-After in the 503s; default none
+//! emulate_cost_us = 0              # experiments: CPU µs added to every message handled
+//! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
+//!
 //! [[routes]]
 //! domain = "*"
 //! target = "udp:192.0.2.10:5060"
@@ -44,6 +54,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use holdline_base::Transport;
+use holdline_overload::{Algorithm, ControllerConfig};
 use serde::Deserialize;
 
 /// A socket the server listens on: `udp:IP:PORT` or `tcp:IP:PORT` (IPv6 as `[::1]:5060`).
@@ -212,6 +223,138 @@ impl Default for LimitsConfig {
     }
 }
 
+/// Local overload control (`[overload]`): which controller guards the admission gate of
+/// every worker, and its settings. On by default (OCC, target occupancy 0.9).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OverloadSettings {
+    /// The algorithm: `occ` (default), `queue-delay`, `queue-limit` (503 on a full queue),
+    /// `bang-bang`, or `none` (no gate: the kernel's receive buffer is a drop-tail queue).
+    pub local: String,
+    /// OCC's target occupancy `ρ_target`, in `(0, 1]`.
+    pub target_occupancy: f64,
+    /// The measurement interval of OCC and queue-delay, ms.
+    pub interval_ms: u64,
+    /// queue-delay's target queueing delay, ms.
+    pub target_delay_ms: u64,
+    /// queue-limit / bang-bang: reject new INVITEs while this many messages wait in the
+    /// receive queue (estimated as queueing delay / mean service time).
+    pub queue_limit: usize,
+    /// bang-bang: once rejecting, go on until the queue is below this (absent: `queue_limit`).
+    pub queue_resume: Option<usize>,
+    /// `Retry-After` seconds in the 503s (absent: none, as RFC 7339 §5.2 recommends).
+    pub retry_after_s: Option<u32>,
+    /// Capacity emulation for experiments: this many microseconds of real CPU work added to
+    /// every message a worker handles, rejections included (0: off).
+    pub emulate_cost_us: u64,
+    /// Capacity emulation: the CPU work added to a rejected new INVITE instead, microseconds
+    /// (absent: `emulate_cost_us`). The emulated cost stands for the work of routing a call
+    /// (lookups, policy, accounting), which a rejection never reaches; setting this lower
+    /// models a server whose rejections are cheap next to its calls.
+    pub emulate_reject_cost_us: Option<u64>,
+}
+
+impl Default for OverloadSettings {
+    fn default() -> Self {
+        Self {
+            local: "occ".into(),
+            target_occupancy: 0.9,
+            interval_ms: 100,
+            target_delay_ms: 20,
+            queue_limit: 100,
+            queue_resume: None,
+            retry_after_s: None,
+            emulate_cost_us: 0,
+            emulate_reject_cost_us: None,
+        }
+    }
+}
+
+impl OverloadSettings {
+    /// The controller configuration these settings describe, or the offending key and why.
+    pub fn controller(&self) -> Result<ControllerConfig, (String, String)> {
+        use holdline_overload::ControllerFactory as _;
+        let algorithm: Algorithm =
+            self.local
+                .parse()
+                .map_err(|e: holdline_overload::UnknownAlgorithm| {
+                    ("overload.local".to_owned(), e.to_string())
+                })?;
+        if algorithm.gate() != holdline_overload::Gate::Ingress
+            || !algorithm.is_implemented()
+            || !matches!(
+                algorithm,
+                Algorithm::NoControl
+                    | Algorithm::Occupancy
+                    | Algorithm::QueueDelay
+                    | Algorithm::QueueLimit
+                    | Algorithm::BangBang
+            )
+        {
+            return Err((
+                "overload.local".to_owned(),
+                format!(
+                    "`{algorithm}` is not a local control algorithm of this server (use occ, queue-delay, queue-limit, bang-bang or none)"
+                ),
+            ));
+        }
+        let interval = Duration::from_millis(self.interval_ms);
+        let retry_after = self
+            .retry_after_s
+            .map(|s| Duration::from_secs(u64::from(s)));
+        let key_of = |field: &str| -> String {
+            match field {
+                "target_occupancy" => "overload.target_occupancy",
+                "interval" => "overload.interval_ms",
+                "target_delay" => "overload.target_delay_ms",
+                "limit" => "overload.queue_limit",
+                "resume" => "overload.queue_resume",
+                _ => "overload",
+            }
+            .to_owned()
+        };
+        let cfg = match ControllerConfig::default_for(algorithm) {
+            Ok(ControllerConfig::Occupancy(mut c)) => {
+                c.interval = interval;
+                c.target_occupancy = self.target_occupancy;
+                c.retry_after = retry_after;
+                ControllerConfig::Occupancy(c)
+            }
+            Ok(ControllerConfig::QueueDelay(mut c)) => {
+                c.interval = interval;
+                c.target_delay = Duration::from_millis(self.target_delay_ms);
+                c.horizon = c.horizon.max(interval.saturating_mul(2));
+                c.retry_after = retry_after;
+                ControllerConfig::QueueDelay(c)
+            }
+            Ok(ControllerConfig::QueueLimit(mut c)) => {
+                c.limit = self.queue_limit;
+                c.resume = match (algorithm, self.queue_resume) {
+                    (_, Some(r)) => r,
+                    (Algorithm::BangBang, None) => self.queue_limit / 2,
+                    _ => self.queue_limit,
+                };
+                c.retry_after = retry_after;
+                ControllerConfig::QueueLimit(c)
+            }
+            Ok(other) => other,
+            Err(e) => return Err(("overload.local".to_owned(), e.to_string())),
+        };
+        cfg.validate().map_err(|e| {
+            let field = match &e {
+                holdline_overload::ConfigError::OutOfRange { field, .. }
+                | holdline_overload::ConfigError::ZeroDuration { field } => *field,
+                holdline_overload::ConfigError::Inverted { low_field, .. } => {
+                    low_field.split_whitespace().next().unwrap_or("")
+                }
+                _ => "",
+            };
+            (key_of(field), e.to_string())
+        })?;
+        Ok(cfg)
+    }
+}
+
 /// RFC 3261 timers, ms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -273,7 +416,7 @@ impl From<RegistrarSettings> for holdline_proto::RegistrarConfig {
 }
 
 /// Everything `holdline serve` needs.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Sockets to listen on (default: UDP and TCP on 127.0.0.1:5060).
@@ -302,6 +445,8 @@ pub struct ServerConfig {
     pub registrar: RegistrarSettings,
     /// Static routes, tried in order.
     pub routes: Vec<Route>,
+    /// Local overload control.
+    pub overload: OverloadSettings,
 }
 
 impl Default for ServerConfig {
@@ -330,6 +475,7 @@ impl Default for ServerConfig {
             timers: TimersConfig::default(),
             registrar: RegistrarSettings::default(),
             routes: Vec::new(),
+            overload: OverloadSettings::default(),
         }
     }
 }
@@ -351,6 +497,12 @@ pub struct Overrides {
     pub record_route: Option<bool>,
     /// `--route`.
     pub routes: Vec<Route>,
+    /// `--overload`: the local control algorithm.
+    pub overload: Option<String>,
+    /// `--emulate-cost-us`.
+    pub emulate_cost_us: Option<u64>,
+    /// `--emulate-reject-cost-us`.
+    pub emulate_reject_cost_us: Option<u64>,
 }
 
 /// A configuration error located in its file.
@@ -425,6 +577,15 @@ impl ServerConfig {
         if let Some(r) = o.record_route {
             self.record_route = r;
         }
+        if let Some(a) = o.overload {
+            self.overload.local = a;
+        }
+        if let Some(c) = o.emulate_cost_us {
+            self.overload.emulate_cost_us = c;
+        }
+        if let Some(c) = o.emulate_reject_cost_us {
+            self.overload.emulate_reject_cost_us = Some(c);
+        }
         self.validate().map_err(|(k, m)| format!("{k}: {m}"))
     }
 
@@ -475,6 +636,16 @@ impl ServerConfig {
         }
         if r.max_contacts_per_aor == 0 {
             return err("registrar.max_contacts_per_aor", "must be at least 1");
+        }
+        self.overload.controller()?;
+        if self.overload.emulate_cost_us > 1_000_000 {
+            return err("overload.emulate_cost_us", "at most 1000000 (one second)");
+        }
+        if self.overload.emulate_reject_cost_us.unwrap_or(0) > 1_000_000 {
+            return err(
+                "overload.emulate_reject_cost_us",
+                "at most 1000000 (one second)",
+            );
         }
         if let Some(r) = self.routes.iter().find(|r| r.domain.is_empty()) {
             return err(
@@ -630,6 +801,77 @@ stateless = true
         assert_eq!((e.line, e.key.as_str()), (2, "limits.handoff_queue"));
         let e = ServerConfig::from_toml("a.toml", "[bogus]\nx = 1\n").expect_err("unknown table");
         assert_eq!((e.line, e.key.as_str()), (1, "bogus"));
+    }
+
+    #[test]
+    fn overload_section() {
+        use holdline_overload::{Algorithm, ControllerConfig, ControllerFactory as _};
+        let c = ServerConfig::from_toml("x.toml", "").expect("default");
+        let occ = c.overload.controller().expect("default is valid");
+        assert_eq!(
+            occ.algorithm(),
+            Algorithm::Occupancy,
+            "local control on by default"
+        );
+        let text = "[overload]\nlocal = \"queue-delay\"\ninterval_ms = 50\ntarget_delay_ms = 10\nretry_after_s = 2\nemulate_cost_us = 300\nemulate_reject_cost_us = 5\n";
+        let c = ServerConfig::from_toml("x.toml", text).expect("parses");
+        match c.overload.controller().expect("valid") {
+            ControllerConfig::QueueDelay(q) => {
+                assert_eq!(q.interval, Duration::from_millis(50));
+                assert_eq!(q.target_delay, Duration::from_millis(10));
+                assert_eq!(q.retry_after, Some(Duration::from_secs(2)));
+            }
+            other => panic!("queue-delay expected, got {other:?}"),
+        }
+        assert_eq!(
+            (
+                c.overload.emulate_cost_us,
+                c.overload.emulate_reject_cost_us
+            ),
+            (300, Some(5))
+        );
+        let c = ServerConfig::from_toml(
+            "x.toml",
+            "[overload]\nlocal = \"bang-bang\"\nqueue_limit = 40\n",
+        )
+        .expect("parses");
+        match c.overload.controller().expect("valid") {
+            ControllerConfig::QueueLimit(q) => assert_eq!((q.limit, q.resume), (40, 20)),
+            other => panic!("queue-limit expected, got {other:?}"),
+        }
+        let none =
+            ServerConfig::from_toml("x.toml", "[overload]\nlocal = \"none\"\n").expect("parses");
+        assert_eq!(
+            none.overload.controller().expect("valid").algorithm(),
+            Algorithm::NoControl
+        );
+        // Errors name the line and the key.
+        let e =
+            ServerConfig::from_toml("a.toml", "workers = 1\n[overload]\nlocal = \"occupancy\"\n")
+                .expect_err("unknown algorithm");
+        assert_eq!((e.line, e.key.as_str()), (3, "overload.local"));
+        assert!(e.message.contains("known: none"), "{e}");
+        let e = ServerConfig::from_toml("a.toml", "[overload]\nlocal = \"smart-forwarding\"\n")
+            .expect_err("not a local algorithm");
+        assert_eq!((e.line, e.key.as_str()), (2, "overload.local"));
+        let e = ServerConfig::from_toml("a.toml", "[overload]\n\ntarget_occupancy = 1.5\n")
+            .expect_err("out of range");
+        assert_eq!((e.line, e.key.as_str()), (3, "overload.target_occupancy"));
+        let e = ServerConfig::from_toml("a.toml", "[overload]\ninterval_ms = 0\n")
+            .expect_err("zero interval");
+        assert_eq!((e.line, e.key.as_str()), (2, "overload.interval_ms"));
+        let e = ServerConfig::from_toml("a.toml", "[overload]\nemulate_cost_us = 2000000\n")
+            .expect_err("too large");
+        assert_eq!((e.line, e.key.as_str()), (2, "overload.emulate_cost_us"));
+        // Command-line overrides are checked too.
+        let mut c = ServerConfig::default();
+        let err = c
+            .apply(Overrides {
+                overload: Some("fast".into()),
+                ..Overrides::default()
+            })
+            .expect_err("bad --overload");
+        assert!(err.starts_with("overload.local"), "{err}");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 use holdline_base::{Instant, Peer, Transmit};
+use holdline_overload::Rejection;
 use holdline_sip::{Limits, Message, Method, build_response};
 
 use crate::ServerConfig;
@@ -13,6 +14,21 @@ use crate::ServerConfig;
 pub trait WorkerCore: Send {
     /// Processes one datagram or framed stream message from `from`.
     fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer);
+    /// [`handle`](Self::handle) behind the admission gate: a new INVITE (initial, no To
+    /// tag, not a retransmission of one already admitted) is put to `admit` first and, if it
+    /// answers with a rejection, answered with it statelessly. Returns whether the message was
+    /// rejected. The default (engines without a gate) handles everything.
+    fn handle_admitting(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        from: Peer,
+        admit: &mut dyn FnMut() -> Option<Rejection>,
+    ) -> bool {
+        let _ = admit;
+        self.handle(now, bytes, from);
+        false
+    }
     /// Fires every timer due at or before `now`.
     fn handle_timeout(&mut self, now: Instant);
     /// Appends the next message to send to `buf` and describes it.

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use holdline_base::{Duration, Instant, Peer, Transmit};
 use holdline_io::Clock;
+use holdline_overload::Rejection;
 use holdline_proto::{
-    DropReason, Endpoint, EndpointStats, ListenAddr, LocationStore, ProxyConfig, StaticRoute,
+    DropReason, Endpoint, EndpointStats, GateRejection, ListenAddr, LocationStore, ProxyConfig,
+    StaticRoute,
 };
 use holdline_sip::Limits;
 use holdline_store::{MemoryStore, PersistentStore, StoreError};
@@ -164,6 +166,29 @@ impl WorkerCore for Engine {
         self.drain_events();
     }
 
+    fn handle_admitting(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        from: Peer,
+        admit: &mut dyn FnMut() -> Option<Rejection>,
+    ) -> bool {
+        let rejected =
+            self.endpoint
+                .handle_admitting(now, bytes, from, from.transport, &mut || {
+                    admit().map(|r| GateRejection {
+                        status: r.status,
+                        reason: "Service Unavailable",
+                        // SIP carries whole seconds: round up.
+                        retry_after_secs: r.retry_after.map(|d| {
+                            u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)
+                        }),
+                    })
+                });
+        self.drain_events();
+        rejected
+    }
+
     fn handle_timeout(&mut self, now: Instant) {
         self.endpoint.handle_timeout(now);
         if let Some(t) = self.next_purge.filter(|t| *t <= now) {
@@ -222,6 +247,16 @@ impl WorkerCore for Engine {
             );
         }
         let _ = writeln!(out, "holdline_sip_forwarded_total {}", s.forwarded);
+        let _ = writeln!(
+            out,
+            "holdline_sip_rejected_overload_total {}",
+            s.rejected_by_gate
+        );
+        let _ = writeln!(
+            out,
+            "holdline_sip_rejection_acks_absorbed_total {}",
+            s.gate_acks_absorbed
+        );
         let _ = writeln!(
             out,
             "holdline_sip_stateless_forwarded_total {}",

@@ -37,16 +37,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use holdline_base::{Instant, Transport};
+use holdline_base::{Instant, Rng, Transport};
 use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpListener, TcpOptions};
 use holdline_io::udp::{UdpOptions, UdpSocket};
+use holdline_overload::ControllerFactory as _;
 use holdline_sip::Limits;
 use mio::{Poll, Waker};
 
 pub use crate::config::{
-    ConfigError, LimitsConfig, Listener, Overrides, RegistrarSettings, Route, ServerConfig,
-    StoreSpec, TimersConfig, default_data_dir,
+    ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides, RegistrarSettings, Route,
+    ServerConfig, StoreSpec, TimersConfig, default_data_dir,
 };
 pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
 pub use crate::engine::{Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config};
@@ -88,6 +89,9 @@ pub enum StartError {
     /// Polls, wakers or threads could not be created.
     #[error("runtime setup failed: {0}")]
     Runtime(#[from] io::Error),
+    /// The configuration is invalid (a server started without validating it).
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 /// What [`Server::shutdown`] observed.
@@ -157,6 +161,8 @@ impl Server {
             recv_buffer: l.udp_recv_buffer,
             send_buffer: l.udp_send_buffer,
             batched: l.batched_udp,
+            // Kernel receive times: the workers measure their queueing delay with them.
+            timestamps: true,
         };
         let tcp_opts = TcpOptions {
             send_buffer: l.tcp_send_buffer,
@@ -226,7 +232,18 @@ impl Server {
             tcp_opts,
             idle_timeout: Duration::from_millis(l.idle_timeout_ms),
             write_stall: Duration::from_millis(l.write_stall_ms.max(1)),
+            emulate_cost: Duration::from_micros(config.overload.emulate_cost_us),
+            emulate_reject_cost: Duration::from_micros(
+                config
+                    .overload
+                    .emulate_reject_cost_us
+                    .unwrap_or(config.overload.emulate_cost_us),
+            ),
         };
+        let overload = config
+            .overload
+            .controller()
+            .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         let mut workers = Vec::with_capacity(n);
         for (i, ((poll, rx), (u, t))) in polls
             .into_iter()
@@ -243,6 +260,12 @@ impl Server {
                 u,
                 t,
                 settings.clone(),
+                overload
+                    .build(
+                        shared.clock.now(),
+                        Rng::seed_from_u64(0x5eed_0000 + i as u64),
+                    )
+                    .map_err(|e| StartError::Config(format!("overload: {e}")))?,
             );
             w.register()?;
             workers.push(w);

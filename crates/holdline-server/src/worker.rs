@@ -13,6 +13,7 @@ use holdline_base::{ConnId, Instant, Peer, Transport};
 use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
+use holdline_overload::{Admission, Controller, Decision, Signal};
 use holdline_sip::{Frame, Framer, Limits, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -65,6 +66,10 @@ pub(crate) struct Settings {
     pub(crate) tcp_opts: TcpOptions,
     pub(crate) idle_timeout: Duration,
     pub(crate) write_stall: Duration,
+    /// Capacity emulation: CPU time spent on top of every message handled...
+    pub(crate) emulate_cost: Duration,
+    /// ... and on top of a rejected new INVITE.
+    pub(crate) emulate_reject_cost: Duration,
 }
 
 struct Conn {
@@ -85,6 +90,13 @@ pub(crate) struct Worker {
     pub(crate) udp: Vec<UdpSocket>,
     pub(crate) listeners: Vec<TcpListener>,
     pub(crate) settings: Settings,
+    /// Local overload control: decides on every new INVITE at the admission gate.
+    controller: Box<dyn Controller>,
+    /// Start of the busy time not yet reported to the controller (set when `poll` returns).
+    busy_mark: StdInstant,
+    /// Mean CPU time per message handled (exponentially weighted), ns: turns a queueing delay
+    /// into a queue length for the queue-limit controllers.
+    service_ns: f64,
     conns: Slab<Conn>,
     conn_keys: HashMap<ConnId, usize>,
     pool: HashMap<SocketAddr, ConnId>,
@@ -124,6 +136,7 @@ impl Worker {
         udp: Vec<UdpSocket>,
         listeners: Vec<TcpListener>,
         settings: Settings,
+        controller: Box<dyn Controller>,
     ) -> Self {
         let workers = shared.senders.len();
         let slot = settings.limits.max_message_size + 1;
@@ -137,6 +150,9 @@ impl Worker {
             udp,
             listeners,
             settings,
+            controller,
+            busy_mark: StdInstant::now(),
+            service_ns: 0.0,
             conns: Slab::new(),
             conn_keys: HashMap::new(),
             pool: HashMap::new(),
@@ -204,9 +220,15 @@ impl Worker {
             }
             let t1 = StdInstant::now();
             let now = clock.from_std(t1);
+            self.busy_mark = t1;
 
             if !self.stopping && self.shared.stop.load(Relaxed) {
                 self.begin_shutdown();
+            }
+            // The controller's intervals close lazily, when there is work: an idle server
+            // does not wake up for them (a late close only makes the interval longer).
+            if self.controller.poll_timeout().is_some_and(|t| t <= now) {
+                self.controller.handle_timeout(now);
             }
             for ev in events.iter() {
                 let t = ev.token();
@@ -246,6 +268,8 @@ impl Worker {
                 self.render_core_metrics();
             }
             let t2 = StdInstant::now();
+            self.controller
+                .on_signal(now, Signal::Busy(t2 - self.busy_mark));
             let s = self.stats();
             s.busy_ns.fetch_add((t2 - t1).as_nanos() as u64, Relaxed);
             s.loop_ns.fetch_add((t2 - t0).as_nanos() as u64, Relaxed);
@@ -269,6 +293,7 @@ impl Worker {
     fn render_core_metrics(&self) {
         let mut text = String::new();
         self.core.metrics(&mut text);
+        crate::metrics::render_overload(&self.controller.snapshot(), &mut text);
         let s = self.stats();
         if let Ok(mut g) = s.core_text.lock() {
             g.0 += 1;
@@ -301,6 +326,7 @@ impl Worker {
         for _ in 0..UDP_BUDGET {
             match self.udp[i].recv_batch(&mut batch) {
                 Ok(n) => {
+                    self.report_queue_delay(now, &batch);
                     for k in 0..n {
                         let Some(d) = batch.get(k) else { continue };
                         let peer = Peer {
@@ -336,6 +362,24 @@ impl Worker {
         }
     }
 
+    /// Tells the controller how long the datagrams of `batch` waited in the socket's receive
+    /// queue (kernel receive time to now), and the queue length that implies.
+    fn report_queue_delay(&mut self, now: Instant, batch: &RecvBatch) {
+        let Some(stamp) = batch.get(0).and_then(|d| d.received_at) else {
+            return;
+        };
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let delay = Duration::from_nanos(wall.saturating_sub(stamp));
+        self.controller.on_signal(now, Signal::QueueDelay(delay));
+        if self.service_ns > 0.0 {
+            let len = delay.as_nanos() as f64 / self.service_ns + batch.len() as f64;
+            self.controller
+                .on_signal(now, Signal::QueueLength(len.min(1e9) as usize));
+        }
+    }
+
     /// Routes one received message to the worker that owns its call.
     fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer) {
         let s = &self.shared.stats[self.index];
@@ -368,10 +412,46 @@ impl Worker {
         }
     }
 
+    /// Handles one message of a call this worker owns: new INVITEs pass the admission gate
+    /// first (a rejected one is answered `503` at once, statelessly).
     fn handle_local(&mut self, now: Instant, bytes: &[u8], from: Peer) {
         let t = StdInstant::now();
-        self.core.handle(now, bytes, from);
-        self.stats().record_processing(t.elapsed());
+        // One loop iteration can take long under load (hundreds of messages): close the
+        // controller's interval between messages when it is due, with the busy time so far.
+        let fresh = self.shared.clock.from_std(t);
+        if self.controller.poll_timeout().is_some_and(|d| d <= fresh) {
+            self.controller
+                .on_signal(fresh, Signal::Busy(t - self.busy_mark));
+            self.busy_mark = t;
+            self.controller.handle_timeout(fresh);
+        }
+        let controller = &mut self.controller;
+        let rejected = self
+            .core
+            .handle_admitting(now, bytes, from, &mut || match controller
+                .admit(fresh, &Admission::new_invite())
+            {
+                Decision::Admit => None,
+                Decision::Reject(r) => Some(r),
+            });
+        let cost = if rejected {
+            self.settings.emulate_reject_cost
+        } else {
+            self.settings.emulate_cost
+        };
+        if !cost.is_zero() {
+            // Real CPU work, not a sleep: it counts in the occupancy as a slower CPU would.
+            while t.elapsed() < cost {
+                std::hint::spin_loop();
+            }
+        }
+        let spent = t.elapsed();
+        self.service_ns = if self.service_ns == 0.0 {
+            spent.as_nanos() as f64
+        } else {
+            0.99 * self.service_ns + 0.01 * spent.as_nanos() as f64
+        };
+        self.stats().record_processing(spent);
         self.drain_transmits(now);
     }
 

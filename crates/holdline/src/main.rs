@@ -78,6 +78,18 @@ struct ServeArgs {
     /// Static route DOMAIN=udp:IP:PORT (or tcp:, `*` for any domain; `,stateless` suffix).
     #[arg(long, value_name = "DOMAIN=TRANSPORT:IP:PORT")]
     route: Vec<Route>,
+    /// Local overload control: occ (default), queue-delay, queue-limit, bang-bang, or none
+    /// (no admission gate).
+    #[arg(long, value_name = "ALGORITHM")]
+    overload: Option<String>,
+    /// Capacity emulation for experiments: add N microseconds of CPU work to every message
+    /// handled, rejections included.
+    #[arg(long, value_name = "N")]
+    emulate_cost_us: Option<u64>,
+    /// Capacity emulation: the CPU work added to a rejected INVITE instead, microseconds
+    /// (default: --emulate-cost-us).
+    #[arg(long, value_name = "N")]
+    emulate_reject_cost_us: Option<u64>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -127,6 +139,9 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             metrics: args.metrics,
             record_route: args.record_route,
             routes: args.route,
+            overload: args.overload,
+            emulate_cost_us: args.emulate_cost_us,
+            emulate_reject_cost_us: args.emulate_reject_cost_us,
         })
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -179,7 +194,19 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         Some(a) => eprintln!("holdline: metrics on http://{a}/metrics"),
         None => eprintln!("holdline: metrics off (--metrics IP:PORT)"),
     }
-    eprintln!("holdline: {} workers", server.workers());
+    eprintln!(
+        "holdline: {} workers, overload control {}{}",
+        server.workers(),
+        config.overload.local,
+        if config.overload.emulate_cost_us > 0 {
+            format!(
+                ", emulated cost {} µs per message",
+                config.overload.emulate_cost_us
+            )
+        } else {
+            String::new()
+        }
+    );
     let report = server.run()?;
     if report.workers_panicked > 0 {
         anyhow::bail!("{} worker(s) panicked", report.workers_panicked);

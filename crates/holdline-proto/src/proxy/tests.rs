@@ -1669,3 +1669,229 @@ mod fuzz {
         }
     }
 }
+
+// ---------------------------------------------------------------- tests: admission gate
+
+fn gate_endpoint() -> Endpoint {
+    Endpoint::new(config(), Arc::new(MemStore::default()))
+}
+
+fn drain(e: &mut Endpoint) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(t) = e.poll_transmit(ms(0), &mut buf) {
+        out.push(buf[..t.size].to_vec());
+        buf.clear();
+    }
+    out
+}
+
+const REJECT: crate::endpoint::GateRejection = crate::endpoint::GateRejection {
+    status: 503,
+    reason: "Service Unavailable",
+    retry_after_secs: None,
+};
+
+#[test]
+fn gate_rejects_a_new_invite_statelessly_with_503() {
+    let mut e = gate_endpoint();
+    let mut asked = 0;
+    let rejected = e.handle_admitting(
+        ms(0),
+        &invite("z9hG4bKg1"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+        &mut || {
+            asked += 1;
+            Some(REJECT)
+        },
+    );
+    assert!(rejected);
+    assert_eq!(asked, 1);
+    let out = drain(&mut e);
+    assert_eq!(
+        out.len(),
+        1,
+        "only the 503, no 100 Trying and nothing forwarded"
+    );
+    assert_eq!(status_of(&out[0]), 503);
+    assert_eq!(header(&out[0], HeaderName::RetryAfter), None);
+    assert!(
+        header(&out[0], HeaderName::To).is_some_and(|t| t.contains("tag=")),
+        "the 503 carries a To tag"
+    );
+    assert!(
+        e.transactions().is_empty(),
+        "no transaction for a rejected INVITE"
+    );
+    assert_eq!(e.stats().rejected_by_gate, 1);
+    assert_eq!(e.stats().requests_in.invite, 1);
+}
+
+#[test]
+fn gate_puts_retry_after_when_configured() {
+    let mut e = gate_endpoint();
+    let r = crate::endpoint::GateRejection {
+        retry_after_secs: Some(3),
+        ..REJECT
+    };
+    assert!(e.handle_admitting(
+        ms(0),
+        &invite("z9hG4bKg2"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+        &mut || Some(r),
+    ));
+    let out = drain(&mut e);
+    assert_eq!(
+        header(&out[0], HeaderName::RetryAfter).as_deref(),
+        Some("3")
+    );
+}
+
+#[test]
+fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
+    let mut e = gate_endpoint();
+    let from = udp(ua_addr(1));
+    // Admit one INVITE: it creates a server transaction.
+    let inv = invite("z9hG4bKg3");
+    assert!(!e.handle_admitting(ms(0), &inv, from, Transport::Udp, &mut || None));
+    assert!(!e.transactions().is_empty());
+    drain(&mut e);
+    let mut asked = 0;
+    let mut gate = || {
+        asked += 1;
+        Some(REJECT)
+    };
+    // Its retransmission, a re-INVITE (To tag), ACK, BYE, CANCEL, REGISTER, OPTIONS and a
+    // response are all handled as usual, without asking the gate.
+    let to = [("To", "<sip:bob@example.com>;tag=b1")];
+    let msgs = [
+        inv.clone(),
+        request(
+            "INVITE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKg4",
+            2,
+            &to,
+        ),
+        request(
+            "ACK",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKg5",
+            2,
+            &to,
+        ),
+        request(
+            "BYE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKg6",
+            3,
+            &to,
+        ),
+        request(
+            "CANCEL",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKg3",
+            1,
+            &[],
+        ),
+        request(
+            "REGISTER",
+            "sip:example.com",
+            ua_addr(1),
+            "z9hG4bKg7",
+            1,
+            &[],
+        ),
+        request(
+            "OPTIONS",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKg8",
+            1,
+            &[],
+        ),
+    ];
+    for m in &msgs {
+        assert!(!e.handle_admitting(ms(1), m, from, Transport::Udp, &mut gate));
+    }
+    let mut resp = Vec::new();
+    build_response(
+        &parse(&inv),
+        180,
+        "Ringing",
+        Some(b"b1"),
+        &[],
+        b"",
+        &mut resp,
+    );
+    assert!(!e.handle_admitting(ms(1), &resp, udp(ua_addr(2)), Transport::Udp, &mut gate));
+    // A malformed INVITE goes the usual way too (400), not to the gate.
+    let bad = request(
+        "INVITE",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKg9",
+        1,
+        &[("CSeq", "x")],
+    );
+    assert!(!e.handle_admitting(ms(1), &bad, from, Transport::Udp, &mut gate));
+    assert_eq!(asked, 0, "the gate is asked about new INVITEs only");
+    assert_eq!(e.stats().rejected_by_gate, 0);
+    assert_eq!(
+        e.stats().retransmissions_absorbed,
+        1,
+        "the INVITE retransmission"
+    );
+}
+
+#[test]
+fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
+    let mut e = gate_endpoint();
+    let from = udp(ua_addr(1));
+    let inv = invite("z9hG4bKga");
+    assert!(e.handle_admitting(ms(0), &inv, from, Transport::Udp, &mut || Some(REJECT)));
+    let out = drain(&mut e);
+    let to = header(&out[0], HeaderName::To).expect("To");
+    // The same INVITE rejected again (a retransmission) gets the same To tag: stateless.
+    assert!(e.handle_admitting(ms(1), &inv, from, Transport::Udp, &mut || Some(REJECT)));
+    assert_eq!(header(&drain(&mut e)[0], HeaderName::To), Some(to.clone()));
+    // The caller's ACK (same branch, CSeq number, Call-ID, From tag; the 503's To tag).
+    let ack = request(
+        "ACK",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKga",
+        1,
+        &[("To", &to)],
+    );
+    let mut asked = 0;
+    assert!(
+        e.handle_admitting(ms(2), &ack, from, Transport::Udp, &mut || {
+            asked += 1;
+            None
+        })
+    );
+    assert_eq!(asked, 0);
+    assert!(
+        drain(&mut e).is_empty(),
+        "the ACK is absorbed, not forwarded"
+    );
+    assert_eq!(e.stats().gate_acks_absorbed, 1);
+    // An ACK whose tag only looks like ours (other branch) goes the usual way.
+    let other = request(
+        "ACK",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKgb",
+        1,
+        &[("To", &to)],
+    );
+    assert!(!e.handle_admitting(ms(3), &other, from, Transport::Udp, &mut || None));
+    assert_eq!(e.stats().gate_acks_absorbed, 1);
+}

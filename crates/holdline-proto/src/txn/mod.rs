@@ -368,6 +368,20 @@ impl Transactions {
         self.servers.contains_key(&target.0).then_some(target)
     }
 
+    /// Whether `msg`, a request, matches a live server transaction (RFC 3261 §17.2.3): a
+    /// retransmission, or an ACK/CANCEL of a transaction this table holds. `Ok(false)` for a
+    /// request that would start a new transaction; an error when the request cannot be
+    /// matched at all (bad Via, CSeq, Call-ID, From or To). Reads the table only.
+    pub fn matches_server(&mut self, msg: &Message<'_>) -> Result<bool, ParseError> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let found = self
+            .request_key(msg, &mut scratch)
+            .map(|_| self.server_keys.contains_key(scratch.as_slice()));
+        self.scratch = scratch;
+        found
+    }
+
     fn alloc_id(&mut self) -> u64 {
         self.next_id = self.next_id.wrapping_add(1);
         self.next_id
