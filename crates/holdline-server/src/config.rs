@@ -35,6 +35,7 @@
 //! local = "occ"                    # occ | queue-delay | queue-limit | bang-bang | none
 //! target_occupancy = 0.9           # occ
 //! interval_ms = 100                # occ, queue-delay
+//! queue_growth = false             # occ: a growing queue counts as occupancy above 1
 //! target_delay_ms = 20             # queue-delay
 //! queue_limit = 100                # queue-limit, bang-bang (messages waiting)
 //! # retry_after_s = 5              # Retry-After in the 503s; default none
@@ -235,6 +236,9 @@ pub struct OverloadSettings {
     pub target_occupancy: f64,
     /// The measurement interval of OCC and queue-delay, ms.
     pub interval_ms: u64,
+    /// OCC: count the growth of the measured queueing delay as occupancy beyond 1, so that a
+    /// sudden overload is cut within a few intervals (holdline's extension of OCC).
+    pub queue_growth: bool,
     /// queue-delay's target queueing delay, ms.
     pub target_delay_ms: u64,
     /// queue-limit / bang-bang: reject new INVITEs while this many messages wait in the
@@ -260,6 +264,7 @@ impl Default for OverloadSettings {
             local: "occ".into(),
             target_occupancy: 0.9,
             interval_ms: 100,
+            queue_growth: false,
             target_delay_ms: 20,
             queue_limit: 100,
             queue_resume: None,
@@ -317,6 +322,7 @@ impl OverloadSettings {
             Ok(ControllerConfig::Occupancy(mut c)) => {
                 c.interval = interval;
                 c.target_occupancy = self.target_occupancy;
+                c.queue_growth = self.queue_growth;
                 c.retry_after = retry_after;
                 ControllerConfig::Occupancy(c)
             }
