@@ -224,7 +224,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Load(args) => load::main(args),
-        Command::Bench(_) => not_yet("bench"),
+        Command::Bench(rest) => holdline_lab::bench::run(rest.args),
         Command::Lab(_) => not_yet("lab"),
         Command::Sim(_) => not_yet("sim"),
         Command::Netem(_) => not_yet("netem"),

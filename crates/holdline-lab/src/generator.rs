@@ -1,0 +1,330 @@
+//! One measured step: `holdline load` (UAS and UAC, or REGISTER) pinned to the generator
+//! core against a running server, with the server's CPU time over the load window.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{LabError, Result};
+use crate::server::{self, DOMAIN, Running, Transport};
+
+/// Core the generator processes run on.
+pub(crate) const GENERATOR_CORE: &str = "0";
+/// PDD (or REGISTER latency) p99 above this makes a step unclean.
+pub(crate) const P99_LIMIT_MS: f64 = 100.0;
+/// A server core busier than this fraction counts as saturated.
+pub(crate) const SATURATED: f64 = 0.85;
+
+/// What a step offers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Load {
+    /// Calls INVITE/180/200/ACK/BYE/200 with zero holding time.
+    Calls(Transport),
+    /// REGISTERs of distinct users of the served domain, over UDP.
+    Register,
+}
+
+impl Load {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Calls(Transport::Udp) => "calls-udp",
+            Self::Calls(Transport::Tcp) => "calls-tcp",
+            Self::Register => "register-udp",
+        }
+    }
+}
+
+/// The measured outcome of one step (one row of `steps.csv`).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Step {
+    /// Part of the bench: capacity, cost, quota-capacity, overload.
+    pub section: String,
+    /// Server configuration name.
+    pub server: String,
+    /// calls-udp, calls-tcp or register-udp.
+    pub load: String,
+    /// Offered rate asked of the generator (per second).
+    pub rate: f64,
+    /// Rate the generator actually offered (per second).
+    pub offered_rate: f64,
+    /// Seconds of arrivals.
+    pub duration_s: f64,
+    /// Calls or REGISTERs sent.
+    pub attempted: u64,
+    /// Calls that got their 200 OK (and were ACKed), or REGISTERs answered 200.
+    pub ok: u64,
+    /// Calls or REGISTERs that ended without success (incl. cut by the drain limit).
+    pub failed: u64,
+    /// Successful calls (200 within the goodput window) or REGISTERs per second of load.
+    pub goodput: f64,
+    /// PDD (calls) or REGISTER latency p50, ms.
+    pub p50_ms: f64,
+    /// PDD (calls) or REGISTER latency p99, ms.
+    pub p99_ms: f64,
+    /// 200 OK retransmissions sent by the UAS.
+    pub retrans_200: u64,
+    /// INVITE (or REGISTER) retransmissions sent by the UAC.
+    pub retrans_invite: u64,
+    /// 503 responses received.
+    pub r503: u64,
+    /// Server CPU time over the load window, µs (all its processes).
+    pub server_cpu_us: u64,
+    /// Load window, s (first arrival to the generator's exit).
+    pub window_s: f64,
+    /// Server core busy over the window (1.0 = one core).
+    pub server_busy: f64,
+    /// Server CPU per successful call or REGISTER, µs.
+    pub cpu_us_per_op: f64,
+    /// No failure, p99 within the limit, and the generator kept its schedule.
+    pub clean: bool,
+}
+
+/// Starts a background `holdline load` process pinned to the generator core.
+fn spawn_load(exe: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let logf =
+        File::create(log).map_err(|e| LabError::io(format!("create {}", log.display()), e))?;
+    Command::new("taskset")
+        .args(["-c", GENERATOR_CORE])
+        .arg(exe)
+        .arg("load")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(logf)
+        .spawn()
+        .map_err(|e| LabError::io("start holdline load", e))
+}
+
+/// Waits for a child at most `limit`, then kills it. True if it exited by itself.
+fn wait_bounded(child: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            // Bounded wait for the generator's exit.
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Sends SIGTERM to a child we started (the UAS writes its report on SIGTERM).
+fn terminate(child: &Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: kill(2) on the PID of a child we hold and have not reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| LabError::Report {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|e| LabError::Report {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn num(v: &Value, path: &[&str]) -> f64 {
+    let mut cur = v;
+    for p in path {
+        match cur.get(p) {
+            Some(x) => cur = x,
+            None => return 0.0,
+        }
+    }
+    cur.as_f64().unwrap_or(0.0)
+}
+
+fn count(v: &Value, path: &[&str]) -> u64 {
+    let x = num(v, path);
+    if x.is_finite() && x > 0.0 {
+        x as u64
+    } else {
+        0
+    }
+}
+
+/// Parameters of one step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub load: Load,
+    pub rate: f64,
+    pub duration_s: f64,
+    /// Longest wait for calls in progress after the last arrival.
+    pub drain_s: f64,
+}
+
+/// Runs one step against a server that listens on `server_port` and forwards calls to
+/// `uas_port`. Reads the server's CPU time right before the load and right after the
+/// generator exits (before the server is stopped).
+pub(crate) fn run_step(
+    exe: &Path,
+    work: &Path,
+    tag: &str,
+    server: &Running,
+    server_port: u16,
+    uas_port: u16,
+    plan: Plan,
+) -> Result<(Step, Value)> {
+    let uac_json = work.join(format!("{tag}-uac.json"));
+    let uas_json = work.join(format!("{tag}-uas.json"));
+    let _ = std::fs::remove_file(&uac_json);
+    let _ = std::fs::remove_file(&uas_json);
+    let limit = plan.duration_s + plan.drain_s + 3.0;
+    let common = |json: &PathBuf| -> Vec<String> {
+        vec![
+            "--progress".into(),
+            "off".into(),
+            "--json".into(),
+            json.display().to_string(),
+            "--max-time".into(),
+            format!("{limit}"),
+        ]
+    };
+    let mut uas = None;
+    let args: Vec<String> = match plan.load {
+        Load::Calls(t) => {
+            let mut a = vec![
+                "uas".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{uas_port}"),
+                "--transport".into(),
+                t.name().into(),
+            ];
+            a.extend(common(&uas_json));
+            let log = work.join(format!("{tag}-uas.log"));
+            let mut child = spawn_load(exe, &a, &log)?;
+            let bound =
+                server::wait_bound(&mut child, uas_port, Some(t), "holdline load uas", &log);
+            uas = Some(child);
+            bound?;
+            let mut a = vec![
+                "uac".into(),
+                "--target".into(),
+                format!("127.0.0.1:{server_port}"),
+                "--transport".into(),
+                t.name().into(),
+                "--arrivals".into(),
+                "constant".into(),
+            ];
+            a.extend(common(&uac_json));
+            a
+        }
+        Load::Register => {
+            let users = (plan.rate * plan.duration_s).ceil() as u64 + 10;
+            let mut a = vec![
+                "register".into(),
+                "--target".into(),
+                format!("127.0.0.1:{server_port}"),
+                "--users".into(),
+                format!("user{{0..{}}}@{DOMAIN}", users - 1),
+            ];
+            a.extend(common(&uac_json));
+            a
+        }
+    };
+    let mut args = args;
+    args.extend([
+        "--rate".into(),
+        format!("{}", plan.rate),
+        "--duration".into(),
+        format!("{}", plan.duration_s),
+        "--drain".into(),
+        format!("{}", plan.drain_s),
+    ]);
+    let cpu0 = server.cpu_us();
+    let t0 = Instant::now();
+    let mut uac = spawn_load(exe, &args, &work.join(format!("{tag}-uac.log")))?;
+    let exited = wait_bounded(&mut uac, Duration::from_secs_f64(limit + 5.0));
+    let window_s = t0.elapsed().as_secs_f64();
+    let cpu1 = server.cpu_us();
+    let mut uas_report = Value::Null;
+    if let Some(mut u) = uas {
+        terminate(&u);
+        wait_bounded(&mut u, Duration::from_secs(5));
+        uas_report = read_json(&uas_json).unwrap_or(Value::Null);
+    }
+    if !exited {
+        return Err(LabError::Process(format!(
+            "{tag}: the generator overran its time limit"
+        )));
+    }
+    let uac_report = read_json(&uac_json)?;
+    let server_cpu_us = cpu1.saturating_sub(cpu0);
+    let load_s = num(&uac_report, &["load_duration_s"]).max(1e-3);
+    let (attempted, ok, failed, goodput, p50, p99, retrans_req, offered) = match plan.load {
+        Load::Calls(_) => {
+            let attempted = count(&uac_report, &["totals", "attempted"]);
+            (
+                attempted,
+                // A call counts once its 200 OK arrived and was ACKed, whatever the order
+                // of its 180 (a multi-process server may reorder them).
+                count(&uac_report, &["totals", "calls_ok"]),
+                count(&uac_report, &["totals", "calls_failed"]),
+                num(&uac_report, &["goodput_cps"]),
+                num(&uac_report, &["pdd_p50_ms"]),
+                num(&uac_report, &["pdd_p99_ms"]),
+                count(&uac_report, &["totals", "retrans_invite"]),
+                num(&uac_report, &["offered_cps"]),
+            )
+        }
+        Load::Register => {
+            let sent = count(&uac_report, &["totals", "reg_sent"]);
+            let ok = count(&uac_report, &["totals", "reg_ok"]);
+            (
+                sent,
+                ok,
+                sent.saturating_sub(ok),
+                num(&uac_report, &["register_rps"]),
+                num(&uac_report, &["latency", "register", "p50_ms"]),
+                num(&uac_report, &["latency", "register", "p99_ms"]),
+                count(&uac_report, &["totals", "retrans_other"]),
+                sent as f64 / load_s,
+            )
+        }
+    };
+    let planned = plan.rate * plan.duration_s;
+    let kept_schedule = (attempted as f64) >= 0.97 * planned && offered >= 0.95 * plan.rate;
+    let clean =
+        attempted > 0 && failed == 0 && ok == attempted && p99 <= P99_LIMIT_MS && kept_schedule;
+    let step = Step {
+        section: String::new(),
+        server: String::new(),
+        load: plan.load.name().into(),
+        rate: plan.rate,
+        offered_rate: offered,
+        duration_s: plan.duration_s,
+        attempted,
+        ok,
+        failed,
+        goodput,
+        p50_ms: p50,
+        p99_ms: p99,
+        retrans_200: count(&uas_report, &["totals", "retrans_200"]),
+        retrans_invite: retrans_req,
+        r503: count(&uac_report, &["totals", "r503"]),
+        server_cpu_us,
+        window_s,
+        server_busy: server_cpu_us as f64 / 1e6 / window_s.max(1e-3),
+        cpu_us_per_op: if ok > 0 {
+            server_cpu_us as f64 / ok as f64
+        } else {
+            0.0
+        },
+        clean,
+    };
+    Ok((step, uac_report))
+}

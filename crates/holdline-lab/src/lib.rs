@@ -1,0 +1,16 @@
+//! holdline's lab: measurements that run real processes on this machine.
+//!
+//! [`bench`] is `holdline bench`: holdline against Kamailio, each pinned to one core, driven
+//! by `holdline load` on the other core, for capacity, CPU cost per call and overload curves
+//! under a cgroup CPU quota. The `holdline` binary calls [`bench::run`].
+
+pub mod bench;
+mod cgroup;
+mod error;
+mod generator;
+mod plot;
+mod procfs;
+mod report;
+mod server;
+
+pub use error::LabError;

@@ -1,0 +1,144 @@
+//! Line charts as SVG and PNG with `plotters` (text drawn with a TTF font of the system).
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::error::{LabError, Result};
+
+/// Fonts tried, in order, for the text of the plots.
+const FONTS: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+];
+
+/// Registers a system font as "sans-serif" once; an error names the Debian package.
+fn font() -> Result<()> {
+    static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let bytes = FONTS
+            .iter()
+            .find_map(|p| std::fs::read(p).ok())
+            .ok_or_else(|| {
+                "no TTF font found: install the Debian package fonts-dejavu-core".to_string()
+            })?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| "the TTF font could not be read".to_string())
+    })
+    .clone()
+    .map_err(|reason| LabError::Plot {
+        path: FONTS[0].into(),
+        reason,
+    })
+}
+
+const COLORS: [RGBColor; 4] = [
+    RGBColor(0, 94, 184),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
+
+type Series = (String, Vec<(f64, f64)>);
+
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> std::result::Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let pts = series.iter().flat_map(|(_, p)| p.iter());
+    let (xmax, ymax) = pts.fold((1.0f64, 1.0f64), |(x, y), &(a, b)| (x.max(a), y.max(b)));
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0.0..xmax * 1.05, 0.0..ymax * 1.1)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (name, p)) in series.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(p.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                p.iter()
+                    .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Writes `DIR/NAME.svg` and `DIR/NAME.png`: one line with points per series.
+pub(crate) fn chart(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) -> Result<()> {
+    font()?;
+    let svg = dir.join(format!("{name}.svg"));
+    let root = SVGBackend::new(&svg, (900, 560)).into_drawing_area();
+    draw(&root, title, x_label, y_label, series).map_err(|reason| LabError::Plot {
+        path: svg.clone(),
+        reason,
+    })?;
+    drop(root);
+    let png = dir.join(format!("{name}.png"));
+    let root = BitMapBackend::new(&png, (900, 560)).into_drawing_area();
+    draw(&root, title, x_label, y_label, series).map_err(|reason| LabError::Plot {
+        path: png.clone(),
+        reason,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_svg_and_png() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let series = vec![
+            ("a".to_string(), vec![(100.0, 90.0), (400.0, 300.0)]),
+            ("b".to_string(), vec![]),
+        ];
+        chart(dir.path(), "t", "title", "x", "y", &series).expect("chart");
+        let svg = std::fs::read_to_string(dir.path().join("t.svg")).expect("svg");
+        assert!(svg.contains("<svg") && svg.contains("title"));
+        let png = std::fs::read(dir.path().join("t.png")).expect("png");
+        assert_eq!(&png[1..4], b"PNG");
+    }
+}
