@@ -3,14 +3,18 @@
 //! [`bench`] is `holdline bench`: holdline against Kamailio, each pinned to one core, driven
 //! by `holdline load` on the other core, for capacity, CPU cost per call and overload curves
 //! under a cgroup CPU quota. The `holdline` binary calls [`bench::run`].
+//!
+//! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`] so far).
 
 pub mod bench;
 mod cgroup;
 mod error;
 mod generator;
+pub mod lab;
 mod plot;
 mod procfs;
 mod report;
 mod server;
+pub mod udp_overload;
 
 pub use error::LabError;

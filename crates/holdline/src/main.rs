@@ -225,7 +225,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Load(args) => load::main(args),
         Command::Bench(rest) => holdline_lab::bench::run(rest.args),
-        Command::Lab(_) => not_yet("lab"),
+        Command::Lab(rest) => holdline_lab::lab::run(rest.args),
         Command::Sim(_) => not_yet("sim"),
         Command::Netem(_) => not_yet("netem"),
     }

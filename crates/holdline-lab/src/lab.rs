@@ -1,0 +1,49 @@
+//! `holdline lab NAME [--quick] [--out DIR]`: the experiments of the papers, run on this
+//! machine with real processes.
+
+use std::process::ExitCode;
+
+/// The experiments: name and one line on what each does.
+pub const EXPERIMENTS: [(&str, &str); 2] = [
+    (
+        "udp-overload",
+        "local control over UDP (seed 003): no control vs 503 on a full queue vs OCC, 0.5x-10x",
+    ),
+    (
+        "tcp-overload",
+        "SIP-over-TCP overload control (seed 000): not yet implemented",
+    ),
+];
+
+fn usage() {
+    eprintln!("usage: holdline lab NAME [--quick] [--out DIR] [options; NAME --help]");
+    eprintln!("experiments:");
+    for (name, what) in EXPERIMENTS {
+        eprintln!("  {name:<14} {what}");
+    }
+}
+
+/// Runs `holdline lab ARGS`.
+pub fn run(args: Vec<String>) -> ExitCode {
+    let mut it = args.into_iter();
+    match it.next().as_deref() {
+        Some("udp-overload") => crate::udp_overload::main(it.collect()),
+        Some("tcp-overload") => {
+            eprintln!("holdline lab tcp-overload: not yet implemented (issue 6, SIP over TCP)");
+            ExitCode::from(2)
+        }
+        Some("-h" | "--help") => {
+            usage();
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprintln!("holdline lab: unknown experiment `{other}`");
+            usage();
+            ExitCode::from(2)
+        }
+        None => {
+            usage();
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,757 @@
+//! `holdline lab udp-overload`: seed 003's local control experiment. One capacity-limited
+//! `holdline serve` (one worker, `--emulate-cost-us`, pinned to core 1) over UDP, offered
+//! 0.5× to 10× its measured capacity by `holdline load uac` (core 0) with calls answered by
+//! `holdline load uas` (core 0); mechanisms: no control (drop-tail in the kernel's receive
+//! buffer), 503 on a full queue (`queue-limit`), OCC (and `queue-delay` in full mode).
+//!
+//! Phases, each point with a fresh server:
+//!
+//! 1. **capacity**: no control, offered 0.6× … 1.2× the nominal capacity (1 s / (6 messages ×
+//!    the emulated cost)); the capacity is the highest offered rate whose calls all
+//!    completed with PDD p99 ≤ 200 ms;
+//! 2. **curve**: every mechanism at every load factor;
+//! 3. **rejection cost** (no emulation): server CPU per completed call (no control) and per
+//!    rejected INVITE (a server that rejects every new INVITE) at the same offered rate.
+//!
+//! Output in `--out DIR`: `results.json` (one object per point under `points`, plus the
+//! capacity steps and the rejection cost), `points.csv`, `throughput.svg/png` (throughput and
+//! goodput against offered load, per mechanism), `pdd.svg/png` (PDD distribution at the
+//! highest load), and every process's JSON report and log under `runs/`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{LabError, Result};
+use crate::plot;
+use crate::procfs;
+use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
+
+/// Core of the generator processes.
+const GENERATOR_CORE: &str = "0";
+/// Messages through the server per call: INVITE, 180, 200, ACK, BYE, 200 (the 100 is sent,
+/// not handled).
+const MESSAGES_PER_CALL: f64 = 6.0;
+/// The goodput window of seed 003: a call counts when its 200 OK came within this.
+const GOODPUT_WINDOW_S: f64 = 10.0;
+
+/// `holdline lab udp-overload` options.
+#[derive(Debug, Parser)]
+#[command(
+    name = "holdline lab udp-overload",
+    about = "Local overload control over UDP: no control vs 503 on a full queue vs OCC, 0.5x to 10x"
+)]
+pub struct Args {
+    /// Fewer, shorter points (under 5 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Results directory.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/udp-overload")]
+    pub out: PathBuf,
+    /// CPU work added to every message the server handles, µs (sets its capacity).
+    #[arg(long, value_name = "US", default_value_t = 1000)]
+    pub cost_us: u64,
+    /// CPU work added to a rejected INVITE (and the ACK of its 503) instead, µs; default 0:
+    /// a rejection costs its real work only (see docs/overload.md).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub reject_cost_us: u64,
+    /// Seconds of offered load per point (default: 4 quick, 20 full).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Load factors (multiples of the measured capacity), comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub loads: Vec<f64>,
+    /// Mechanisms (`holdline serve --overload` values), comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub mechanisms: Vec<String>,
+    /// The `holdline` binary to run (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub exe: Option<PathBuf>,
+}
+
+/// One measured point of the curve (one row of `points.csv`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// `udp-overload`.
+    pub experiment: &'static str,
+    /// The server's `--overload` algorithm.
+    pub mechanism: String,
+    /// Number of SEs: does not apply (one server).
+    pub ses: Option<u32>,
+    /// Offered load / capacity.
+    pub load_factor: f64,
+    /// Offered calls per second (measured at the UAC).
+    pub offered_cps: f64,
+    /// The measured capacity (phase 1).
+    pub capacity_cps: f64,
+    /// Calls whose ACK reached the UAS, per second of offered load.
+    pub throughput_cps: f64,
+    /// Calls whose 200 OK reached the UAC within 10 s of their first INVITE, per second of
+    /// offered load.
+    pub goodput_cps: f64,
+    /// Post-dial delay (INVITE to first response other than 100) p50, ms.
+    pub pdd_p50_ms: f64,
+    /// PDD p99, ms.
+    pub pdd_p99_ms: f64,
+    /// 200 OK retransmissions by the UAS.
+    pub retrans_200: u64,
+    /// INVITE retransmissions by the UAC.
+    pub retrans_invite: u64,
+    /// Jain's fairness: does not apply (one source).
+    pub fairness: Option<f64>,
+    /// Calls placed.
+    pub calls_attempted: u64,
+    /// Calls completed (200 OK, ACK, BYE).
+    pub calls_ok: u64,
+    /// 503 responses at the UAC.
+    pub r503: u64,
+    /// Calls that timed out or were cut by the drain limit.
+    pub timeouts: u64,
+    /// Server CPU over the run, seconds.
+    pub server_cpu_s: f64,
+    /// Server core busy over the run (1.0 = one core).
+    pub server_busy: f64,
+    /// Rejections counted by the server's gate.
+    pub server_rejected: u64,
+}
+
+/// Server CPU per completed call and per rejected INVITE at one offered rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct RejectionCost {
+    /// Offered new INVITEs per second.
+    pub offered_cps: f64,
+    /// CPU per completed call, µs (no control, nothing rejected).
+    pub cpu_us_per_call: f64,
+    /// CPU per rejected INVITE (its 503 and the ACK of the 503 included), µs.
+    pub cpu_us_per_rejection: f64,
+    /// The ratio (issue 6: at most 0.2).
+    pub ratio: f64,
+}
+
+/// Everything a run measured (`results.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    /// `udp-overload`.
+    pub experiment: &'static str,
+    /// The command line.
+    pub command: String,
+    /// Start time, seconds since the Unix epoch.
+    pub started_unix_s: u64,
+    /// Quick mode.
+    pub quick: bool,
+    /// Machine facts.
+    pub machine: Value,
+    /// `--emulate-cost-us` of the server.
+    pub emulate_cost_us: u64,
+    /// `--emulate-reject-cost-us` of the server.
+    pub emulate_reject_cost_us: u64,
+    /// Nominal capacity from the emulated cost.
+    pub nominal_capacity_cps: f64,
+    /// Measured capacity (phase 1).
+    pub capacity_cps: f64,
+    /// Phase 1 steps (mechanism `none`).
+    pub capacity_steps: Vec<Point>,
+    /// Phase 2.
+    pub points: Vec<Point>,
+    /// Phase 3.
+    pub rejection_cost: Vec<RejectionCost>,
+    /// Wall time of the run, s.
+    pub elapsed_s: f64,
+}
+
+/// Entry point of `holdline lab udp-overload ARGS`.
+pub fn main(args: Vec<String>) -> ExitCode {
+    let parsed = match Args::try_parse_from(
+        std::iter::once("holdline lab udp-overload".to_string()).chain(args),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(&parsed) {
+        Ok(r) => {
+            eprintln!(
+                "udp-overload: done in {:.0} s; results in {}",
+                r.elapsed_s,
+                parsed.out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("holdline lab udp-overload: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_tools() -> Result<()> {
+    let ok = Command::new("taskset")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError::Missing {
+            program: "taskset",
+            package: "util-linux",
+        })
+    }
+}
+
+/// What one server run is.
+struct Spec<'a> {
+    mechanism: &'a str,
+    cost_us: u64,
+    reject_cost_us: u64,
+    rate: f64,
+    duration_s: f64,
+    drain_s: f64,
+    tag: String,
+}
+
+/// A child process stopped (SIGKILL) and reaped when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(core: &str, exe: &Path, args: &[String], log: &Path) -> Result<Proc> {
+    let logf =
+        File::create(log).map_err(|e| LabError::io(format!("create {}", log.display()), e))?;
+    Command::new("taskset")
+        .args(["-c", core])
+        .arg(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(logf)
+        .spawn()
+        .map(Proc)
+        .map_err(|e| LabError::io(format!("start {}", exe.display()), e))
+}
+
+/// Waits at most `limit` for a child; true if it exited by itself.
+fn wait_bounded(p: &mut Proc, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        match p.0.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => return false,
+            // Bounded wait for a child's exit.
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| LabError::Report {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|e| LabError::Report {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn num(v: &Value, path: &[&str]) -> f64 {
+    path.iter()
+        .try_fold(v, |cur, p| cur.get(p))
+        .and_then(Value::as_f64)
+        .filter(|x| x.is_finite())
+        .unwrap_or(0.0)
+}
+
+fn count(v: &Value, path: &[&str]) -> u64 {
+    num(v, path).max(0.0) as u64
+}
+
+/// `GET /metrics` (bounded).
+fn scrape(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(2),
+    ) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
+}
+
+/// Sum of the samples of `name` (all labels).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            (rest.is_empty() || rest.starts_with('{'))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+/// Runs one point: a fresh server, UAS and UAC; returns the point and the UAC report.
+fn run_point(
+    exe: &Path,
+    runs: &Path,
+    spec: &Spec<'_>,
+    capacity: f64,
+    extra_config: Option<&Path>,
+) -> Result<(Point, Value)> {
+    let (port, uas_port, metrics_port) = (free_port()?, free_port()?, free_port()?);
+    let mut serve: Vec<String> = vec![
+        "serve".into(),
+        format!("--listen=udp:127.0.0.1:{port}"),
+        format!("--route=*=udp:127.0.0.1:{uas_port}"),
+        "--workers=1".into(),
+        "--store=memory".into(),
+        format!("--metrics=127.0.0.1:{metrics_port}"),
+        format!("--overload={}", spec.mechanism),
+        format!("--emulate-cost-us={}", spec.cost_us),
+        format!("--emulate-reject-cost-us={}", spec.reject_cost_us),
+    ];
+    if let Some(cfg) = extra_config {
+        serve.push(format!("--config={}", cfg.display()));
+    }
+    let log = runs.join(format!("{}-serve.log", spec.tag));
+    let mut server = spawn(SERVER_CORE, exe, &serve, &log)?;
+    wait_bound(
+        &mut server.0,
+        port,
+        Some(Transport::Udp),
+        "holdline serve",
+        &log,
+    )?;
+    let limit = spec.duration_s + spec.drain_s + 5.0;
+    let uas_json = runs.join(format!("{}-uas.json", spec.tag));
+    let uac_json = runs.join(format!("{}-uac.json", spec.tag));
+    let uas_log = runs.join(format!("{}-uas.log", spec.tag));
+    let mut uas = spawn(
+        GENERATOR_CORE,
+        exe,
+        &[
+            "load".into(),
+            "uas".into(),
+            format!("--listen=127.0.0.1:{uas_port}"),
+            format!("--json={}", uas_json.display()),
+            format!("--max-time={}", limit + 2.0),
+            "--progress=off".into(),
+        ],
+        &uas_log,
+    )?;
+    wait_bound(
+        &mut uas.0,
+        uas_port,
+        Some(Transport::Udp),
+        "holdline load uas",
+        &uas_log,
+    )?;
+    let cpu0 = procfs::tree_cpu_us(server.0.id());
+    let t0 = Instant::now();
+    let mut uac = spawn(
+        GENERATOR_CORE,
+        exe,
+        &[
+            "load".into(),
+            "uac".into(),
+            format!("--target=127.0.0.1:{port}"),
+            format!("--rate={}", spec.rate),
+            format!("--duration={}", spec.duration_s),
+            format!("--drain={}", spec.drain_s),
+            format!("--goodput-window={GOODPUT_WINDOW_S}"),
+            format!("--max-time={limit}"),
+            format!("--json={}", uac_json.display()),
+            format!(
+                "--csv={}",
+                runs.join(format!("{}-uac.csv", spec.tag)).display()
+            ),
+            "--progress=off".into(),
+        ],
+        &runs.join(format!("{}-uac.log", spec.tag)),
+    )?;
+    let exited = wait_bounded(&mut uac, Duration::from_secs_f64(limit + 5.0));
+    let window = t0.elapsed().as_secs_f64();
+    let cpu1 = procfs::tree_cpu_us(server.0.id());
+    let metrics = scrape(metrics_port);
+    // The UAS writes its report on SIGTERM.
+    if let Ok(pid) = libc::pid_t::try_from(uas.0.id()) {
+        // SAFETY: kill(2) on the PID of a child we hold and have not reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+    wait_bounded(&mut uas, Duration::from_secs(5));
+    drop(server);
+    if !exited {
+        return Err(LabError::Process(format!(
+            "{}: the UAC overran its time limit; log {}",
+            spec.tag,
+            tail(&runs.join(format!("{}-uac.log", spec.tag)))
+        )));
+    }
+    let uac_r = read_json(&uac_json)?;
+    let uas_r = read_json(&uas_json).unwrap_or(Value::Null);
+    let load_s = num(&uac_r, &["load_duration_s"]).max(1e-3);
+    let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
+    let point = Point {
+        experiment: "udp-overload",
+        mechanism: spec.mechanism.to_string(),
+        ses: None,
+        load_factor: if capacity > 0.0 {
+            spec.rate / capacity
+        } else {
+            0.0
+        },
+        offered_cps: num(&uac_r, &["offered_cps"]),
+        capacity_cps: capacity,
+        throughput_cps: count(&uas_r, &["totals", "completed"]) as f64 / load_s,
+        goodput_cps: num(&uac_r, &["goodput_cps"]),
+        pdd_p50_ms: num(&uac_r, &["pdd_p50_ms"]),
+        pdd_p99_ms: num(&uac_r, &["pdd_p99_ms"]),
+        retrans_200: count(&uas_r, &["totals", "retrans_200"]),
+        retrans_invite: count(&uac_r, &["totals", "retrans_invite"]),
+        fairness: None,
+        calls_attempted: count(&uac_r, &["totals", "attempted"]),
+        calls_ok: count(&uac_r, &["totals", "calls_ok"]),
+        r503: count(&uac_r, &["totals", "r503"]),
+        timeouts: count(&uac_r, &["totals", "timeouts"]),
+        server_cpu_s: cpu_s,
+        server_busy: cpu_s / window.max(1e-3),
+        server_rejected: metric(&metrics, "holdline_sip_rejected_overload_total") as u64,
+    };
+    Ok((point, uac_r))
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let rmem = std::fs::read_to_string("/proc/sys/net/core/rmem_default")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    serde_json::json!({
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "kernel": kernel,
+        "udp_rmem_default": rmem,
+    })
+}
+
+fn progress(i: usize, n: usize, p: &Point, started: Instant) {
+    eprintln!(
+        "[{i}/{n} {:>4.0} s] {:<12} {:>5.2}x offered {:>7.1}/s  throughput {:>7.1}/s  goodput {:>7.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  INVITE retrans {:>6}",
+        started.elapsed().as_secs_f64(),
+        p.mechanism,
+        p.load_factor,
+        p.offered_cps,
+        p.throughput_cps,
+        p.goodput_cps,
+        p.pdd_p50_ms,
+        p.pdd_p99_ms,
+        p.r503,
+        p.retrans_invite
+    );
+}
+
+/// Runs the experiment and writes its results.
+pub fn run(args: &Args) -> Result<Results> {
+    check_tools()?;
+    let started = Instant::now();
+    let exe = match &args.exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?,
+    };
+    let runs = args.out.join("runs");
+    std::fs::create_dir_all(&runs)
+        .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
+    let duration = args.duration.unwrap_or(if args.quick { 4.0 } else { 20.0 });
+    let drain = GOODPUT_WINDOW_S;
+    let loads = if args.loads.is_empty() {
+        if args.quick {
+            vec![0.5, 2.0, 5.0, 10.0]
+        } else {
+            vec![0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0]
+        }
+    } else {
+        args.loads.clone()
+    };
+    let mechanisms: Vec<String> = if args.mechanisms.is_empty() {
+        let mut m = vec!["none", "queue-limit", "occ"];
+        if !args.quick {
+            m.push("queue-delay");
+        }
+        m.into_iter().map(String::from).collect()
+    } else {
+        args.mechanisms.clone()
+    };
+    let nominal = 1e6 / (MESSAGES_PER_CALL * args.cost_us.max(1) as f64);
+    let steps: &[f64] = if args.quick {
+        &[0.7, 0.85, 1.0]
+    } else {
+        &[0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]
+    };
+    let total = steps.len() + loads.len() * mechanisms.len() + if args.quick { 2 } else { 4 };
+    let mut done = 0;
+    eprintln!(
+        "udp-overload: emulated cost {} µs per message (rejections {} µs), nominal capacity {:.0} calls/s; {} points of {:.0} s",
+        args.cost_us, args.reject_cost_us, nominal, total, duration
+    );
+
+    // Phase 1: capacity.
+    let mut capacity_steps = Vec::new();
+    let mut capacity = 0.0f64;
+    for &f in steps {
+        let rate = (nominal * f).round();
+        let spec = Spec {
+            mechanism: "none",
+            cost_us: args.cost_us,
+            reject_cost_us: args.reject_cost_us,
+            rate,
+            duration_s: duration,
+            drain_s: drain,
+            tag: format!("capacity-{rate}"),
+        };
+        let (mut p, _) = run_point(&exe, &runs, &spec, 0.0, None)?;
+        done += 1;
+        progress(done, total, &p, started);
+        let clean = p.calls_attempted > 0
+            && p.calls_ok == p.calls_attempted
+            && p.pdd_p99_ms <= 200.0
+            && p.retrans_invite == 0;
+        if clean {
+            capacity = capacity.max(rate);
+        }
+        p.load_factor = f;
+        capacity_steps.push(p);
+    }
+    if capacity == 0.0 {
+        capacity = nominal * steps[0];
+        eprintln!(
+            "udp-overload: no capacity step was clean; using {capacity:.0} calls/s (the lowest step)"
+        );
+    }
+    eprintln!("udp-overload: capacity {capacity:.0} calls/s");
+
+    // Phase 2: the curve.
+    let reject_all = args.out.join("reject-all.toml");
+    std::fs::write(
+        &reject_all,
+        "# rejects every new INVITE: the queue length is never below 1\n[overload]\nlocal = \"queue-limit\"\nqueue_limit = 1\n",
+    )
+    .map_err(|e| LabError::io(format!("write {}", reject_all.display()), e))?;
+    let mut points = Vec::new();
+    let mut pdd: Vec<(String, Value)> = Vec::new();
+    let top = loads.iter().copied().fold(0.0f64, f64::max);
+    for &f in &loads {
+        for m in &mechanisms {
+            let spec = Spec {
+                mechanism: m,
+                cost_us: args.cost_us,
+                reject_cost_us: args.reject_cost_us,
+                rate: (capacity * f).round(),
+                duration_s: duration,
+                drain_s: drain,
+                tag: format!("{m}-{f}x"),
+            };
+            let (p, uac) = run_point(&exe, &runs, &spec, capacity, None)?;
+            done += 1;
+            progress(done, total, &p, started);
+            if f == top {
+                pdd.push((m.clone(), uac["latency"]["pdd"].clone()));
+            }
+            points.push(p);
+        }
+    }
+
+    // Phase 3: what a rejection costs, without emulation.
+    let mut rejection_cost = Vec::new();
+    let rates: &[f64] = if args.quick {
+        &[5000.0]
+    } else {
+        &[2000.0, 5000.0]
+    };
+    for &rate in rates {
+        let base = Spec {
+            mechanism: "none",
+            cost_us: 0,
+            reject_cost_us: 0,
+            rate,
+            duration_s: duration.min(8.0),
+            drain_s: 3.0,
+            tag: format!("cost-calls-{rate}"),
+        };
+        let (calls, _) = run_point(&exe, &runs, &base, 0.0, None)?;
+        done += 1;
+        progress(done, total, &calls, started);
+        let rej = Spec {
+            mechanism: "queue-limit",
+            tag: format!("cost-rejections-{rate}"),
+            ..base
+        };
+        let (rejects, _) = run_point(&exe, &runs, &rej, 0.0, Some(&reject_all))?;
+        done += 1;
+        progress(done, total, &rejects, started);
+        let per_call = calls.server_cpu_s * 1e6 / (calls.calls_ok.max(1)) as f64;
+        let per_rej = rejects.server_cpu_s * 1e6 / (rejects.server_rejected.max(1)) as f64;
+        eprintln!(
+            "udp-overload: at {rate:.0}/s: {per_call:.1} µs per completed call, {per_rej:.1} µs per rejected INVITE ({:.2})",
+            per_rej / per_call
+        );
+        rejection_cost.push(RejectionCost {
+            offered_cps: rate,
+            cpu_us_per_call: per_call,
+            cpu_us_per_rejection: per_rej,
+            ratio: per_rej / per_call,
+        });
+    }
+
+    let results = Results {
+        experiment: "udp-overload",
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(started.elapsed().as_secs()),
+        quick: args.quick,
+        machine: machine(),
+        emulate_cost_us: args.cost_us,
+        emulate_reject_cost_us: args.reject_cost_us,
+        nominal_capacity_cps: nominal,
+        capacity_cps: capacity,
+        capacity_steps,
+        points,
+        rejection_cost,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    write(&args.out, &results, &mechanisms, &pdd)?;
+    Ok(results)
+}
+
+fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]) -> Result<()> {
+    let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report {
+        path: out.join("results.json"),
+        reason: e.to_string(),
+    })?;
+    std::fs::write(out.join("results.json"), json)
+        .map_err(|e| LabError::io("write results.json", e))?;
+    let mut csv = String::from(
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,timeouts,server_cpu_s,server_busy,server_rejected\n",
+    );
+    for p in &r.points {
+        csv.push_str(&format!(
+            "{},{},,{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},,{},{},{},{},{:.3},{:.3},{}\n",
+            p.experiment,
+            p.mechanism,
+            p.load_factor,
+            p.offered_cps,
+            p.capacity_cps,
+            p.throughput_cps,
+            p.goodput_cps,
+            p.pdd_p50_ms,
+            p.pdd_p99_ms,
+            p.retrans_200,
+            p.retrans_invite,
+            p.calls_attempted,
+            p.calls_ok,
+            p.r503,
+            p.timeouts,
+            p.server_cpu_s,
+            p.server_busy,
+            p.server_rejected
+        ));
+    }
+    std::fs::write(out.join("points.csv"), csv).map_err(|e| LabError::io("write points.csv", e))?;
+    let mut series = Vec::new();
+    for m in mechanisms {
+        let pts = |f: fn(&Point) -> f64| -> Vec<(f64, f64)> {
+            r.points
+                .iter()
+                .filter(|p| &p.mechanism == m)
+                .map(|p| (p.offered_cps, f(p)))
+                .collect()
+        };
+        series.push((format!("{m}: goodput"), pts(|p| p.goodput_cps)));
+    }
+    series.push((
+        "capacity".to_string(),
+        r.points
+            .iter()
+            .map(|p| (p.offered_cps, r.capacity_cps))
+            .collect::<Vec<_>>(),
+    ));
+    for s in &mut series {
+        s.1.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    plot::chart(
+        out,
+        "throughput",
+        &format!(
+            "UDP, one server, capacity {:.0} calls/s: goodput (200 OK within 10 s) vs offered load",
+            r.capacity_cps
+        ),
+        "offered calls/s",
+        "goodput, calls/s",
+        &series,
+    )?;
+    // PDD distribution from the UAC's percentiles, at the highest load.
+    let cdf: Vec<(String, Vec<(f64, f64)>)> = pdd
+        .iter()
+        .map(|(m, v)| {
+            let pts = [
+                ("min_ms", 0.0),
+                ("p50_ms", 0.5),
+                ("p90_ms", 0.9),
+                ("p95_ms", 0.95),
+                ("p99_ms", 0.99),
+                ("p999_ms", 0.999),
+                ("max_ms", 1.0),
+            ]
+            .iter()
+            .map(|(k, q)| (num(v, &[k]), *q))
+            .collect();
+            (m.clone(), pts)
+        })
+        .collect();
+    plot::chart(
+        out,
+        "pdd",
+        "PDD distribution of completed calls at the highest load (from the UAC's percentiles)",
+        "post-dial delay, ms",
+        "fraction of calls",
+        &cdf,
+    )?;
+    Ok(())
+}

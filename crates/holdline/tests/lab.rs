@@ -1,0 +1,118 @@
+//! `holdline lab udp-overload` end to end, small: two load factors, two mechanisms, 2 s
+//! points. Checks the shape of what it writes (results.json with one object per point and
+//! every field the issue names, the CSV, the plots) and that the mechanisms did what they
+//! are: OCC answered 503s under overload, no control none. No speed is asserted.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Guard};
+
+#[test]
+fn udp_overload_writes_results_csv_and_plots() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("udp");
+    let child = Command::new(BIN)
+        .args([
+            "lab",
+            "udp-overload",
+            "--quick",
+            "--loads",
+            "0.5,5",
+            "--mechanisms",
+            "none,occ",
+            "--duration",
+            "2",
+            "--out",
+        ])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holdline lab");
+    let mut guard = Guard(child);
+    let status = guard
+        .wait_for(Duration::from_secs(240))
+        .expect("holdline lab stops by itself");
+    let mut err = String::new();
+    if let Some(mut e) = guard.0.stderr.take() {
+        use std::io::Read as _;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "{status:?}\n{err}");
+    assert!(err.contains("[1/"), "progress is shown:\n{err}");
+
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["experiment"], "udp-overload");
+    let capacity = v["capacity_cps"].as_f64().expect("capacity");
+    assert!(capacity > 0.0);
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4, "2 loads x 2 mechanisms");
+    for p in points {
+        for key in [
+            "offered_cps",
+            "capacity_cps",
+            "throughput_cps",
+            "goodput_cps",
+            "pdd_p50_ms",
+            "pdd_p99_ms",
+            "retrans_200",
+            "retrans_invite",
+        ] {
+            let x = p[key].as_f64();
+            assert!(x.is_some_and(f64::is_finite), "{key} in {p}");
+        }
+        assert_eq!(p["experiment"], "udp-overload");
+        assert!(p["ses"].is_null() && p["fairness"].is_null(), "{p}");
+        assert!(p["calls_attempted"].as_u64().is_some_and(|n| n > 0), "{p}");
+    }
+    let at = |m: &str, f: f64| {
+        points
+            .iter()
+            .find(|p| {
+                p["mechanism"] == m && (p["load_factor"].as_f64().unwrap_or(0.0) - f).abs() < 0.01
+            })
+            .unwrap_or_else(|| panic!("no {m} point at {f}x in {text}"))
+    };
+    assert_eq!(at("none", 5.0)["r503"], 0, "no control never rejects");
+    assert!(
+        at("occ", 5.0)["r503"].as_u64().is_some_and(|n| n > 0),
+        "OCC rejects at 5x: {}",
+        at("occ", 5.0)
+    );
+    let cost = &v["rejection_cost"][0];
+    for key in ["cpu_us_per_call", "cpu_us_per_rejection", "ratio"] {
+        assert!(
+            cost[key].as_f64().is_some_and(|x| x.is_finite() && x > 0.0),
+            "{key} in {cost}"
+        );
+    }
+    let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
+    assert!(csv.starts_with("experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,"));
+    assert_eq!(csv.lines().count(), 5, "header + 4 points");
+    for plot in ["throughput", "pdd"] {
+        let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
+        assert!(svg.contains("<svg"));
+        let png = std::fs::read(out.join(format!("{plot}.png"))).expect("png");
+        assert_eq!(&png[1..4], b"PNG");
+    }
+}
+
+#[test]
+fn lab_names_its_experiments_and_refuses_unknown_ones() {
+    let out = Command::new(BIN)
+        .args(["lab", "no-such-thing"])
+        .output()
+        .expect("run holdline lab");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown experiment") && err.contains("udp-overload"),
+        "{err}"
+    );
+}
