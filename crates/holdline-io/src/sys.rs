@@ -197,6 +197,26 @@ pub(crate) fn siocoutq(fd: RawFd) -> io::Result<usize> {
     Ok(usize::try_from(value).unwrap_or(0))
 }
 
+/// Bytes in a TCP socket's send queue not sent yet (`ioctl(SIOCOUTQNSD)`, Linux): unlike
+/// `SIOCOUTQ` it leaves out bytes sent and waiting for their acknowledgement, so it is not
+/// inflated by delayed ACKs or a long round trip; it grows when the peer's window is closed.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn siocoutqnsd(fd: RawFd) -> io::Result<usize> {
+    let mut value: libc::c_int = 0;
+    // SAFETY: SIOCOUTQNSD writes one c_int through the pointer, which points at a live local.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCOUTQNSD as _, &raw mut value) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(value).unwrap_or(0))
+}
+
+/// `SIOCOUTQNSD` is Linux-only.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn siocoutqnsd(_fd: RawFd) -> io::Result<usize> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// `SIOCOUTQ` is Linux-only.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) fn siocoutq(_fd: RawFd) -> io::Result<usize> {

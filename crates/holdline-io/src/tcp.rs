@@ -339,8 +339,14 @@ impl TcpConn {
     }
 
     /// Bytes the kernel holds unsent or unacknowledged for this connection (`SIOCOUTQ`).
-    pub fn unsent_bytes(&self) -> io::Result<usize> {
+    pub fn unacked_bytes(&self) -> io::Result<usize> {
         siocoutq(&self.stream)
+    }
+
+    /// Bytes the kernel holds and has not sent yet for this connection (`SIOCOUTQNSD`): the
+    /// backlog smart forwarding looks at (bytes in flight waiting for an ACK are not backlog).
+    pub fn unsent_bytes(&self) -> io::Result<usize> {
+        siocoutqnsd(&self.stream)
     }
 
     /// Closes both directions now (queued bytes are lost).
@@ -359,6 +365,12 @@ impl Source for TcpConn {
     fn deregister(&mut self, r: &Registry) -> io::Result<()> {
         self.stream.deregister(r)
     }
+}
+
+/// Bytes in a TCP socket's send queue not sent yet (`SIOCOUTQNSD`; Linux; `Unsupported`
+/// elsewhere): what the peer's closed window holds back.
+pub fn siocoutqnsd<S: AsRawFd>(socket: &S) -> io::Result<usize> {
+    crate::sys::siocoutqnsd(socket.as_raw_fd())
 }
 
 /// Bytes in a TCP socket's send queue not yet acknowledged by the peer (`SIOCOUTQ`; Linux;

@@ -176,6 +176,9 @@ pub struct EndpointStats {
     pub rejected_by_gate: u64,
     /// ACKs of the gate's rejections, recognised by their To tag and absorbed.
     pub gate_acks_absorbed: u64,
+    /// New INVITEs the forward gate rejected (every next hop refused them), answered through
+    /// their server transaction.
+    pub rejected_by_forward_gate: u64,
 }
 
 impl EndpointStats {
@@ -301,6 +304,19 @@ impl Endpoint {
     /// Processes one message (a datagram, or one frame of a stream) that arrived from `from`
     /// on a listener of transport `local`.
     pub fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer, local: Transport) {
+        self.handle_forwarding(now, bytes, from, local, &mut |_| None);
+    }
+
+    /// [`handle`](Self::handle) with a forward gate: see
+    /// [`handle_admitting`](Self::handle_admitting).
+    fn handle_forwarding(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        from: Peer,
+        local: Transport,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+    ) {
         match Message::parse(bytes, &self.config.limits) {
             Err(e) => {
                 self.stats.parse_errors += 1;
@@ -308,10 +324,10 @@ impl Endpoint {
             }
             Ok(msg) if msg.is_request() => match self.annotate_via(&msg, from) {
                 Some(annotated) => match Message::parse(&annotated, &self.config.limits) {
-                    Ok(m) => self.on_request(now, &m, from, local),
+                    Ok(m) => self.on_request(now, &m, from, local, forward),
                     Err(_) => self.drop_msg(DropReason::Internal),
                 },
-                None => self.on_request(now, &msg, from, local),
+                None => self.on_request(now, &msg, from, local, forward),
             },
             Ok(msg) => self.on_response(now, &msg, from),
         }
@@ -332,6 +348,11 @@ impl Endpoint {
     /// The ACK of such a rejection (RFC 3261 §17.1.1.3: the caller acknowledges a non-2xx
     /// final response hop by hop) is recognised by the rejection's To tag and absorbed here
     /// without state; `true` is returned for it too (the message ended at the gate).
+    ///
+    /// `forward` is the forward gate (TCP smart forwarding): once a new INVITE is admitted and
+    /// routed, it is asked about each next hop before the INVITE is sent there; a next hop it
+    /// answers `Some` for is skipped, and when every next hop was skipped the INVITE gets that
+    /// answer through its server transaction (the ACK is absorbed by the transaction).
     pub fn handle_admitting(
         &mut self,
         now: Instant,
@@ -339,6 +360,7 @@ impl Endpoint {
         from: Peer,
         local: Transport,
         admit: &mut dyn FnMut() -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
     ) -> bool {
         if let Ok(msg) = Message::parse(bytes, &self.config.limits) {
             match msg.method() {
@@ -359,7 +381,7 @@ impl Endpoint {
                 _ => {}
             }
         }
-        self.handle(now, bytes, from, local);
+        self.handle_forwarding(now, bytes, from, local, forward);
         false
     }
 
@@ -665,7 +687,14 @@ impl Endpoint {
         RoutePlan::new(&self.config, msg)
     }
 
-    fn on_request(&mut self, now: Instant, msg: &Message<'_>, from: Peer, local: Transport) {
+    fn on_request(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        from: Peer,
+        local: Transport,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+    ) {
         let Some(method) = msg.method() else { return };
         *self.stats.requests_in.slot(method) += 1;
         let plan = match self.check_request(msg) {
@@ -703,7 +732,7 @@ impl Endpoint {
         match self.txns.handle_request(now, msg.buffer(), from) {
             RequestOutcome::New(sid) => {
                 self.stats.server_transactions += 1;
-                self.on_new_request(now, sid, method, msg, &plan, from, local);
+                self.on_new_request(now, sid, method, msg, &plan, from, local, forward);
             }
             RequestOutcome::Retransmission(_) | RequestOutcome::AckAbsorbed(_) => {
                 self.stats.retransmissions_absorbed += 1;
@@ -783,6 +812,7 @@ impl Endpoint {
         plan: &RoutePlan<'_>,
         from: Peer,
         local: Transport,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
     ) {
         if method == Method::Cancel {
             self.on_cancel(now, sid, msg, plan, from, local);
@@ -833,7 +863,7 @@ impl Endpoint {
             );
             return;
         }
-        let targets = match self.targets(now, plan, true) {
+        let mut targets = match self.targets(now, plan, true) {
             Ok(t) => t,
             Err((code, reason)) => {
                 self.respond(now, sid, msg, code, reason, &[]);
@@ -841,6 +871,28 @@ impl Endpoint {
             }
         };
         let invite = method == Method::Invite;
+        // The forward gate (TCP smart forwarding): a new INVITE goes only to the next hops
+        // whose gate admits it; with none left it is answered with the gate's rejection.
+        if invite && msg.to().is_ok_and(|to| to.tag().is_none()) {
+            let mut rejection = None;
+            targets.retain(|t| match forward(t.dest) {
+                Some(r) => {
+                    rejection = Some(r);
+                    false
+                }
+                None => true,
+            });
+            if targets.is_empty()
+                && let Some(r) = rejection
+            {
+                self.stats.rejected_by_forward_gate += 1;
+                let secs = r.retry_after_secs.map(|s| s.to_string());
+                let extra: Vec<(&str, &[u8])> =
+                    secs.iter().map(|s| ("Retry-After", s.as_bytes())).collect();
+                self.respond(now, sid, msg, r.status, r.reason, &extra);
+                return;
+            }
+        }
         if invite {
             self.respond(now, sid, msg, 100, "Trying", &[]);
         }

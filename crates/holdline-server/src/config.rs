@@ -41,6 +41,8 @@
 //! # retry_after_s = 5              # Retry-After in the 503s; default none
 //! emulate_cost_us = 0              # experiments: CPU µs added to every message handled
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
+//! smart_forwarding = "off"         # TCP next hops: off | ics | ecs (seed 000)
+//! smart_forwarding_threshold = 0   # bytes of backlog tolerated before 503
 //!
 //! [[routes]]
 //! domain = "*"
@@ -203,6 +205,14 @@ pub struct LimitsConfig {
     pub udp_send_buffer: Option<usize>,
     /// `SO_SNDBUF` for TCP connections, bytes (absent: system default).
     pub tcp_send_buffer: Option<usize>,
+    /// `SO_RCVBUF` for TCP connections and listeners, bytes (absent: system default). Small
+    /// values are seed 000's buffer minimization: a receive buffer of a couple of INVITEs makes
+    /// an overloaded server push back on its upstream at once.
+    pub tcp_recv_buffer: Option<usize>,
+    /// Most bytes read ahead from one TCP connection into the application (absent:
+    /// `max_message_size` + 16 KiB). At least `max_message_size`. Small values (with a small
+    /// `max_message_size`) are the application half of buffer minimization.
+    pub tcp_read_buffer: Option<usize>,
     /// Use recvmmsg/sendmmsg where available.
     pub batched_udp: bool,
 }
@@ -219,6 +229,8 @@ impl Default for LimitsConfig {
             udp_recv_buffer: None,
             udp_send_buffer: None,
             tcp_send_buffer: None,
+            tcp_recv_buffer: None,
+            tcp_read_buffer: None,
             batched_udp: true,
         }
     }
@@ -248,6 +260,13 @@ pub struct OverloadSettings {
     pub queue_resume: Option<usize>,
     /// `Retry-After` seconds in the 503s (absent: none, as RFC 7339 §5.2 recommends).
     pub retry_after_s: Option<u32>,
+    /// TCP smart forwarding (seed 000): `off` (default), `ics` (one connection per next hop;
+    /// a new INVITE is rejected with 503 when that connection has unsent bytes) or `ecs` (new
+    /// INVITEs on a connection of their own per next hop, checked the same way).
+    pub smart_forwarding: String,
+    /// Smart forwarding: the backlog (kernel unsent + queued bytes) above which a new INVITE
+    /// is rejected; 0 (default) is the paper's "not empty".
+    pub smart_forwarding_threshold: u64,
     /// Capacity emulation for experiments: this many microseconds of real CPU work added to
     /// every message a worker handles, rejections included (0: off).
     pub emulate_cost_us: u64,
@@ -271,11 +290,38 @@ impl Default for OverloadSettings {
             retry_after_s: None,
             emulate_cost_us: 0,
             emulate_reject_cost_us: None,
+            smart_forwarding: "off".into(),
+            smart_forwarding_threshold: 0,
         }
     }
 }
 
 impl OverloadSettings {
+    /// The forward-gate controller (TCP smart forwarding), if on; or the key and why not.
+    pub fn forward_controller(&self) -> Result<Option<ControllerConfig>, (String, String)> {
+        let split = match self.smart_forwarding.as_str() {
+            "off" => return Ok(None),
+            "ics" => holdline_overload::Split::Implicit,
+            "ecs" => holdline_overload::Split::Explicit,
+            other => {
+                return Err((
+                    "overload.smart_forwarding".to_owned(),
+                    format!("`{other}`: expected off, ics or ecs"),
+                ));
+            }
+        };
+        let retry_after = self
+            .retry_after_s
+            .map(|s| Duration::from_secs(u64::from(s)));
+        Ok(Some(ControllerConfig::SmartForwarding(
+            holdline_overload::SmartForwardingConfig {
+                split,
+                threshold: self.smart_forwarding_threshold,
+                retry_after,
+            },
+        )))
+    }
+
     /// The controller configuration these settings describe, or the offending key and why.
     pub fn controller(&self) -> Result<ControllerConfig, (String, String)> {
         use holdline_overload::ControllerFactory as _;
@@ -509,6 +555,8 @@ pub struct Overrides {
     pub emulate_cost_us: Option<u64>,
     /// `--emulate-reject-cost-us`.
     pub emulate_reject_cost_us: Option<u64>,
+    /// `--smart-forwarding`.
+    pub smart_forwarding: Option<String>,
 }
 
 /// A configuration error located in its file.
@@ -592,6 +640,9 @@ impl ServerConfig {
         if let Some(c) = o.emulate_reject_cost_us {
             self.overload.emulate_reject_cost_us = Some(c);
         }
+        if let Some(s) = o.smart_forwarding {
+            self.overload.smart_forwarding = s;
+        }
         self.validate().map_err(|(k, m)| format!("{k}: {m}"))
     }
 
@@ -611,6 +662,12 @@ impl ServerConfig {
         if l.conn_queue_bytes < l.max_message_size {
             return err(
                 "limits.conn_queue_bytes",
+                "must be at least limits.max_message_size",
+            );
+        }
+        if l.tcp_read_buffer.is_some_and(|n| n < l.max_message_size) {
+            return err(
+                "limits.tcp_read_buffer",
                 "must be at least limits.max_message_size",
             );
         }
@@ -644,6 +701,7 @@ impl ServerConfig {
             return err("registrar.max_contacts_per_aor", "must be at least 1");
         }
         self.overload.controller()?;
+        self.overload.forward_controller()?;
         if self.overload.emulate_cost_us > 1_000_000 {
             return err("overload.emulate_cost_us", "at most 1000000 (one second)");
         }

@@ -17,15 +17,18 @@ pub trait WorkerCore: Send {
     /// [`handle`](Self::handle) behind the admission gate: a new INVITE (initial, no To
     /// tag, not a retransmission of one already admitted) is put to `admit` first and, if it
     /// answers with a rejection, answered with it statelessly. Returns whether the message was
-    /// rejected. The default (engines without a gate) handles everything.
+    /// rejected. `forward` is asked, for a new INVITE about to be sent to a next hop, whether
+    /// it may go there (TCP smart forwarding). The default (engines without a gate) handles
+    /// everything.
     fn handle_admitting(
         &mut self,
         now: Instant,
         bytes: &[u8],
         from: Peer,
         admit: &mut dyn FnMut() -> Option<Rejection>,
+        forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
     ) -> bool {
-        let _ = admit;
+        let _ = (admit, forward);
         self.handle(now, bytes, from);
         false
     }

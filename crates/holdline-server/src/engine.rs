@@ -160,6 +160,18 @@ impl Engine {
     }
 }
 
+/// A controller's rejection as the endpoint's gate answer.
+fn gate_rejection(r: Rejection) -> GateRejection {
+    GateRejection {
+        status: r.status,
+        reason: "Service Unavailable",
+        // SIP carries whole seconds: round up.
+        retry_after_secs: r
+            .retry_after
+            .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)),
+    }
+}
+
 impl WorkerCore for Engine {
     fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer) {
         self.endpoint.handle(now, bytes, from, from.transport);
@@ -172,19 +184,16 @@ impl WorkerCore for Engine {
         bytes: &[u8],
         from: Peer,
         admit: &mut dyn FnMut() -> Option<Rejection>,
+        forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
     ) -> bool {
-        let rejected =
-            self.endpoint
-                .handle_admitting(now, bytes, from, from.transport, &mut || {
-                    admit().map(|r| GateRejection {
-                        status: r.status,
-                        reason: "Service Unavailable",
-                        // SIP carries whole seconds: round up.
-                        retry_after_secs: r.retry_after.map(|d| {
-                            u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)
-                        }),
-                    })
-                });
+        let rejected = self.endpoint.handle_admitting(
+            now,
+            bytes,
+            from,
+            from.transport,
+            &mut || admit().map(gate_rejection),
+            &mut |dest| forward(dest).map(gate_rejection),
+        );
         self.drain_events();
         rejected
     }
@@ -256,6 +265,11 @@ impl WorkerCore for Engine {
             out,
             "holdline_sip_rejection_acks_absorbed_total {}",
             s.gate_acks_absorbed
+        );
+        let _ = writeln!(
+            out,
+            "holdline_sip_rejected_forward_total {}",
+            s.rejected_by_forward_gate
         );
         let _ = writeln!(
             out,

@@ -166,6 +166,7 @@ impl Server {
         };
         let tcp_opts = TcpOptions {
             send_buffer: l.tcp_send_buffer,
+            recv_buffer: l.tcp_recv_buffer,
             ..TcpOptions::default()
         };
         // Bind: worker 0 first (resolving port 0), the others on the address it got.
@@ -226,7 +227,7 @@ impl Server {
             limits,
             max_connections: l.max_connections,
             conn_limits: ConnLimits {
-                max_read_buffer: l.max_message_size + 16 * 1024,
+                max_read_buffer: l.tcp_read_buffer.unwrap_or(l.max_message_size + 16 * 1024),
                 max_queue_bytes: l.conn_queue_bytes,
             },
             tcp_opts,
@@ -243,6 +244,10 @@ impl Server {
         let overload = config
             .overload
             .controller()
+            .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
+        let forward = config
+            .overload
+            .forward_controller()
             .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         let mut workers = Vec::with_capacity(n);
         for (i, ((poll, rx), (u, t))) in polls
@@ -266,6 +271,20 @@ impl Server {
                         Rng::seed_from_u64(0x5eed_0000 + i as u64),
                     )
                     .map_err(|e| StartError::Config(format!("overload: {e}")))?,
+                match &forward {
+                    Some(cfg) => {
+                        let split = match cfg {
+                            holdline_overload::ControllerConfig::SmartForwarding(c) => c.split,
+                            _ => holdline_overload::Split::Implicit,
+                        };
+                        Some((
+                            cfg.build(shared.clock.now(), Rng::seed_from_u64(0x5f0d + i as u64))
+                                .map_err(|e| StartError::Config(format!("overload: {e}")))?,
+                            split,
+                        ))
+                    }
+                    None => None,
+                },
             );
             w.register()?;
             workers.push(w);

@@ -378,39 +378,32 @@ impl MetricsServer {
     }
 }
 
-/// Prometheus lines for a worker's overload controller (the server adds the `worker` label):
+/// Prometheus lines for a worker's overload controller, names starting with `prefix` (the
+/// server adds the `worker` label):
 /// the algorithm, its acceptance fraction and load measures, admissions and rejections by
 /// reason.
-pub(crate) fn render_overload(s: &holdline_overload::Snapshot, out: &mut String) {
+pub(crate) fn render_overload(prefix: &str, s: &holdline_overload::Snapshot, out: &mut String) {
+    let _ = writeln!(out, "{prefix}_algorithm{{algorithm=\"{}\"}} 1", s.algorithm);
     let _ = writeln!(
         out,
-        "holdline_overload_algorithm{{algorithm=\"{}\"}} 1",
-        s.algorithm
-    );
-    let _ = writeln!(
-        out,
-        "holdline_overload_acceptance_ratio {}",
+        "{prefix}_acceptance_ratio {}",
         s.acceptance.unwrap_or(1.0)
     );
     if let Some(rho) = s.occupancy {
-        let _ = writeln!(out, "holdline_overload_occupancy_ratio {rho}");
+        let _ = writeln!(out, "{prefix}_occupancy_ratio {rho}");
     }
     if let Some(d) = s.queue_delay {
-        let _ = writeln!(
-            out,
-            "holdline_overload_queue_delay_seconds {}",
-            d.as_secs_f64()
-        );
+        let _ = writeln!(out, "{prefix}_queue_delay_seconds {}", d.as_secs_f64());
     }
     if let Some(n) = s.queue_length {
-        let _ = writeln!(out, "holdline_overload_queue_length {n}");
+        let _ = writeln!(out, "{prefix}_queue_length {n}");
     }
-    let _ = writeln!(out, "holdline_overload_intervals_total {}", s.intervals);
-    let _ = writeln!(out, "holdline_overload_admitted_total {}", s.admitted);
+    let _ = writeln!(out, "{prefix}_intervals_total {}", s.intervals);
+    let _ = writeln!(out, "{prefix}_admitted_total {}", s.admitted);
     for (reason, n) in s.rejected.iter() {
         let _ = writeln!(
             out,
-            "holdline_overload_rejected_total{{reason=\"{}\"}} {n}",
+            "{prefix}_rejected_total{{reason=\"{}\"}} {n}",
             reason.as_str()
         );
     }

@@ -13,7 +13,7 @@ use holdline_base::{ConnId, Instant, Peer, Transport};
 use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
-use holdline_overload::{Admission, Controller, Decision, Signal};
+use holdline_overload::{Admission, Class, Controller, Decision, Lane, Signal, Split, TargetId};
 use holdline_sip::{Frame, Framer, Limits, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -92,6 +92,8 @@ pub(crate) struct Worker {
     pub(crate) settings: Settings,
     /// Local overload control: decides on every new INVITE at the admission gate.
     controller: Box<dyn Controller>,
+    /// TCP smart forwarding at the forward gate, and its connection split, when on.
+    forward: Option<(Box<dyn Controller>, Split)>,
     /// Start of the busy time not yet reported to the controller (set when `poll` returns).
     busy_mark: StdInstant,
     /// Mean CPU time per message handled (exponentially weighted), ns: turns a queueing delay
@@ -99,7 +101,9 @@ pub(crate) struct Worker {
     service_ns: f64,
     conns: Slab<Conn>,
     conn_keys: HashMap<ConnId, usize>,
-    pool: HashMap<SocketAddr, ConnId>,
+    /// Outbound connections by next hop and lane (ECS keeps INVITEs on a connection of their
+    /// own).
+    pool: HashMap<(SocketAddr, LaneKey), ConnId>,
     next_seq: u64,
     recv: Option<RecvBatch>,
     sends: Vec<SendBatch>,
@@ -121,6 +125,38 @@ fn header_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
+/// [`Lane`] as a map key.
+type LaneKey = u8;
+
+fn lane_key(l: Lane) -> LaneKey {
+    match l {
+        Lane::Shared => 0,
+        Lane::Invite => 1,
+        Lane::Other => 2,
+    }
+}
+
+/// A next hop's number for the forward controller.
+fn target_of(addr: SocketAddr) -> TargetId {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        std::net::IpAddr::V6(v6) => {
+            let b = u128::from(v6);
+            (b as u64) ^ ((b >> 64) as u64)
+        }
+    };
+    TargetId((ip << 16) ^ u64::from(addr.port()))
+}
+
+/// The lane a request to a next hop travels on: with ECS, INVITEs on their own.
+fn lane_for(split: Option<Split>, bytes: &[u8]) -> Lane {
+    match split {
+        Some(Split::Explicit) if bytes.starts_with(b"INVITE ") => Lane::Invite,
+        Some(Split::Explicit) => Lane::Other,
+        _ => Lane::Shared,
+    }
+}
+
 fn conn_owner(id: ConnId) -> usize {
     (id.0 >> 48) as usize
 }
@@ -137,6 +173,7 @@ impl Worker {
         listeners: Vec<TcpListener>,
         settings: Settings,
         controller: Box<dyn Controller>,
+        forward: Option<(Box<dyn Controller>, Split)>,
     ) -> Self {
         let workers = shared.senders.len();
         let slot = settings.limits.max_message_size + 1;
@@ -151,6 +188,7 @@ impl Worker {
             listeners,
             settings,
             controller,
+            forward,
             busy_mark: StdInstant::now(),
             service_ns: 0.0,
             conns: Slab::new(),
@@ -293,7 +331,14 @@ impl Worker {
     fn render_core_metrics(&self) {
         let mut text = String::new();
         self.core.metrics(&mut text);
-        crate::metrics::render_overload(&self.controller.snapshot(), &mut text);
+        crate::metrics::render_overload(
+            "holdline_overload",
+            &self.controller.snapshot(),
+            &mut text,
+        );
+        if let Some((f, _)) = &self.forward {
+            crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
+        }
         let s = self.stats();
         if let Ok(mut g) = s.core_text.lock() {
             g.0 += 1;
@@ -426,14 +471,50 @@ impl Worker {
             self.controller.handle_timeout(fresh);
         }
         let controller = &mut self.controller;
-        let rejected = self
-            .core
-            .handle_admitting(now, bytes, from, &mut || match controller
-                .admit(fresh, &Admission::new_invite())
-            {
+        let forward = &mut self.forward;
+        let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
+        let rejected = self.core.handle_admitting(
+            now,
+            bytes,
+            from,
+            &mut || match controller.admit(fresh, &Admission::new_invite()) {
                 Decision::Admit => None,
                 Decision::Reject(r) => Some(r),
-            });
+            },
+            &mut |dest: Peer| {
+                // Smart forwarding: the backlog of the connection the INVITE would go on.
+                let (ctl, split) = forward.as_mut()?;
+                if dest.transport != Transport::Tcp {
+                    return None;
+                }
+                let lane = split.invite_lane();
+                let target = target_of(dest.addr);
+                let (unsent, queued) = pool
+                    .get(&(dest.addr, lane_key(lane)))
+                    .and_then(|id| conn_keys.get(id))
+                    .and_then(|&k| conns.get(k))
+                    // A connection still being set up holds what waits for it: no sign of
+                    // overload yet.
+                    .filter(|c| !c.io.is_connecting())
+                    .map_or((0, 0), |c| {
+                        (
+                            c.io.unsent_bytes().unwrap_or(0) as u64,
+                            c.io.queued_bytes() as u64,
+                        )
+                    });
+                ctl.on_signal(
+                    fresh,
+                    Signal::Backlog {
+                        target,
+                        lane,
+                        unsent,
+                        queued,
+                    },
+                );
+                ctl.admit(fresh, &Admission::forward(Class::NewInvite, target))
+                    .rejection()
+            },
+        );
         let cost = if rejected {
             self.settings.emulate_reject_cost
         } else {
@@ -508,7 +589,11 @@ impl Worker {
             Transport::Tcp => {
                 let id = match to.conn {
                     Some(id) => id,
-                    None => match self.pooled(now, to.addr) {
+                    None => match self.pooled(
+                        now,
+                        to.addr,
+                        lane_for(self.forward.as_ref().map(|f| f.1), bytes),
+                    ) {
                         Some(id) => id,
                         None => return,
                     },
@@ -536,9 +621,11 @@ impl Worker {
         }
     }
 
-    /// This worker's pooled outbound connection to `addr`, opened (non-blocking) if needed.
-    fn pooled(&mut self, now: Instant, addr: SocketAddr) -> Option<ConnId> {
-        if let Some(id) = self.pool.get(&addr) {
+    /// This worker's pooled outbound connection to `addr` on `lane`, opened (non-blocking) if
+    /// needed.
+    fn pooled(&mut self, now: Instant, addr: SocketAddr, lane: Lane) -> Option<ConnId> {
+        let key = (addr, lane_key(lane));
+        if let Some(id) = self.pool.get(&key) {
             return Some(*id);
         }
         if self.stopping {
@@ -548,7 +635,7 @@ impl Worker {
         match TcpConn::connect(addr, &self.settings.tcp_opts, self.settings.conn_limits) {
             Ok(io) => {
                 let id = self.add_conn(now, io, true)?;
-                self.pool.insert(addr, id);
+                self.pool.insert(key, id);
                 self.stats().conns_outbound.fetch_add(1, Relaxed);
                 Some(id)
             }

@@ -90,6 +90,9 @@ struct ServeArgs {
     /// (default: --emulate-cost-us).
     #[arg(long, value_name = "N")]
     emulate_reject_cost_us: Option<u64>,
+    /// TCP smart forwarding to next hops: off (default), ics or ecs.
+    #[arg(long, value_name = "off|ics|ecs")]
+    smart_forwarding: Option<String>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -142,6 +145,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             overload: args.overload,
             emulate_cost_us: args.emulate_cost_us,
             emulate_reject_cost_us: args.emulate_reject_cost_us,
+            smart_forwarding: args.smart_forwarding,
         })
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

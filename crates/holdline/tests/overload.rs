@@ -7,6 +7,10 @@
 //!   admitted completes: no admitted call's message is rejected or lost for load.
 //! - With `--overload none` nothing is rejected (the collapse is the experiments' subject,
 //!   not asserted here).
+//! - TCP smart forwarding: with a next hop that accepts a connection and never reads it,
+//!   new INVITEs to it are answered `503` by holdline as soon as that connection backs up,
+//!   while calls to another next hop all complete (one stalled next hop delays only its own
+//!   traffic).
 //!
 //! No speed is asserted: the checks are on what happened to each call, not on how fast.
 
@@ -173,4 +177,124 @@ fn no_control_rejects_nothing() {
         metric(&m, "holdline_overload_algorithm", &["algorithm=\"none\""]),
         1.0
     );
+}
+
+/// A TCP "next hop" that accepts connections and never reads: its receive buffer is small,
+/// so a sender's data backs up in the sender's kernel (`SIOCOUTQ`).
+fn stalled_next_hop() -> (std::net::TcpListener, u16) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    s.set_recv_buffer_size(4096).expect("rcvbuf");
+    s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    s.listen(16).expect("listen");
+    let l: std::net::TcpListener = s.into();
+    let port = l.local_addr().expect("addr").port();
+    (l, port)
+}
+
+#[test]
+fn smart_forwarding_rejects_invites_to_a_backed_up_next_hop_only() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let (stalled, stalled_port) = stalled_next_hop();
+    // Accept (so the connection is established) and hold the sockets unread.
+    let held = std::thread::spawn(move || {
+        stalled.set_nonblocking(false).expect("blocking accept");
+        stalled.accept().ok()
+    });
+    let (proxy, uas, metrics) = (free_port(), free_port(), free_port());
+    let _server = Holdline::start(&[
+        s("--listen"),
+        format!("tcp:127.0.0.1:{proxy}"),
+        s("--route"),
+        format!("slow.test=tcp:127.0.0.1:{stalled_port}"),
+        s("--route"),
+        format!("*=tcp:127.0.0.1:{uas}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("1"),
+        s("--metrics"),
+        format!("127.0.0.1:{metrics}"),
+        s("--smart-forwarding"),
+        s("ics"),
+    ]);
+    let _uas = Guard(
+        load(&[
+            s("uas"),
+            s("--transport"),
+            s("tcp"),
+            s("--listen"),
+            format!("127.0.0.1:{uas}"),
+            s("--max-time"),
+            s("60"),
+            s("--progress"),
+            s("off"),
+        ])
+        .spawn()
+        .expect("spawn uas"),
+    );
+    common::wait_bound(false, uas, Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uac = |to: &str, json: &Path| {
+        Guard(
+            load(&[
+                s("uac"),
+                s("--transport"),
+                s("tcp"),
+                s("--target"),
+                format!("127.0.0.1:{proxy}"),
+                s("--to"),
+                to.to_owned(),
+                s("--rate"),
+                s("300"),
+                s("--duration"),
+                s("3"),
+                s("--drain"),
+                s("5"),
+                s("--max-time"),
+                s("20"),
+                s("--progress"),
+                s("off"),
+                s("--json"),
+                json.display().to_string(),
+            ])
+            .spawn()
+            .expect("spawn uac"),
+        )
+    };
+    let (slow_json, fast_json) = (dir.path().join("slow.json"), dir.path().join("fast.json"));
+    let mut slow = uac("user{0..9}@slow.test", &slow_json);
+    let mut fast = uac("user{0..9}@example.com", &fast_json);
+    for g in [&mut slow, &mut fast] {
+        let status = g.wait_for(Duration::from_secs(40)).expect("uac stops");
+        assert!(status.success(), "{status:?}");
+    }
+    let (slow, fast) = (read_json(&slow_json), read_json(&fast_json));
+    let m = scrape(SocketAddr::from(([127, 0, 0, 1], metrics)));
+    // The healthy next hop: every call completed.
+    assert_eq!(
+        total(&fast, "calls_ok"),
+        total(&fast, "attempted"),
+        "{}",
+        fast["totals"]
+    );
+    assert_eq!(total(&fast, "r503"), 0, "{}", fast["totals"]);
+    // The stalled one: nothing completes, and once its connection backed up the INVITEs
+    // were answered 503 by holdline itself (not left to time out).
+    assert_eq!(total(&slow, "calls_ok"), 0, "{}", slow["totals"]);
+    assert!(total(&slow, "r503") > 0, "{}", slow["totals"]);
+    let by_backlog = metric(
+        &m,
+        "holdline_forward_rejected_total",
+        &["reason=\"target_backlog\""],
+    );
+    assert_eq!(
+        by_backlog,
+        metric(&m, "holdline_sip_rejected_forward_total", &[]),
+        "{m}"
+    );
+    assert!(by_backlog >= total(&slow, "r503") as f64, "{m}");
+    drop(_server);
+    let _ = held.join();
 }

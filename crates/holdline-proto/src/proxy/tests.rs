@@ -1705,6 +1705,7 @@ fn gate_rejects_a_new_invite_statelessly_with_503() {
             asked += 1;
             Some(REJECT)
         },
+        &mut |_| None,
     );
     assert!(rejected);
     assert_eq!(asked, 1);
@@ -1741,6 +1742,7 @@ fn gate_puts_retry_after_when_configured() {
         udp(ua_addr(1)),
         Transport::Udp,
         &mut || Some(r),
+        &mut |_| None,
     ));
     let out = drain(&mut e);
     assert_eq!(
@@ -1755,7 +1757,11 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
     let from = udp(ua_addr(1));
     // Admit one INVITE: it creates a server transaction.
     let inv = invite("z9hG4bKg3");
-    assert!(!e.handle_admitting(ms(0), &inv, from, Transport::Udp, &mut || None));
+    assert!(
+        !e.handle_admitting(ms(0), &inv, from, Transport::Udp, &mut || None, &mut |_| {
+            None
+        })
+    );
     assert!(!e.transactions().is_empty());
     drain(&mut e);
     let mut asked = 0;
@@ -1818,7 +1824,7 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         ),
     ];
     for m in &msgs {
-        assert!(!e.handle_admitting(ms(1), m, from, Transport::Udp, &mut gate));
+        assert!(!e.handle_admitting(ms(1), m, from, Transport::Udp, &mut gate, &mut |_| None));
     }
     let mut resp = Vec::new();
     build_response(
@@ -1830,7 +1836,14 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         b"",
         &mut resp,
     );
-    assert!(!e.handle_admitting(ms(1), &resp, udp(ua_addr(2)), Transport::Udp, &mut gate));
+    assert!(!e.handle_admitting(
+        ms(1),
+        &resp,
+        udp(ua_addr(2)),
+        Transport::Udp,
+        &mut gate,
+        &mut |_| None
+    ));
     // A malformed INVITE goes the usual way too (400), not to the gate.
     let bad = request(
         "INVITE",
@@ -1840,7 +1853,7 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         1,
         &[("CSeq", "x")],
     );
-    assert!(!e.handle_admitting(ms(1), &bad, from, Transport::Udp, &mut gate));
+    assert!(!e.handle_admitting(ms(1), &bad, from, Transport::Udp, &mut gate, &mut |_| None));
     assert_eq!(asked, 0, "the gate is asked about new INVITEs only");
     assert_eq!(e.stats().rejected_by_gate, 0);
     assert_eq!(
@@ -1855,11 +1868,25 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
     let mut e = gate_endpoint();
     let from = udp(ua_addr(1));
     let inv = invite("z9hG4bKga");
-    assert!(e.handle_admitting(ms(0), &inv, from, Transport::Udp, &mut || Some(REJECT)));
+    assert!(e.handle_admitting(
+        ms(0),
+        &inv,
+        from,
+        Transport::Udp,
+        &mut || Some(REJECT),
+        &mut |_| None
+    ));
     let out = drain(&mut e);
     let to = header(&out[0], HeaderName::To).expect("To");
     // The same INVITE rejected again (a retransmission) gets the same To tag: stateless.
-    assert!(e.handle_admitting(ms(1), &inv, from, Transport::Udp, &mut || Some(REJECT)));
+    assert!(e.handle_admitting(
+        ms(1),
+        &inv,
+        from,
+        Transport::Udp,
+        &mut || Some(REJECT),
+        &mut |_| None
+    ));
     assert_eq!(header(&drain(&mut e)[0], HeaderName::To), Some(to.clone()));
     // The caller's ACK (same branch, CSeq number, Call-ID, From tag; the 503's To tag).
     let ack = request(
@@ -1871,12 +1898,17 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &[("To", &to)],
     );
     let mut asked = 0;
-    assert!(
-        e.handle_admitting(ms(2), &ack, from, Transport::Udp, &mut || {
+    assert!(e.handle_admitting(
+        ms(2),
+        &ack,
+        from,
+        Transport::Udp,
+        &mut || {
             asked += 1;
             None
-        })
-    );
+        },
+        &mut |_| None
+    ));
     assert_eq!(asked, 0);
     assert!(
         drain(&mut e).is_empty(),
@@ -1892,6 +1924,83 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         1,
         &[("To", &to)],
     );
-    assert!(!e.handle_admitting(ms(3), &other, from, Transport::Udp, &mut || None));
+    assert!(!e.handle_admitting(
+        ms(3),
+        &other,
+        from,
+        Transport::Udp,
+        &mut || None,
+        &mut |_| None
+    ));
     assert_eq!(e.stats().gate_acks_absorbed, 1);
+}
+
+#[test]
+fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
+    let mut e = gate_endpoint();
+    let from = udp(ua_addr(1));
+    // bob is registered at 10.0.0.2: the INVITE has one next hop.
+    let reg = request(
+        "REGISTER",
+        "sip:example.com",
+        ua_addr(2),
+        "z9hG4bKfr",
+        1,
+        &[
+            ("To", "<sip:bob@example.com>"),
+            ("From", "<sip:bob@example.com>;tag=r"),
+            ("Contact", "<sip:bob@10.0.0.2:5060>"),
+        ],
+    );
+    e.handle(ms(0), &reg, udp(ua_addr(2)), Transport::Udp);
+    drain(&mut e);
+    let mut asked = Vec::new();
+    let rejected = e.handle_admitting(
+        ms(1),
+        &invite("z9hG4bKf1"),
+        from,
+        Transport::Udp,
+        &mut || None,
+        &mut |dest| {
+            asked.push(dest.addr);
+            Some(REJECT)
+        },
+    );
+    assert!(!rejected, "admitted at ingress");
+    assert_eq!(asked, vec![ua_addr(2)], "asked about the one next hop");
+    let out = drain(&mut e);
+    let statuses: Vec<u16> = out.iter().map(|m| status_of(m)).collect();
+    assert_eq!(
+        statuses,
+        vec![503],
+        "503 upstream, nothing forwarded (no 100 either)"
+    );
+    assert_eq!(e.stats().rejected_by_forward_gate, 1);
+    assert_eq!(e.stats().forwarded, 0);
+    // Re-INVITEs and other requests are never put to the forward gate.
+    let mut asked = 0;
+    let reinvite = request(
+        "INVITE",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKf2",
+        2,
+        &[("To", "<sip:bob@example.com>;tag=b")],
+    );
+    let bye = request(
+        "BYE",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKf3",
+        3,
+        &[("To", "<sip:bob@example.com>;tag=b")],
+    );
+    for m in [reinvite, bye] {
+        e.handle_admitting(ms(2), &m, from, Transport::Udp, &mut || None, &mut |_| {
+            asked += 1;
+            Some(REJECT)
+        });
+    }
+    assert_eq!(asked, 0);
+    assert_eq!(e.stats().forwarded, 2, "re-INVITE and BYE forwarded");
 }
