@@ -79,11 +79,10 @@ pub fn run(args: Vec<String>) -> ExitCode {
     }
 }
 
-/// Finds `name` on PATH (and in the sbin directories, where Debian puts kamailio).
+/// Finds `name` on PATH (as `run.sh` does: Debian puts kamailio in /usr/sbin, on root's PATH).
 fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
@@ -429,7 +428,7 @@ fn bench(args: &Args, env: Env) -> Result<()> {
     let mut quota_search: Vec<Search> = (0..2)
         .map(|si| {
             let full = searches[0][si].result().value.max(100.0);
-            Search::new(full * 0.08, full * 0.5)
+            Search::new(full * 0.1, full)
         })
         .collect();
     for _ in 0..s.quota_steps {

@@ -67,6 +67,8 @@ fn draw<DB: DrawingBackend>(
         .x_desc(x_label)
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, (name, p)) in series.iter().enumerate() {
