@@ -26,7 +26,9 @@ use clap::Parser;
 use crate::cgroup::CpuGroup;
 use crate::error::{LabError, Result};
 use crate::generator::{self, Load, Plan, SATURATED, Step};
-use crate::report::{self, Capacity, Machine, OverloadPoint, Results, ServerFigures, Settings};
+use crate::report::{
+    self, Capacity, FailureDetail, Machine, OverloadPoint, Results, ServerFigures, Settings,
+};
 use crate::server::{self, Env, Kind, Transport};
 
 /// Command line of `holdline bench`.
@@ -214,6 +216,12 @@ impl Search {
     /// core was not saturated at the lowest failing rate above it.
     fn result(&self) -> Capacity {
         let fail_busy = self.first_fail.as_ref().map(|s| s.server_busy);
+        let first_failure = self.first_fail.as_ref().map(|s| FailureDetail {
+            rate: s.rate,
+            failed: s.failed,
+            r503: s.r503,
+            p99_ms: s.p99_ms,
+        });
         match &self.best_clean {
             Some(c) => Capacity {
                 value: c.rate,
@@ -221,6 +229,7 @@ impl Search {
                 lower_bound: fail_busy.is_none_or(|b| b < SATURATED),
                 server_busy_at_capacity: c.server_busy,
                 server_busy_at_first_failure: fail_busy,
+                first_failure: first_failure.clone(),
             },
             None => Capacity {
                 // No clean step: what the lowest (failing) step delivered, flagged.
@@ -229,6 +238,7 @@ impl Search {
                 lower_bound: false,
                 server_busy_at_capacity: 0.0,
                 server_busy_at_first_failure: fail_busy,
+                first_failure,
             },
         }
     }
