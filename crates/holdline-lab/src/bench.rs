@@ -229,7 +229,7 @@ impl Search {
                 lower_bound: fail_busy.is_none_or(|b| b < SATURATED),
                 server_busy_at_capacity: c.server_busy,
                 server_busy_at_first_failure: fail_busy,
-                first_failure: first_failure.clone(),
+                first_failure,
             },
             None => Capacity {
                 // No clean step: what the lowest (failing) step delivered, flagged.
