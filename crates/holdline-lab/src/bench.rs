@@ -48,9 +48,20 @@ struct Args {
     /// source tree this binary was built from).
     #[arg(long, value_name = "DIR")]
     kamailio_dir: Option<PathBuf>,
+    /// Seconds of load per step (capacity, cost and overload steps), instead of the mode's
+    /// (quick 2, full 5). Steps longer than 32 s show the steady state of UDP transactions.
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    step_seconds: Option<f64>,
     /// Kamailio worker processes per transport (1: no reordering, fair on one core).
     #[arg(long, value_name = "N", default_value_t = 1)]
     kamailio_children: u32,
+}
+
+fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.5..=600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: expected seconds between 0.5 and 600")),
+    }
 }
 
 /// Runs `holdline bench ARGS` (arguments after the subcommand name) and returns the exit
@@ -351,11 +362,16 @@ fn failed_step(plan: Plan) -> Step {
 const SERVERS: [Kind; 2] = [Kind::Holdline, Kind::Kamailio];
 
 fn bench(args: &Args, env: Env) -> Result<()> {
-    let s = if args.quick {
+    let mut s = if args.quick {
         Settings::quick()
     } else {
         Settings::full()
     };
+    if let Some(secs) = args.step_seconds {
+        s.step_s = secs;
+        s.cost_s = secs;
+        s.overload_s = secs;
+    }
     let start = Instant::now();
     eprintln!(
         "holdline bench ({} mode): servers on core {}, generator on core {}; results in {}",
