@@ -26,7 +26,9 @@ use clap::Parser;
 use crate::cgroup::CpuGroup;
 use crate::error::{LabError, Result};
 use crate::generator::{self, Load, Plan, SATURATED, Step};
-use crate::report::{self, Capacity, Machine, OverloadPoint, Results, ServerFigures, Settings};
+use crate::report::{
+    self, Capacity, FailureDetail, Machine, OverloadPoint, Results, ServerFigures, Settings,
+};
 use crate::server::{self, Env, Kind, Transport};
 
 /// Command line of `holdline bench`.
@@ -46,9 +48,20 @@ struct Args {
     /// source tree this binary was built from).
     #[arg(long, value_name = "DIR")]
     kamailio_dir: Option<PathBuf>,
+    /// Seconds of load per step (capacity, cost and overload steps), instead of the mode's
+    /// (quick 2, full 5). Steps longer than 32 s show the steady state of UDP transactions.
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    step_seconds: Option<f64>,
     /// Kamailio worker processes per transport (1: no reordering, fair on one core).
     #[arg(long, value_name = "N", default_value_t = 1)]
     kamailio_children: u32,
+}
+
+fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.5..=600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: expected seconds between 0.5 and 600")),
+    }
 }
 
 /// Runs `holdline bench ARGS` (arguments after the subcommand name) and returns the exit
@@ -79,11 +92,10 @@ pub fn run(args: Vec<String>) -> ExitCode {
     }
 }
 
-/// Finds `name` on PATH (and in the sbin directories, where Debian puts kamailio).
+/// Finds `name` on PATH (as `run.sh` does: Debian puts kamailio in /usr/sbin, on root's PATH).
 fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
@@ -215,6 +227,12 @@ impl Search {
     /// core was not saturated at the lowest failing rate above it.
     fn result(&self) -> Capacity {
         let fail_busy = self.first_fail.as_ref().map(|s| s.server_busy);
+        let first_failure = self.first_fail.as_ref().map(|s| FailureDetail {
+            rate: s.rate,
+            failed: s.failed,
+            r503: s.r503,
+            p99_ms: s.p99_ms,
+        });
         match &self.best_clean {
             Some(c) => Capacity {
                 value: c.rate,
@@ -222,6 +240,7 @@ impl Search {
                 lower_bound: fail_busy.is_none_or(|b| b < SATURATED),
                 server_busy_at_capacity: c.server_busy,
                 server_busy_at_first_failure: fail_busy,
+                first_failure,
             },
             None => Capacity {
                 // No clean step: what the lowest (failing) step delivered, flagged.
@@ -230,6 +249,7 @@ impl Search {
                 lower_bound: false,
                 server_busy_at_capacity: 0.0,
                 server_busy_at_first_failure: fail_busy,
+                first_failure,
             },
         }
     }
@@ -342,11 +362,16 @@ fn failed_step(plan: Plan) -> Step {
 const SERVERS: [Kind; 2] = [Kind::Holdline, Kind::Kamailio];
 
 fn bench(args: &Args, env: Env) -> Result<()> {
-    let s = if args.quick {
+    let mut s = if args.quick {
         Settings::quick()
     } else {
         Settings::full()
     };
+    if let Some(secs) = args.step_seconds {
+        s.step_s = secs;
+        s.cost_s = secs;
+        s.overload_s = secs;
+    }
     let start = Instant::now();
     eprintln!(
         "holdline bench ({} mode): servers on core {}, generator on core {}; results in {}",
@@ -429,7 +454,7 @@ fn bench(args: &Args, env: Env) -> Result<()> {
     let mut quota_search: Vec<Search> = (0..2)
         .map(|si| {
             let full = searches[0][si].result().value.max(100.0);
-            Search::new(full * 0.08, full * 0.5)
+            Search::new(full * 0.1, full)
         })
         .collect();
     for _ in 0..s.quota_steps {

@@ -36,12 +36,25 @@ fn font() -> Result<()> {
     })
 }
 
-const COLORS: [RGBColor; 4] = [
-    RGBColor(0, 94, 184),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(148, 103, 189),
-];
+/// One colour per server in every plot (holdline blue, Kamailio red, holdline with overload
+/// control off green), lighter for the REGISTER series.
+fn color_for(name: &str) -> RGBColor {
+    let n = name.to_ascii_lowercase();
+    let register = n.contains("register");
+    if n.starts_with("kamailio") {
+        if register {
+            RGBColor(240, 140, 140)
+        } else {
+            RGBColor(214, 39, 40)
+        }
+    } else if n.starts_with("holdline-off") {
+        RGBColor(44, 160, 44)
+    } else if register {
+        RGBColor(120, 170, 230)
+    } else {
+        RGBColor(0, 94, 184)
+    }
+}
 
 type Series = (String, Vec<(f64, f64)>);
 
@@ -67,13 +80,15 @@ fn draw<DB: DrawingBackend>(
         .x_desc(x_label)
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, (name, p)) in series.iter().enumerate() {
+    for (name, p) in series {
         if p.is_empty() {
             continue;
         }
-        let color = COLORS[i % COLORS.len()];
+        let color = color_for(name);
         chart
             .draw_series(LineSeries::new(p.iter().copied(), color.stroke_width(2)))
             .map_err(|e| e.to_string())?

@@ -168,6 +168,21 @@ pub(crate) struct Capacity {
     pub server_busy_at_capacity: f64,
     /// Server core busy at the lowest failing step above it.
     pub server_busy_at_first_failure: Option<f64>,
+    /// What went wrong at that step.
+    pub first_failure: Option<FailureDetail>,
+}
+
+/// Why the lowest failing step above a capacity was not clean.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct FailureDetail {
+    /// Offered rate of that step.
+    pub rate: f64,
+    /// Calls or REGISTERs that failed.
+    pub failed: u64,
+    /// 503 responses (a server refusing work: a full table, or overload control).
+    pub r503: u64,
+    /// PDD or REGISTER latency p99, ms.
+    pub p99_ms: f64,
 }
 
 /// One server's figures.
@@ -499,6 +514,22 @@ fn summary(r: &Results, j: &Value) -> String {
             ratio(a.value, b.value)
         );
     }
+    let mut why = String::new();
+    for (server, f) in [("holdline", h), ("Kamailio", k)] {
+        for (what, c) in [("UDP", &f.udp), ("TCP", &f.tcp), ("REGISTER", &f.register)] {
+            if let (Some(d), Some(busy)) = (&c.first_failure, c.server_busy_at_first_failure) {
+                let _ = write!(
+                    why,
+                    "\n- {server} {what}: at {:.0}/s {} failed, {} × 503, p99 {:.0} ms, server core {:.0}% busy",
+                    d.rate,
+                    d.failed,
+                    d.r503,
+                    d.p99_ms,
+                    busy * 100.0
+                );
+            }
+        }
+    }
     for (i, rate) in r.settings.cost_rates.iter().enumerate() {
         let (a, b) = (h.cost.get(i), k.cost.get(i));
         let (a, b) = (
@@ -525,7 +556,7 @@ fn summary(r: &Results, j: &Value) -> String {
     }
     let _ = writeln!(
         s,
-        "\nServer core busy at capacity (holdline / Kamailio): UDP {:.0}% / {:.0}%, TCP {:.0}% / {:.0}%, REGISTER {:.0}% / {:.0}%.\n",
+        "\nThe first failing step above each capacity:{why}\n\nServer core busy at capacity (holdline / Kamailio): UDP {:.0}% / {:.0}%, TCP {:.0}% / {:.0}%, REGISTER {:.0}% / {:.0}%.\n",
         h.udp.server_busy_at_capacity * 100.0,
         k.udp.server_busy_at_capacity * 100.0,
         h.tcp.server_busy_at_capacity * 100.0,

@@ -34,6 +34,7 @@ enum Command {
     /// Generate SIP load or answer calls (uac, uas, register, pair).
     Load(load::LoadArgs),
     /// Compare holdline with Kamailio: capacity, cost per call, overload curves.
+    #[command(disable_help_flag = true)]
     Bench(Rest),
     /// Run a named experiment of the lab.
     Lab(Rest),
