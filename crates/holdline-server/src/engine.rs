@@ -115,7 +115,8 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     p.txn
         .t1(Duration::from_millis(config.timers.t1_ms))
         .t2(Duration::from_millis(config.timers.t2_ms))
-        .t4(Duration::from_millis(config.timers.t4_ms));
+        .t4(Duration::from_millis(config.timers.t4_ms))
+        .max_transactions(config.limits.max_transactions);
     // Distinct per worker, so that branches of different workers never collide.
     p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
     p

@@ -503,7 +503,13 @@ impl Transactions {
         prefix_len: Option<usize>,
         from: Peer,
     ) -> RequestOutcome {
-        if self.len() >= self.config.max_transactions {
+        // Requests of dialogs already established (a To tag) and CANCELs may use the whole
+        // table; requests that start something new only 90% of it, so that a table filled by
+        // new calls never refuses the BYE of a call it admitted.
+        let in_dialog = method == Method::Cancel || msg.to().is_ok_and(|to| to.tag().is_some());
+        let max = self.config.max_transactions;
+        let limit = if in_dialog { max } else { max - max / 10 };
+        if self.len() >= limit {
             return RequestOutcome::TooMany;
         }
         let cancel_target = if method == Method::Cancel {

@@ -1149,6 +1149,43 @@ fn malformed_input_is_reported_not_panicked_on() {
 }
 
 #[test]
+fn a_full_table_keeps_room_for_requests_of_dialogs() {
+    let mut config = TxnConfig::default();
+    config.max_transactions(10);
+    let mut t = Transactions::new(config);
+    let from = peer(1, Transport::Udp);
+    // New INVITEs fill the table up to 90%.
+    for i in 0..9 {
+        let inv = request("INVITE", &format!("z9hG4bKn{i}"), 1, Transport::Udp);
+        assert!(matches!(
+            t.handle_request(Instant::ZERO, &inv, from),
+            RequestOutcome::New(_)
+        ));
+    }
+    let inv = request("INVITE", "z9hG4bKn9", 1, Transport::Udp);
+    assert_eq!(
+        t.handle_request(Instant::ZERO, &inv, from),
+        RequestOutcome::TooMany,
+        "a new INVITE at 90%"
+    );
+    // The BYE of an established call still gets its transaction.
+    let bye = request_full(
+        "BYE",
+        Some("z9hG4bKbye"),
+        2,
+        "BYE",
+        Some("b1"),
+        Transport::Udp,
+        "10.0.0.1:5060",
+    );
+    assert!(matches!(
+        t.handle_request(Instant::ZERO, &bye, from),
+        RequestOutcome::New(_)
+    ));
+    assert_eq!(t.len(), 10);
+}
+
+#[test]
 fn transaction_cap() {
     let mut config = TxnConfig::default();
     config.max_transactions(2);
