@@ -37,10 +37,22 @@ fn font() -> Result<()> {
 }
 
 /// One colour per server in every plot (holdline blue, Kamailio red, holdline with overload
-/// control off green), lighter for the REGISTER series.
+/// control off green), lighter for the REGISTER series; one per mechanism in the lab's plots.
 fn color_for(name: &str) -> RGBColor {
     let n = name.to_ascii_lowercase();
     let register = n.contains("register");
+    // The lab's mechanisms.
+    for (prefix, c) in [
+        ("none", RGBColor(214, 39, 40)),
+        ("queue-limit", RGBColor(255, 127, 14)),
+        ("occ", RGBColor(0, 94, 184)),
+        ("queue-delay", RGBColor(148, 103, 189)),
+        ("capacity", RGBColor(127, 127, 127)),
+    ] {
+        if n.starts_with(prefix) {
+            return c;
+        }
+    }
     if n.starts_with("kamailio") {
         if register {
             RGBColor(240, 140, 140)

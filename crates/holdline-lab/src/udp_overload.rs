@@ -26,7 +26,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
@@ -71,16 +71,19 @@ pub struct Args {
     /// Mechanisms (`holdline serve --overload` values), comma-separated.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub mechanisms: Vec<String>,
+    /// Redraw the plots and the CSV of the results already in `--out` (no measurement).
+    #[arg(long)]
+    pub replot: bool,
     /// The `holdline` binary to run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub exe: Option<PathBuf>,
 }
 
 /// One measured point of the curve (one row of `points.csv`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     /// `udp-overload`.
-    pub experiment: &'static str,
+    pub experiment: String,
     /// The server's `--overload` algorithm.
     pub mechanism: String,
     /// Number of SEs: does not apply (one server).
@@ -96,6 +99,11 @@ pub struct Point {
     /// Calls whose 200 OK reached the UAC within 10 s of their first INVITE, per second of
     /// offered load.
     pub goodput_cps: f64,
+    /// Goodput in the steady part of the run: the UAC's per-second goodput (200 OKs within
+    /// 10 s, by the second they arrived) averaged over the last three quarters of the load
+    /// window. `goodput_cps` also counts calls completed during the drain after the load, so
+    /// it overstates what a server sustains while overloaded; this does not.
+    pub goodput_steady_cps: f64,
     /// Post-dial delay (INVITE to first response other than 100) p50, ms.
     pub pdd_p50_ms: f64,
     /// PDD p99, ms.
@@ -123,7 +131,7 @@ pub struct Point {
 }
 
 /// Server CPU per completed call and per rejected INVITE at one offered rate.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RejectionCost {
     /// Offered new INVITEs per second.
     pub offered_cps: f64,
@@ -136,10 +144,10 @@ pub struct RejectionCost {
 }
 
 /// Everything a run measured (`results.json`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
     /// `udp-overload`.
-    pub experiment: &'static str,
+    pub experiment: String,
     /// The command line.
     pub command: String,
     /// Start time, seconds since the Unix epoch.
@@ -418,7 +426,7 @@ fn run_point(
     let load_s = num(&uac_r, &["load_duration_s"]).max(1e-3);
     let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
     let point = Point {
-        experiment: "udp-overload",
+        experiment: "udp-overload".into(),
         mechanism: spec.mechanism.to_string(),
         ses: None,
         load_factor: if capacity > 0.0 {
@@ -430,6 +438,11 @@ fn run_point(
         capacity_cps: capacity,
         throughput_cps: count(&uas_r, &["totals", "completed"]) as f64 / load_s,
         goodput_cps: num(&uac_r, &["goodput_cps"]),
+        goodput_steady_cps: steady(
+            &runs.join(format!("{}-uac.csv", spec.tag)),
+            "goodput",
+            spec.duration_s,
+        ),
         pdd_p50_ms: num(&uac_r, &["pdd_p50_ms"]),
         pdd_p99_ms: num(&uac_r, &["pdd_p99_ms"]),
         retrans_200: count(&uas_r, &["totals", "retrans_200"]),
@@ -444,6 +457,38 @@ fn run_point(
         server_rejected: metric(&metrics, "holdline_sip_rejected_overload_total") as u64,
     };
     Ok((point, uac_r))
+}
+
+/// The mean per second of `column` in a `holdline load` CSV over rows with `t_s` in
+/// `(duration / 4, duration]` (0 when the file or column is missing).
+fn steady(csv: &Path, column: &str, duration: f64) -> f64 {
+    let Ok(text) = std::fs::read_to_string(csv) else {
+        return 0.0;
+    };
+    let mut lines = text.lines();
+    let Some(header) = lines.next() else {
+        return 0.0;
+    };
+    let cols: Vec<&str> = header.split(',').collect();
+    let (Some(t), Some(c)) = (
+        cols.iter().position(|h| *h == "t_s"),
+        cols.iter().position(|h| *h == column),
+    ) else {
+        return 0.0;
+    };
+    let vals: Vec<f64> = lines
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let ts: f64 = f.get(t)?.parse().ok()?;
+            let v: f64 = f.get(c)?.parse().ok()?;
+            (ts > duration / 4.0 && ts <= duration).then_some(v)
+        })
+        .collect();
+    if vals.is_empty() {
+        0.0
+    } else {
+        vals.iter().sum::<f64>() / vals.len() as f64
+    }
 }
 
 fn machine() -> Value {
@@ -488,6 +533,9 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
 
 /// Runs the experiment and writes its results.
 pub fn run(args: &Args) -> Result<Results> {
+    if args.replot {
+        return replot(&args.out);
+    }
     check_tools()?;
     let started = Instant::now();
     let exe = match &args.exe {
@@ -545,6 +593,7 @@ pub fn run(args: &Args) -> Result<Results> {
             tag: format!("capacity-{rate}"),
         };
         let (mut p, _) = run_point(&exe, &runs, &spec, 0.0, None)?;
+        p.load_factor = f;
         done += 1;
         progress(done, total, &p, started);
         let clean = p.calls_attempted > 0
@@ -554,7 +603,6 @@ pub fn run(args: &Args) -> Result<Results> {
         if clean {
             capacity = capacity.max(rate);
         }
-        p.load_factor = f;
         capacity_steps.push(p);
     }
     if capacity == 0.0 {
@@ -639,7 +687,7 @@ pub fn run(args: &Args) -> Result<Results> {
     }
 
     let results = Results {
-        experiment: "udp-overload",
+        experiment: "udp-overload".into(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         started_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -660,6 +708,44 @@ pub fn run(args: &Args) -> Result<Results> {
     Ok(results)
 }
 
+/// Rewrites `points.csv` and the plots from `DIR/results.json` and the UAC reports in
+/// `DIR/runs`.
+fn replot(out: &Path) -> Result<Results> {
+    let path = out.join("results.json");
+    let r: Results = serde_json::from_value(read_json(&path)?).map_err(|e| LabError::Report {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut mechanisms: Vec<String> = Vec::new();
+    for p in &r.points {
+        if !mechanisms.contains(&p.mechanism) {
+            mechanisms.push(p.mechanism.clone());
+        }
+    }
+    let top = r
+        .points
+        .iter()
+        .map(|p| p.load_factor)
+        .fold(0.0f64, f64::max);
+    let mut pdd = Vec::new();
+    for m in &mechanisms {
+        // The UAC report of the top point, named as `run` named it.
+        let Some(p) = r
+            .points
+            .iter()
+            .find(|p| &p.mechanism == m && (p.load_factor - top).abs() < 1e-6)
+        else {
+            continue;
+        };
+        let f = p.load_factor;
+        if let Ok(v) = read_json(&out.join("runs").join(format!("{m}-{f}x-uac.json"))) {
+            pdd.push((m.clone(), v["latency"]["pdd"].clone()));
+        }
+    }
+    write(out, &r, &mechanisms, &pdd)?;
+    Ok(r)
+}
+
 fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]) -> Result<()> {
     let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report {
         path: out.join("results.json"),
@@ -668,11 +754,11 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,timeouts,server_cpu_s,server_busy,server_rejected\n",
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,timeouts,server_cpu_s,server_busy,server_rejected\n",
     );
     for p in &r.points {
         csv.push_str(&format!(
-            "{},{},,{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},,{},{},{},{},{:.3},{:.3},{}\n",
+            "{},{},,{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},,{},{},{},{},{:.3},{:.3},{}\n",
             p.experiment,
             p.mechanism,
             p.load_factor,
@@ -680,6 +766,7 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
             p.capacity_cps,
             p.throughput_cps,
             p.goodput_cps,
+            p.goodput_steady_cps,
             p.pdd_p50_ms,
             p.pdd_p99_ms,
             p.retrans_200,
@@ -703,7 +790,7 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
                 .map(|p| (p.offered_cps, f(p)))
                 .collect()
         };
-        series.push((format!("{m}: goodput"), pts(|p| p.goodput_cps)));
+        series.push((format!("{m}: throughput"), pts(|p| p.throughput_cps)));
     }
     series.push((
         "capacity".to_string(),
@@ -719,11 +806,11 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
         out,
         "throughput",
         &format!(
-            "UDP, one server, capacity {:.0} calls/s: goodput (200 OK within 10 s) vs offered load",
+            "UDP, one server, capacity {:.0} calls/s: throughput (ACK reached the UAS) vs offered",
             r.capacity_cps
         ),
         "offered calls/s",
-        "goodput, calls/s",
+        "calls/s",
         &series,
     )?;
     // PDD distribution from the UAC's percentiles, at the highest load.
@@ -740,7 +827,7 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
                 ("max_ms", 1.0),
             ]
             .iter()
-            .map(|(k, q)| (num(v, &[k]), *q))
+            .map(|(k, q)| (num(v, &[k]), q * 100.0))
             .collect();
             (m.clone(), pts)
         })
@@ -750,7 +837,7 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
         "pdd",
         "PDD distribution of completed calls at the highest load (from the UAC's percentiles)",
         "post-dial delay, ms",
-        "fraction of calls",
+        "% of completed calls",
         &cdf,
     )?;
     Ok(())

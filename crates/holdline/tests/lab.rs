@@ -59,6 +59,7 @@ fn udp_overload_writes_results_csv_and_plots() {
             "capacity_cps",
             "throughput_cps",
             "goodput_cps",
+            "goodput_steady_cps",
             "pdd_p50_ms",
             "pdd_p99_ms",
             "retrans_200",
@@ -93,7 +94,9 @@ fn udp_overload_writes_results_csv_and_plots() {
         );
     }
     let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
-    assert!(csv.starts_with("experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,"));
+    assert!(csv.starts_with(
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,"
+    ));
     assert_eq!(csv.lines().count(), 5, "header + 4 points");
     for plot in ["throughput", "pdd"] {
         let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
