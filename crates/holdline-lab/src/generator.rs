@@ -83,24 +83,30 @@ pub(crate) struct Step {
     pub clean: bool,
 }
 
-/// Starts a background `holdline load` process pinned to the generator core.
-fn spawn_load(exe: &Path, args: &[String], log: &Path) -> Result<Child> {
+/// Starts `exe ARGS` in the background pinned to `core` (`taskset`), stderr to `log`.
+pub(crate) fn spawn_pinned(core: &str, exe: &Path, args: &[String], log: &Path) -> Result<Child> {
     let logf =
         File::create(log).map_err(|e| LabError::io(format!("create {}", log.display()), e))?;
     Command::new("taskset")
-        .args(["-c", GENERATOR_CORE])
+        .args(["-c", core])
         .arg(exe)
-        .arg("load")
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(logf)
         .spawn()
-        .map_err(|e| LabError::io("start holdline load", e))
+        .map_err(|e| LabError::io(format!("start {} {}", exe.display(), args.join(" ")), e))
+}
+
+/// Starts a background `holdline load` process pinned to the generator core.
+fn spawn_load(exe: &Path, args: &[String], log: &Path) -> Result<Child> {
+    let mut all = vec!["load".to_string()];
+    all.extend_from_slice(args);
+    spawn_pinned(GENERATOR_CORE, exe, &all, log)
 }
 
 /// Waits for a child at most `limit`, then kills it. True if it exited by itself.
-fn wait_bounded(child: &mut Child, limit: Duration) -> bool {
+pub(crate) fn wait_bounded(child: &mut Child, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         match child.try_wait() {
@@ -117,7 +123,7 @@ fn wait_bounded(child: &mut Child, limit: Duration) -> bool {
 }
 
 /// Sends SIGTERM to a child we started (the UAS writes its report on SIGTERM).
-fn terminate(child: &Child) {
+pub(crate) fn terminate(child: &Child) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: kill(2) on the PID of a child we hold and have not reaped.
         unsafe {
@@ -126,7 +132,8 @@ fn terminate(child: &Child) {
     }
 }
 
-fn read_json(path: &Path) -> Result<Value> {
+/// A generator's JSON report.
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| LabError::Report {
         path: path.to_owned(),
         reason: e.to_string(),
@@ -137,7 +144,8 @@ fn read_json(path: &Path) -> Result<Value> {
     })
 }
 
-fn num(v: &Value, path: &[&str]) -> f64 {
+/// The number at `path` in a report (0 when absent).
+pub(crate) fn num(v: &Value, path: &[&str]) -> f64 {
     let mut cur = v;
     for p in path {
         match cur.get(p) {
@@ -148,7 +156,8 @@ fn num(v: &Value, path: &[&str]) -> f64 {
     cur.as_f64().unwrap_or(0.0)
 }
 
-fn count(v: &Value, path: &[&str]) -> u64 {
+/// The count at `path` in a report (0 when absent or not positive).
+pub(crate) fn count(v: &Value, path: &[&str]) -> u64 {
     let x = num(v, path);
     if x.is_finite() && x > 0.0 {
         x as u64

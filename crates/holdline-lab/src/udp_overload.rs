@@ -18,7 +18,6 @@
 //! goodput against offered load, per mechanism), `pdd.svg/png` (PDD distribution at the
 //! highest load), and every process's JSON report and log under `runs/`.
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -30,12 +29,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
+use crate::generator::{
+    GENERATOR_CORE, count, num, read_json, spawn_pinned, terminate, wait_bounded,
+};
 use crate::plot;
 use crate::procfs;
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
-/// Core of the generator processes.
-const GENERATOR_CORE: &str = "0";
 /// Messages through the server per call: INVITE, 180, 200, ACK, BYE, 200 (the 100 is sent,
 /// not handled).
 const MESSAGES_PER_CALL: f64 = 6.0;
@@ -244,54 +244,7 @@ impl Drop for Proc {
 }
 
 fn spawn(core: &str, exe: &Path, args: &[String], log: &Path) -> Result<Proc> {
-    let logf =
-        File::create(log).map_err(|e| LabError::io(format!("create {}", log.display()), e))?;
-    Command::new("taskset")
-        .args(["-c", core])
-        .arg(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(logf)
-        .spawn()
-        .map(Proc)
-        .map_err(|e| LabError::io(format!("start {}", exe.display()), e))
-}
-
-/// Waits at most `limit` for a child; true if it exited by itself.
-fn wait_bounded(p: &mut Proc, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        match p.0.try_wait() {
-            Ok(Some(_)) | Err(_) => return true,
-            Ok(None) if Instant::now() >= deadline => return false,
-            // Bounded wait for a child's exit.
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
-fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| LabError::Report {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })?;
-    serde_json::from_str(&text).map_err(|e| LabError::Report {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })
-}
-
-fn num(v: &Value, path: &[&str]) -> f64 {
-    path.iter()
-        .try_fold(v, |cur, p| cur.get(p))
-        .and_then(Value::as_f64)
-        .filter(|x| x.is_finite())
-        .unwrap_or(0.0)
-}
-
-fn count(v: &Value, path: &[&str]) -> u64 {
-    num(v, path).max(0.0) as u64
+    spawn_pinned(core, exe, args, log).map(Proc)
 }
 
 /// `GET /metrics` (bounded).
@@ -401,18 +354,13 @@ fn run_point(
         ],
         &runs.join(format!("{}-uac.log", spec.tag)),
     )?;
-    let exited = wait_bounded(&mut uac, Duration::from_secs_f64(limit + 5.0));
+    let exited = wait_bounded(&mut uac.0, Duration::from_secs_f64(limit + 5.0));
     let window = t0.elapsed().as_secs_f64();
     let cpu1 = procfs::tree_cpu_us(server.0.id());
     let metrics = scrape(metrics_port);
     // The UAS writes its report on SIGTERM.
-    if let Ok(pid) = libc::pid_t::try_from(uas.0.id()) {
-        // SAFETY: kill(2) on the PID of a child we hold and have not reaped.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
-    }
-    wait_bounded(&mut uas, Duration::from_secs(5));
+    terminate(&uas.0);
+    wait_bounded(&mut uas.0, Duration::from_secs(5));
     drop(server);
     if !exited {
         return Err(LabError::Process(format!(

@@ -317,7 +317,21 @@ impl Endpoint {
         local: Transport,
         forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
     ) {
-        match Message::parse(bytes, &self.config.limits) {
+        let parsed = Message::parse(bytes, &self.config.limits);
+        self.handle_parsed(now, bytes, parsed, from, local, forward);
+    }
+
+    /// The body of [`handle`](Self::handle) once `bytes` went through `Message::parse`.
+    fn handle_parsed(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        parsed: Result<Message<'_>, holdline_sip::ParseError>,
+        from: Peer,
+        local: Transport,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+    ) {
+        match parsed {
             Err(e) => {
                 self.stats.parse_errors += 1;
                 self.reject_unparsable(bytes, e, from);
@@ -362,18 +376,20 @@ impl Endpoint {
         admit: &mut dyn FnMut() -> Option<GateRejection>,
         forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
     ) -> bool {
-        if let Ok(msg) = Message::parse(bytes, &self.config.limits) {
+        // Parsed once: the gate's classification and the handling share the index.
+        let parsed = Message::parse(bytes, &self.config.limits);
+        if let Ok(msg) = &parsed {
             match msg.method() {
                 Some(Method::Invite)
                     if msg.to().is_ok_and(|to| to.tag().is_none())
-                        && self.txns.matches_server(&msg) == Ok(false) =>
+                        && self.txns.matches_server(msg) == Ok(false) =>
                 {
                     if let Some(r) = admit() {
-                        self.reject_at_gate(&msg, from, r);
+                        self.reject_at_gate(msg, from, r);
                         return true;
                     }
                 }
-                Some(Method::Ack) if self.is_gate_ack(&msg) => {
+                Some(Method::Ack) if self.is_gate_ack(msg) => {
                     self.stats.requests_in.ack += 1;
                     self.stats.gate_acks_absorbed += 1;
                     return true;
@@ -381,7 +397,7 @@ impl Endpoint {
                 _ => {}
             }
         }
-        self.handle_forwarding(now, bytes, from, local, forward);
+        self.handle_parsed(now, bytes, parsed, from, local, forward);
         false
     }
 
