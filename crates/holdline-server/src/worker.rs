@@ -265,9 +265,7 @@ impl Worker {
             }
             // The controller's intervals close lazily, when there is work: an idle server
             // does not wake up for them (a late close only makes the interval longer).
-            if self.controller.poll_timeout().is_some_and(|t| t <= now) {
-                self.controller.handle_timeout(now);
-            }
+            self.close_interval_if_due(t1);
             for ev in events.iter() {
                 let t = ev.token();
                 match t.0 {
@@ -457,19 +455,26 @@ impl Worker {
         }
     }
 
+    /// Closes the local controller's measurement interval if it is due at `t`, reporting the
+    /// busy time since the last report first; returns `t` on the workers' clock.
+    fn close_interval_if_due(&mut self, t: StdInstant) -> Instant {
+        let now = self.shared.clock.from_std(t);
+        if self.controller.poll_timeout().is_some_and(|d| d <= now) {
+            self.controller
+                .on_signal(now, Signal::Busy(t - self.busy_mark));
+            self.busy_mark = t;
+            self.controller.handle_timeout(now);
+        }
+        now
+    }
+
     /// Handles one message of a call this worker owns: new INVITEs pass the admission gate
     /// first (a rejected one is answered `503` at once, statelessly).
     fn handle_local(&mut self, now: Instant, bytes: &[u8], from: Peer) {
         let t = StdInstant::now();
-        // One loop iteration can take long under load (hundreds of messages): close the
-        // controller's interval between messages when it is due, with the busy time so far.
-        let fresh = self.shared.clock.from_std(t);
-        if self.controller.poll_timeout().is_some_and(|d| d <= fresh) {
-            self.controller
-                .on_signal(fresh, Signal::Busy(t - self.busy_mark));
-            self.busy_mark = t;
-            self.controller.handle_timeout(fresh);
-        }
+        // One loop iteration can take long under load (hundreds of messages): the
+        // controller's interval also closes between messages.
+        let fresh = self.close_interval_if_due(t);
         let controller = &mut self.controller;
         let forward = &mut self.forward;
         let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
