@@ -43,6 +43,8 @@
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
 //! smart_forwarding = "off"         # TCP next hops: off | ics | ecs (seed 000)
 //! smart_forwarding_threshold = 0   # bytes of backlog tolerated before 503
+//! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
+//!                                  # unread meanwhile (default: on unless local = "none")
 //!
 //! [[routes]]
 //! domain = "*"
@@ -281,6 +283,12 @@ pub struct OverloadSettings {
     /// (lookups, policy, accounting), which a rejection never reaches; setting this lower
     /// models a server whose rejections are cheap next to its calls.
     pub emulate_reject_cost_us: Option<u64>,
+    /// TCP: a new INVITE read from a connection is handled only when the worker has nothing
+    /// else to do (messages of admitted calls first), and that connection is not read
+    /// meanwhile, so an overloaded server pushes back on the connections that bring new
+    /// calls, which smart forwarding at the previous hop sees (seed 000). Absent: on unless
+    /// `local` is `none`.
+    pub defer_new_invites: Option<bool>,
 }
 
 impl Default for OverloadSettings {
@@ -298,11 +306,17 @@ impl Default for OverloadSettings {
             emulate_reject_cost_us: None,
             smart_forwarding: "off".into(),
             smart_forwarding_threshold: 0,
+            defer_new_invites: None,
         }
     }
 }
 
 impl OverloadSettings {
+    /// Whether new INVITEs read over TCP wait for idle time (see `defer_new_invites`).
+    pub fn defers_new_invites(&self) -> bool {
+        self.defer_new_invites.unwrap_or(self.local != "none")
+    }
+
     /// The forward-gate controller (TCP smart forwarding), if on; or the key and why not.
     pub fn forward_controller(&self) -> Result<Option<ControllerConfig>, (String, String)> {
         let split = match self.smart_forwarding.as_str() {
@@ -563,6 +577,8 @@ pub struct Overrides {
     pub emulate_reject_cost_us: Option<u64>,
     /// `--smart-forwarding`.
     pub smart_forwarding: Option<String>,
+    /// `--defer-new-invites`.
+    pub defer_new_invites: Option<bool>,
 }
 
 /// A configuration error located in its file.
@@ -648,6 +664,9 @@ impl ServerConfig {
         }
         if let Some(s) = o.smart_forwarding {
             self.overload.smart_forwarding = s;
+        }
+        if let Some(d) = o.defer_new_invites {
+            self.overload.defer_new_invites = Some(d);
         }
         self.validate().map_err(|(k, m)| format!("{k}: {m}"))
     }

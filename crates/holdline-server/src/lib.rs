@@ -240,6 +240,7 @@ impl Server {
                     .emulate_reject_cost_us
                     .unwrap_or(config.overload.emulate_cost_us),
             ),
+            defer_new_invites: config.overload.defers_new_invites(),
         };
         let overload = config
             .overload

@@ -70,6 +70,8 @@ pub(crate) struct Settings {
     pub(crate) emulate_cost: Duration,
     /// ... and on top of a rejected new INVITE.
     pub(crate) emulate_reject_cost: Duration,
+    /// TCP: new INVITEs wait for idle time, their connection unread meanwhile.
+    pub(crate) defer_new_invites: bool,
 }
 
 struct Conn {

@@ -94,6 +94,10 @@ struct ServeArgs {
     /// TCP smart forwarding to next hops: off (default), ics or ecs.
     #[arg(long, value_name = "off|ics|ecs")]
     smart_forwarding: Option<String>,
+    /// TCP: new INVITEs wait until the worker has nothing else to do, their connection unread
+    /// meanwhile (default: on unless --overload none).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    defer_new_invites: Option<bool>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -147,6 +151,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             emulate_cost_us: args.emulate_cost_us,
             emulate_reject_cost_us: args.emulate_reject_cost_us,
             smart_forwarding: args.smart_forwarding,
+            defer_new_invites: args.defer_new_invites,
         })
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -200,9 +205,18 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         None => eprintln!("holdline: metrics off (--metrics IP:PORT)"),
     }
     eprintln!(
-        "holdline: {} workers, overload control {}{}",
+        "holdline: {} workers, overload control {}{}{}{}",
         server.workers(),
         config.overload.local,
+        if config.overload.defers_new_invites() {
+            ", new INVITEs over TCP deferred"
+        } else {
+            ""
+        },
+        match config.overload.smart_forwarding.as_str() {
+            "off" => String::new(),
+            sf => format!(", smart forwarding {sf}"),
+        },
         if config.overload.emulate_cost_us > 0 {
             format!(
                 ", emulated cost {} µs per message",
