@@ -147,6 +147,38 @@ pub(crate) fn enable_rx_timestamps(_fd: RawFd) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
+/// Reads from a stream socket into `buf` with one `recvmsg(MSG_DONTWAIT)`; returns the
+/// bytes read and, when the socket has `SO_TIMESTAMPNS` on, the kernel's receive time of the
+/// newest segment the read took bytes from (`CLOCK_REALTIME` ns since the Unix epoch): every
+/// byte read arrived at that time or before.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn recv_stamped(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    let mut control = [0u64; CONTROL_WORDS];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: msghdr is a plain C struct of integers and pointers; all-zero is valid.
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_iov = &raw mut iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control.as_mut_ptr().cast();
+    h.msg_controllen = CONTROL_WORDS * 8;
+    // SAFETY: `h` points at one live iovec covering `buf` and at a live control buffer of the
+    // given size; both outlive the call, and the kernel writes at most those lengths.
+    let n = unsafe { libc::recvmsg(fd, &raw mut h, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize, rx_timestamp(&h)))
+}
+
+/// Stamped stream reads are Linux-only here.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn recv_stamped(_fd: RawFd, _buf: &mut [u8]) -> io::Result<(usize, Option<u64>)> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// Sends `items` (destination, payload) with one `sendmmsg(MSG_DONTWAIT)`; returns how many
 /// the kernel took (the first ones). An error means the first one failed.
 #[cfg(any(target_os = "linux", target_os = "android"))]

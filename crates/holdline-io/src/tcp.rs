@@ -27,6 +27,16 @@ pub struct TcpOptions {
     pub recv_buffer: Option<usize>,
     /// `SO_SNDBUF` in bytes (`None`: system default).
     pub send_buffer: Option<usize>,
+    /// Ask the kernel for receive times (`SO_TIMESTAMPNS`, Linux): each
+    /// [`TcpConn::read`] then reports when the newest bytes it read arrived
+    /// ([`ReadOutcome::rx_ns`]), so the caller can tell how long data waited in the socket.
+    pub timestamps: bool,
+    /// `TCP_MAXSEG` in bytes (`None`: the path's): the largest segment this socket sends and,
+    /// on a listener, the MSS it announces, which bounds what peers send to it. With a small
+    /// receive buffer, segments well below a SIP message keep the advertised window in small
+    /// steps, so a sender never waits on a window smaller than its next segment (Linux
+    /// otherwise holds the segment until its persist timer fires, 200 ms and more).
+    pub max_segment: Option<u32>,
 }
 
 impl Default for TcpOptions {
@@ -37,6 +47,8 @@ impl Default for TcpOptions {
             nodelay: true,
             recv_buffer: None,
             send_buffer: None,
+            timestamps: false,
+            max_segment: None,
         }
     }
 }
@@ -63,6 +75,9 @@ impl TcpListener {
         if let Some(n) = opts.recv_buffer {
             socket.set_recv_buffer_size(n)?;
         }
+        if let Some(n) = opts.max_segment {
+            socket.set_tcp_mss(n)?;
+        }
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
         socket.listen(opts.backlog)?;
@@ -81,7 +96,9 @@ impl TcpListener {
     pub fn accept(&self, limits: ConnLimits) -> io::Result<TcpConn> {
         let (stream, peer) = self.inner.accept()?;
         apply_options(&stream, &self.opts)?;
-        Ok(TcpConn::new(stream, peer, limits, false))
+        let mut c = TcpConn::new(stream, peer, limits, false);
+        c.stamped = self.opts.timestamps;
+        Ok(c)
     }
 }
 
@@ -105,6 +122,9 @@ fn apply_options(stream: &mio::net::TcpStream, opts: &TcpOptions) -> io::Result<
     }
     if let Some(n) = opts.recv_buffer {
         sock.set_recv_buffer_size(n)?;
+    }
+    if opts.timestamps {
+        crate::sys::enable_rx_timestamps(stream.as_raw_fd())?;
     }
     Ok(())
 }
@@ -137,6 +157,10 @@ pub struct ReadOutcome {
     pub eof: bool,
     /// The socket was drained (`WouldBlock`); if false, read again after consuming.
     pub drained: bool,
+    /// With [`TcpOptions::timestamps`]: the kernel's receive time of the newest bytes read
+    /// (`CLOCK_REALTIME` ns since the Unix epoch; compare with `SystemTime::now()`). Every byte
+    /// this read appended arrived then or earlier.
+    pub rx_ns: Option<u64>,
 }
 
 /// The write queue is full: the bytes were not queued.
@@ -165,6 +189,8 @@ pub struct TcpConn {
     front_written: usize,
     queued: usize,
     connecting: bool,
+    /// Reads ask for kernel receive times.
+    stamped: bool,
 }
 
 impl TcpConn {
@@ -184,6 +210,7 @@ impl TcpConn {
             front_written: 0,
             queued: 0,
             connecting,
+            stamped: false,
         }
     }
 
@@ -193,8 +220,11 @@ impl TcpConn {
         let stream = mio::net::TcpStream::connect(addr)?;
         // Options that fail before the connection is established are retried never: they are
         // optimisations, not requirements.
-        let _ = apply_options(&stream, opts);
-        Ok(Self::new(stream, addr, limits, true))
+        let applied = apply_options(&stream, opts).is_ok();
+        let stamped = opts.timestamps && applied;
+        let mut c = Self::new(stream, addr, limits, true);
+        c.stamped = stamped;
+        Ok(c)
     }
 
     /// Whether a connect started by [`connect`](Self::connect) is still in progress.
@@ -250,7 +280,18 @@ impl TcpConn {
             }
             let len = self.rbuf.len();
             self.rbuf.resize(len + room, 0);
-            let r = self.stream.read(&mut self.rbuf[len..]);
+            let r = if self.stamped {
+                crate::sys::recv_stamped(self.stream.as_raw_fd(), &mut self.rbuf[len..]).map(
+                    |(n, ts)| {
+                        if ts.is_some() {
+                            out.rx_ns = ts;
+                        }
+                        n
+                    },
+                )
+            } else {
+                self.stream.read(&mut self.rbuf[len..])
+            };
             match r {
                 Ok(0) => {
                     self.rbuf.truncate(len);

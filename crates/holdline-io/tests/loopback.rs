@@ -214,3 +214,88 @@ fn udp_receive_timestamps_are_the_kernels_receive_time() {
     });
     assert_eq!(unstamped, None, "no stamp unless asked for");
 }
+
+#[test]
+fn tcp_receive_timestamps_bound_the_age_of_what_was_read() {
+    let epoch_ns = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64
+    };
+    let stamped = TcpOptions {
+        timestamps: true,
+        ..TcpOptions::default()
+    };
+    let limits = ConnLimits::default();
+    let mut poll = Poll::new().expect("poll");
+    // A stamped listener (accepted connections inherit the option) and a plain one.
+    let mut conns = Vec::new();
+    for (i, opts) in [stamped, TcpOptions::default()].iter().enumerate() {
+        let mut listener = TcpListener::bind(lo(), opts).expect("listen");
+        poll.registry()
+            .register(&mut listener, Token(10 + i), Interest::READABLE)
+            .expect("reg");
+        let mut client = TcpConn::connect(
+            listener.local_addr().expect("addr"),
+            &TcpOptions::default(),
+            limits,
+        )
+        .expect("connect");
+        poll.registry()
+            .register(&mut client, Token(20 + i), Interest::WRITABLE)
+            .expect("reg");
+        let mut server = until(&mut poll, || match listener.accept(limits) {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        });
+        poll.registry()
+            .register(&mut server, Token(30 + i), Interest::READABLE)
+            .expect("reg");
+        until(&mut poll, || {
+            client.finish_connect().map(|c| c.then_some(()))
+        });
+        conns.push((client, server));
+    }
+    let (client, server) = &mut conns[0];
+    // Exchange one word (read whole, then consumed), return the newest stamp its reads
+    // reported.
+    let mut exchange = |word: &[u8]| {
+        client.enqueue(word).expect("queue");
+        client.flush().expect("flush");
+        let mut stamp = None;
+        until(&mut poll, || {
+            let r = server.read()?;
+            stamp = r.rx_ns.or(stamp);
+            Ok((server.buffered().len() == word.len()).then_some(()))
+        });
+        assert_eq!(server.buffered(), word);
+        server.consume(word.len());
+        stamp
+    };
+    // Linux turns receive stamping on system-wide from a work queue when the first socket
+    // asks, so the first bytes may go unstamped: warm up until a stamp comes (bounded).
+    let warm = (0..500).any(|_| exchange(b"w").is_some());
+    assert!(warm, "no receive stamp after 500 exchanges");
+    let mut last = 0;
+    for word in [&b"first "[..], b"second"] {
+        let before = epoch_ns();
+        let stamp = exchange(word).expect("a stamped connection reports the receive time");
+        let after = epoch_ns();
+        assert!(
+            (before..=after).contains(&stamp),
+            "{before} <= {stamp} <= {after}"
+        );
+        assert!(stamp >= last, "later data, later stamp");
+        last = stamp;
+    }
+    let (client, server) = &mut conns[1];
+    client.enqueue(b"plain").expect("queue");
+    client.flush().expect("flush");
+    let unstamped = until(&mut poll, || {
+        let r = server.read()?;
+        Ok((r.bytes > 0).then_some(r.rx_ns))
+    });
+    assert_eq!(unstamped, None, "no stamp unless asked for");
+}

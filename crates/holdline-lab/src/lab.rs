@@ -11,7 +11,7 @@ pub const EXPERIMENTS: [(&str, &str); 2] = [
     ),
     (
         "tcp-overload",
-        "SIP-over-TCP overload control (seed 000): not yet implemented",
+        "SIP-over-TCP overload control (seed 000): SEs -> RE, no control vs ICS/ECS + BM + SF, 0.5x-10x, 1/3/10 SEs",
     ),
 ];
 
@@ -28,10 +28,7 @@ pub fn run(args: Vec<String>) -> ExitCode {
     let mut it = args.into_iter();
     match it.next().as_deref() {
         Some("udp-overload") => crate::udp_overload::main(it.collect()),
-        Some("tcp-overload") => {
-            eprintln!("holdline lab tcp-overload: not yet implemented (issue 6, SIP over TCP)");
-            ExitCode::from(2)
-        }
+        Some("tcp-overload") => crate::tcp_overload::main(it.collect()),
         Some("-h" | "--help") => {
             usage();
             ExitCode::SUCCESS

@@ -4,7 +4,7 @@
 //! by `holdline load` on the other core, for capacity, CPU cost per call and overload curves
 //! under a cgroup CPU quota. The `holdline` binary calls [`bench::run`].
 //!
-//! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`] so far).
+//! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`], [`tcp_overload`]).
 
 pub mod bench;
 mod cgroup;
@@ -14,7 +14,9 @@ pub mod lab;
 mod plot;
 mod procfs;
 mod report;
+mod runner;
 mod server;
+pub mod tcp_overload;
 pub mod udp_overload;
 
 pub use error::LabError;

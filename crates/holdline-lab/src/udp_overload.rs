@@ -18,10 +18,8 @@
 //! goodput against offered load, per mechanism), `pdd.svg/png` (PDD distribution at the
 //! highest load), and every process's JSON report and log under `runs/`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -29,11 +27,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
-use crate::generator::{
-    GENERATOR_CORE, count, num, read_json, spawn_pinned, terminate, wait_bounded,
-};
+use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
 use crate::plot;
 use crate::procfs;
+use crate::runner::{check_tools, machine, metric, scrape, spawn, steady};
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
 /// Messages through the server per call: INVITE, 180, 200, ACK, BYE, 200 (the 100 is sent,
@@ -205,23 +202,6 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-fn check_tools() -> Result<()> {
-    let ok = Command::new("taskset")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Ok(())
-    } else {
-        Err(LabError::Missing {
-            program: "taskset",
-            package: "util-linux",
-        })
-    }
-}
-
 /// What one server run is.
 struct Spec<'a> {
     mechanism: &'a str,
@@ -231,48 +211,6 @@ struct Spec<'a> {
     duration_s: f64,
     drain_s: f64,
     tag: String,
-}
-
-/// A child process stopped (SIGKILL) and reaped when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(core: &str, exe: &Path, args: &[String], log: &Path) -> Result<Proc> {
-    spawn_pinned(core, exe, args, log).map(Proc)
-}
-
-/// `GET /metrics` (bounded).
-fn scrape(port: u16) -> String {
-    let Ok(mut s) = TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_secs(2),
-    ) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text
-}
-
-/// Sum of the samples of `name` (all labels).
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let rest = series.strip_prefix(name)?;
-            (rest.is_empty() || rest.starts_with('{'))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
-        })
-        .sum()
 }
 
 /// Runs one point: a fresh server, UAS and UAC; returns the point and the UAC report.
@@ -405,62 +343,6 @@ fn run_point(
         server_rejected: metric(&metrics, "holdline_sip_rejected_overload_total") as u64,
     };
     Ok((point, uac_r))
-}
-
-/// The mean per second of `column` in a `holdline load` CSV over rows with `t_s` in
-/// `(duration / 4, duration]` (0 when the file or column is missing).
-fn steady(csv: &Path, column: &str, duration: f64) -> f64 {
-    let Ok(text) = std::fs::read_to_string(csv) else {
-        return 0.0;
-    };
-    let mut lines = text.lines();
-    let Some(header) = lines.next() else {
-        return 0.0;
-    };
-    let cols: Vec<&str> = header.split(',').collect();
-    let (Some(t), Some(c)) = (
-        cols.iter().position(|h| *h == "t_s"),
-        cols.iter().position(|h| *h == column),
-    ) else {
-        return 0.0;
-    };
-    let vals: Vec<f64> = lines
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let ts: f64 = f.get(t)?.parse().ok()?;
-            let v: f64 = f.get(c)?.parse().ok()?;
-            (ts > duration / 4.0 && ts <= duration).then_some(v)
-        })
-        .collect();
-    if vals.is_empty() {
-        0.0
-    } else {
-        vals.iter().sum::<f64>() / vals.len() as f64
-    }
-}
-
-fn machine() -> Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let rmem = std::fs::read_to_string("/proc/sys/net/core/rmem_default")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    serde_json::json!({
-        "cpu": cpu,
-        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "kernel": kernel,
-        "udp_rmem_default": rmem,
-    })
 }
 
 fn progress(i: usize, n: usize, p: &Point, started: Instant) {

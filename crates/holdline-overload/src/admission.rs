@@ -210,11 +210,14 @@ pub enum RejectReason {
     WindowFull,
     /// Planned: DEOC's restrictor, a call arriving within the current call gap of its target.
     CallGap,
+    /// A new INVITE read from a stream waited for idle time longer than allowed
+    /// ([`DeferQueue`](crate::defer::DeferQueue)): the server was busy with admitted calls.
+    DeferTimeout,
 }
 
 impl RejectReason {
     /// Every reason, in [`index`](Self::index) order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::QueueFull,
         Self::Occupancy,
         Self::QueueDelay,
@@ -223,6 +226,7 @@ impl RejectReason {
         Self::RateThrottle,
         Self::WindowFull,
         Self::CallGap,
+        Self::DeferTimeout,
     ];
 
     /// The number of reasons.
@@ -239,6 +243,7 @@ impl RejectReason {
             Self::RateThrottle => 5,
             Self::WindowFull => 6,
             Self::CallGap => 7,
+            Self::DeferTimeout => 8,
         }
     }
 
@@ -253,6 +258,7 @@ impl RejectReason {
             Self::RateThrottle => "rate_throttle",
             Self::WindowFull => "window_full",
             Self::CallGap => "call_gap",
+            Self::DeferTimeout => "defer_timeout",
         }
     }
 }

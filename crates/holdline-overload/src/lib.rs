@@ -50,6 +50,7 @@ mod admission;
 mod algorithm;
 mod common;
 mod controller;
+pub mod defer;
 pub mod none;
 pub mod occ;
 pub mod queue_delay;
@@ -63,6 +64,7 @@ pub use admission::{
 };
 pub use algorithm::{Algorithm, ConfigError, ControllerConfig, UnknownAlgorithm};
 pub use controller::{Controller, ControllerFactory};
+pub use defer::{DeferConfig, DeferQueue, DeferStats, Release};
 pub use none::{NoControl, NoControlConfig};
 pub use occ::{Occ, OccConfig};
 pub use queue_delay::{QueueDelay, QueueDelayConfig};

@@ -45,11 +45,21 @@
 //! smart_forwarding_threshold = 0   # bytes of backlog tolerated before 503
 //! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
 //!                                  # unread meanwhile (default: on unless local = "none")
+//! defer_max_wait_ms = 250          # ... and get 503 when none comes within this
 //!
 //! [[routes]]
 //! domain = "*"
 //! target = "udp:192.0.2.10:5060"
 //! stateless = false
+//!
+//! [[tcp_buffers]]                  # buffer minimization (seed 000), per listener ...
+//! listener = "tcp:127.0.0.1:5060"
+//! recv_buffer = 4096               # SO_RCVBUF; absent: limits.tcp_recv_buffer
+//! read_buffer = 4096               # application read-ahead; absent: limits.tcp_read_buffer
+//! # send_buffer = 4096             # SO_SNDBUF; absent: limits.tcp_send_buffer
+//! [[tcp_buffers]]                  # ... or per next hop (the connections opened to it)
+//! next_hop = "192.0.2.10:5060"
+//! send_buffer = 16384
 //! ```
 
 use std::fmt;
@@ -185,6 +195,41 @@ impl FromStr for Route {
     }
 }
 
+/// TCP buffer sizes for one listener or one next hop (`[[tcp_buffers]]`): seed 000's buffer
+/// minimization where it belongs. Each size left out falls back to `[limits]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpBuffers {
+    /// A TCP listener of this server (`tcp:IP:PORT`, as written in `listen`): its socket and
+    /// every connection accepted on it.
+    pub listener: Option<Listener>,
+    /// A next hop (`IP:PORT`): every connection this server opens to it.
+    pub next_hop: Option<SocketAddr>,
+    /// `SO_RCVBUF`, bytes.
+    pub recv_buffer: Option<usize>,
+    /// `SO_SNDBUF`, bytes.
+    pub send_buffer: Option<usize>,
+    /// Most bytes read ahead into the application; at least `limits.max_message_size`.
+    pub read_buffer: Option<usize>,
+    /// `TCP_MAXSEG`, bytes (listeners only: the MSS announced to peers, which bounds the
+    /// segments they send). With a receive buffer of a couple of INVITEs, segments of a few
+    /// hundred bytes keep the window from stalling the sender.
+    pub max_segment: Option<u32>,
+}
+
+/// The buffer sizes in effect for one listener or next hop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferSizes {
+    /// `SO_RCVBUF` (`None`: system default).
+    pub recv_buffer: Option<usize>,
+    /// `SO_SNDBUF` (`None`: system default).
+    pub send_buffer: Option<usize>,
+    /// Application read-ahead, bytes.
+    pub read_buffer: usize,
+    /// `TCP_MAXSEG` (`None`: the path's).
+    pub max_segment: Option<u32>,
+}
+
 /// Bounds; each hit is counted in the metrics.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -210,11 +255,15 @@ pub struct LimitsConfig {
     pub udp_recv_buffer: Option<usize>,
     /// `SO_SNDBUF` for UDP sockets, bytes (absent: system default).
     pub udp_send_buffer: Option<usize>,
-    /// `SO_SNDBUF` for TCP connections, bytes (absent: system default).
+    /// `SO_SNDBUF` for every TCP connection, bytes (absent: system default); `[[tcp_buffers]]`
+    /// sets it per listener or next hop.
     pub tcp_send_buffer: Option<usize>,
-    /// `SO_RCVBUF` for TCP connections and listeners, bytes (absent: system default). Small
-    /// values are seed 000's buffer minimization: a receive buffer of a couple of INVITEs makes
-    /// an overloaded server push back on its upstream at once.
+    /// `SO_RCVBUF` for every TCP listener and connection, bytes (absent: system default);
+    /// `[[tcp_buffers]]` sets it per listener or next hop. Small values are seed 000's buffer
+    /// minimization: a receive buffer of a couple of INVITEs makes an overloaded server push
+    /// back on its upstream at once. Set it per listener (the side new calls come in on), not
+    /// here: on a connection to a next hop a receive buffer far below the loopback or path
+    /// MSS makes the kernel send in window-sized dribbles and stall.
     pub tcp_recv_buffer: Option<usize>,
     /// Most bytes read ahead from one TCP connection into the application (absent:
     /// `max_message_size` + 16 KiB). At least `max_message_size`. Small values (with a small
@@ -289,6 +338,10 @@ pub struct OverloadSettings {
     /// calls, which smart forwarding at the previous hop sees (seed 000). Absent: on unless
     /// `local` is `none`.
     pub defer_new_invites: Option<bool>,
+    /// The longest a deferred new INVITE waits for idle time before it is answered `503`
+    /// (reason `defer_timeout`), ms: bounds how long its connection, and the ACKs and BYEs
+    /// behind it, are held when the server never becomes idle.
+    pub defer_max_wait_ms: u64,
 }
 
 impl Default for OverloadSettings {
@@ -307,6 +360,7 @@ impl Default for OverloadSettings {
             smart_forwarding: "off".into(),
             smart_forwarding_threshold: 0,
             defer_new_invites: None,
+            defer_max_wait_ms: 250,
         }
     }
 }
@@ -519,6 +573,8 @@ pub struct ServerConfig {
     pub routes: Vec<Route>,
     /// Local overload control.
     pub overload: OverloadSettings,
+    /// TCP buffer sizes per listener or next hop.
+    pub tcp_buffers: Vec<TcpBuffers>,
 }
 
 impl Default for ServerConfig {
@@ -548,6 +604,7 @@ impl Default for ServerConfig {
             registrar: RegistrarSettings::default(),
             routes: Vec::new(),
             overload: OverloadSettings::default(),
+            tcp_buffers: Vec::new(),
         }
     }
 }
@@ -739,6 +796,35 @@ impl ServerConfig {
                 "at most 1000000 (one second)",
             );
         }
+        if self.overload.defer_max_wait_ms == 0 {
+            return err("overload.defer_max_wait_ms", "must be positive");
+        }
+        for (i, b) in self.tcp_buffers.iter().enumerate() {
+            let key = |k: &str| format!("tcp_buffers[{i}].{k}");
+            match (&b.listener, &b.next_hop) {
+                (Some(lst), None) => {
+                    if lst.transport != Transport::Tcp {
+                        return err(&key("listener"), &format!("`{lst}` is not a TCP listener"));
+                    }
+                    if !self.listen.contains(lst) {
+                        return err(&key("listener"), &format!("`{lst}` is not in `listen`"));
+                    }
+                }
+                (None, Some(_)) => {}
+                _ => {
+                    return err(
+                        &key("listener"),
+                        "each [[tcp_buffers]] entry names exactly one of `listener` and `next_hop`",
+                    );
+                }
+            }
+            if b.read_buffer.is_some_and(|n| n < l.max_message_size) {
+                return err(
+                    &key("read_buffer"),
+                    "must be at least limits.max_message_size",
+                );
+            }
+        }
         if let Some(r) = self.routes.iter().find(|r| r.domain.is_empty()) {
             return err(
                 "routes.domain",
@@ -772,6 +858,46 @@ impl ServerConfig {
     /// The shutdown grace period.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// The `[limits]` buffer sizes, which every TCP socket gets unless `[[tcp_buffers]]`
+    /// says otherwise.
+    pub fn default_buffers(&self) -> BufferSizes {
+        let l = &self.limits;
+        BufferSizes {
+            recv_buffer: l.tcp_recv_buffer,
+            send_buffer: l.tcp_send_buffer,
+            read_buffer: l.tcp_read_buffer.unwrap_or(l.max_message_size + 16 * 1024),
+            max_segment: None,
+        }
+    }
+
+    fn merged(&self, pick: impl Fn(&TcpBuffers) -> bool) -> BufferSizes {
+        let mut b = self.default_buffers();
+        for e in self.tcp_buffers.iter().filter(|e| pick(e)) {
+            b.recv_buffer = e.recv_buffer.or(b.recv_buffer);
+            b.send_buffer = e.send_buffer.or(b.send_buffer);
+            b.read_buffer = e.read_buffer.unwrap_or(b.read_buffer);
+            b.max_segment = e.max_segment.or(b.max_segment);
+        }
+        b
+    }
+
+    /// The buffer sizes of a TCP listener and the connections accepted on it.
+    pub fn listener_buffers(&self, listener: &Listener) -> BufferSizes {
+        self.merged(|e| e.listener.as_ref() == Some(listener))
+    }
+
+    /// The buffer sizes of the connections opened to each next hop named in
+    /// `[[tcp_buffers]]` (others get [`default_buffers`](Self::default_buffers)).
+    pub fn next_hop_buffers(&self) -> Vec<(SocketAddr, BufferSizes)> {
+        let mut out: Vec<(SocketAddr, BufferSizes)> = Vec::new();
+        for a in self.tcp_buffers.iter().filter_map(|e| e.next_hop) {
+            if !out.iter().any(|(x, _)| *x == a) {
+                out.push((a, self.merged(|e| e.next_hop == Some(a))));
+            }
+        }
+        out
     }
 }
 
@@ -818,17 +944,27 @@ fn table_header(t: &str) -> Option<&str> {
     inner.map(str::trim)
 }
 
-/// The 1-based line where dotted `key` is assigned (0 when absent).
+/// The 1-based line where dotted `key` is assigned (0 when absent). `table[N].name` names
+/// the key in the N-th (0-based) `[[table]]` entry.
 fn find_key_line(text: &str, key: &str) -> usize {
     let (table, name) = key.rsplit_once('.').unwrap_or(("", key));
+    let (table, index) = match table.strip_suffix(']').and_then(|t| t.split_once('[')) {
+        Some((t, n)) => (t, n.parse::<usize>().ok()),
+        None => (table, None),
+    };
     let mut current = "";
+    let mut seen = 0usize;
     for (i, l) in text.lines().enumerate() {
         let t = l.trim();
         if let Some(h) = table_header(t) {
             current = h;
+            if h == table {
+                seen += 1;
+            }
             continue;
         }
         if current == table
+            && index.is_none_or(|n| seen == n + 1)
             && let Some((k, _)) = t.split_once('=')
             && k.trim().trim_matches('"') == name
         {
@@ -964,6 +1100,63 @@ stateless = true
             })
             .expect_err("bad --overload");
         assert!(err.starts_with("overload.local"), "{err}");
+    }
+
+    #[test]
+    fn tcp_buffers_per_listener_and_next_hop() {
+        let text = r#"
+listen = ["udp:127.0.0.1:5060", "tcp:127.0.0.1:5060", "tcp:127.0.0.1:5061"]
+[limits]
+max_message_size = 4096
+tcp_send_buffer = 65536
+[[tcp_buffers]]
+listener = "tcp:127.0.0.1:5060"
+recv_buffer = 4096
+read_buffer = 4096
+[[tcp_buffers]]
+next_hop = "192.0.2.10:5060"
+send_buffer = 16384
+"#;
+        let c = ServerConfig::from_toml("x.toml", text).expect("parses");
+        let trunk = c.listener_buffers(&"tcp:127.0.0.1:5060".parse().expect("l"));
+        assert_eq!(
+            trunk,
+            BufferSizes {
+                recv_buffer: Some(4096),
+                send_buffer: Some(65536),
+                read_buffer: 4096,
+                max_segment: None,
+            }
+        );
+        let other = c.listener_buffers(&"tcp:127.0.0.1:5061".parse().expect("l"));
+        assert_eq!(other, c.default_buffers());
+        assert_eq!(other.read_buffer, 4096 + 16 * 1024);
+        let hops = c.next_hop_buffers();
+        assert_eq!(hops.len(), 1);
+        assert_eq!(hops[0].0, "192.0.2.10:5060".parse().expect("a"));
+        assert_eq!(hops[0].1.send_buffer, Some(16384));
+        assert_eq!(hops[0].1.recv_buffer, None);
+
+        // Errors name the entry's own line.
+        let bad = "listen = [\"tcp:127.0.0.1:5060\"]\n[[tcp_buffers]]\nnext_hop = \"10.0.0.1:5060\"\n[[tcp_buffers]]\nlistener = \"tcp:127.0.0.1:5099\"\n";
+        let e = ServerConfig::from_toml("b.toml", bad).expect_err("unknown listener");
+        assert_eq!((e.line, e.key.as_str()), (5, "tcp_buffers[1].listener"));
+        assert!(e.message.contains("not in `listen`"), "{e}");
+        let e = ServerConfig::from_toml(
+            "b.toml",
+            "[[tcp_buffers]]\nnext_hop = \"10.0.0.1:5060\"\nread_buffer = 100\n",
+        )
+        .expect_err("read buffer below the largest message");
+        assert_eq!((e.line, e.key.as_str()), (3, "tcp_buffers[0].read_buffer"));
+        let e = ServerConfig::from_toml("b.toml", "[[tcp_buffers]]\nrecv_buffer = 4096\n")
+            .expect_err("neither listener nor next hop");
+        assert_eq!(e.key, "tcp_buffers[0].listener");
+        let e = ServerConfig::from_toml("b.toml", "[[tcp_buffers]]\nnext_hop = \"x\"\n")
+            .expect_err("bad address");
+        assert_eq!((e.line, e.key.as_str()), (2, "tcp_buffers.next_hop"));
+        let e = ServerConfig::from_toml("b.toml", "[overload]\ndefer_max_wait_ms = 0\n")
+            .expect_err("zero wait");
+        assert_eq!((e.line, e.key.as_str()), (2, "overload.defer_max_wait_ms"));
     }
 
     #[test]

@@ -46,8 +46,8 @@ use holdline_sip::Limits;
 use mio::{Poll, Waker};
 
 pub use crate::config::{
-    ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides, RegistrarSettings, Route,
-    ServerConfig, StoreSpec, TimersConfig, default_data_dir,
+    BufferSizes, ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides,
+    RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, default_data_dir,
 };
 pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
 pub use crate::engine::{Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config};
@@ -164,11 +164,21 @@ impl Server {
             // Kernel receive times: the workers measure their queueing delay with them.
             timestamps: true,
         };
-        let tcp_opts = TcpOptions {
-            send_buffer: l.tcp_send_buffer,
-            recv_buffer: l.tcp_recv_buffer,
+        let tcp_opts_for = |b: BufferSizes| TcpOptions {
+            send_buffer: b.send_buffer,
+            recv_buffer: b.recv_buffer,
+            // Kernel receive times: queueing delay over TCP, and how long a deferred INVITE
+            // has really waited.
+            timestamps: true,
+            max_segment: b.max_segment,
             ..TcpOptions::default()
         };
+        let limits_for = |b: BufferSizes| ConnLimits {
+            max_read_buffer: b.read_buffer,
+            max_queue_bytes: l.conn_queue_bytes,
+        };
+        // TCP listeners in the order the workers hold them: their read-ahead limits.
+        let mut listener_limits = Vec::new();
         // Bind: worker 0 first (resolving port 0), the others on the address it got.
         let mut udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
         let mut tcp: Vec<Vec<TcpListener>> = (0..n).map(|_| Vec::new()).collect();
@@ -188,7 +198,11 @@ impl Server {
                         udp[w].push(s);
                     }
                     Transport::Tcp => {
-                        let s = TcpListener::bind(addr, &tcp_opts).map_err(err)?;
+                        let b = config.listener_buffers(lst);
+                        if w == 0 {
+                            listener_limits.push(limits_for(b));
+                        }
+                        let s = TcpListener::bind(addr, &tcp_opts_for(b)).map_err(err)?;
                         addr = s.local_addr().map_err(err)?;
                         tcp[w].push(s);
                     }
@@ -226,11 +240,14 @@ impl Server {
         let settings = Settings {
             limits,
             max_connections: l.max_connections,
-            conn_limits: ConnLimits {
-                max_read_buffer: l.tcp_read_buffer.unwrap_or(l.max_message_size + 16 * 1024),
-                max_queue_bytes: l.conn_queue_bytes,
-            },
-            tcp_opts,
+            conn_limits: limits_for(config.default_buffers()),
+            tcp_opts: tcp_opts_for(config.default_buffers()),
+            listener_limits,
+            next_hops: config
+                .next_hop_buffers()
+                .into_iter()
+                .map(|(a, b)| (a, (tcp_opts_for(b), limits_for(b))))
+                .collect(),
             idle_timeout: Duration::from_millis(l.idle_timeout_ms),
             write_stall: Duration::from_millis(l.write_stall_ms.max(1)),
             emulate_cost: Duration::from_micros(config.overload.emulate_cost_us),
@@ -241,6 +258,13 @@ impl Server {
                     .unwrap_or(config.overload.emulate_cost_us),
             ),
             defer_new_invites: config.overload.defers_new_invites(),
+            defer: holdline_overload::DeferConfig {
+                max_wait: Duration::from_millis(config.overload.defer_max_wait_ms),
+                retry_after: config
+                    .overload
+                    .retry_after_s
+                    .map(|s| Duration::from_secs(u64::from(s))),
+            },
         };
         let overload = config
             .overload

@@ -408,3 +408,21 @@ pub(crate) fn render_overload(prefix: &str, s: &holdline_overload::Snapshot, out
         );
     }
 }
+
+/// The deferral of new INVITEs read over TCP (`overload.defer_new_invites`).
+pub(crate) fn render_defer(waiting: usize, s: &holdline_overload::DeferStats, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "holdline_overload_deferred_invites {waiting}\n\
+         holdline_overload_deferred_invites_max {}\n\
+         holdline_overload_deferred_invites_total {}\n\
+         holdline_overload_deferred_released_total{{outcome=\"handled\"}} {}\n\
+         holdline_overload_deferred_released_total{{outcome=\"rejected\"}} {}\n\
+         holdline_overload_deferred_wait_seconds_total {:.6}",
+        s.max_len,
+        s.deferred,
+        s.admitted,
+        s.rejected,
+        s.wait.as_secs_f64()
+    );
+}

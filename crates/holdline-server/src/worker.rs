@@ -13,8 +13,11 @@ use holdline_base::{ConnId, Instant, Peer, Transport};
 use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
-use holdline_overload::{Admission, Class, Controller, Decision, Lane, Signal, Split, TargetId};
-use holdline_sip::{Frame, Framer, Limits, ParseErrorKind};
+use holdline_overload::{
+    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Lane, Rejection, Release,
+    Signal, Split, TargetId,
+};
+use holdline_sip::{Frame, Framer, Limits, Message, Method, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
@@ -30,6 +33,11 @@ const CONN_BASE: usize = 1 << 20;
 const UDP_BUDGET: usize = 8;
 /// Reads per TCP readiness before yielding.
 const TCP_BUDGET: usize = 16;
+/// The longest one connection's messages are handled in one turn before the worker polls
+/// again and serves the other sources: under load no connection holds the worker for long,
+/// and a response that arrives meanwhile waits at most about this long plus one turn of each
+/// other busy connection (seed 000's RE serves admitted calls' messages promptly).
+const TCP_TURN: Duration = Duration::from_millis(1);
 /// Hand-off messages taken per loop iteration.
 const HANDOFF_BUDGET: usize = 1024;
 /// Accepts per listener readiness.
@@ -62,8 +70,14 @@ pub(crate) struct Shared {
 pub(crate) struct Settings {
     pub(crate) limits: Limits,
     pub(crate) max_connections: usize,
+    /// Read-ahead and queue bounds of connections to next hops not in `next_hops`.
     pub(crate) conn_limits: ConnLimits,
+    /// Socket options of connections to next hops not in `next_hops`.
     pub(crate) tcp_opts: TcpOptions,
+    /// Bounds of the connections accepted on each TCP listener (the workers' listener order).
+    pub(crate) listener_limits: Vec<ConnLimits>,
+    /// Socket options and bounds of the connections to particular next hops.
+    pub(crate) next_hops: HashMap<SocketAddr, (TcpOptions, ConnLimits)>,
     pub(crate) idle_timeout: Duration,
     pub(crate) write_stall: Duration,
     /// Capacity emulation: CPU time spent on top of every message handled...
@@ -72,6 +86,8 @@ pub(crate) struct Settings {
     pub(crate) emulate_reject_cost: Duration,
     /// TCP: new INVITEs wait for idle time, their connection unread meanwhile.
     pub(crate) defer_new_invites: bool,
+    /// How long a deferred INVITE may wait.
+    pub(crate) defer: DeferConfig,
 }
 
 struct Conn {
@@ -81,6 +97,20 @@ struct Conn {
     last_activity: Instant,
     full_since: Option<Instant>,
     outbound: bool,
+    /// A new INVITE read from this connection waits in the worker's deferred queue: the
+    /// connection is not read until it has been handled.
+    paused: bool,
+    /// The kernel's receive time of the newest bytes read from this connection: every
+    /// message framed from its buffer arrived then or earlier.
+    rx_ns: Option<u64>,
+}
+
+/// A new INVITE read over TCP, waiting for the worker to have nothing else to do.
+struct Deferred {
+    bytes: Vec<u8>,
+    from: Peer,
+    /// The connection it came on (slab key), paused meanwhile.
+    key: usize,
 }
 
 pub(crate) struct Worker {
@@ -115,6 +145,28 @@ pub(crate) struct Worker {
     pending: Vec<Token>,
     more_handoffs: bool,
     stopping: bool,
+    /// New INVITEs read over TCP, handled first in first out when nothing else is to be done.
+    deferred: DeferQueue<Deferred>,
+    /// Messages handled so far (an iteration that handled none is idle time).
+    handled: u64,
+}
+
+/// Whether `bytes` is a new INVITE for the deferral: an INVITE request whose To has no tag
+/// (a re-INVITE of an admitted call has one). Anything that does not parse is not: it goes
+/// its normal way (and gets its `400`).
+fn is_new_invite(bytes: &[u8], limits: &Limits) -> bool {
+    bytes.starts_with(b"INVITE ")
+        && Message::parse(bytes, limits).is_ok_and(|m| {
+            m.method() == Some(Method::Invite) && m.to().is_ok_and(|to| to.tag().is_none())
+        })
+}
+
+/// How long ago the kernel received something stamped `stamp` (`CLOCK_REALTIME` ns).
+fn age_of(stamp: u64) -> Duration {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    Duration::from_nanos(wall.saturating_sub(stamp))
 }
 
 /// Offset just past the empty line ending the header section at the front of `buf`.
@@ -179,6 +231,7 @@ impl Worker {
     ) -> Self {
         let workers = shared.senders.len();
         let slot = settings.limits.max_message_size + 1;
+        let defer = settings.defer;
         Self {
             index,
             poll,
@@ -204,6 +257,8 @@ impl Worker {
             pending: Vec::new(),
             more_handoffs: false,
             stopping: false,
+            deferred: DeferQueue::new(defer),
+            handled: 0,
         }
     }
 
@@ -248,9 +303,13 @@ impl Worker {
                 let left = d.saturating_duration_since(now);
                 timeout = Some(timeout.map_or(left, |t| t.min(left)));
             }
-            if !self.pending.is_empty() || self.more_handoffs {
+            // Sources with more to read: served after this poll's new events, so that what
+            // arrived meanwhile (responses of admitted calls, above all) is not held up.
+            let carried = std::mem::take(&mut self.pending);
+            if !carried.is_empty() || self.more_handoffs || !self.deferred.is_empty() {
                 timeout = Some(Duration::ZERO);
             }
+            let handled_before = self.handled;
             let t0 = StdInstant::now();
             if let Err(e) = self.poll.poll(&mut events, timeout)
                 && e.kind() != io::ErrorKind::Interrupted
@@ -284,7 +343,7 @@ impl Worker {
                     n => self.read_udp(now, n - UDP_BASE),
                 }
             }
-            for t in std::mem::take(&mut self.pending) {
+            for t in carried {
                 match t.0 {
                     n if n >= CONN_BASE => self.conn_event(now, n - CONN_BASE, true, false),
                     n if n >= LISTENER_BASE => self.accept(now, n - LISTENER_BASE),
@@ -300,6 +359,13 @@ impl Worker {
                 self.housekeeping(now);
                 next_housekeeping = now + housekeeping_every;
             }
+            // Deferred new INVITEs get the idle time only: one per iteration that handled
+            // nothing else (its poll found nothing ready), so messages of admitted calls
+            // always go first and the connections bringing new calls back up. One that
+            // waited too long for idle time is rejected.
+            let idle =
+                self.handled == handled_before && self.pending.is_empty() && !self.more_handoffs;
+            self.run_deferred(clock.now(), idle);
             self.flush_udp();
             self.flush_wakes();
             if self.stats().core_wanted.swap(false, Relaxed) {
@@ -315,6 +381,7 @@ impl Worker {
                 let deadline = Instant::from_nanos(self.shared.deadline.load(Relaxed));
                 let idle = self.core.poll_timeout().is_none()
                     && self.rx.is_empty()
+                    && self.deferred.is_empty()
                     && self.conns.iter().all(|(_, c)| c.io.queued_bytes() == 0);
                 if idle || clock.now() >= deadline {
                     break;
@@ -338,6 +405,9 @@ impl Worker {
         );
         if let Some((f, _)) = &self.forward {
             crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
+        }
+        if self.settings.defer_new_invites {
+            crate::metrics::render_defer(self.deferred.len(), self.deferred.stats(), &mut text);
         }
         let s = self.stats();
         if let Ok(mut g) = s.core_text.lock() {
@@ -371,7 +441,9 @@ impl Worker {
         for _ in 0..UDP_BUDGET {
             match self.udp[i].recv_batch(&mut batch) {
                 Ok(n) => {
-                    self.report_queue_delay(now, &batch);
+                    if let Some(stamp) = batch.get(0).and_then(|d| d.received_at) {
+                        self.report_queue_delay(now, stamp, batch.len());
+                    }
                     for k in 0..n {
                         let Some(d) = batch.get(k) else { continue };
                         let peer = Peer {
@@ -407,19 +479,14 @@ impl Worker {
         }
     }
 
-    /// Tells the controller how long the datagrams of `batch` waited in the socket's receive
-    /// queue (kernel receive time to now), and the queue length that implies.
-    fn report_queue_delay(&mut self, now: Instant, batch: &RecvBatch) {
-        let Some(stamp) = batch.get(0).and_then(|d| d.received_at) else {
-            return;
-        };
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let delay = Duration::from_nanos(wall.saturating_sub(stamp));
+    /// Tells the controller how long the `count` messages just read waited in the socket's
+    /// receive queue (from the kernel's receive time `stamp` to now), and the queue length
+    /// that implies.
+    fn report_queue_delay(&mut self, now: Instant, stamp: u64, count: usize) {
+        let delay = age_of(stamp);
         self.controller.on_signal(now, Signal::QueueDelay(delay));
         if self.service_ns > 0.0 {
-            let len = delay.as_nanos() as f64 / self.service_ns + batch.len() as f64;
+            let len = delay.as_nanos() as f64 / self.service_ns + count as f64;
             self.controller
                 .on_signal(now, Signal::QueueLength(len.min(1e9) as usize));
         }
@@ -427,6 +494,7 @@ impl Worker {
 
     /// Routes one received message to the worker that owns its call.
     fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+        self.handled += 1;
         let s = &self.shared.stats[self.index];
         s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
         let n = self.shared.senders.len();
@@ -436,7 +504,7 @@ impl Worker {
             owner_of(bytes, &self.settings.limits, n).unwrap_or(self.index)
         };
         if owner == self.index {
-            self.handle_local(now, bytes, from);
+            self.handle_local(now, bytes, from, None);
             return;
         }
         let msg = Handoff::Inbound {
@@ -472,7 +540,7 @@ impl Worker {
 
     /// Handles one message of a call this worker owns: new INVITEs pass the admission gate
     /// first (a rejected one is answered `503` at once, statelessly).
-    fn handle_local(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+    fn handle_local(&mut self, now: Instant, bytes: &[u8], from: Peer, forced: Option<Rejection>) {
         let t = StdInstant::now();
         // One loop iteration can take long under load (hundreds of messages): the
         // controller's interval also closes between messages.
@@ -484,9 +552,11 @@ impl Worker {
             now,
             bytes,
             from,
-            &mut || match controller.admit(fresh, &Admission::new_invite()) {
-                Decision::Admit => None,
-                Decision::Reject(r) => Some(r),
+            &mut || {
+                forced.or_else(|| match controller.admit(fresh, &Admission::new_invite()) {
+                    Decision::Admit => None,
+                    Decision::Reject(r) => Some(r),
+                })
             },
             &mut |dest: Peer| {
                 // Smart forwarding: the backlog of the connection the INVITE would go on.
@@ -548,8 +618,9 @@ impl Worker {
         for _ in 0..HANDOFF_BUDGET {
             match self.rx.try_recv() {
                 Ok(Handoff::Inbound { bytes, from }) => {
+                    self.handled += 1;
                     self.stats().handoffs_in.fetch_add(1, Relaxed);
-                    self.handle_local(now, &bytes, from);
+                    self.handle_local(now, &bytes, from, None);
                 }
                 Ok(Handoff::Outbound { bytes, to }) => {
                     if let Some(id) = to.conn {
@@ -639,7 +710,13 @@ impl Worker {
             self.stats().drop(Drop::Shutdown);
             return None;
         }
-        match TcpConn::connect(addr, &self.settings.tcp_opts, self.settings.conn_limits) {
+        let (opts, limits) = self
+            .settings
+            .next_hops
+            .get(&addr)
+            .copied()
+            .unwrap_or((self.settings.tcp_opts, self.settings.conn_limits));
+        match TcpConn::connect(addr, &opts, limits) {
             Ok(io) => {
                 let id = self.add_conn(now, io, true)?;
                 self.pool.insert(key, id);
@@ -675,6 +752,8 @@ impl Worker {
             last_activity: now,
             full_since: None,
             outbound,
+            paused: false,
+            rx_ns: None,
         });
         self.conn_keys.insert(id, key);
         self.stats().conns_open.fetch_add(1, Relaxed);
@@ -707,7 +786,13 @@ impl Worker {
             return;
         }
         for _ in 0..ACCEPT_BUDGET {
-            match self.listeners[i].accept(self.settings.conn_limits) {
+            let limits = self
+                .settings
+                .listener_limits
+                .get(i)
+                .copied()
+                .unwrap_or(self.settings.conn_limits);
+            match self.listeners[i].accept(limits) {
                 Ok(io) => {
                     if self.shared.open_conns.load(Relaxed) >= self.settings.max_connections {
                         self.stats().close(Close::MaxConnections);
@@ -750,7 +835,8 @@ impl Worker {
         if writable || c.io.queued_bytes() > 0 {
             self.flush_conn(now, key);
         }
-        if readable && !self.stopping {
+        // A paused connection is read again once its deferred INVITE has been handled.
+        if readable && !self.stopping && !self.conns.get(key).is_some_and(|c| c.paused) {
             self.read_conn(now, key);
         }
     }
@@ -776,6 +862,7 @@ impl Worker {
     }
 
     fn read_conn(&mut self, now: Instant, key: usize) {
+        let turn = StdInstant::now();
         for _ in 0..TCP_BUDGET {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
@@ -787,6 +874,10 @@ impl Worker {
             if r.bytes > 0 {
                 c.last_activity = now;
             }
+            if let Some(stamp) = r.rx_ns {
+                c.rx_ns = Some(stamp);
+                self.report_queue_delay(now, stamp, 1);
+            }
             loop {
                 let Some(c) = self.conns.get_mut(key) else {
                     return;
@@ -797,6 +888,33 @@ impl Worker {
                     conn: Some(c.id),
                 };
                 match c.framer.poll(c.io.buffered()) {
+                    Ok(Frame::Message { len })
+                        if self.settings.defer_new_invites
+                            && is_new_invite(&c.io.buffered()[..len], &self.settings.limits) =>
+                    {
+                        let bytes = c.io.buffered()[..len].to_vec();
+                        c.io.consume(len);
+                        c.paused = true;
+                        // It has waited at least since the newest bytes read arrived (the
+                        // time it spent in the socket counts, not only the time from here).
+                        let since = c.rx_ns.map_or(now, |stamp| {
+                            Instant::from_nanos(
+                                now.as_nanos()
+                                    .saturating_sub(age_of(stamp).as_nanos() as u64),
+                            )
+                        });
+                        self.deferred.push(
+                            since,
+                            Deferred {
+                                bytes,
+                                from: peer,
+                                key,
+                            },
+                        );
+                        // Not read on until the INVITE is handled: the connection's backlog
+                        // is the sender's signal (smart forwarding).
+                        return;
+                    }
                     Ok(Frame::Message { len }) => {
                         let mut msg = std::mem::take(&mut self.scratch);
                         msg.clear();
@@ -804,6 +922,11 @@ impl Worker {
                         c.io.consume(len);
                         self.dispatch(now, &msg, peer);
                         self.scratch = msg;
+                        if turn.elapsed() >= TCP_TURN {
+                            // The rest after the other sources had their turn.
+                            self.pending.push(Token(CONN_BASE + key));
+                            return;
+                        }
                     }
                     Ok(Frame::KeepAlive { len, ping }) => {
                         c.io.consume(len);
@@ -825,7 +948,7 @@ impl Worker {
                             .map(|end| c.io.buffered()[..end].to_vec());
                         self.stats().drop(Drop::FramingError);
                         if let Some(head) = head {
-                            self.handle_local(now, &head, peer);
+                            self.handle_local(now, &head, peer, None);
                         }
                         self.close(key, Close::Framing);
                         return;
@@ -841,6 +964,38 @@ impl Worker {
             }
         }
         self.pending.push(Token(CONN_BASE + key));
+    }
+
+    /// Releases deferred new INVITEs: the oldest is handled when the worker is `idle`; any
+    /// that waited too long are rejected with 503 here, statelessly, without the controller.
+    /// Their connections are read again.
+    fn run_deferred(&mut self, now: Instant, mut idle: bool) {
+        while let Some(release) = self.deferred.poll(now, idle) {
+            let d = match release {
+                Release::Admit(d) => {
+                    self.dispatch(now, &d.bytes, d.from);
+                    // Busy again until a poll finds nothing.
+                    idle = false;
+                    d
+                }
+                Release::Reject(d, r) => {
+                    // Rejected by the worker that read it (no hand-off): the 503 needs no
+                    // transaction, and this worker is the one that is busy.
+                    self.handled += 1;
+                    self.handle_local(now, &d.bytes, d.from, Some(r));
+                    d
+                }
+            };
+            // The same connection (a key reused by a newer one is not paused).
+            if let Some(c) = self.conns.get_mut(d.key)
+                && c.paused
+                && Some(c.id) == d.from.conn
+            {
+                c.paused = false;
+                c.last_activity = now;
+                self.pending.push(Token(CONN_BASE + d.key));
+            }
+        }
     }
 
     fn conn_send(&mut self, now: Instant, id: ConnId, bytes: &[u8]) {

@@ -106,6 +106,124 @@ fn udp_overload_writes_results_csv_and_plots() {
     }
 }
 
+/// `holdline lab tcp-overload`, small: one and three SEs at 5x, every mechanism, 3 s points.
+/// Checks the files and that each mechanism is what it says: without control nothing is
+/// rejected and the RE's 200 OKs are retransmitted (ACKs come late); with smart forwarding
+/// the SEs answer 503s, the RE none, and every admitted call completes on time. No speed is
+/// asserted.
+#[test]
+fn tcp_overload_writes_results_csv_and_plots() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("tcp");
+    let child = Command::new(BIN)
+        .args([
+            "lab",
+            "tcp-overload",
+            "--quick",
+            "--capacity",
+            "160",
+            "--ses",
+            "1,3",
+            "--loads",
+            "5",
+            "--duration",
+            "3",
+            "--out",
+        ])
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holdline lab");
+    let mut guard = Guard(child);
+    let status = guard
+        .wait_for(Duration::from_secs(240))
+        .expect("holdline lab stops by itself");
+    let mut err = String::new();
+    if let Some(mut e) = guard.0.stderr.take() {
+        use std::io::Read as _;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "{status:?}\n{err}");
+    assert!(err.contains("[6/6"), "progress is shown:\n{err}");
+
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["experiment"], "tcp-overload");
+    assert_eq!(v["capacity_cps"], 160.0);
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 6, "2 SE counts x 3 mechanisms");
+    for p in points {
+        for key in [
+            "offered_cps",
+            "capacity_cps",
+            "throughput_cps",
+            "goodput_cps",
+            "pdd_p50_ms",
+            "pdd_p99_ms",
+            "retrans_200",
+            "retrans_invite",
+            "re_active_max",
+        ] {
+            let x = p[key].as_f64();
+            assert!(x.is_some_and(f64::is_finite), "{key} in {p}");
+        }
+        assert_eq!(p["experiment"], "tcp-overload");
+        let ses = p["ses"].as_u64().expect("ses");
+        assert_eq!(p["per_se_cps"].as_array().map(Vec::len), Some(ses as usize));
+        assert_eq!(p["fairness"].is_null(), ses == 1, "{p}");
+        assert!(p["calls_attempted"].as_u64().is_some_and(|n| n > 0), "{p}");
+    }
+    let at = |m: &str, ses: u64| {
+        points
+            .iter()
+            .find(|p| p["mechanism"] == m && p["ses"] == ses)
+            .unwrap_or_else(|| panic!("no {m} point with {ses} SEs in {text}"))
+    };
+    for ses in [1, 3] {
+        let none = at("none", ses);
+        assert_eq!(none["r503"], 0, "no control never rejects: {none}");
+        assert!(
+            none["retrans_200"].as_u64().is_some_and(|n| n > 0),
+            "without control the UAS retransmits 200 OKs at 5x: {none}"
+        );
+        for m in ["ics", "ecs"] {
+            let p = at(m, ses);
+            assert!(
+                p["r503"].as_u64().is_some_and(|n| n > 0)
+                    && p["se_rejected"].as_u64() == p["r503"].as_u64(),
+                "{m}: every 503 comes from the SEs' smart forwarding: {p}"
+            );
+            assert_eq!(
+                p["retrans_200"], 0,
+                "{m}: admitted calls complete in time: {p}"
+            );
+            assert_eq!(p["timeouts"], 0, "{m}: {p}");
+            assert_eq!(
+                p["calls_ok"]
+                    .as_u64()
+                    .zip(p["r503"].as_u64())
+                    .map(|(a, b)| a + b),
+                p["calls_attempted"].as_u64(),
+                "{m}: each call completed or was rejected: {p}"
+            );
+        }
+    }
+    let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
+    assert!(csv.starts_with(
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,"
+    ));
+    assert_eq!(csv.lines().count(), 7, "header + 6 points");
+    for plot in ["throughput", "pdd", "active", "fairness"] {
+        let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
+        assert!(svg.contains("<svg"));
+        let png = std::fs::read(out.join(format!("{plot}.png"))).expect("png");
+        assert_eq!(&png[1..4], b"PNG");
+    }
+}
+
 #[test]
 fn lab_names_its_experiments_and_refuses_unknown_ones() {
     let out = Command::new(BIN)
@@ -115,7 +233,9 @@ fn lab_names_its_experiments_and_refuses_unknown_ones() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("unknown experiment") && err.contains("udp-overload"),
+        err.contains("unknown experiment")
+            && err.contains("udp-overload")
+            && err.contains("tcp-overload"),
         "{err}"
     );
 }
