@@ -37,10 +37,34 @@ fn font() -> Result<()> {
 }
 
 /// One colour per server in every plot (holdline blue, Kamailio red, holdline with overload
-/// control off green), lighter for the REGISTER series; one per mechanism in the lab's plots.
+/// control off green), lighter for the REGISTER series; one per mechanism in the lab's plots,
+/// and for `tcp-overload`'s series ("ICS+BM+SF, 3 SEs") one hue per mechanism, lighter with
+/// more SEs.
 fn color_for(name: &str) -> RGBColor {
     let n = name.to_ascii_lowercase();
     let register = n.contains("register");
+    for (prefix, (r, g, b)) in [
+        ("no control,", (214u8, 39u8, 40u8)),
+        ("ics+", (0, 94, 184)),
+        ("ecs+", (44, 160, 44)),
+    ] {
+        if n.starts_with(prefix) {
+            let ses: u32 = n
+                .split(", ")
+                .nth(1)
+                .and_then(|s| s.split(' ').next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
+            // 1 SE: the hue itself; 3: a third towards white; 10 and more: two thirds.
+            let mix = match ses {
+                0..=1 => 0.0,
+                2..=5 => 0.35,
+                _ => 0.6,
+            };
+            let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * mix) as u8;
+            return RGBColor(light(r), light(g), light(b));
+        }
+    }
     // The lab's mechanisms.
     for (prefix, c) in [
         ("none", RGBColor(214, 39, 40)),
@@ -93,7 +117,13 @@ fn draw<DB: DrawingBackend>(
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
+        .y_label_formatter(&|y| {
+            if ymax < 10.0 {
+                format!("{y:.2}")
+            } else {
+                format!("{y:.0}")
+            }
+        })
         .draw()
         .map_err(|e| e.to_string())?;
     for (name, p) in series {

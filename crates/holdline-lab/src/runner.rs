@@ -71,30 +71,38 @@ pub(crate) fn metric(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// The mean per second of `column` in a `holdline load` CSV over rows with `t_s` in
-/// `(duration / 4, duration]` (0 when the file or column is missing).
-pub(crate) fn steady(csv: &Path, column: &str, duration: f64) -> f64 {
+/// `(t_s, column)` of every row of a `holdline load` per-second CSV (empty when the file or
+/// the column is missing).
+fn column(csv: &Path, column: &str) -> Vec<(f64, f64)> {
     let Ok(text) = std::fs::read_to_string(csv) else {
-        return 0.0;
+        return Vec::new();
     };
     let mut lines = text.lines();
     let Some(header) = lines.next() else {
-        return 0.0;
+        return Vec::new();
     };
     let cols: Vec<&str> = header.split(',').collect();
     let (Some(t), Some(c)) = (
         cols.iter().position(|h| *h == "t_s"),
         cols.iter().position(|h| *h == column),
     ) else {
-        return 0.0;
+        return Vec::new();
     };
-    let vals: Vec<f64> = lines
+    lines
         .filter_map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            let ts: f64 = f.get(t)?.parse().ok()?;
-            let v: f64 = f.get(c)?.parse().ok()?;
-            (ts > duration / 4.0 && ts <= duration).then_some(v)
+            Some((f.get(t)?.parse().ok()?, f.get(c)?.parse().ok()?))
         })
+        .collect()
+}
+
+/// The mean per second of `column` in a `holdline load` CSV over rows with `t_s` in
+/// `(duration / 4, duration]` (0 when the file or column is missing).
+pub(crate) fn steady(csv: &Path, name: &str, duration: f64) -> f64 {
+    let vals: Vec<f64> = column(csv, name)
+        .into_iter()
+        .filter(|(t, _)| *t > duration / 4.0 && *t <= duration)
+        .map(|(_, v)| v)
         .collect();
     if vals.is_empty() {
         0.0
@@ -106,29 +114,76 @@ pub(crate) fn steady(csv: &Path, column: &str, duration: f64) -> f64 {
 /// The sum of `column` in a `holdline load` CSV over the rows (one per second of that
 /// process) whose end `t_s` lies in `(from + 0.5, to + 0.5]`: what it counted from about
 /// `from` to about `to` seconds after it started (0 when the file or column is missing).
-pub(crate) fn window_sum(csv: &Path, column: &str, from: f64, to: f64) -> f64 {
-    let Ok(text) = std::fs::read_to_string(csv) else {
-        return 0.0;
-    };
-    let mut lines = text.lines();
-    let Some(header) = lines.next() else {
-        return 0.0;
-    };
-    let cols: Vec<&str> = header.split(',').collect();
-    let (Some(t), Some(c)) = (
-        cols.iter().position(|h| *h == "t_s"),
-        cols.iter().position(|h| *h == column),
-    ) else {
-        return 0.0;
-    };
-    lines
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let ts: f64 = f.get(t)?.parse().ok()?;
-            let v: f64 = f.get(c)?.parse().ok()?;
-            (ts > from + 0.5 && ts <= to + 0.5).then_some(v)
-        })
+pub(crate) fn window_sum(csv: &Path, name: &str, from: f64, to: f64) -> f64 {
+    column(csv, name)
+        .into_iter()
+        .filter(|(t, _)| *t > from + 0.5 && *t <= to + 0.5)
+        .map(|(_, v)| v)
         .sum()
+}
+
+/// A latency summary of a `holdline load` report (`latency.pdd`, …) as (delay ms, % of
+/// calls) points from its percentiles, for a CDF plot.
+pub(crate) fn cdf_points(summary: &Value) -> Vec<(f64, f64)> {
+    [
+        ("min_ms", 0.0),
+        ("p50_ms", 0.5),
+        ("p90_ms", 0.9),
+        ("p95_ms", 0.95),
+        ("p99_ms", 0.99),
+        ("p999_ms", 0.999),
+        ("max_ms", 1.0),
+    ]
+    .iter()
+    .map(|(k, q)| (crate::generator::num(summary, &[k]), q * 100.0))
+    .collect()
+}
+
+/// The `holdline` binary to run: `exe`, or this process's own.
+pub(crate) fn holdline_exe(exe: Option<&Path>) -> Result<std::path::PathBuf> {
+    match exe {
+        Some(p) => Ok(p.to_owned()),
+        None => std::env::current_exe().map_err(|e| LabError::io("current_exe", e)),
+    }
+}
+
+/// Parses an experiment's arguments (`NAME` is its command for messages), runs it and says
+/// where its results are; the exit code of `holdline lab NAME`: 0 done (or `--help`), 2 bad
+/// arguments, 1 failed.
+pub(crate) fn lab_main<A: clap::Parser, R>(
+    name: &str,
+    args: Vec<String>,
+    out: impl Fn(&A) -> std::path::PathBuf,
+    run: impl Fn(&A) -> Result<R>,
+    elapsed: impl Fn(&R) -> f64,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let parsed =
+        match A::try_parse_from(std::iter::once(format!("holdline lab {name}")).chain(args)) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = e.print();
+                return if e.use_stderr() {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+        };
+    match run(&parsed) {
+        Ok(r) => {
+            eprintln!(
+                "{name}: done in {:.0} s; results in {}",
+                elapsed(&r),
+                out(&parsed).display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("holdline lab {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 pub(crate) fn machine() -> Value {

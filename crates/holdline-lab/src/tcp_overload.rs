@@ -45,7 +45,10 @@ use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
 use crate::plot;
 use crate::procfs;
-use crate::runner::{Proc, check_tools, machine, metric, scrape, spawn, steady, window_sum};
+use crate::runner::{
+    Proc, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn, steady,
+    window_sum,
+};
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
 /// Messages through the RE per call: INVITE, 180, 200, ACK, BYE, 200.
@@ -190,33 +193,13 @@ pub struct Results {
 
 /// Entry point of `holdline lab tcp-overload ARGS`.
 pub fn main(args: Vec<String>) -> ExitCode {
-    let parsed = match Args::try_parse_from(
-        std::iter::once("holdline lab tcp-overload".to_string()).chain(args),
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    match run(&parsed) {
-        Ok(r) => {
-            eprintln!(
-                "tcp-overload: done in {:.0} s; results in {}",
-                r.elapsed_s,
-                parsed.out.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("holdline lab tcp-overload: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab_main(
+        "tcp-overload",
+        args,
+        |a: &Args| a.out.clone(),
+        run,
+        |r: &Results| r.elapsed_s,
+    )
 }
 
 /// The RE's configuration for the smart-forwarding mechanisms, listening on `port`.
@@ -263,8 +246,38 @@ struct Spec<'a> {
     tag: String,
 }
 
-/// Samples the RE's active sessions (INVITEs taken minus BYEs minus INVITEs it rejected)
-/// until stopped.
+/// Samples the RE's active sessions (INVITEs taken minus BYEs minus INVITEs it rejected) in
+/// a thread until [`finish`](Self::finish)ed or dropped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(f64, f64)>>>,
+}
+
+impl Sampler {
+    fn start(port: u16) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        Self {
+            thread: Some(sampler(port, stop.clone())),
+            stop,
+        }
+    }
+
+    /// Stops sampling; the samples as (seconds since start, active sessions).
+    fn finish(mut self) -> Vec<(f64, f64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 fn sampler(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(f64, f64)>> {
     std::thread::spawn(move || {
         let t0 = Instant::now();
@@ -306,9 +319,28 @@ fn server_args(port: u16, metrics: u16, config: &Path) -> Vec<String> {
     ]
 }
 
+/// [`run_point_once`], again with fresh ports (up to three times) when a process could not
+/// bind the port picked for it: with up to 22 processes opening connections, another
+/// connection can take an ephemeral port between the pick and the bind.
+fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match run_point_once(exe, runs, spec, capacity) {
+            Err(LabError::Process(e)) if tries < 3 && e.contains("in use") => {
+                eprintln!(
+                    "tcp-overload: {}: a port was taken meanwhile; again",
+                    spec.tag
+                );
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs one point with fresh processes; its UAC reports and the RE's active sessions stay
 /// in `runs` (`TAG-uacN.json`, `TAG-active.csv`).
-fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
+fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
     let m = spec.ses.max(1) as usize;
     let (re_port, re_metrics, uas_port) = (free_port()?, free_port()?, free_port()?);
     let tag = &spec.tag;
@@ -386,8 +418,7 @@ fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<
     }
 
     // UACs (core 0), one per SE, the load split evenly.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampling = sampler(re_metrics, stop.clone());
+    let sampling = Sampler::start(re_metrics);
     let cpu0 = procfs::tree_cpu_us(re.0.id());
     let t0 = Instant::now();
     // Where the load window falls on the UAS's clock.
@@ -424,8 +455,7 @@ fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<
     }
     let window = t0.elapsed().as_secs_f64();
     let cpu1 = procfs::tree_cpu_us(re.0.id());
-    stop.store(true, Ordering::Relaxed);
-    let active = sampling.join().unwrap_or_default();
+    let active = sampling.finish();
     let re_text = scrape(re_metrics);
     let se_rejected: f64 = ses
         .iter()
@@ -567,10 +597,7 @@ pub fn run(args: &Args) -> Result<Results> {
     }
     check_tools()?;
     let started = Instant::now();
-    let exe = match &args.exe {
-        Some(p) => p.clone(),
-        None => std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?,
-    };
+    let exe = holdline_exe(args.exe.as_deref())?;
     let runs = args.out.join("runs");
     std::fs::create_dir_all(&runs)
         .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
@@ -682,6 +709,18 @@ pub fn run(args: &Args) -> Result<Results> {
                 done += 1;
                 progress(done, total, &p, started);
                 points.push(p);
+                // What is measured so far survives an interrupted run.
+                let partial = serde_json::json!({
+                    "experiment": "tcp-overload",
+                    "partial": true,
+                    "capacity_cps": capacity,
+                    "points": &points,
+                });
+                std::fs::write(
+                    args.out.join("results.partial.json"),
+                    serde_json::to_string_pretty(&partial).unwrap_or_default(),
+                )
+                .map_err(|e| LabError::io("write results.partial.json", e))?;
             }
         }
     }
@@ -705,6 +744,7 @@ pub fn run(args: &Args) -> Result<Results> {
         elapsed_s: started.elapsed().as_secs_f64(),
     };
     write(&args.out, &results)?;
+    let _ = std::fs::remove_file(args.out.join("results.partial.json"));
     Ok(results)
 }
 
@@ -836,6 +876,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         .fold(0.0f64, f64::max);
     let mut cdf = Vec::new();
     let mut active = Vec::new();
+    let mut active_none = Vec::new();
     for &n in &ses {
         for m in &mechanisms {
             let Some(p) = r.points.iter().find(|p| {
@@ -847,25 +888,14 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             let runs = out.join("runs");
             // The PDD of SE 0's UAC (every UAC carries the same share).
             if let Ok(v) = read_json(&runs.join(format!("{t}-uac0.json"))) {
-                let pdd = &v["latency"]["pdd"];
-                let pts = [
-                    ("min_ms", 0.0),
-                    ("p50_ms", 0.5),
-                    ("p90_ms", 0.9),
-                    ("p95_ms", 0.95),
-                    ("p99_ms", 0.99),
-                    ("p999_ms", 0.999),
-                    ("max_ms", 1.0),
-                ]
-                .iter()
-                .map(|(k, q)| (num(pdd, &[k]), q * 100.0))
-                .collect();
-                cdf.push((label(m, n), pts));
+                cdf.push((label(m, n), cdf_points(&v["latency"]["pdd"])));
             }
-            active.push((
-                label(m, n),
-                read_active(&runs.join(format!("{t}-active.csv"))),
-            ));
+            let samples = read_active(&runs.join(format!("{t}-active.csv")));
+            if *m == "none" {
+                active_none.push((label(m, n), samples));
+            } else {
+                active.push((label(m, n), samples));
+            }
         }
     }
     plot::chart(
@@ -879,10 +909,18 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     plot::chart(
         out,
         "active",
-        &format!("Active sessions at the RE (INVITE taken, no BYE yet) at {top}x"),
+        &format!("Active sessions at the RE (INVITE taken, no BYE yet) at {top}x, with control"),
         "seconds since the load started",
         "sessions",
         &active,
+    )?;
+    plot::chart(
+        out,
+        "active-none",
+        &format!("Active sessions at the RE at {top}x without control"),
+        "seconds since the load started",
+        "sessions",
+        &active_none,
     )?;
     Ok(())
 }

@@ -30,7 +30,9 @@ use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
 use crate::plot;
 use crate::procfs;
-use crate::runner::{check_tools, machine, metric, scrape, spawn, steady};
+use crate::runner::{
+    cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn, steady,
+};
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
 /// Messages through the server per call: INVITE, 180, 200, ACK, BYE, 200 (the 100 is sent,
@@ -38,6 +40,10 @@ use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 const MESSAGES_PER_CALL: f64 = 6.0;
 /// The goodput window of seed 003: a call counts when its 200 OK came within this.
 const GOODPUT_WINDOW_S: f64 = 10.0;
+/// The rejection-cost runs: (calls per second, rejected INVITEs per second). The last pair
+/// compares calls near one worker's capacity with a worker busy rejecting three times as
+/// many INVITEs (quick mode runs the pairs from 5,000 calls/s up).
+const COST_PAIRS: [(f64, f64); 3] = [(2000.0, 2000.0), (5000.0, 5000.0), (5000.0, 15000.0)];
 
 /// `holdline lab udp-overload` options.
 #[derive(Debug, Parser)]
@@ -130,8 +136,12 @@ pub struct Point {
 /// Server CPU per completed call and per rejected INVITE at one offered rate.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RejectionCost {
-    /// Offered new INVITEs per second.
+    /// Offered calls per second in the run with calls.
     pub offered_cps: f64,
+    /// Offered new INVITEs per second in the run that rejects them all (the same rate, or a
+    /// higher one for the cost of rejecting while the server is busy).
+    #[serde(default)]
+    pub rejected_cps: f64,
     /// CPU per completed call, µs (no control, nothing rejected).
     pub cpu_us_per_call: f64,
     /// CPU per rejected INVITE (its 503 and the ACK of the 503 included), µs.
@@ -173,33 +183,13 @@ pub struct Results {
 
 /// Entry point of `holdline lab udp-overload ARGS`.
 pub fn main(args: Vec<String>) -> ExitCode {
-    let parsed = match Args::try_parse_from(
-        std::iter::once("holdline lab udp-overload".to_string()).chain(args),
-    ) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
-    };
-    match run(&parsed) {
-        Ok(r) => {
-            eprintln!(
-                "udp-overload: done in {:.0} s; results in {}",
-                r.elapsed_s,
-                parsed.out.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("holdline lab udp-overload: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    lab_main(
+        "udp-overload",
+        args,
+        |a: &Args| a.out.clone(),
+        run,
+        |r: &Results| r.elapsed_s,
+    )
 }
 
 /// What one server run is.
@@ -368,10 +358,7 @@ pub fn run(args: &Args) -> Result<Results> {
     }
     check_tools()?;
     let started = Instant::now();
-    let exe = match &args.exe {
-        Some(p) => p.clone(),
-        None => std::env::current_exe().map_err(|e| LabError::io("current_exe", e))?,
-    };
+    let exe = holdline_exe(args.exe.as_deref())?;
     let runs = args.out.join("runs");
     std::fs::create_dir_all(&runs)
         .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
@@ -401,7 +388,15 @@ pub fn run(args: &Args) -> Result<Results> {
     } else {
         &[0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]
     };
-    let total = steps.len() + loads.len() * mechanisms.len() + if args.quick { 2 } else { 4 };
+    // Rejection-cost runs: one per distinct call rate and one per pair.
+    let pairs: Vec<(f64, f64)> = COST_PAIRS
+        .iter()
+        .copied()
+        .filter(|p| !args.quick || p.0 >= 5000.0)
+        .collect();
+    let mut call_rates: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+    call_rates.dedup();
+    let total = steps.len() + loads.len() * mechanisms.len() + pairs.len() + call_rates.len();
     let mut done = 0;
     eprintln!(
         "udp-overload: emulated cost {} µs per message (rejections {} µs), nominal capacity {:.0} calls/s; {} points of {:.0} s",
@@ -474,14 +469,12 @@ pub fn run(args: &Args) -> Result<Results> {
         }
     }
 
-    // Phase 3: what a rejection costs, without emulation.
+    // Phase 3: what a rejection costs, without emulation: calls at one rate against
+    // rejections at the same rate and, for a server busy rejecting (the case that matters),
+    // rejections at three times the rate of calls near the server's capacity.
     let mut rejection_cost = Vec::new();
-    let rates: &[f64] = if args.quick {
-        &[5000.0]
-    } else {
-        &[2000.0, 5000.0]
-    };
-    for &rate in rates {
+    let mut call_runs: Vec<(f64, Point)> = Vec::new();
+    for &(rate, rejected) in &pairs {
         let base = Spec {
             mechanism: "none",
             cost_us: 0,
@@ -491,12 +484,20 @@ pub fn run(args: &Args) -> Result<Results> {
             drain_s: 3.0,
             tag: format!("cost-calls-{rate}"),
         };
-        let (calls, _) = run_point(&exe, &runs, &base, 0.0, None)?;
-        done += 1;
-        progress(done, total, &calls, started);
+        let calls = match call_runs.iter().find(|(r, _)| *r == rate) {
+            Some((_, p)) => p.clone(),
+            None => {
+                let (calls, _) = run_point(&exe, &runs, &base, 0.0, None)?;
+                done += 1;
+                progress(done, total, &calls, started);
+                call_runs.push((rate, calls.clone()));
+                calls
+            }
+        };
         let rej = Spec {
             mechanism: "queue-limit",
-            tag: format!("cost-rejections-{rate}"),
+            rate: rejected,
+            tag: format!("cost-rejections-{rejected}"),
             ..base
         };
         let (rejects, _) = run_point(&exe, &runs, &rej, 0.0, Some(&reject_all))?;
@@ -505,11 +506,12 @@ pub fn run(args: &Args) -> Result<Results> {
         let per_call = calls.server_cpu_s * 1e6 / (calls.calls_ok.max(1)) as f64;
         let per_rej = rejects.server_cpu_s * 1e6 / (rejects.server_rejected.max(1)) as f64;
         eprintln!(
-            "udp-overload: at {rate:.0}/s: {per_call:.1} µs per completed call, {per_rej:.1} µs per rejected INVITE ({:.2})",
+            "udp-overload: {per_call:.1} µs per completed call at {rate:.0}/s, {per_rej:.1} µs per rejected INVITE at {rejected:.0}/s ({:.2})",
             per_rej / per_call
         );
         rejection_cost.push(RejectionCost {
             offered_cps: rate,
+            rejected_cps: rejected,
             cpu_us_per_call: per_call,
             cpu_us_per_rejection: per_rej,
             ratio: per_rej / per_call,
@@ -646,21 +648,7 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
     // PDD distribution from the UAC's percentiles, at the highest load.
     let cdf: Vec<(String, Vec<(f64, f64)>)> = pdd
         .iter()
-        .map(|(m, v)| {
-            let pts = [
-                ("min_ms", 0.0),
-                ("p50_ms", 0.5),
-                ("p90_ms", 0.9),
-                ("p95_ms", 0.95),
-                ("p99_ms", 0.99),
-                ("p999_ms", 0.999),
-                ("max_ms", 1.0),
-            ]
-            .iter()
-            .map(|(k, q)| (num(v, &[k]), q * 100.0))
-            .collect();
-            (m.clone(), pts)
-        })
+        .map(|(m, v)| (m.clone(), cdf_points(v)))
         .collect();
     plot::chart(
         out,

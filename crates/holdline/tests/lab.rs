@@ -1,34 +1,23 @@
-//! `holdline lab udp-overload` end to end, small: two load factors, two mechanisms, 2 s
-//! points. Checks the shape of what it writes (results.json with one object per point and
-//! every field the issue names, the CSV, the plots) and that the mechanisms did what they
-//! are: OCC answered 503s under overload, no control none. No speed is asserted.
+//! `holdline lab udp-overload` and `tcp-overload` end to end, small. Each checks the shape
+//! of what it writes (results.json with one object per point and every field the issue names,
+//! the CSV, the plots) and that the mechanisms did what they are. No speed is asserted.
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{BIN, Guard};
 
-#[test]
-fn udp_overload_writes_results_csv_and_plots() {
-    let _one_run_at_a_time = common::sipp_lock();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("udp");
+/// Runs `holdline lab ARGS --out OUT` (bounded), asserts it succeeded; returns its stderr
+/// (the progress lines).
+fn run_lab(args: &[&str], out: &Path) -> String {
     let child = Command::new(BIN)
-        .args([
-            "lab",
-            "udp-overload",
-            "--quick",
-            "--loads",
-            "0.5,5",
-            "--mechanisms",
-            "none,occ",
-            "--duration",
-            "2",
-            "--out",
-        ])
-        .arg(&out)
+        .arg("lab")
+        .args(args)
+        .arg("--out")
+        .arg(out)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -44,6 +33,27 @@ fn udp_overload_writes_results_csv_and_plots() {
         let _ = e.read_to_string(&mut err);
     }
     assert!(status.success(), "{status:?}\n{err}");
+    err
+}
+
+#[test]
+fn udp_overload_writes_results_csv_and_plots() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("udp");
+    let err = run_lab(
+        &[
+            "udp-overload",
+            "--quick",
+            "--loads",
+            "0.5,5",
+            "--mechanisms",
+            "none,occ",
+            "--duration",
+            "2",
+        ],
+        &out,
+    );
     assert!(err.contains("[1/"), "progress is shown:\n{err}");
 
     let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
@@ -116,9 +126,8 @@ fn tcp_overload_writes_results_csv_and_plots() {
     let _one_run_at_a_time = common::sipp_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("tcp");
-    let child = Command::new(BIN)
-        .args([
-            "lab",
+    let err = run_lab(
+        &[
             "tcp-overload",
             "--quick",
             "--capacity",
@@ -129,24 +138,9 @@ fn tcp_overload_writes_results_csv_and_plots() {
             "5",
             "--duration",
             "3",
-            "--out",
-        ])
-        .arg(&out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdline lab");
-    let mut guard = Guard(child);
-    let status = guard
-        .wait_for(Duration::from_secs(240))
-        .expect("holdline lab stops by itself");
-    let mut err = String::new();
-    if let Some(mut e) = guard.0.stderr.take() {
-        use std::io::Read as _;
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(status.success(), "{status:?}\n{err}");
+        ],
+        &out,
+    );
     assert!(err.contains("[6/6"), "progress is shown:\n{err}");
 
     let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
