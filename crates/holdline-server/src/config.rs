@@ -371,6 +371,21 @@ impl OverloadSettings {
         self.defer_new_invites.unwrap_or(self.local != "none")
     }
 
+    /// The `Retry-After` of every 503 these settings produce.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_s
+            .map(|s| Duration::from_secs(u64::from(s)))
+    }
+
+    /// The deferral of new INVITEs over TCP, if on.
+    pub fn defer_config(&self) -> Option<holdline_overload::DeferConfig> {
+        self.defers_new_invites()
+            .then(|| holdline_overload::DeferConfig {
+                max_wait: Duration::from_millis(self.defer_max_wait_ms),
+                retry_after: self.retry_after(),
+            })
+    }
+
     /// The forward-gate controller (TCP smart forwarding), if on; or the key and why not.
     pub fn forward_controller(&self) -> Result<Option<ControllerConfig>, (String, String)> {
         let split = match self.smart_forwarding.as_str() {
@@ -384,9 +399,7 @@ impl OverloadSettings {
                 ));
             }
         };
-        let retry_after = self
-            .retry_after_s
-            .map(|s| Duration::from_secs(u64::from(s)));
+        let retry_after = self.retry_after();
         Ok(Some(ControllerConfig::SmartForwarding(
             holdline_overload::SmartForwardingConfig {
                 split,
@@ -424,9 +437,7 @@ impl OverloadSettings {
             ));
         }
         let interval = Duration::from_millis(self.interval_ms);
-        let retry_after = self
-            .retry_after_s
-            .map(|s| Duration::from_secs(u64::from(s)));
+        let retry_after = self.retry_after();
         let key_of = |field: &str| -> String {
             match field {
                 "target_occupancy" => "overload.target_occupancy",
@@ -1067,8 +1078,22 @@ stateless = true
             ControllerConfig::QueueLimit(q) => assert_eq!((q.limit, q.resume), (40, 20)),
             other => panic!("queue-limit expected, got {other:?}"),
         }
+        // Admitted calls first over TCP: on by default, off with no control unless asked for.
+        let d = ServerConfig::default().overload.defer_config();
+        assert_eq!(d.map(|d| d.max_wait), Some(Duration::from_millis(250)));
+        let asked = ServerConfig::from_toml(
+            "x.toml",
+            "[overload]\nlocal = \"none\"\ndefer_new_invites = true\ndefer_max_wait_ms = 40\nretry_after_s = 3\n",
+        )
+        .expect("parses");
+        let d = asked.overload.defer_config().expect("asked for");
+        assert_eq!(
+            (d.max_wait, d.retry_after),
+            (Duration::from_millis(40), Some(Duration::from_secs(3)))
+        );
         let none =
             ServerConfig::from_toml("x.toml", "[overload]\nlocal = \"none\"\n").expect("parses");
+        assert_eq!(none.overload.defer_config(), None);
         assert_eq!(
             none.overload.controller().expect("valid").algorithm(),
             Algorithm::NoControl

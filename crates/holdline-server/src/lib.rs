@@ -257,14 +257,7 @@ impl Server {
                     .emulate_reject_cost_us
                     .unwrap_or(config.overload.emulate_cost_us),
             ),
-            defer_new_invites: config.overload.defers_new_invites(),
-            defer: holdline_overload::DeferConfig {
-                max_wait: Duration::from_millis(config.overload.defer_max_wait_ms),
-                retry_after: config
-                    .overload
-                    .retry_after_s
-                    .map(|s| Duration::from_secs(u64::from(s))),
-            },
+            defer: config.overload.defer_config(),
         };
         let overload = config
             .overload

@@ -84,10 +84,8 @@ pub(crate) struct Settings {
     pub(crate) emulate_cost: Duration,
     /// ... and on top of a rejected new INVITE.
     pub(crate) emulate_reject_cost: Duration,
-    /// TCP: new INVITEs wait for idle time, their connection unread meanwhile.
-    pub(crate) defer_new_invites: bool,
-    /// How long a deferred INVITE may wait.
-    pub(crate) defer: DeferConfig,
+    /// TCP: new INVITEs wait for idle time, their connection unread meanwhile (`None`: off).
+    pub(crate) defer: Option<DeferConfig>,
 }
 
 struct Conn {
@@ -231,7 +229,7 @@ impl Worker {
     ) -> Self {
         let workers = shared.senders.len();
         let slot = settings.limits.max_message_size + 1;
-        let defer = settings.defer;
+        let defer = settings.defer.unwrap_or_default();
         Self {
             index,
             poll,
@@ -406,7 +404,7 @@ impl Worker {
         if let Some((f, _)) = &self.forward {
             crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
         }
-        if self.settings.defer_new_invites {
+        if self.settings.defer.is_some() {
             crate::metrics::render_defer(self.deferred.len(), self.deferred.stats(), &mut text);
         }
         let s = self.stats();
@@ -889,7 +887,7 @@ impl Worker {
                 };
                 match c.framer.poll(c.io.buffered()) {
                     Ok(Frame::Message { len })
-                        if self.settings.defer_new_invites
+                        if self.settings.defer.is_some()
                             && is_new_invite(&c.io.buffered()[..len], &self.settings.limits) =>
                     {
                         let bytes = c.io.buffered()[..len].to_vec();
