@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -27,6 +27,38 @@ pub(crate) fn check_tools() -> Result<()> {
             package: "util-linux",
         })
     }
+}
+
+/// The options every `holdline lab` sweep over load takes (flattened into each experiment's
+/// own `Args`).
+#[derive(Debug, clap::Args)]
+pub struct SweepArgs {
+    /// Fewer, shorter points (under 5 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// CPU work added to every message the capacity-limited server handles, µs (sets its
+    /// capacity).
+    #[arg(long, value_name = "US", default_value_t = 1000)]
+    pub cost_us: u64,
+    /// CPU work added to a rejected INVITE (and the ACK of its 503) instead, µs; default 0:
+    /// a rejection costs its real work only (see docs/overload.md).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub reject_cost_us: u64,
+    /// Seconds of offered load per point (default: the experiment's, shorter with --quick).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Load factors (multiples of the measured capacity), comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub loads: Vec<f64>,
+    /// Mechanisms, comma-separated (default: all of the experiment's).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub mechanisms: Vec<String>,
+    /// Redraw the plots and the CSV of the results already in `--out` (no measurement).
+    #[arg(long)]
+    pub replot: bool,
+    /// The `holdline` binary to run (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub exe: Option<PathBuf>,
 }
 
 /// A child process stopped (SIGKILL) and reaped when dropped.
@@ -140,7 +172,7 @@ pub(crate) fn cdf_points(summary: &Value) -> Vec<(f64, f64)> {
 }
 
 /// The `holdline` binary to run: `exe`, or this process's own.
-pub(crate) fn holdline_exe(exe: Option<&Path>) -> Result<std::path::PathBuf> {
+pub(crate) fn holdline_exe(exe: Option<&Path>) -> Result<PathBuf> {
     match exe {
         Some(p) => Ok(p.to_owned()),
         None => std::env::current_exe().map_err(|e| LabError::io("current_exe", e)),
@@ -153,7 +185,7 @@ pub(crate) fn holdline_exe(exe: Option<&Path>) -> Result<std::path::PathBuf> {
 pub(crate) fn lab_main<A: clap::Parser, R>(
     name: &str,
     args: Vec<String>,
-    out: impl Fn(&A) -> std::path::PathBuf,
+    out: impl Fn(&A) -> PathBuf,
     run: impl Fn(&A) -> Result<R>,
     elapsed: impl Fn(&R) -> f64,
 ) -> std::process::ExitCode {

@@ -46,8 +46,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    Proc, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn, steady,
-    window_sum,
+    Proc, SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape,
+    spawn, steady, window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -68,39 +68,18 @@ const MECHANISMS: [&str; 3] = ["none", "ics", "ecs"];
     about = "SIP-over-TCP overload control: SEs -> one capacity-limited RE, no control vs ICS/ECS + buffer minimization + smart forwarding"
 )]
 pub struct Args {
-    /// Fewer, shorter points (under 5 minutes).
-    #[arg(long)]
-    pub quick: bool,
+    /// The sweep's options.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
     /// Results directory.
     #[arg(long, value_name = "DIR", default_value = "lab-results/tcp-overload")]
     pub out: PathBuf,
-    /// CPU work added to every message the RE handles, µs (sets its capacity).
-    #[arg(long, value_name = "US", default_value_t = 1000)]
-    pub cost_us: u64,
-    /// CPU work added to an INVITE the RE rejects, µs (default 0: its real work only).
-    #[arg(long, value_name = "US", default_value_t = 0)]
-    pub reject_cost_us: u64,
-    /// Seconds of offered load per point (default: 4 quick, 15 full).
-    #[arg(long, value_name = "S")]
-    pub duration: Option<f64>,
-    /// Load factors (multiples of the measured capacity), comma-separated.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub loads: Vec<f64>,
     /// Numbers of SEs, comma-separated (default: 1,3 quick; 1,3,10 full).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub ses: Vec<u32>,
-    /// Mechanisms (none, ics, ecs), comma-separated.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub mechanisms: Vec<String>,
     /// Skip the capacity phase and use this capacity, calls/s.
     #[arg(long, value_name = "CPS")]
     pub capacity: Option<f64>,
-    /// Redraw the plots and the CSV of the results already in `--out` (no measurement).
-    #[arg(long)]
-    pub replot: bool,
-    /// The `holdline` binary to run (default: this one).
-    #[arg(long, value_name = "PATH")]
-    pub exe: Option<PathBuf>,
 }
 
 /// One measured point (one row of `points.csv`).
@@ -592,28 +571,35 @@ fn tag(mechanism: &str, ses: u32, factor: f64) -> String {
 
 /// Runs the experiment and writes its results.
 pub fn run(args: &Args) -> Result<Results> {
-    if args.replot {
+    if args.sweep.replot {
         return replot(&args.out);
     }
     check_tools()?;
     let started = Instant::now();
-    let exe = holdline_exe(args.exe.as_deref())?;
+    let exe = holdline_exe(args.sweep.exe.as_deref())?;
     let runs = args.out.join("runs");
     std::fs::create_dir_all(&runs)
         .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
-    let duration = args.duration.unwrap_or(if args.quick { 4.0 } else { 15.0 });
-    let drain = if args.quick { 5.0 } else { GOODPUT_WINDOW_S };
-    let loads = if args.loads.is_empty() {
-        if args.quick {
+    let duration = args
+        .sweep
+        .duration
+        .unwrap_or(if args.sweep.quick { 4.0 } else { 15.0 });
+    let drain = if args.sweep.quick {
+        5.0
+    } else {
+        GOODPUT_WINDOW_S
+    };
+    let loads = if args.sweep.loads.is_empty() {
+        if args.sweep.quick {
             vec![0.5, 5.0, 10.0]
         } else {
             vec![0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0]
         }
     } else {
-        args.loads.clone()
+        args.sweep.loads.clone()
     };
     let ses = if args.ses.is_empty() {
-        if args.quick {
+        if args.sweep.quick {
             vec![1, 3]
         } else {
             vec![1, 3, 10]
@@ -621,10 +607,10 @@ pub fn run(args: &Args) -> Result<Results> {
     } else {
         args.ses.clone()
     };
-    let mechanisms: Vec<String> = if args.mechanisms.is_empty() {
+    let mechanisms: Vec<String> = if args.sweep.mechanisms.is_empty() {
         MECHANISMS.iter().map(|s| s.to_string()).collect()
     } else {
-        args.mechanisms.clone()
+        args.sweep.mechanisms.clone()
     };
     if let Some(bad) = mechanisms
         .iter()
@@ -639,10 +625,10 @@ pub fn run(args: &Args) -> Result<Results> {
             "--ses: each number of SEs must be between 1 and 64".into(),
         ));
     }
-    let nominal = 1e6 / (MESSAGES_PER_CALL * args.cost_us.max(1) as f64);
+    let nominal = 1e6 / (MESSAGES_PER_CALL * args.sweep.cost_us.max(1) as f64);
     let steps: &[f64] = if args.capacity.is_some() {
         &[]
-    } else if args.quick {
+    } else if args.sweep.quick {
         &[0.8, 0.9, 1.0]
     } else {
         &[0.7, 0.8, 0.9, 1.0, 1.1]
@@ -651,7 +637,7 @@ pub fn run(args: &Args) -> Result<Results> {
     let mut done = 0;
     eprintln!(
         "tcp-overload: RE {} µs per message (rejections {} µs), nominal capacity {:.0} calls/s; {} points of {:.0} s; SEs {:?}; mechanisms {:?}",
-        args.cost_us, args.reject_cost_us, nominal, total, duration, ses, mechanisms
+        args.sweep.cost_us, args.sweep.reject_cost_us, nominal, total, duration, ses, mechanisms
     );
 
     // Phase 1: the RE's capacity (no control, one SE).
@@ -662,8 +648,8 @@ pub fn run(args: &Args) -> Result<Results> {
         let spec = Spec {
             mechanism: "none",
             ses: 1,
-            cost_us: args.cost_us,
-            reject_cost_us: args.reject_cost_us,
+            cost_us: args.sweep.cost_us,
+            reject_cost_us: args.sweep.reject_cost_us,
             rate,
             duration_s: duration,
             drain_s: drain,
@@ -698,8 +684,8 @@ pub fn run(args: &Args) -> Result<Results> {
                 let spec = Spec {
                     mechanism: m,
                     ses: n,
-                    cost_us: args.cost_us,
-                    reject_cost_us: args.reject_cost_us,
+                    cost_us: args.sweep.cost_us,
+                    reject_cost_us: args.sweep.reject_cost_us,
                     rate: (capacity * f).round(),
                     duration_s: duration,
                     drain_s: drain,
@@ -732,10 +718,10 @@ pub fn run(args: &Args) -> Result<Results> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
             .saturating_sub(started.elapsed().as_secs()),
-        quick: args.quick,
+        quick: args.sweep.quick,
         machine: machine(),
-        emulate_cost_us: args.cost_us,
-        emulate_reject_cost_us: args.reject_cost_us,
+        emulate_cost_us: args.sweep.cost_us,
+        emulate_reject_cost_us: args.sweep.reject_cost_us,
         re_config: re_config_sf(0),
         nominal_capacity_cps: nominal,
         capacity_cps: capacity,

@@ -31,7 +31,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn, steady,
+    SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn,
+    steady,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -52,34 +53,12 @@ const COST_PAIRS: [(f64, f64); 3] = [(2000.0, 2000.0), (5000.0, 5000.0), (5000.0
     about = "Local overload control over UDP: no control vs 503 on a full queue vs OCC, 0.5x to 10x"
 )]
 pub struct Args {
-    /// Fewer, shorter points (under 5 minutes).
-    #[arg(long)]
-    pub quick: bool,
+    /// The sweep's options.
+    #[command(flatten)]
+    pub sweep: SweepArgs,
     /// Results directory.
     #[arg(long, value_name = "DIR", default_value = "lab-results/udp-overload")]
     pub out: PathBuf,
-    /// CPU work added to every message the server handles, µs (sets its capacity).
-    #[arg(long, value_name = "US", default_value_t = 1000)]
-    pub cost_us: u64,
-    /// CPU work added to a rejected INVITE (and the ACK of its 503) instead, µs; default 0:
-    /// a rejection costs its real work only (see docs/overload.md).
-    #[arg(long, value_name = "US", default_value_t = 0)]
-    pub reject_cost_us: u64,
-    /// Seconds of offered load per point (default: 4 quick, 20 full).
-    #[arg(long, value_name = "S")]
-    pub duration: Option<f64>,
-    /// Load factors (multiples of the measured capacity), comma-separated.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub loads: Vec<f64>,
-    /// Mechanisms (`holdline serve --overload` values), comma-separated.
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
-    pub mechanisms: Vec<String>,
-    /// Redraw the plots and the CSV of the results already in `--out` (no measurement).
-    #[arg(long)]
-    pub replot: bool,
-    /// The `holdline` binary to run (default: this one).
-    #[arg(long, value_name = "PATH")]
-    pub exe: Option<PathBuf>,
 }
 
 /// One measured point of the curve (one row of `points.csv`).
@@ -353,37 +332,40 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
 
 /// Runs the experiment and writes its results.
 pub fn run(args: &Args) -> Result<Results> {
-    if args.replot {
+    if args.sweep.replot {
         return replot(&args.out);
     }
     check_tools()?;
     let started = Instant::now();
-    let exe = holdline_exe(args.exe.as_deref())?;
+    let exe = holdline_exe(args.sweep.exe.as_deref())?;
     let runs = args.out.join("runs");
     std::fs::create_dir_all(&runs)
         .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
-    let duration = args.duration.unwrap_or(if args.quick { 4.0 } else { 20.0 });
+    let duration = args
+        .sweep
+        .duration
+        .unwrap_or(if args.sweep.quick { 4.0 } else { 20.0 });
     let drain = GOODPUT_WINDOW_S;
-    let loads = if args.loads.is_empty() {
-        if args.quick {
+    let loads = if args.sweep.loads.is_empty() {
+        if args.sweep.quick {
             vec![0.5, 2.0, 5.0, 10.0]
         } else {
             vec![0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0]
         }
     } else {
-        args.loads.clone()
+        args.sweep.loads.clone()
     };
-    let mechanisms: Vec<String> = if args.mechanisms.is_empty() {
+    let mechanisms: Vec<String> = if args.sweep.mechanisms.is_empty() {
         let mut m = vec!["none", "queue-limit", "occ"];
-        if !args.quick {
+        if !args.sweep.quick {
             m.push("queue-delay");
         }
         m.into_iter().map(String::from).collect()
     } else {
-        args.mechanisms.clone()
+        args.sweep.mechanisms.clone()
     };
-    let nominal = 1e6 / (MESSAGES_PER_CALL * args.cost_us.max(1) as f64);
-    let steps: &[f64] = if args.quick {
+    let nominal = 1e6 / (MESSAGES_PER_CALL * args.sweep.cost_us.max(1) as f64);
+    let steps: &[f64] = if args.sweep.quick {
         &[0.7, 0.85, 1.0]
     } else {
         &[0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]
@@ -392,7 +374,7 @@ pub fn run(args: &Args) -> Result<Results> {
     let pairs: Vec<(f64, f64)> = COST_PAIRS
         .iter()
         .copied()
-        .filter(|p| !args.quick || p.0 >= 5000.0)
+        .filter(|p| !args.sweep.quick || p.0 >= 5000.0)
         .collect();
     let mut call_rates: Vec<f64> = pairs.iter().map(|p| p.0).collect();
     call_rates.dedup();
@@ -400,7 +382,7 @@ pub fn run(args: &Args) -> Result<Results> {
     let mut done = 0;
     eprintln!(
         "udp-overload: emulated cost {} µs per message (rejections {} µs), nominal capacity {:.0} calls/s; {} points of {:.0} s",
-        args.cost_us, args.reject_cost_us, nominal, total, duration
+        args.sweep.cost_us, args.sweep.reject_cost_us, nominal, total, duration
     );
 
     // Phase 1: capacity.
@@ -410,8 +392,8 @@ pub fn run(args: &Args) -> Result<Results> {
         let rate = (nominal * f).round();
         let spec = Spec {
             mechanism: "none",
-            cost_us: args.cost_us,
-            reject_cost_us: args.reject_cost_us,
+            cost_us: args.sweep.cost_us,
+            reject_cost_us: args.sweep.reject_cost_us,
             rate,
             duration_s: duration,
             drain_s: drain,
@@ -452,8 +434,8 @@ pub fn run(args: &Args) -> Result<Results> {
         for m in &mechanisms {
             let spec = Spec {
                 mechanism: m,
-                cost_us: args.cost_us,
-                reject_cost_us: args.reject_cost_us,
+                cost_us: args.sweep.cost_us,
+                reject_cost_us: args.sweep.reject_cost_us,
                 rate: (capacity * f).round(),
                 duration_s: duration,
                 drain_s: drain,
@@ -525,10 +507,10 @@ pub fn run(args: &Args) -> Result<Results> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
             .saturating_sub(started.elapsed().as_secs()),
-        quick: args.quick,
+        quick: args.sweep.quick,
         machine: machine(),
-        emulate_cost_us: args.cost_us,
-        emulate_reject_cost_us: args.reject_cost_us,
+        emulate_cost_us: args.sweep.cost_us,
+        emulate_reject_cost_us: args.sweep.reject_cost_us,
         nominal_capacity_cps: nominal,
         capacity_cps: capacity,
         capacity_steps,
