@@ -96,9 +96,13 @@ impl TcpListener {
     pub fn accept(&self, limits: ConnLimits) -> io::Result<TcpConn> {
         let (stream, peer) = self.inner.accept()?;
         apply_options(&stream, &self.opts)?;
-        let mut c = TcpConn::new(stream, peer, limits, false);
-        c.stamped = self.opts.timestamps;
-        Ok(c)
+        Ok(TcpConn::new(
+            stream,
+            peer,
+            limits,
+            false,
+            self.opts.timestamps,
+        ))
     }
 }
 
@@ -199,6 +203,7 @@ impl TcpConn {
         peer: SocketAddr,
         limits: ConnLimits,
         connecting: bool,
+        stamped: bool,
     ) -> Self {
         Self {
             stream,
@@ -210,7 +215,7 @@ impl TcpConn {
             front_written: 0,
             queued: 0,
             connecting,
-            stamped: false,
+            stamped,
         }
     }
 
@@ -221,10 +226,13 @@ impl TcpConn {
         // Options that fail before the connection is established are retried never: they are
         // optimisations, not requirements.
         let applied = apply_options(&stream, opts).is_ok();
-        let stamped = opts.timestamps && applied;
-        let mut c = Self::new(stream, addr, limits, true);
-        c.stamped = stamped;
-        Ok(c)
+        Ok(Self::new(
+            stream,
+            addr,
+            limits,
+            true,
+            opts.timestamps && applied,
+        ))
     }
 
     /// Whether a connect started by [`connect`](Self::connect) is still in progress.
@@ -283,9 +291,7 @@ impl TcpConn {
             let r = if self.stamped {
                 crate::sys::recv_stamped(self.stream.as_raw_fd(), &mut self.rbuf[len..]).map(
                     |(n, ts)| {
-                        if ts.is_some() {
-                            out.rx_ns = ts;
-                        }
+                        out.rx_ns = ts.or(out.rx_ns);
                         n
                     },
                 )
