@@ -12,6 +12,7 @@ mod error;
 mod generator;
 pub mod lab;
 mod plot;
+pub mod ports;
 mod procfs;
 mod report;
 mod runner;

@@ -29,6 +29,26 @@ pub(crate) fn check_tools() -> Result<()> {
     }
 }
 
+/// Runs `point` again (up to three times in all) when one of its processes could not bind
+/// the port picked for it: ports are picked outside the ephemeral range
+/// ([`crate::ports`]), but another picker on the machine can still take one first.
+pub(crate) fn with_fresh_ports<T>(
+    experiment: &str,
+    tag: &str,
+    mut point: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match point() {
+            Err(LabError::Process(e)) if tries < 3 && e.contains("in use") => {
+                eprintln!("{experiment}: {tag}: a port was taken meanwhile; again");
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The options every `holdline lab` sweep over load takes (flattened into each experiment's
 /// own `Args`).
 #[derive(Debug, clap::Args)]

@@ -87,22 +87,11 @@ fn port_taken(port: u16, only: Option<Transport>) -> bool {
     }
 }
 
-/// A port free for UDP and TCP on 127.0.0.1 right now.
+/// A port free for UDP and TCP on 127.0.0.1, outside the ephemeral range (see
+/// [`crate::ports`]).
 pub(crate) fn free_port() -> Result<u16> {
-    for _ in 0..100 {
-        let udp =
-            UdpSocket::bind("127.0.0.1:0").map_err(|e| LabError::io("bind udp 127.0.0.1:0", e))?;
-        let port = udp
-            .local_addr()
-            .map_err(|e| LabError::io("local_addr", e))?
-            .port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    Err(LabError::Process(
-        "no free port on 127.0.0.1 after 100 tries".into(),
-    ))
+    crate::ports::free_port()
+        .ok_or_else(|| LabError::Process("no free port on 127.0.0.1 after 1,000 tries".into()))
 }
 
 /// Waits (bounded) until `port` is bound (for `only` that transport, else for UDP and TCP),

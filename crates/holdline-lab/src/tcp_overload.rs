@@ -298,23 +298,11 @@ fn server_args(port: u16, metrics: u16, config: &Path) -> Vec<String> {
     ]
 }
 
-/// [`run_point_once`], again with fresh ports (up to three times) when a process could not
-/// bind the port picked for it: with up to 22 processes opening connections, another
-/// connection can take an ephemeral port between the pick and the bind.
+/// [`run_point_once`], again with fresh ports when a process could not bind its port.
 fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match run_point_once(exe, runs, spec, capacity) {
-            Err(LabError::Process(e)) if tries < 3 && e.contains("in use") => {
-                eprintln!(
-                    "tcp-overload: {}: a port was taken meanwhile; again",
-                    spec.tag
-                );
-            }
-            other => return other,
-        }
-    }
+    crate::runner::with_fresh_ports("tcp-overload", &spec.tag, || {
+        run_point_once(exe, runs, spec, capacity)
+    })
 }
 
 /// Runs one point with fresh processes; its UAC reports and the RE's active sessions stay

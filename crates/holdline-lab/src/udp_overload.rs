@@ -182,8 +182,21 @@ struct Spec<'a> {
     tag: String,
 }
 
-/// Runs one point: a fresh server, UAS and UAC; returns the point and the UAC report.
+/// [`run_point_once`], again with fresh ports when a process could not bind its port.
 fn run_point(
+    exe: &Path,
+    runs: &Path,
+    spec: &Spec<'_>,
+    capacity: f64,
+    extra_config: Option<&Path>,
+) -> Result<(Point, Value)> {
+    crate::runner::with_fresh_ports("udp-overload", &spec.tag, || {
+        run_point_once(exe, runs, spec, capacity, extra_config)
+    })
+}
+
+/// Runs one point: a fresh server, UAS and UAC; returns the point and the UAC report.
+fn run_point_once(
     exe: &Path,
     runs: &Path,
     spec: &Spec<'_>,

@@ -4,7 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -12,15 +12,11 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_holdline");
 
-/// A port free on 127.0.0.1 for both UDP and TCP at the time of the call.
+/// A port free on 127.0.0.1 for both UDP and TCP at the time of the call, outside the
+/// ephemeral range so that no connecting socket of a parallel test takes it before the
+/// server binds it.
 pub fn free_port() -> u16 {
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("addr").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    holdline_lab::ports::free_port().expect("a free port on 127.0.0.1")
 }
 
 /// Whether to run SIPp tests: false (with a note) when `HOLDLINE_SKIP_SIPP` is set; a missing

@@ -1,0 +1,101 @@
+//! Ports for the processes a lab run or a test starts, picked outside the kernel's ephemeral
+//! range.
+//!
+//! Binding port 0 returns an ephemeral port, and that is the range every connecting TCP
+//! socket and every unbound UDP sender of the machine draws from: between the pick and the
+//! child's `bind`, another process of the run (a load generator opening connections, a test
+//! running in parallel) can take it, and the child fails with "Address already in use". A
+//! port below `net.ipv4.ip_local_port_range` is never handed out implicitly, so only another
+//! explicit picker could take it; the start point is spread by process id, time and a
+//! counter so that parallel pickers do not walk the same ports.
+
+use std::net::{TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Lowest port handed out.
+const FIRST: u16 = 10_000;
+/// Picks made by this process (spreads consecutive picks).
+static PICKS: AtomicU32 = AtomicU32::new(0);
+
+/// The kernel's ephemeral port range, `(low, high)`; Linux's default when it cannot be read.
+fn ephemeral_range() -> (u16, u16) {
+    let text =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut it = text
+        .split_whitespace()
+        .filter_map(|s| s.parse::<u16>().ok());
+    match (it.next(), it.next()) {
+        (Some(lo), Some(hi)) if lo <= hi => (lo, hi),
+        _ => (32_768, 60_999),
+    }
+}
+
+/// The candidate ports: `[FIRST, low)` of the ephemeral range, or above `high` when the range
+/// starts too low to leave room below it.
+fn candidates() -> (u16, u16) {
+    let (lo, hi) = ephemeral_range();
+    if lo > FIRST + 1_000 {
+        (FIRST, lo)
+    } else if hi < u16::MAX - 1_000 {
+        (hi + 1, u16::MAX)
+    } else {
+        (FIRST, u16::MAX)
+    }
+}
+
+/// Whether `port` on 127.0.0.1 is free for UDP and for TCP right now.
+fn free(port: u16) -> bool {
+    UdpSocket::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A port free for UDP and TCP on 127.0.0.1, outside the ephemeral range; `None` when none is
+/// found in 1,000 tries.
+pub fn free_port() -> Option<u16> {
+    let (first, end) = candidates();
+    let span = u32::from(end - first);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(nanos)
+        .wrapping_add(PICKS.fetch_add(1, Ordering::Relaxed).wrapping_mul(7_919));
+    (0..1_000u32)
+        .map(|i| first + ((seed.wrapping_add(i.wrapping_mul(104_729))) % span) as u16)
+        .find(|&p| free(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_free_ports_outside_the_ephemeral_range() {
+        let (lo, hi) = ephemeral_range();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let p = free_port().expect("a free port");
+            assert!(!(lo..=hi).contains(&p), "{p} is ephemeral ({lo}-{hi})");
+            // Bindable for both transports right after the pick.
+            let _u = UdpSocket::bind(("127.0.0.1", p)).expect("udp");
+            let _t = TcpListener::bind(("127.0.0.1", p)).expect("tcp");
+            seen.insert(p);
+        }
+        assert!(
+            seen.len() > 40,
+            "picks repeat: {} distinct of 50",
+            seen.len()
+        );
+    }
+
+    #[test]
+    fn skips_a_port_in_use() {
+        let p = free_port().expect("a free port");
+        let _hold = TcpListener::bind(("127.0.0.1", p)).expect("tcp");
+        assert!(!free(p));
+        for _ in 0..200 {
+            assert_ne!(free_port(), Some(p));
+        }
+    }
+}
