@@ -410,7 +410,7 @@ impl Endpoint {
         let from = req.from().ok()?;
         let cseq = req.cseq().ok()?;
         let via = req.top_via().ok()?;
-        let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ self.config.branch_seed;
+        let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ self.config.gate_key;
         let mut eat = |bytes: &[u8]| {
             for &b in bytes {
                 h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);

@@ -119,7 +119,20 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         .max_transactions(config.limits.max_transactions);
     // Distinct per worker, so that branches of different workers never collide.
     p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
+    // The same for every worker (a rejection one worker builds is acknowledged to the
+    // call's owner), different between servers: a hash of the bound listeners.
+    p.gate_key = gate_key(bound);
     p
+}
+
+/// The admission gate's tag key of a server listening on `bound`.
+fn gate_key(bound: &[Listener]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for l in bound {
+        (l.transport as u8, l.addr).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// One worker's SIP engine: the proxy/registrar [`Endpoint`] and, on worker 0, the periodic
@@ -301,6 +314,25 @@ mod tests {
     use super::*;
     use holdline_base::{Peer, Transport};
     use holdline_proto::MemoryLocationStore;
+
+    #[test]
+    fn workers_share_the_gate_key_and_not_the_branch_seed() {
+        let at = |a: &str| {
+            [Listener {
+                transport: Transport::Tcp,
+                addr: a.parse().expect("addr"),
+            }]
+        };
+        let c = ServerConfig::default();
+        let (w0, w1) = (
+            proxy_config(&c, &at("127.0.0.1:5060"), 0),
+            proxy_config(&c, &at("127.0.0.1:5060"), 1),
+        );
+        assert_eq!(w0.gate_key, w1.gate_key);
+        assert_ne!(w0.branch_seed, w1.branch_seed);
+        let other = proxy_config(&c, &at("127.0.0.1:5070"), 0);
+        assert_ne!(w0.gate_key, other.gate_key, "another server, another key");
+    }
 
     #[test]
     fn metrics_label_status_classes_correctly() {

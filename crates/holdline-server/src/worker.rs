@@ -50,6 +50,17 @@ pub(crate) enum Handoff {
     Inbound { bytes: Vec<u8>, from: Peer },
     /// Bytes to write on a connection the receiver owns.
     Outbound { bytes: Vec<u8>, to: Peer },
+    /// A new INVITE for a call the receiver owns, read over TCP at or before `since`: it
+    /// waits in the receiver's deferred queue (the owner's idle time is what it needs), its
+    /// connection paused by the sender until a [`Handoff::Resume`] comes back.
+    Deferred {
+        bytes: Vec<u8>,
+        from: Peer,
+        since: Instant,
+    },
+    /// The deferred INVITE of this connection (which the receiver owns) has been handled:
+    /// read it again.
+    Resume { conn: ConnId },
 }
 
 /// State every worker and the server share.
@@ -103,12 +114,11 @@ struct Conn {
     rx_ns: Option<u64>,
 }
 
-/// A new INVITE read over TCP, waiting for the worker to have nothing else to do.
+/// A new INVITE read over TCP, waiting for the worker that owns its call to have nothing
+/// else to do; the connection it came on (`from.conn`) is paused meanwhile.
 struct Deferred {
     bytes: Vec<u8>,
     from: Peer,
-    /// The connection it came on (slab key), paused meanwhile.
-    key: usize,
 }
 
 pub(crate) struct Worker {
@@ -143,20 +153,30 @@ pub(crate) struct Worker {
     pending: Vec<Token>,
     more_handoffs: bool,
     stopping: bool,
-    /// New INVITEs read over TCP, handled first in first out when nothing else is to be done.
+    /// New INVITEs of calls this worker owns, read over TCP (by it or by another worker),
+    /// handled first in first out when nothing else is to be done.
     deferred: DeferQueue<Deferred>,
+    /// Resumes for other workers' connections whose hand-off found the queue full: sent
+    /// again every iteration (a connection must not stay paused).
+    resumes: Vec<ConnId>,
     /// Messages handled so far (an iteration that handled none is idle time).
     handled: u64,
 }
 
-/// Whether `bytes` is a new INVITE for the deferral: an INVITE request whose To has no tag
-/// (a re-INVITE of an admitted call has one). Anything that does not parse is not: it goes
-/// its normal way (and gets its `400`).
-fn is_new_invite(bytes: &[u8], limits: &Limits) -> bool {
-    bytes.starts_with(b"INVITE ")
-        && Message::parse(bytes, limits).is_ok_and(|m| {
-            m.method() == Some(Method::Invite) && m.to().is_ok_and(|to| to.tag().is_none())
-        })
+/// The worker owning the call when `bytes` is a new INVITE for the deferral: an INVITE
+/// request whose To has no tag (a re-INVITE of an admitted call has one); `None` otherwise.
+/// Anything that does not parse is not one: it goes its normal way (and gets its `400`).
+fn new_invite_owner(bytes: &[u8], limits: &Limits, workers: usize) -> Option<usize> {
+    if !bytes.starts_with(b"INVITE ") {
+        return None;
+    }
+    let m = Message::parse(bytes, limits).ok()?;
+    let new = m.method() == Some(Method::Invite) && m.to().is_ok_and(|to| to.tag().is_none());
+    new.then(|| {
+        m.call_id()
+            .ok()
+            .map(|id| crate::shard::shard_of(id, workers))
+    })?
 }
 
 /// How long ago the kernel received something stamped `stamp` (`CLOCK_REALTIME` ns).
@@ -256,6 +276,7 @@ impl Worker {
             more_handoffs: false,
             stopping: false,
             deferred: DeferQueue::new(defer),
+            resumes: Vec::new(),
             handled: 0,
         }
     }
@@ -304,7 +325,11 @@ impl Worker {
             // Sources with more to read: served after this poll's new events, so that what
             // arrived meanwhile (responses of admitted calls, above all) is not held up.
             let carried = std::mem::take(&mut self.pending);
-            if !carried.is_empty() || self.more_handoffs || !self.deferred.is_empty() {
+            if !carried.is_empty()
+                || self.more_handoffs
+                || !self.deferred.is_empty()
+                || !self.resumes.is_empty()
+            {
                 timeout = Some(Duration::ZERO);
             }
             let handled_before = self.handled;
@@ -364,6 +389,9 @@ impl Worker {
             let idle =
                 self.handled == handled_before && self.pending.is_empty() && !self.more_handoffs;
             self.run_deferred(clock.now(), idle);
+            for conn in std::mem::take(&mut self.resumes) {
+                self.resume(now, conn);
+            }
             self.flush_udp();
             self.flush_wakes();
             if self.stats().core_wanted.swap(false, Relaxed) {
@@ -625,6 +653,12 @@ impl Worker {
                         self.conn_send(now, id, &bytes);
                     }
                 }
+                // Waits for idle time: not work handled yet.
+                Ok(Handoff::Deferred { bytes, from, since }) => {
+                    self.stats().handoffs_in.fetch_add(1, Relaxed);
+                    self.deferred.push(since, Deferred { bytes, from });
+                }
+                Ok(Handoff::Resume { conn }) => self.resume(now, conn),
                 Err(_) => return,
             }
         }
@@ -861,6 +895,7 @@ impl Worker {
 
     fn read_conn(&mut self, now: Instant, key: usize) {
         let turn = StdInstant::now();
+        let workers = self.shared.senders.len();
         for _ in 0..TCP_BUDGET {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
@@ -885,11 +920,15 @@ impl Worker {
                     transport: Transport::Tcp,
                     conn: Some(c.id),
                 };
-                match c.framer.poll(c.io.buffered()) {
-                    Ok(Frame::Message { len })
-                        if self.settings.defer.is_some()
-                            && is_new_invite(&c.io.buffered()[..len], &self.settings.limits) =>
-                    {
+                let frame = c.framer.poll(c.io.buffered());
+                let owner = match frame {
+                    Ok(Frame::Message { len }) if self.settings.defer.is_some() => {
+                        new_invite_owner(&c.io.buffered()[..len], &self.settings.limits, workers)
+                    }
+                    _ => None,
+                };
+                match frame {
+                    Ok(Frame::Message { len }) if let Some(owner) = owner => {
                         let bytes = c.io.buffered()[..len].to_vec();
                         c.io.consume(len);
                         c.paused = true;
@@ -901,14 +940,7 @@ impl Worker {
                                     .saturating_sub(age_of(stamp).as_nanos() as u64),
                             )
                         });
-                        self.deferred.push(
-                            since,
-                            Deferred {
-                                bytes,
-                                from: peer,
-                                key,
-                            },
-                        );
+                        self.defer_invite(owner, since, bytes, peer);
                         // Not read on until the INVITE is handled: the connection's backlog
                         // is the sender's signal (smart forwarding).
                         return;
@@ -984,15 +1016,56 @@ impl Worker {
                     d
                 }
             };
-            // The same connection (a key reused by a newer one is not paused).
-            if let Some(c) = self.conns.get_mut(d.key)
-                && c.paused
-                && Some(c.id) == d.from.conn
-            {
-                c.paused = false;
-                c.last_activity = now;
-                self.pending.push(Token(CONN_BASE + d.key));
+            if let Some(conn) = d.from.conn {
+                self.resume(now, conn);
             }
+        }
+    }
+
+    /// Defers a new INVITE read over TCP at or before `since` in the queue of `owner`, the
+    /// worker owning its call: the owner's idle time is what admitting it costs. The
+    /// connection it came on is paused until [`Self::resume`]. Kept here when the owner's
+    /// hand-off queue is full.
+    fn defer_invite(&mut self, owner: usize, since: Instant, bytes: Vec<u8>, from: Peer) {
+        let (bytes, from) = if owner == self.index {
+            (bytes, from)
+        } else {
+            match self.shared.senders[owner].try_send(Handoff::Deferred { bytes, from, since }) {
+                Ok(()) => {
+                    self.stats().handoffs_out.fetch_add(1, Relaxed);
+                    self.need_wake[owner] = true;
+                    return;
+                }
+                Err(
+                    TrySendError::Full(Handoff::Deferred { bytes, from, .. })
+                    | TrySendError::Disconnected(Handoff::Deferred { bytes, from, .. }),
+                ) => (bytes, from),
+                Err(_) => return,
+            }
+        };
+        self.deferred.push(since, Deferred { bytes, from });
+    }
+
+    /// Reads connection `conn` again after its deferred INVITE was handled: here if this
+    /// worker owns it, else by a hand-off to its owner (retried while the queue is full).
+    fn resume(&mut self, now: Instant, conn: ConnId) {
+        let owner = conn_owner(conn);
+        if owner != self.index {
+            match self.shared.senders[owner].try_send(Handoff::Resume { conn }) {
+                Ok(()) => self.need_wake[owner] = true,
+                Err(TrySendError::Full(_)) => self.resumes.push(conn),
+                Err(TrySendError::Disconnected(_)) => {}
+            }
+            return;
+        }
+        // The same connection: a key reused by a newer one is not in `conn_keys` under it.
+        if let Some(&key) = self.conn_keys.get(&conn)
+            && let Some(c) = self.conns.get_mut(key)
+            && c.paused
+        {
+            c.paused = false;
+            c.last_activity = now;
+            self.pending.push(Token(CONN_BASE + key));
         }
     }
 

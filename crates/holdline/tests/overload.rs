@@ -16,6 +16,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -297,4 +298,160 @@ fn smart_forwarding_rejects_invites_to_a_backed_up_next_hop_only() {
     assert!(by_backlog >= total(&slow, "r503") as f64, "{m}");
     drop(_server);
     let _ = held.join();
+}
+
+/// One of `stream`'s responses: the start line and the To header, read (bounded) until a
+/// blank line ends the header; `None` when the server closed or said nothing within 20 s.
+fn read_response(stream: &mut std::net::TcpStream) -> Option<(String, String)> {
+    use std::io::BufRead;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut r = std::io::BufReader::new(stream);
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end().to_owned();
+        if line.is_empty() {
+            break;
+        }
+        head.push(line);
+    }
+    // Every response of this test has an empty body (Content-Length: 0).
+    let to = head
+        .iter()
+        .find_map(|l| l.strip_prefix("To: ").or_else(|| l.strip_prefix("t: ")))
+        .unwrap_or_default()
+        .to_owned();
+    Some((head.first()?.clone(), to))
+}
+
+/// Call-IDs of `n` calls that worker 0 of `workers` owns (the shard is a fixed hash).
+fn call_ids_of_worker_0(n: usize, workers: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("defer-{i}@test"))
+        .filter(|id| holdline_server::shard::shard_of(id.as_bytes(), workers) == 0)
+        .take(n)
+        .collect()
+}
+
+fn tcp_request(method: &str, n: usize, call_id: &str, to: &str, local: SocketAddr) -> String {
+    format!(
+        "{method} sip:bob@example.com SIP/2.0\r\n\
+         Via: SIP/2.0/TCP {local};branch=z9hG4bKdefer{n}\r\n\
+         Max-Forwards: 70\r\n\
+         To: {to}\r\n\
+         From: <sip:alice@example.com>;tag=f{n}\r\n\
+         Call-ID: {call_id}\r\n\
+         CSeq: 1 {method}\r\n\
+         Contact: <sip:alice@{local};transport=tcp>\r\n\
+         Content-Length: 0\r\n\r\n"
+    )
+}
+
+/// New INVITEs over TCP wait for idle time of the worker owning their call; those that wait
+/// too long get `503`, their connections are read again, and the ACKs of the 503s are
+/// absorbed. With two workers every call belongs to worker 0 while the connections are
+/// read by both: the INVITEs read by worker 1 wait in worker 0's queue (worker 1 being idle
+/// says nothing about the owner), and worker 1's connections are resumed by a hand-off back.
+#[test]
+fn deferred_invites_that_wait_too_long_get_503_and_their_acks_are_absorbed() {
+    for workers in [1, 2] {
+        deferral_rejects_and_resumes(workers);
+    }
+}
+
+fn deferral_rejects_and_resumes(workers: usize) {
+    let _one_run_at_a_time = common::sipp_lock();
+    // A next hop that takes connections (kernel backlog) and never answers.
+    let next_hop = std::net::TcpListener::bind("127.0.0.1:0").expect("next hop");
+    let hop = next_hop.local_addr().expect("addr");
+    let (proxy, metrics) = (free_port(), free_port());
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Every handled message costs 500 ms of CPU, a rejection nothing: while the first INVITE
+    // admitted is handled, the others wait far longer than the 20 ms allowed.
+    let config = dir.path().join("holdline.toml");
+    std::fs::write(
+        &config,
+        "[overload]\nemulate_cost_us = 500000\nemulate_reject_cost_us = 0\ndefer_max_wait_ms = 20\n",
+    )
+    .expect("config");
+    let server = Holdline::start(&[
+        s("--config"),
+        config.display().to_string(),
+        s("--listen"),
+        format!("tcp:127.0.0.1:{proxy}"),
+        s("--route"),
+        format!("*=tcp:{hop}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        workers.to_string(),
+        s("--metrics"),
+        format!("127.0.0.1:{metrics}"),
+    ]);
+    let at = SocketAddr::from(([127, 0, 0, 1], proxy));
+    const CALLS: usize = 6;
+    let ids = call_ids_of_worker_0(CALLS, workers);
+    let mut streams: Vec<std::net::TcpStream> = (0..CALLS)
+        .map(|_| std::net::TcpStream::connect(at).expect("connect"))
+        .collect();
+    // All INVITEs written back to back, each on its own connection.
+    for (n, st) in streams.iter_mut().enumerate() {
+        let local = st.local_addr().expect("local");
+        st.write_all(tcp_request("INVITE", n, &ids[n], "<sip:bob@example.com>", local).as_bytes())
+            .expect("invite");
+    }
+    let mut admitted = 0;
+    let mut rejected = Vec::new();
+    for (n, st) in streams.iter_mut().enumerate() {
+        let (line, to) = read_response(st).unwrap_or_else(|| panic!("no answer to INVITE {n}"));
+        if line.starts_with("SIP/2.0 100") {
+            admitted += 1;
+        } else {
+            assert!(line.starts_with("SIP/2.0 503"), "INVITE {n}: {line}");
+            assert!(to.contains(";tag="), "503 without To tag: {to}");
+            rejected.push((n, to));
+        }
+    }
+    // One owner, 500 ms per admitted INVITE: the first is admitted when it is idle, the
+    // others are overdue by the time it is idle again (one more at most: one read late).
+    assert!(
+        (1..=2).contains(&admitted),
+        "{workers} workers: {admitted} admitted"
+    );
+    assert_eq!(admitted + rejected.len(), CALLS);
+    let m = scrape(SocketAddr::from(([127, 0, 0, 1], metrics)));
+    assert_eq!(
+        metric(
+            &m,
+            "holdline_overload_deferred_released_total",
+            &["outcome=\"rejected\""]
+        ),
+        rejected.len() as f64,
+        "{m}"
+    );
+    // The callers acknowledge their 503s; the server absorbs each ACK (none is forwarded).
+    for (n, to) in &rejected {
+        let st = &mut streams[*n];
+        let local = st.local_addr().expect("local");
+        st.write_all(tcp_request("ACK", *n, &ids[*n], to, local).as_bytes())
+            .expect("ack");
+    }
+    let want = rejected.len() as f64;
+    let m = common::wait_metrics(
+        SocketAddr::from(([127, 0, 0, 1], metrics)),
+        Duration::from_secs(20),
+        |m| metric(m, "holdline_sip_rejection_acks_absorbed_total", &[]) >= want,
+    );
+    assert_eq!(
+        metric(&m, "holdline_sip_rejection_acks_absorbed_total", &[]),
+        want,
+        "{m}"
+    );
+    drop(server);
+    drop(next_hop);
 }

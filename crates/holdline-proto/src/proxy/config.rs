@@ -65,6 +65,11 @@ pub struct ProxyConfig {
     /// Seed of the per-transaction part of the branches this proxy generates. Draw it from
     /// the driver's seeded [`Rng`](holdline_base::Rng), different per worker. Default 0.
     pub branch_seed: u64,
+    /// Key of the To tags of the admission gate's stateless rejections (a keyed hash of the
+    /// fields the ACK repeats). Give every worker of one server the same key: a rejection
+    /// built by one worker is acknowledged to whichever worker owns the call, which absorbs
+    /// the ACK only if it computes the same tag. Default 0.
+    pub gate_key: u64,
     /// The transaction layer's settings. Its `limits` are replaced by
     /// [`limits`](Self::limits). Default [`TxnConfig::default`].
     pub txn: TxnConfig,
@@ -88,6 +93,7 @@ impl Default for ProxyConfig {
             timer_c: Duration::from_secs(180),
             max_branches: 16,
             branch_seed: 0,
+            gate_key: 0,
             txn: TxnConfig::default(),
             registrar: RegistrarConfig::default(),
             limits: Limits::DEFAULT,

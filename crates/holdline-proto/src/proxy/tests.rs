@@ -1936,6 +1936,59 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
 }
 
 #[test]
+fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
+    // Workers of one server differ in their branch seeds and share the gate key: a 503
+    // built by the worker that read the INVITE (a deferred INVITE that waited too long) is
+    // acknowledged to the worker that owns the call.
+    let worker = |branch_seed, gate_key| {
+        Endpoint::new(
+            ProxyConfig {
+                branch_seed,
+                gate_key,
+                ..config()
+            },
+            Arc::new(MemStore::default()),
+        )
+    };
+    let (mut reader, mut owner, mut stranger) = (worker(1, 42), worker(2, 42), worker(3, 43));
+    let from = udp(ua_addr(1));
+    assert!(reader.handle_admitting(
+        ms(0),
+        &invite("z9hG4bKgk"),
+        from,
+        Transport::Udp,
+        &mut || Some(REJECT),
+        &mut |_| None
+    ));
+    let to = header(&drain(&mut reader)[0], HeaderName::To).expect("To");
+    let ack = request(
+        "ACK",
+        "sip:bob@example.com",
+        ua_addr(1),
+        "z9hG4bKgk",
+        1,
+        &[("To", &to)],
+    );
+    assert!(
+        owner.handle_admitting(ms(1), &ack, from, Transport::Udp, &mut || None, &mut |_| {
+            None
+        })
+    );
+    assert!(drain(&mut owner).is_empty(), "absorbed, not forwarded");
+    assert_eq!(owner.stats().gate_acks_absorbed, 1);
+    // A server with another key does not take the tag for its own.
+    assert!(!stranger.handle_admitting(
+        ms(1),
+        &ack,
+        from,
+        Transport::Udp,
+        &mut || None,
+        &mut |_| None
+    ));
+    assert_eq!(stranger.stats().gate_acks_absorbed, 0);
+}
+
+#[test]
 fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
     let mut e = gate_endpoint();
     let from = udp(ua_addr(1));
