@@ -47,6 +47,7 @@ fn color_for(name: &str) -> RGBColor {
         ("no control,", (214u8, 39u8, 40u8)),
         ("ics+", (0, 94, 184)),
         ("ecs+", (44, 160, 44)),
+        ("holdline defaults,", (148, 103, 189)),
     ] {
         if n.starts_with(prefix) {
             let ses: u32 = n

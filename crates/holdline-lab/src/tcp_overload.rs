@@ -10,6 +10,7 @@
 //! | `none` | no smart forwarding, no local control | no local control, new INVITEs not deferred, system buffers: what a server without overload control does |
 //! | `ics` | smart forwarding, one connection to the RE (ICS) | buffer minimization on its listener, admitted calls first (new INVITEs deferred), no local control |
 //! | `ecs` | smart forwarding, a separate INVITE connection (ECS) | as for `ics` |
+//! | `default` | holdline's defaults: local control (OCC), smart forwarding ICS | holdline's defaults: local control (OCC), new INVITEs deferred, system buffers |
 //!
 //! The RE's buffer minimization is seed 000's recommendation, a receive buffer of a couple of
 //! INVITEs (`recv_buffer = 1024`, which Linux doubles), with a small MSS announced to the SEs
@@ -59,7 +60,7 @@ const GOODPUT_WINDOW_S: f64 = 10.0;
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// The mechanisms, in plotting order.
-const MECHANISMS: [&str; 3] = ["none", "ics", "ecs"];
+const MECHANISMS: [&str; 4] = ["none", "default", "ics", "ecs"];
 
 /// `holdline lab tcp-overload` options.
 #[derive(Debug, Parser)]
@@ -125,6 +126,10 @@ pub struct Point {
     pub calls_ok: u64,
     /// 503 responses at the UACs.
     pub r503: u64,
+    /// Calls that failed with another final response at the UACs: an SE answers `500`
+    /// upstream for a `503` from the RE (RFC 3261 §16.7: a proxy does not forward 503).
+    #[serde(default)]
+    pub r_other: u64,
     /// Calls that timed out or were cut by the drain limit.
     pub timeouts: u64,
     /// New INVITEs the SEs rejected by smart forwarding.
@@ -198,6 +203,15 @@ fn re_config_sf(port: u16) -> String {
          recv_buffer = 1024\n\
          read_buffer = 2048\n\
          max_segment = 536\n"
+    )
+}
+
+/// The RE's configuration out of the box: only where it listens and that it record-routes.
+fn re_config_default(port: u16) -> String {
+    format!(
+        "# holdline's defaults\n\
+         listen = [\"tcp:127.0.0.1:{port}\"]\n\
+         record_route = true\n"
     )
 }
 
@@ -342,12 +356,12 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     )?;
 
     // RE (core 1).
-    let sf = spec.mechanism != "none";
+    let sf = matches!(spec.mechanism, "ics" | "ecs");
     let re_cfg = runs.join(format!("{tag}-re.toml"));
-    let text = if sf {
-        re_config_sf(re_port)
-    } else {
-        re_config_none(re_port)
+    let text = match spec.mechanism {
+        "none" => re_config_none(re_port),
+        "default" => re_config_default(re_port),
+        _ => re_config_sf(re_port),
     };
     std::fs::write(&re_cfg, text)
         .map_err(|e| LabError::io(format!("write {}", re_cfg.display()), e))?;
@@ -375,7 +389,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         args.push(format!("--route=*=tcp:127.0.0.1:{re_port}"));
         if sf {
             args.push(format!("--smart-forwarding={}", spec.mechanism));
-        } else {
+        } else if spec.mechanism == "none" {
             args.extend(["--smart-forwarding=off".into(), "--overload=none".into()]);
         }
         let log = runs.join(format!("{tag}-se{i}.log"));
@@ -502,6 +516,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         calls_attempted: sum(&["totals", "attempted"]),
         calls_ok: sum(&["totals", "calls_ok"]),
         r503: sum(&["totals", "r503"]),
+        r_other: sum(&["totals", "r_fail_other"]),
         timeouts: sum(&["totals", "timeouts"]),
         se_rejected: se_rejected as u64,
         re_rejected: metric(&re_text, "holdline_sip_rejected_overload_total") as u64,
@@ -537,7 +552,7 @@ fn read_active(path: &Path) -> Vec<(f64, f64)> {
 
 fn progress(i: usize, n: usize, p: &Point, started: Instant) {
     eprintln!(
-        "[{i}/{n} {:>5.0} s] {:<4} {:>2} SE {:>5.2}x offered {:>7.1}/s  throughput {:>6.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  200 retrans {:>6}  fairness {}",
+        "[{i}/{n} {:>5.0} s] {:<7} {:>2} SE {:>5.2}x offered {:>7.1}/s  throughput {:>6.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  other {:>5}  200 retrans {:>6}  fairness {}",
         started.elapsed().as_secs_f64(),
         p.mechanism,
         p.ses.unwrap_or(1),
@@ -547,6 +562,7 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
         p.pdd_p50_ms,
         p.pdd_p99_ms,
         p.r503,
+        p.r_other,
         p.retrans_200,
         p.fairness
             .map_or_else(|| "-".to_string(), |f| format!("{f:.3}")),
@@ -605,7 +621,8 @@ pub fn run(args: &Args) -> Result<Results> {
         .find(|m| !MECHANISMS.contains(&m.as_str()))
     {
         return Err(LabError::Precondition(format!(
-            "unknown mechanism `{bad}` (known: none, ics, ecs)"
+            "unknown mechanism `{bad}` (known: {})",
+            MECHANISMS.join(", ")
         )));
     }
     if ses.iter().any(|&n| n == 0 || n > 64) {
@@ -738,6 +755,7 @@ fn label(mechanism: &str, ses: u32) -> String {
     let name = match mechanism {
         "ics" => "ICS+BM+SF",
         "ecs" => "ECS+BM+SF",
+        "default" => "holdline defaults",
         _ => "no control",
     };
     format!("{name}, {ses} SE{}", if ses == 1 { "" } else { "s" })
@@ -751,11 +769,11 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,completed_total,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,timeouts,se_rejected,re_rejected,re_active_max,re_cpu_s,re_busy,per_se_cps\n",
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,completed_total,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_rejected,re_rejected,re_active_max,re_cpu_s,re_busy,per_se_cps\n",
     );
     for p in &r.points {
         csv.push_str(&format!(
-            "{},{},{},{:.3},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{}\n",
+            "{},{},{},{:.3},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{}\n",
             p.experiment,
             p.mechanism,
             p.ses.unwrap_or(1),
@@ -774,6 +792,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             p.calls_attempted,
             p.calls_ok,
             p.r503,
+            p.r_other,
             p.timeouts,
             p.se_rejected,
             p.re_rejected,
@@ -915,14 +934,24 @@ mod tests {
 
     #[test]
     fn the_re_configurations_are_valid_server_configurations() {
-        for text in [re_config_sf(5080), re_config_none(5080)] {
+        for text in [
+            re_config_sf(5080),
+            re_config_none(5080),
+            re_config_default(5080),
+        ] {
             let c = holdline_server::ServerConfig::from_toml("re.toml", &text)
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
             assert!(c.record_route);
-            assert_eq!(c.overload.local, "none");
         }
+        let default = holdline_server::ServerConfig::from_toml("re.toml", &re_config_default(5080))
+            .expect("valid");
+        assert_eq!(
+            default.overload,
+            holdline_server::ServerConfig::default().overload
+        );
         let sf = holdline_server::ServerConfig::from_toml("re.toml", &re_config_sf(5080))
             .expect("valid");
+        assert_eq!(sf.overload.local, "none");
         assert!(sf.overload.defers_new_invites());
         let b = sf.listener_buffers(&"tcp:127.0.0.1:5080".parse().expect("listener"));
         assert_eq!(
@@ -931,6 +960,8 @@ mod tests {
         );
         let none = holdline_server::ServerConfig::from_toml("re.toml", &re_config_none(5080))
             .expect("valid");
+        assert_eq!(none.overload.local, "none");
         assert!(!none.overload.defers_new_invites());
+        assert_eq!(none.overload.smart_forwarding_mode(), "off");
     }
 }

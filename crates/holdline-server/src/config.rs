@@ -41,7 +41,8 @@
 //! # retry_after_s = 5              # Retry-After in the 503s; default none
 //! emulate_cost_us = 0              # experiments: CPU µs added to every message handled
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
-//! smart_forwarding = "off"         # TCP next hops: off | ics | ecs (seed 000)
+//! # smart_forwarding = "ics"       # TCP next hops: off | ics | ecs (seed 000); default ics,
+//!                                  # off when local = "none"
 //! smart_forwarding_threshold = 0   # bytes of backlog tolerated before 503
 //! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
 //!                                  # unread meanwhile (default: on unless local = "none")
@@ -317,10 +318,11 @@ pub struct OverloadSettings {
     pub queue_resume: Option<usize>,
     /// `Retry-After` seconds in the 503s (absent: none, as RFC 7339 §5.2 recommends).
     pub retry_after_s: Option<u32>,
-    /// TCP smart forwarding (seed 000): `off` (default), `ics` (one connection per next hop;
-    /// a new INVITE is rejected with 503 when that connection has unsent bytes) or `ecs` (new
-    /// INVITEs on a connection of their own per next hop, checked the same way).
-    pub smart_forwarding: String,
+    /// TCP smart forwarding (seed 000): `off`, `ics` (one connection per next hop; a new
+    /// INVITE is rejected with 503 when that connection has unsent bytes) or `ecs` (new
+    /// INVITEs on a connection of their own per next hop, checked the same way). Absent:
+    /// `ics` unless `local` is `none` (see [`Self::smart_forwarding_mode`]).
+    pub smart_forwarding: Option<String>,
     /// Smart forwarding: the backlog (kernel unsent + queued bytes) above which a new INVITE
     /// is rejected; 0 (default) is the paper's "not empty".
     pub smart_forwarding_threshold: u64,
@@ -357,7 +359,7 @@ impl Default for OverloadSettings {
             retry_after_s: None,
             emulate_cost_us: 0,
             emulate_reject_cost_us: None,
-            smart_forwarding: "off".into(),
+            smart_forwarding: None,
             smart_forwarding_threshold: 0,
             defer_new_invites: None,
             defer_max_wait_ms: 250,
@@ -366,6 +368,16 @@ impl Default for OverloadSettings {
 }
 
 impl OverloadSettings {
+    /// The smart-forwarding mode in effect: the configured one, else `ics` with local control
+    /// on and `off` without (`local = "none"` is the no-control baseline of experiments).
+    pub fn smart_forwarding_mode(&self) -> &str {
+        match &self.smart_forwarding {
+            Some(m) => m,
+            None if self.local == "none" => "off",
+            None => "ics",
+        }
+    }
+
     /// Whether new INVITEs read over TCP wait for idle time (see `defer_new_invites`).
     pub fn defers_new_invites(&self) -> bool {
         self.defer_new_invites.unwrap_or(self.local != "none")
@@ -388,7 +400,7 @@ impl OverloadSettings {
 
     /// The forward-gate controller (TCP smart forwarding), if on; or the key and why not.
     pub fn forward_controller(&self) -> Result<Option<ControllerConfig>, (String, String)> {
-        let split = match self.smart_forwarding.as_str() {
+        let split = match self.smart_forwarding_mode() {
             "off" => return Ok(None),
             "ics" => holdline_overload::Split::Implicit,
             "ecs" => holdline_overload::Split::Explicit,
@@ -731,7 +743,7 @@ impl ServerConfig {
             self.overload.emulate_reject_cost_us = Some(c);
         }
         if let Some(s) = o.smart_forwarding {
-            self.overload.smart_forwarding = s;
+            self.overload.smart_forwarding = Some(s);
         }
         if let Some(d) = o.defer_new_invites {
             self.overload.defer_new_invites = Some(d);
@@ -1098,6 +1110,27 @@ stateless = true
             none.overload.controller().expect("valid").algorithm(),
             Algorithm::NoControl
         );
+        // Smart forwarding: ICS by default, off with no control unless asked for.
+        let split = |c: &ServerConfig| match c.overload.forward_controller().expect("valid") {
+            Some(ControllerConfig::SmartForwarding(sf)) => Some(sf.split),
+            _ => None,
+        };
+        assert_eq!(
+            split(&ServerConfig::default()),
+            Some(holdline_overload::Split::Implicit)
+        );
+        assert_eq!(split(&none), None);
+        for (text, want) in [
+            (
+                "local = \"none\"\nsmart_forwarding = \"ecs\"",
+                Some(holdline_overload::Split::Explicit),
+            ),
+            ("smart_forwarding = \"off\"", None),
+        ] {
+            let c = ServerConfig::from_toml("x.toml", &format!("[overload]\n{text}\n"))
+                .expect("parses");
+            assert_eq!(split(&c), want, "{text}");
+        }
         // Errors name the line and the key.
         let e =
             ServerConfig::from_toml("a.toml", "workers = 1\n[overload]\nlocal = \"occupancy\"\n")

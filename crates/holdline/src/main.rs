@@ -91,7 +91,8 @@ struct ServeArgs {
     /// (default: --emulate-cost-us).
     #[arg(long, value_name = "N")]
     emulate_reject_cost_us: Option<u64>,
-    /// TCP smart forwarding to next hops: off (default), ics or ecs.
+    /// TCP smart forwarding to next hops: off, ics or ecs (default ics; off with
+    /// `--overload none`).
     #[arg(long, value_name = "off|ics|ecs")]
     smart_forwarding: Option<String>,
     /// TCP: new INVITEs wait until the worker has nothing else to do, their connection unread
@@ -213,7 +214,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         } else {
             ""
         },
-        match config.overload.smart_forwarding.as_str() {
+        match config.overload.smart_forwarding_mode() {
             "off" => String::new(),
             sf => format!(", smart forwarding {sf}"),
         },

@@ -119,8 +119,9 @@ fn udp_overload_writes_results_csv_and_plots() {
 /// `holdline lab tcp-overload`, small: one and three SEs at 5x, every mechanism, 3 s points.
 /// Checks the files and that each mechanism is what it says: without control nothing is
 /// rejected and the RE's 200 OKs are retransmitted (ACKs come late); with smart forwarding
-/// the SEs answer 503s, the RE none, and every admitted call completes on time. No speed is
-/// asserted.
+/// the SEs answer 503s, the RE none, and every admitted call completes on time; with
+/// holdline's defaults excess calls are rejected (by the SEs or the RE) and every call
+/// completes or is rejected. No speed is asserted.
 #[test]
 fn tcp_overload_writes_results_csv_and_plots() {
     let _one_run_at_a_time = common::sipp_lock();
@@ -141,14 +142,14 @@ fn tcp_overload_writes_results_csv_and_plots() {
         ],
         &out,
     );
-    assert!(err.contains("[6/6"), "progress is shown:\n{err}");
+    assert!(err.contains("[8/8"), "progress is shown:\n{err}");
 
     let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     assert_eq!(v["experiment"], "tcp-overload");
     assert_eq!(v["capacity_cps"], 160.0);
     let points = v["points"].as_array().expect("points");
-    assert_eq!(points.len(), 6, "2 SE counts x 3 mechanisms");
+    assert_eq!(points.len(), 8, "2 SE counts x 4 mechanisms");
     for p in points {
         for key in [
             "offered_cps",
@@ -205,11 +206,24 @@ fn tcp_overload_writes_results_csv_and_plots() {
             );
         }
     }
+    for ses in [1, 3] {
+        let p = at("default", ses);
+        let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+        assert!(
+            n("se_rejected") + n("re_rejected") > 0,
+            "defaults: overload is rejected somewhere: {p}"
+        );
+        assert_eq!(
+            n("calls_ok") + n("r503") + n("r_other") + n("timeouts"),
+            n("calls_attempted"),
+            "defaults: every call ends: {p}"
+        );
+    }
     let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
     assert!(csv.starts_with(
         "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,"
     ));
-    assert_eq!(csv.lines().count(), 7, "header + 6 points");
+    assert_eq!(csv.lines().count(), 9, "header + 8 points");
     for plot in ["throughput", "pdd", "active", "fairness"] {
         let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
         assert!(svg.contains("<svg"));
