@@ -999,18 +999,21 @@ impl Worker {
     /// Releases deferred new INVITEs: the oldest is handled when the worker is `idle`; any
     /// that waited too long are rejected with 503 here, statelessly, without the controller.
     /// Their connections are read again.
-    fn run_deferred(&mut self, now: Instant, mut idle: bool) {
+    fn run_deferred(&mut self, mut now: Instant, mut idle: bool) {
         while let Some(release) = self.deferred.poll(now, idle) {
             let d = match release {
                 Release::Admit(d) => {
                     self.dispatch(now, &d.bytes, d.from);
-                    // Busy again until a poll finds nothing.
+                    // Busy again until a poll finds nothing; and the handling took time, so
+                    // what waits behind it is judged against the clock after it (an INVITE
+                    // overdue by then is rejected now, not admitted at the next idle pass).
                     idle = false;
+                    now = self.shared.clock.now();
                     d
                 }
                 Release::Reject(d, r) => {
-                    // Rejected by the worker that read it (no hand-off): the 503 needs no
-                    // transaction, and this worker is the one that is busy.
+                    // Rejected here, by the worker owning the call (no hand-off): the 503
+                    // needs no transaction.
                     self.handled += 1;
                     self.handle_local(now, &d.bytes, d.from, Some(r));
                     d
