@@ -8,9 +8,9 @@
 //! | mechanism | SEs | RE |
 //! | --- | --- | --- |
 //! | `none` | no smart forwarding, no local control | no local control, new INVITEs not deferred, system buffers: what a server without overload control does |
-//! | `ics` | smart forwarding, one connection to the RE (ICS) | buffer minimization on its listener, admitted calls first (new INVITEs deferred), no local control |
-//! | `ecs` | smart forwarding, a separate INVITE connection (ECS) | as for `ics` |
-//! | `default` | holdline's defaults: local control (OCC), smart forwarding ICS | holdline's defaults: local control (OCC), new INVITEs deferred, system buffers |
+//! | `ics` | smart forwarding with the paper's rule (threshold 0), one connection to the RE (ICS) | buffer minimization on its listener, admitted calls first (new INVITEs deferred), no local control |
+//! | `ecs` | the same rule, a separate INVITE connection (ECS) | as for `ics` |
+//! | `default` | holdline's defaults: local control (OCC), smart forwarding ICS (threshold 64 KiB) | holdline's defaults: local control (OCC), new INVITEs deferred, system buffers |
 //!
 //! The RE's buffer minimization is seed 000's recommendation, a receive buffer of a couple of
 //! INVITEs (`recv_buffer = 1024`, which Linux doubles), with a small MSS announced to the SEs
@@ -227,6 +227,16 @@ fn re_config_none(port: u16) -> String {
     )
 }
 
+/// An SE's configuration: with ICS/ECS the paper's smart-forwarding rule (reject when the
+/// backlog is not empty), which fits the RE's minimized buffers; otherwise the defaults.
+fn se_config(port: u16, mechanism: &str) -> String {
+    let mut text = format!("listen = [\"tcp:127.0.0.1:{port}\"]\nrecord_route = true\n");
+    if matches!(mechanism, "ics" | "ecs") {
+        text.push_str("[overload]\nsmart_forwarding_threshold = 0\n");
+    }
+    text
+}
+
 /// What one point is.
 struct Spec<'a> {
     mechanism: &'a str,
@@ -380,11 +390,8 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     for i in 0..m {
         let (port, metrics) = (free_port()?, free_port()?);
         let cfg = runs.join(format!("{tag}-se{i}.toml"));
-        std::fs::write(
-            &cfg,
-            format!("listen = [\"tcp:127.0.0.1:{port}\"]\nrecord_route = true\n"),
-        )
-        .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
+        std::fs::write(&cfg, se_config(port, spec.mechanism))
+            .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
         let mut args = server_args(port, metrics, &cfg);
         args.push(format!("--route=*=tcp:127.0.0.1:{re_port}"));
         if sf {
@@ -930,6 +937,24 @@ mod tests {
                     holdline_sip_rejected_overload_total{worker=\"0\"} 5\n";
         assert_eq!(active_sessions(text), 20.0);
         assert_eq!(active_sessions(""), 0.0);
+    }
+
+    #[test]
+    fn ses_use_the_papers_rule_with_ics_and_ecs_and_the_defaults_otherwise() {
+        let parse = |m: &str| {
+            holdline_server::ServerConfig::from_toml("se.toml", &se_config(5070, m))
+                .unwrap_or_else(|e| panic!("{m}: {e}"))
+        };
+        for m in ["ics", "ecs"] {
+            assert_eq!(parse(m).overload.smart_forwarding_threshold, 0, "{m}");
+        }
+        for m in ["none", "default"] {
+            assert_eq!(
+                parse(m).overload,
+                holdline_server::ServerConfig::default().overload,
+                "{m}"
+            );
+        }
     }
 
     #[test]

@@ -43,7 +43,8 @@
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
 //! # smart_forwarding = "ics"       # TCP next hops: off | ics | ecs (seed 000); default ics,
 //!                                  # off when local = "none"
-//! smart_forwarding_threshold = 0   # bytes of backlog tolerated before 503
+//! smart_forwarding_threshold = 65536  # bytes of backlog tolerated before 503 (0: the
+//!                                  # paper's "not empty")
 //! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
 //!                                  # unread meanwhile (default: on unless local = "none")
 //! defer_max_wait_ms = 250          # ... and get 503 when none comes within this
@@ -324,7 +325,9 @@ pub struct OverloadSettings {
     /// `ics` unless `local` is `none` (see [`Self::smart_forwarding_mode`]).
     pub smart_forwarding: Option<String>,
     /// Smart forwarding: the backlog (kernel unsent + queued bytes) above which a new INVITE
-    /// is rejected; 0 (default) is the paper's "not empty".
+    /// is rejected. 0 is the paper's "not empty", right behind a next hop whose receive
+    /// buffer is minimized; the default, 64 KiB, lets a healthy next hop lag for a moment
+    /// (a descheduled process, a congestion window refilling) without 503s.
     pub smart_forwarding_threshold: u64,
     /// Capacity emulation for experiments: this many microseconds of real CPU work added to
     /// every message a worker handles, rejections included (0: off).
@@ -360,7 +363,7 @@ impl Default for OverloadSettings {
             emulate_cost_us: 0,
             emulate_reject_cost_us: None,
             smart_forwarding: None,
-            smart_forwarding_threshold: 0,
+            smart_forwarding_threshold: 65_536,
             defer_new_invites: None,
             defer_max_wait_ms: 250,
         }
