@@ -8,9 +8,9 @@
 //! | mechanism | SEs | RE |
 //! | --- | --- | --- |
 //! | `none` | no smart forwarding, no local control | no local control, new INVITEs not deferred, system buffers: what a server without overload control does |
-//! | `ics` | smart forwarding with the paper's rule (threshold 0), one connection to the RE (ICS) | buffer minimization on its listener, admitted calls first (new INVITEs deferred), no local control |
+//! | `ics` | smart forwarding with the paper's rule (threshold 0, no hold), one connection to the RE (ICS) | buffer minimization on its listener, admitted calls first (new INVITEs deferred), no local control |
 //! | `ecs` | the same rule, a separate INVITE connection (ECS) | as for `ics` |
-//! | `default` | holdline's defaults: local control (OCC), smart forwarding ICS (threshold 64 KiB) | holdline's defaults: local control (OCC), new INVITEs deferred, system buffers |
+//! | `default` | holdline's defaults: local control (OCC), smart forwarding ICS (16 KiB for 20 ms) | holdline's defaults: local control (OCC), new INVITEs deferred, system buffers |
 //!
 //! The RE's buffer minimization is seed 000's recommendation, a receive buffer of a couple of
 //! INVITEs (`recv_buffer = 1024`, which Linux doubles), with a small MSS announced to the SEs
@@ -227,12 +227,12 @@ fn re_config_none(port: u16) -> String {
     )
 }
 
-/// An SE's configuration: with ICS/ECS the paper's smart-forwarding rule (reject when the
-/// backlog is not empty), which fits the RE's minimized buffers; otherwise the defaults.
+/// An SE's configuration: with ICS/ECS the paper's smart-forwarding rule (reject as soon as
+/// the backlog is not empty), which fits the RE's minimized buffers; otherwise the defaults.
 fn se_config(port: u16, mechanism: &str) -> String {
     let mut text = format!("listen = [\"tcp:127.0.0.1:{port}\"]\nrecord_route = true\n");
     if matches!(mechanism, "ics" | "ecs") {
-        text.push_str("[overload]\nsmart_forwarding_threshold = 0\n");
+        text.push_str("[overload]\nsmart_forwarding_threshold = 0\nsmart_forwarding_hold_ms = 0\n");
     }
     text
 }
@@ -946,7 +946,12 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{m}: {e}"))
         };
         for m in ["ics", "ecs"] {
-            assert_eq!(parse(m).overload.smart_forwarding_threshold, 0, "{m}");
+            let o = parse(m).overload;
+            assert_eq!(
+                (o.smart_forwarding_threshold, o.smart_forwarding_hold_ms),
+                (0, 0),
+                "{m}"
+            );
         }
         for m in ["none", "default"] {
             assert_eq!(

@@ -7,12 +7,15 @@
 //! excess load is *released* at the sending server rather than pushed back upstream, and the
 //! next hop only ever holds the few INVITEs its (minimised) buffers take. The paper's
 //! emptiness criterion makes the algorithm parameter-free; `threshold` (default 0 bytes)
-//! generalises it.
+//! generalises it, and `hold` (default 0) asks the backlog to have stayed above the threshold
+//! in every report for that long, so that a healthy next hop lagging for a moment (a
+//! descheduled process, a receive window refilling) gets no 503s while one that stays behind
+//! does.
 //!
 //! ```text
-//!                     ┌ backlog(target) > threshold ─> 503 (TargetBacklog)
+//!                     ┌ backlog(target) > threshold for >= hold ─> 503 (TargetBacklog)
 //! new INVITE ─> route ┤
-//!                     └ otherwise ─────────────────── > write to target's INVITE connection
+//!                     └ otherwise ──────────────────────────────> write to target's INVITE connection
 //! ```
 //!
 //! Connection split, i.e. which connection's backlog applies:
@@ -74,6 +77,9 @@ pub struct SmartForwardingConfig {
     /// Reject a new INVITE when the target's backlog (unsent + queued bytes) exceeds this.
     /// Default 0: reject whenever the backlog is not empty, as in the paper.
     pub threshold: u64,
+    /// How long the backlog must have been above `threshold` (in every report since) before
+    /// INVITEs are rejected. Default 0: at once, as in the paper.
+    pub hold: Duration,
     /// `Retry-After` for the 503s. Default `None`.
     pub retry_after: Option<Duration>,
 }
@@ -96,10 +102,10 @@ impl ControllerFactory for SmartForwardingConfig {
 #[derive(Clone, Debug)]
 pub struct SmartForwarding {
     config: SmartForwardingConfig,
-    /// Backlog in bytes of each target whose INVITE connection is not empty. An empty
-    /// backlog removes the entry, so the map holds at most one entry per open connection
-    /// (which the IO layer bounds).
-    backlog: BTreeMap<TargetId, u64>,
+    /// Backlog in bytes of each target whose INVITE connection is not empty, and since when
+    /// it has been above the threshold (`None`: not now). An empty backlog removes the entry,
+    /// so the map holds at most one entry per open connection (which the IO layer bounds).
+    backlog: BTreeMap<TargetId, (u64, Option<Instant>)>,
     counters: Counters,
 }
 
@@ -120,7 +126,12 @@ impl SmartForwarding {
 
     /// The last reported backlog of `target`'s INVITE-carrying connection, in bytes.
     pub fn backlog(&self, target: TargetId) -> u64 {
-        self.backlog.get(&target).copied().unwrap_or(0)
+        self.backlog.get(&target).map_or(0, |&(bytes, _)| bytes)
+    }
+
+    /// Since when `target`'s backlog has been above the threshold, if it is.
+    pub fn above_since(&self, target: TargetId) -> Option<Instant> {
+        self.backlog.get(&target).and_then(|&(_, since)| since)
     }
 }
 
@@ -129,7 +140,7 @@ impl Controller for SmartForwarding {
         Algorithm::SmartForwarding
     }
 
-    fn admit(&mut self, _now: Instant, req: &Admission) -> Decision {
+    fn admit(&mut self, now: Instant, req: &Admission) -> Decision {
         if !decides(self.gate(), req) {
             return Decision::Admit;
         }
@@ -137,7 +148,10 @@ impl Controller for SmartForwarding {
             // Nothing to check against: the driver asked before routing.
             return Decision::Admit;
         };
-        if self.backlog(target) > self.config.threshold {
+        let held = self
+            .above_since(target)
+            .is_some_and(|since| now.saturating_duration_since(since) >= self.config.hold);
+        if held {
             self.counters
                 .reject(RejectReason::TargetBacklog, self.config.retry_after)
         } else {
@@ -145,7 +159,7 @@ impl Controller for SmartForwarding {
         }
     }
 
-    fn on_signal(&mut self, _now: Instant, signal: Signal) {
+    fn on_signal(&mut self, now: Instant, signal: Signal) {
         match signal {
             Signal::Backlog {
                 target,
@@ -157,7 +171,14 @@ impl Controller for SmartForwarding {
                 if bytes == 0 {
                     self.backlog.remove(&target);
                 } else {
-                    self.backlog.insert(target, bytes);
+                    let above = bytes > self.config.threshold;
+                    let was = self.above_since(target);
+                    let since = if above {
+                        Some(was.unwrap_or(now))
+                    } else {
+                        None
+                    };
+                    self.backlog.insert(target, (bytes, since));
                 }
             }
             Signal::TargetGone(target) => {

@@ -1,7 +1,7 @@
 //! TCP smart forwarding: the per-target backlog decision (seed 000 §VI).
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use holdline_base::{Instant, Rng};
+use holdline_base::{Duration, Instant, Rng};
 use holdline_overload::{
     Admission, Class, Controller, Decision, Lane, RejectReason, Signal, SmartForwarding,
     SmartForwardingConfig, Split, TargetId,
@@ -15,6 +15,7 @@ fn sf(split: Split, threshold: u64) -> SmartForwarding {
     let config = SmartForwardingConfig {
         split,
         threshold,
+        hold: Duration::ZERO,
         retry_after: None,
     };
     SmartForwarding::new(config, NOW, Rng::seed_from_u64(0)).unwrap()
@@ -164,4 +165,62 @@ fn snapshot_counts_decisions_by_reason() {
     assert_eq!(s.rejected.get(RejectReason::TargetBacklog), 3);
     assert_eq!(s.rejected.total(), 3);
     assert_eq!(s.acceptance, None);
+}
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+#[test]
+fn with_a_hold_only_a_backlog_that_stays_above_the_threshold_rejects() {
+    let config = SmartForwardingConfig {
+        threshold: 100,
+        hold: Duration::from_millis(20),
+        ..SmartForwardingConfig::default()
+    };
+    let mut c = SmartForwarding::new(config, NOW, Rng::seed_from_u64(0)).unwrap();
+    let report = |c: &mut SmartForwarding, t: u64, target, bytes| {
+        c.on_signal(
+            ms(t),
+            Signal::Backlog {
+                target,
+                lane: Lane::Shared,
+                unsent: bytes,
+                queued: 0,
+            },
+        );
+    };
+    let invite_at = |c: &mut SmartForwarding, t: u64, target| {
+        c.admit(ms(t), &Admission::forward(Class::NewInvite, target))
+    };
+    // Above the threshold from 0 ms: admitted until 20 ms have passed, rejected from then on.
+    report(&mut c, 0, A, 500);
+    assert!(invite_at(&mut c, 0, A).is_admit());
+    report(&mut c, 19, A, 800);
+    assert!(invite_at(&mut c, 19, A).is_admit(), "a moment's lag");
+    assert_eq!(c.above_since(A), Some(ms(0)), "growth keeps the start");
+    report(&mut c, 20, A, 900);
+    assert!(!invite_at(&mut c, 20, A).is_admit(), "20 ms behind");
+    // A report at or below the threshold (not empty) restarts the hold.
+    report(&mut c, 25, A, 100);
+    assert_eq!((c.backlog(A), c.above_since(A)), (100, None));
+    assert!(invite_at(&mut c, 25, A).is_admit());
+    report(&mut c, 26, A, 5000);
+    assert!(invite_at(&mut c, 45, A).is_admit());
+    assert!(!invite_at(&mut c, 46, A).is_admit());
+    // Emptiness restarts it too, and every target has its own.
+    report(&mut c, 50, A, 0);
+    report(&mut c, 50, B, 5000);
+    assert!(invite_at(&mut c, 60, A).is_admit());
+    assert!(invite_at(&mut c, 60, B).is_admit());
+    assert!(!invite_at(&mut c, 70, B).is_admit());
+    assert!(invite_at(&mut c, 70, A).is_admit());
+}
+
+#[test]
+fn without_a_hold_the_first_report_above_the_threshold_rejects() {
+    let mut c = sf(Split::Implicit, 0);
+    backlog(&mut c, A, Lane::Shared, 1, 0);
+    assert_eq!(c.above_since(A), Some(NOW));
+    assert!(!invite(&mut c, A).is_admit());
 }

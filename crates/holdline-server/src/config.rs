@@ -43,8 +43,9 @@
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
 //! # smart_forwarding = "ics"       # TCP next hops: off | ics | ecs (seed 000); default ics,
 //!                                  # off when local = "none"
-//! smart_forwarding_threshold = 65536  # bytes of backlog tolerated before 503 (0: the
+//! smart_forwarding_threshold = 16384  # bytes of backlog tolerated before 503 (0: the
 //!                                  # paper's "not empty")
+//! smart_forwarding_hold_ms = 20    # ... for at least this long (0: at once, the paper's rule)
 //! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
 //!                                  # unread meanwhile (default: on unless local = "none")
 //! defer_max_wait_ms = 250          # ... and get 503 when none comes within this
@@ -326,9 +327,12 @@ pub struct OverloadSettings {
     pub smart_forwarding: Option<String>,
     /// Smart forwarding: the backlog (kernel unsent + queued bytes) above which a new INVITE
     /// is rejected. 0 is the paper's "not empty", right behind a next hop whose receive
-    /// buffer is minimized; the default, 64 KiB, lets a healthy next hop lag for a moment
-    /// (a descheduled process, a congestion window refilling) without 503s.
+    /// buffer is minimized; the default is 16 KiB (with `smart_forwarding_hold_ms`, so that
+    /// a healthy next hop lagging for a moment gets no 503s).
     pub smart_forwarding_threshold: u64,
+    /// Smart forwarding: how long the backlog must have stayed above the threshold before
+    /// new INVITEs are rejected, ms (0: at once, the paper's rule). Default 20.
+    pub smart_forwarding_hold_ms: u64,
     /// Capacity emulation for experiments: this many microseconds of real CPU work added to
     /// every message a worker handles, rejections included (0: off).
     pub emulate_cost_us: u64,
@@ -363,7 +367,8 @@ impl Default for OverloadSettings {
             emulate_cost_us: 0,
             emulate_reject_cost_us: None,
             smart_forwarding: None,
-            smart_forwarding_threshold: 65_536,
+            smart_forwarding_threshold: 16_384,
+            smart_forwarding_hold_ms: 20,
             defer_new_invites: None,
             defer_max_wait_ms: 250,
         }
@@ -419,6 +424,7 @@ impl OverloadSettings {
             holdline_overload::SmartForwardingConfig {
                 split,
                 threshold: self.smart_forwarding_threshold,
+                hold: Duration::from_millis(self.smart_forwarding_hold_ms),
                 retry_after,
             },
         )))
@@ -1134,6 +1140,21 @@ stateless = true
                 .expect("parses");
             assert_eq!(split(&c), want, "{text}");
         }
+        // Its default threshold and hold, and the paper's rule when asked for.
+        let rule = |c: &ServerConfig| match c.overload.forward_controller().expect("valid") {
+            Some(ControllerConfig::SmartForwarding(sf)) => (sf.threshold, sf.hold),
+            _ => panic!("smart forwarding on"),
+        };
+        assert_eq!(
+            rule(&ServerConfig::default()),
+            (16_384, Duration::from_millis(20))
+        );
+        let paper = ServerConfig::from_toml(
+            "x.toml",
+            "[overload]\nsmart_forwarding_threshold = 0\nsmart_forwarding_hold_ms = 0\n",
+        )
+        .expect("parses");
+        assert_eq!(rule(&paper), (0, Duration::ZERO));
         // Errors name the line and the key.
         let e =
             ServerConfig::from_toml("a.toml", "workers = 1\n[overload]\nlocal = \"occupancy\"\n")
