@@ -119,6 +119,8 @@ struct Conn {
 struct Deferred {
     bytes: Vec<u8>,
     from: Peer,
+    /// The worker owning its call (this one, unless the hand-off queue was full).
+    owner: usize,
 }
 
 pub(crate) struct Worker {
@@ -520,15 +522,20 @@ impl Worker {
 
     /// Routes one received message to the worker that owns its call.
     fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer) {
-        self.handled += 1;
-        let s = &self.shared.stats[self.index];
-        s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
         let n = self.shared.senders.len();
         let owner = if n == 1 {
             self.index
         } else {
             owner_of(bytes, &self.settings.limits, n).unwrap_or(self.index)
         };
+        self.deliver(now, owner, bytes, from);
+    }
+
+    /// Handles a message whose call `owner` owns: here, or handed off to it.
+    fn deliver(&mut self, now: Instant, owner: usize, bytes: &[u8], from: Peer) {
+        self.handled += 1;
+        let s = &self.shared.stats[self.index];
+        s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
         if owner == self.index {
             self.handle_local(now, bytes, from, None);
             return;
@@ -656,7 +663,8 @@ impl Worker {
                 // Waits for idle time: not work handled yet.
                 Ok(Handoff::Deferred { bytes, from, since }) => {
                     self.stats().handoffs_in.fetch_add(1, Relaxed);
-                    self.deferred.push(since, Deferred { bytes, from });
+                    let owner = self.index;
+                    self.deferred.push(since, Deferred { bytes, from, owner });
                 }
                 Ok(Handoff::Resume { conn }) => self.resume(now, conn),
                 Err(_) => return,
@@ -1003,7 +1011,8 @@ impl Worker {
         while let Some(release) = self.deferred.poll(now, idle) {
             let d = match release {
                 Release::Admit(d) => {
-                    self.dispatch(now, &d.bytes, d.from);
+                    // Its owner is known from the deferral: no second parse for it.
+                    self.deliver(now, d.owner, &d.bytes, d.from);
                     // Busy again until a poll finds nothing; and the handling took time, so
                     // what waits behind it is judged against the clock after it (an INVITE
                     // overdue by then is rejected now, not admitted at the next idle pass).
@@ -1046,7 +1055,7 @@ impl Worker {
                 Err(_) => return,
             }
         };
-        self.deferred.push(since, Deferred { bytes, from });
+        self.deferred.push(since, Deferred { bytes, from, owner });
     }
 
     /// Reads connection `conn` again after its deferred INVITE was handled: here if this
