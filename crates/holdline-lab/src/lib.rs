@@ -17,6 +17,7 @@ mod procfs;
 mod report;
 mod runner;
 mod server;
+mod soak;
 pub mod tcp_overload;
 pub mod udp_overload;
 

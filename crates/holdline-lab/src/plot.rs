@@ -78,6 +78,21 @@ fn color_for(name: &str) -> RGBColor {
             return c;
         }
     }
+    // Series named by their load (`soak`'s "5000 calls/s udp"): a palette colour per name.
+    if n.starts_with(|c: char| c.is_ascii_digit()) {
+        const PALETTE: [RGBColor; 6] = [
+            RGBColor(0, 94, 184),
+            RGBColor(214, 39, 40),
+            RGBColor(44, 160, 44),
+            RGBColor(255, 127, 14),
+            RGBColor(148, 103, 189),
+            RGBColor(127, 127, 127),
+        ];
+        let h = n.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        });
+        return PALETTE[h % PALETTE.len()];
+    }
     if n.starts_with("kamailio") {
         if register {
             RGBColor(240, 140, 140)

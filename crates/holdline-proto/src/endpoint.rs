@@ -1392,6 +1392,10 @@ impl Endpoint {
             // 2xx: forwarded at once, every one of them (INVITE); the rest is cancelled.
             let first = !call.final_sent;
             call.final_sent = true;
+            // Nothing is built from the request once a final response went up: free it now
+            // rather than when the transaction ends (Timer L, 32 s later over UDP).
+            call.request = Vec::new();
+            call.best = None;
             if let Some(b) = bytes
                 && (invite || first)
             {
@@ -1405,6 +1409,13 @@ impl Endpoint {
         // RFC 4320 §4.2: a timed-out non-INVITE branch gives no 408; if nothing else
         // answers, no final response goes up at all.
         if status == 408 && bytes.is_none() && !invite {
+            return;
+        }
+        if call.final_sent {
+            // A final response already went up: later ones only matter for cancelling.
+            if invite && status >= 600 {
+                self.cancel_pending(now, sid);
+            }
             return;
         }
         let better = call
@@ -1442,7 +1453,15 @@ impl Endpoint {
         let Some(call) = self.calls.get_mut(&sid) else {
             return;
         };
-        if call.pending > 0 || call.final_sent {
+        if call.pending > 0 {
+            return;
+        }
+        if call.final_sent {
+            // Every branch is final and so is the answer upstream: the context has no more
+            // use (a further 2xx of an accepted branch goes up through the server
+            // transaction), so it goes now rather than with the transaction (Timer L or J:
+            // 32 s later over UDP).
+            self.calls.remove(&sid);
             return;
         }
         call.final_sent = true;
@@ -1452,7 +1471,7 @@ impl Endpoint {
             return;
         }
         let best = call.best.take();
-        let req = call.request.clone();
+        let req = std::mem::take(&mut call.request);
         let resp = match best {
             Some((status, bytes)) if status != 503 && !bytes.is_empty() => bytes,
             other => {
@@ -1467,6 +1486,7 @@ impl Endpoint {
             }
         };
         self.forward_upstream(now, sid, resp);
+        self.calls.remove(&sid);
     }
 
     /// Sends a response up through the server transaction, or statelessly by its Via when the

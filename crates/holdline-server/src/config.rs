@@ -18,6 +18,8 @@
 //! idle_timeout_ms = 120000
 //! write_stall_ms = 10000
 //! handoff_queue = 4096
+//! max_transactions = 4000000       # per worker, lingering ones included
+//! transaction_memory_mb = 1024     # per worker; absent: RAM / 4 / workers
 //! udp_recv_buffer = 4194304        # optional
 //!
 //! [timers]
@@ -249,11 +251,18 @@ pub struct LimitsConfig {
     pub write_stall_ms: u64,
     /// Capacity of each worker's hand-off channel, messages.
     pub handoff_queue: usize,
-    /// Most live SIP transactions per worker; new requests outside dialogs are refused (503)
-    /// at 90% of it, requests of calls in progress only at the limit. Over UDP a call leaves
-    /// about three transactions for 32 s: the default (400,000) holds about 4,000 calls/s per
-    /// worker, at about 1.6 KB each.
+    /// Most SIP transactions per worker, lingering ones included (over UDP a finished
+    /// transaction lingers up to 32 s to absorb retransmissions: a call leaves about three).
+    /// At the bound, lingering transactions end early, oldest first; when only live ones are
+    /// left, new requests outside dialogs are refused (503) at 90% of it, requests of calls in
+    /// progress only at the limit. Default 4,000,000; `transaction_memory_mb` is usually the
+    /// bound that applies.
     pub max_transactions: usize,
+    /// Memory budget of each worker's transaction table, MiB (the table's own estimate:
+    /// about 250 bytes per transaction plus the messages kept for retransmission), enforced
+    /// like `max_transactions`. Absent: a quarter of the machine's RAM shared among the
+    /// workers.
+    pub transaction_memory_mb: Option<u64>,
     /// `SO_RCVBUF` for UDP sockets, bytes (absent: system default).
     pub udp_recv_buffer: Option<usize>,
     /// `SO_SNDBUF` for UDP sockets, bytes (absent: system default).
@@ -285,7 +294,8 @@ impl Default for LimitsConfig {
             idle_timeout_ms: 120_000,
             write_stall_ms: 10_000,
             handoff_queue: 4096,
-            max_transactions: 400_000,
+            max_transactions: 4_000_000,
+            transaction_memory_mb: None,
             udp_recv_buffer: None,
             udp_send_buffer: None,
             tcp_send_buffer: None,
@@ -788,6 +798,9 @@ impl ServerConfig {
         if l.max_transactions < 10 {
             return err("limits.max_transactions", "must be at least 10");
         }
+        if l.transaction_memory_mb == Some(0) {
+            return err("limits.transaction_memory_mb", "must be at least 1");
+        }
         if l.handoff_queue == 0 {
             return err("limits.handoff_queue", "must be at least 1");
         }
@@ -873,6 +886,21 @@ impl ServerConfig {
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         }
+    }
+
+    /// The memory budget of each worker's transaction table in bytes:
+    /// `limits.transaction_memory_mb`, or a quarter of the machine's RAM (`/proc/meminfo`;
+    /// 4 GiB when it cannot be read) shared among the workers, at least 64 MiB.
+    pub fn transaction_memory_bytes(&self) -> usize {
+        const MIB: u64 = 1 << 20;
+        let bytes = match self.limits.transaction_memory_mb {
+            Some(mb) => mb.saturating_mul(MIB),
+            None => {
+                let total = machine_memory_bytes().unwrap_or(16 << 30);
+                (total / 4 / self.worker_count().max(1) as u64).max(64 * MIB)
+            }
+        };
+        usize::try_from(bytes).unwrap_or(usize::MAX)
     }
 
     /// The data directory in effect.
@@ -1004,6 +1032,14 @@ fn find_key_line(text: &str, key: &str) -> usize {
         }
     }
     0
+}
+
+/// `MemTotal` of `/proc/meminfo`, bytes.
+fn machine_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -116,13 +116,24 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         .t1(Duration::from_millis(config.timers.t1_ms))
         .t2(Duration::from_millis(config.timers.t2_ms))
         .t4(Duration::from_millis(config.timers.t4_ms))
-        .max_transactions(config.limits.max_transactions);
+        .max_transactions(config.limits.max_transactions)
+        .memory_budget(config.transaction_memory_bytes())
+        // Secret per server and run: a peer cannot aim its keys at a hash collision.
+        .hash_seed(random_seed());
     // Distinct per worker, so that branches of different workers never collide.
     p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
     // The same for every worker (a rejection one worker builds is acknowledged to the
     // call's owner), different between servers: a hash of the bound listeners.
     p.gate_key = gate_key(bound);
     p
+}
+
+/// A seed from the standard library's per-process random hasher keys.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x686f_6c64_6c69_6e65);
+    h.finish()
 }
 
 /// The admission gate's tag key of a server listening on `bound`.
@@ -295,8 +306,13 @@ impl WorkerCore for Engine {
             "holdline_sip_retransmissions_absorbed_total {}",
             s.retransmissions_absorbed
         );
-        let t = self.endpoint.transactions();
-        let _ = writeln!(out, "holdline_sip_active_transactions {}", t.len());
+        let t = self.endpoint.transactions().stats();
+        let _ = writeln!(out, "holdline_sip_active_transactions {}", t.transactions);
+        let _ = writeln!(out, "holdline_txn_lingering {}", t.lingering);
+        let _ = writeln!(out, "holdline_txn_memory_bytes {}", t.memory_bytes);
+        let _ = writeln!(out, "holdline_txn_kept_bytes {}", t.kept_bytes);
+        let _ = writeln!(out, "holdline_txn_evicted_total {}", t.evicted);
+        let _ = writeln!(out, "holdline_txn_refused_total {}", t.refused);
         let _ = writeln!(
             out,
             "holdline_sip_active_calls {}",

@@ -639,6 +639,12 @@ fn full_call_with_record_route_ack_and_bye_through_the_proxy() {
         None
     );
     assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+    // Both answered: no response context is left, while the call's four transactions
+    // (Timers L, M, J, K) and the REGISTER's (J) linger, holding only what absorbing
+    // retransmissions needs.
+    assert_eq!(net.proxy.active_calls(), 0, "contexts freed once final");
+    let t = net.proxy.transactions().stats();
+    assert_eq!((t.transactions, t.lingering), (5, 5));
 
     net.run();
     assert_idle(&net);

@@ -34,13 +34,21 @@ pub struct TxnConfig {
     /// Timer D, how long a client INVITE transaction absorbs retransmitted final responses
     /// over UDP. Default 32 s (RFC 3261 asks for at least 32 s).
     pub timer_d: Duration,
-    /// The most live transactions (client and server together). A new request beyond it is
-    /// refused ([`RequestOutcome::TooMany`](super::RequestOutcome::TooMany),
-    /// [`TxnError::TooMany`](super::TxnError::TooMany)); a request outside any dialog (no To
-    /// tag, not a CANCEL) already at 90% of it, keeping the rest for the requests of calls in
-    /// progress. Default 400,000: over UDP a completed call leaves about three transactions
-    /// for 32 s (Timers J, L, M), so this holds about 4,000 calls/s per worker.
+    /// The most transactions (client and server together, lingering ones included). When a
+    /// new one would exceed it, lingering transactions (finished, only absorbing
+    /// retransmissions) end early, oldest first; when only live ones are left, the new
+    /// request is refused ([`RequestOutcome::TooMany`](super::RequestOutcome::TooMany),
+    /// [`TxnError::TooMany`](super::TxnError::TooMany)). A request outside any dialog (no To
+    /// tag, not a CANCEL) gets only 90% of it, keeping the rest for the requests of calls in
+    /// progress. Default 4,000,000 (over UDP a completed call leaves about three transactions
+    /// lingering for 32 s: Timers J, L, M); [`memory_budget`](Self::memory_budget) is usually
+    /// the bound that applies.
     pub max_transactions: usize,
+    /// The most memory the table may use, bytes, by its own estimate
+    /// ([`Transactions::memory_bytes`](super::Transactions::memory_bytes): a fixed cost per
+    /// transaction plus the messages kept for retransmission). Enforced like
+    /// [`max_transactions`](Self::max_transactions). Default 1 GiB.
+    pub memory_budget: usize,
     /// The parser limits applied to every message given to the table. Default
     /// [`Limits::DEFAULT`].
     pub limits: Limits,
@@ -57,7 +65,8 @@ impl Default for TxnConfig {
             t2: Duration::from_secs(4),
             t4: Duration::from_secs(5),
             timer_d: Duration::from_secs(32),
-            max_transactions: 400_000,
+            max_transactions: 4_000_000,
+            memory_budget: 1 << 30,
             limits: Limits::DEFAULT,
             hash_seed: 0,
         }
@@ -92,6 +101,12 @@ impl TxnConfig {
     /// Sets [`max_transactions`](Self::max_transactions).
     pub fn max_transactions(&mut self, n: usize) -> &mut Self {
         self.max_transactions = n;
+        self
+    }
+
+    /// Sets [`memory_budget`](Self::memory_budget).
+    pub fn memory_budget(&mut self, bytes: usize) -> &mut Self {
+        self.memory_budget = bytes;
         self
     }
 

@@ -29,8 +29,14 @@
 //! ```
 //!
 //! A server transaction waits for its TU without a timer in `Trying`/`Proceeding`: the TU
-//! must answer every [`RequestOutcome::New`] (a proxy does so with Timer C); the table's cap
-//! ([`TxnConfig::max_transactions`]) bounds the damage of a TU that does not.
+//! must answer every [`RequestOutcome::New`] (a proxy does so with Timer C); the table's
+//! bounds ([`TxnConfig::max_transactions`], [`TxnConfig::memory_budget`]) limit the damage of
+//! a TU that does not.
+//!
+//! A transaction that has finished its work and only lingers to absorb retransmissions
+//! (server `Accepted`, `Confirmed`, non-INVITE `Completed`; client `Accepted`, `Completed`)
+//! is kept compact, and is the first to go when the table is full: see
+//! [`Transactions`]' memory section.
 //!
 //! Responses are sent to the [`Peer`] the request came from (address, transport and
 //! connection: symmetric response routing, as with RFC 3581 `rport`); the TU that wants
@@ -44,7 +50,7 @@ mod tests;
 use std::cmp::Reverse;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use holdline_base::{Duration, Instant, Peer, Transmit};
 use holdline_sip::{HeaderName, MAGIC_COOKIE, Message, Method, ParseError, ParseErrorKind};
@@ -198,87 +204,190 @@ pub enum TxnError {
     DuplicateTransaction,
 }
 
-/// A hasher factory seeded by [`TxnConfig::hash_seed`]: deterministic for a seed, and keys a
-/// peer chooses cannot be made to collide without knowing it.
-#[derive(Clone, Copy, Debug)]
-struct SeededState(u64);
+/// A matching key (RFC 3261 §17.1.3, §17.2.3) as stored: a 128-bit keyed hash of its
+/// length-prefixed encoding ([`key`]). Two different keys collide with probability 2⁻¹²⁸,
+/// and a peer that does not know [`TxnConfig::hash_seed`] cannot aim at a collision; 16 bytes
+/// replace two heap copies of the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct KeyHash([u64; 2]);
 
-impl BuildHasher for SeededState {
-    type Hasher = DefaultHasher;
-    fn build_hasher(&self) -> DefaultHasher {
-        use std::hash::Hasher;
-        let mut h = DefaultHasher::new();
-        h.write_u64(self.0);
-        h
+impl KeyHash {
+    fn of(seed: u64, key: &[u8]) -> Self {
+        let half = |salt: u64| {
+            let mut h = DefaultHasher::new();
+            h.write_u64(seed ^ salt);
+            h.write(key);
+            h.finish()
+        };
+        Self([half(0x243f_6a88_85a3_08d3), half(0x1319_8a2e_0370_7344)])
     }
 }
 
-type Map<K, V> = HashMap<K, V, SeededState>;
-
-/// Which of a transaction's two timers a heap entry is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Slot {
-    /// A, E or G: retransmission.
-    Retx,
-    /// B, D, F, H, I, J, K, L or M: the state's end.
-    End,
+impl Hash for KeyHash {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Already a keyed hash: the map uses one word of it as is.
+        state.write_u64(self.0[0]);
+    }
 }
 
+/// Hashers for maps whose keys are already well spread: a [`KeyHash`] word taken as is, or a
+/// transaction id (sequential, never chosen by a peer) multiplied by a large odd constant.
+#[derive(Clone, Copy, Debug, Default)]
+struct Spread;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct SpreadHasher(u64);
+
+impl Hasher for SpreadHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl BuildHasher for Spread {
+    type Hasher = SpreadHasher;
+    fn build_hasher(&self) -> SpreadHasher {
+        SpreadHasher(0)
+    }
+}
+
+type Map<K, V> = HashMap<K, V, Spread>;
+
+/// The retransmission timer (A, E or G) of a transaction, in the heap. Live only while the
+/// transaction's `retx_at` equals `at` (lazy deletion: cancelling is setting `None`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct TimerEntry {
+struct RetxEntry {
     at: Instant,
     id: TxnId,
-    slot: Slot,
 }
 
-/// The two timers of a transaction. A heap entry is live only while its deadline equals the
-/// one recorded here (lazy deletion: cancelling is setting `None`).
+/// The queues of end timers. Every end timer of a kind has the same duration, so a FIFO per
+/// kind is ordered by deadline without a heap: pushing is O(1), and the front is the next to
+/// fire. An entry is live only while the transaction's `end_at` equals its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EndQueue {
+    /// B, F, H (64·T1): the end of a transaction still at work.
+    Live = 0,
+    /// J, L, M (64·T1): a finished transaction lingering to absorb retransmissions.
+    Linger64 = 1,
+    /// I, K (T4): same, shorter.
+    LingerT4 = 2,
+    /// D (Timer D): a client INVITE that got a non-2xx, resending its ACK.
+    LingerD = 3,
+}
+
+const END_QUEUES: usize = 4;
+
+/// An end-timer queue entry: the deadline and the transaction (client ids carry
+/// [`CLIENT_BIT`]; ids come from one counter, so the raw id alone names the transaction).
+type EndEntry = (Instant, u64);
+
+const CLIENT_BIT: u64 = 1 << 63;
+
+fn raw_id(id: TxnId) -> u64 {
+    match id {
+        TxnId::Client(c) => c.0 | CLIENT_BIT,
+        TxnId::Server(s) => s.0,
+    }
+}
+
+fn from_raw(raw: u64) -> TxnId {
+    if raw & CLIENT_BIT != 0 {
+        TxnId::Client(ClientTxnId(raw & !CLIENT_BIT))
+    } else {
+        TxnId::Server(ServerTxnId(raw))
+    }
+}
+
+/// The timers of one transaction.
 #[derive(Clone, Copy, Debug, Default)]
 struct Timers {
     retx_at: Option<Instant>,
-    retx_every: Duration,
     end_at: Option<Instant>,
+    /// The current retransmission interval, nanoseconds.
+    retx_every_ns: u64,
 }
 
 impl Timers {
-    fn at(&self, slot: Slot) -> Option<Instant> {
-        match slot {
-            Slot::Retx => self.retx_at,
-            Slot::End => self.end_at,
-        }
+    fn retx_every(&self) -> Duration {
+        Duration::from_nanos(self.retx_every_ns)
     }
-}
 
-fn arm(heap: &mut BinaryHeap<Reverse<TimerEntry>>, id: TxnId, slot: Slot, at: Instant) {
-    heap.push(Reverse(TimerEntry { at, id, slot }));
+    fn set_retx_every(&mut self, d: Duration) {
+        self.retx_every_ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    }
 }
 
 #[derive(Debug)]
 struct ClientTxn {
-    key: Box<[u8]>,
+    key: KeyHash,
+    peer: Peer,
+    /// While at work: the request (resent by A/E, the source of a CANCEL and of the ACK of a
+    /// non-2xx). INVITE `Completed`: the ACK, resent on every retransmitted final. Empty once
+    /// nothing needs it.
+    bytes: Box<[u8]>,
+    timers: Timers,
     invite: bool,
     state: ClientState,
-    peer: Peer,
-    request: Vec<u8>,
-    ack: Vec<u8>,
-    timers: Timers,
+}
+
+impl ClientTxn {
+    /// Whether the transaction only absorbs retransmissions until its end timer.
+    fn lingering(&self) -> bool {
+        matches!(self.state, ClientState::Accepted | ClientState::Completed)
+    }
+}
+
+/// RFC 2543 fallback matching of a server transaction (a request without a `z9hG4bK`
+/// branch): rare, so kept out of line.
+#[derive(Debug)]
+struct Rfc2543 {
+    /// The key prefix shared with the ACK key (everything but method and To tag).
+    prefix: Box<[u8]>,
+    /// The key under which the ACK of the final response matches (it carries the
+    /// response's To tag).
+    ack_key: Option<KeyHash>,
 }
 
 #[derive(Debug)]
 struct ServerTxn {
-    key: Box<[u8]>,
-    /// RFC 2543 fallback only: the key under which the ACK of the final response matches
-    /// (it carries the response's To tag).
-    ack_key: Option<Box<[u8]>>,
-    /// RFC 2543 fallback only: length of the key prefix shared with the ACK key.
-    prefix_len: Option<usize>,
+    key: KeyHash,
+    rfc2543: Option<Box<Rfc2543>>,
+    peer: Peer,
+    /// The last response kept for retransmission (provisional or non-2xx final); empty in
+    /// `Accepted` and `Confirmed`, which resend nothing.
+    response: Box<[u8]>,
+    /// For a CANCEL: the raw id of the INVITE transaction it targets, 0 for none (ids start
+    /// at 1).
+    cancel_target: u64,
+    timers: Timers,
     invite: bool,
     state: ServerState,
-    peer: Peer,
-    /// The last response kept for retransmission (provisional or non-2xx final).
-    response: Vec<u8>,
-    cancel_target: Option<ServerTxnId>,
-    timers: Timers,
+}
+
+impl ServerTxn {
+    /// Whether the transaction only absorbs retransmissions until its end timer.
+    fn lingering(&self) -> bool {
+        match self.state {
+            ServerState::Accepted | ServerState::Confirmed => true,
+            ServerState::Completed => !self.invite,
+            ServerState::Trying | ServerState::Proceeding => false,
+        }
+    }
+}
+
+/// Replaces kept bytes, keeping the table's byte count exact.
+fn keep(kept: &mut usize, slot: &mut Box<[u8]>, bytes: Box<[u8]>) {
+    *kept = kept.saturating_sub(slot.len()) + bytes.len();
+    *slot = bytes;
 }
 
 /// A message waiting for [`Transactions::poll_transmit`].
@@ -286,49 +395,104 @@ struct ServerTxn {
 enum Out {
     /// Bytes sent once (a response the transaction does not keep, or keeps a copy of).
     Owned(Peer, Vec<u8>),
-    /// The client transaction's request, sent to its peer.
+    /// The client transaction's request, sent to its peer (skipped once it no longer has it).
     Request(ClientTxnId),
-    /// The client transaction's ACK.
+    /// The client transaction's ACK (INVITE `Completed` only).
     Ack(ClientTxnId),
     /// The server transaction's kept response.
     Response(ServerTxnId),
 }
 
+/// Counters and sizes of a [`Transactions`] table (see [`Transactions::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TxnStats {
+    /// Live transactions, client and server (lingering ones included).
+    pub transactions: usize,
+    /// Of those, the ones that have finished their work and only absorb retransmissions
+    /// until their end timer (Timers D, I, J, K, L, M).
+    pub lingering: usize,
+    /// The table's memory estimate, bytes ([`Transactions::memory_bytes`]).
+    pub memory_bytes: usize,
+    /// Bytes of messages kept for retransmission (part of `memory_bytes`).
+    pub kept_bytes: usize,
+    /// Lingering transactions ended before their timer to make room (oldest first).
+    pub evicted: u64,
+    /// New transactions refused because the table was full of live ones.
+    pub refused: u64,
+}
+
 /// The transaction table of one worker: every client and server transaction, their timers,
 /// and the messages waiting to be sent. See the [module documentation](self).
+///
+/// # Memory
+///
+/// A transaction that has done its work and only lingers to absorb retransmissions (RFC 3261
+/// Timers D, I, J, K, L, M: up to 32 s over UDP) keeps its 16-byte key hash, its peer, its
+/// timers and, where the RFC resends something, the bytes it resends (a non-INVITE's final
+/// response, a non-2xx's ACK); a client transaction drops its request as soon as it has a
+/// final response. End timers live in per-duration FIFO queues (no heap entry). The table is
+/// bounded by [`TxnConfig::max_transactions`] and [`TxnConfig::memory_budget`]: when a new
+/// transaction would exceed either, the lingering transactions that finished first are ended
+/// early (reported [`Terminated`](TxnEvent::Terminated), counted in
+/// [`TxnStats::evicted`]); live ones never are.
 #[derive(Debug)]
 pub struct Transactions {
     config: TxnConfig,
     next_id: u64,
     clients: Map<u64, ClientTxn>,
-    client_keys: Map<Box<[u8]>, u64>,
+    client_keys: Map<KeyHash, u64>,
     servers: Map<u64, ServerTxn>,
-    server_keys: Map<Box<[u8]>, u64>,
-    timers: BinaryHeap<Reverse<TimerEntry>>,
+    server_keys: Map<KeyHash, u64>,
+    retx: BinaryHeap<Reverse<RetxEntry>>,
+    ends: [VecDeque<EndEntry>; END_QUEUES],
     out: VecDeque<Out>,
     events: VecDeque<TxnEvent>,
     scratch: Vec<u8>,
+    lingering: usize,
+    kept: usize,
+    evicted: u64,
+    refused: u64,
 }
 
 fn malformed_at(kind: ParseErrorKind, offset: usize) -> ParseError {
     ParseError::new(kind, offset)
 }
 
+/// The memory one transaction costs beside the bytes it keeps: its map entry, its key map
+/// entry (with hashbrown's control bytes and a load factor of about 7/8) and two end-timer
+/// queue entries. An estimate, checked against the process's RSS in `docs/benchmarks.md`.
+pub const TXN_OVERHEAD_BYTES: usize = {
+    let server = size_of::<(u64, ServerTxn)>();
+    let client = size_of::<(u64, ClientTxn)>();
+    let entry = if server > client { server } else { client };
+    let key = size_of::<(KeyHash, u64)>();
+    (entry + key + 2) * 8 / 7 + 2 * size_of::<EndEntry>()
+};
+
+// The compact layout is a design target (issue 14: at most 256 bytes per lingering
+// transaction beside what it resends): a field that breaks it fails the build.
+const _: () = assert!(TXN_OVERHEAD_BYTES <= 256);
+
 impl Transactions {
     /// An empty table.
     pub fn new(config: TxnConfig) -> Self {
-        let s = SeededState(config.hash_seed);
         Self {
             config,
             next_id: 0,
-            clients: HashMap::with_hasher(s),
-            client_keys: HashMap::with_hasher(s),
-            servers: HashMap::with_hasher(s),
-            server_keys: HashMap::with_hasher(s),
-            timers: BinaryHeap::new(),
+            clients: HashMap::with_hasher(Spread),
+            client_keys: HashMap::with_hasher(Spread),
+            servers: HashMap::with_hasher(Spread),
+            server_keys: HashMap::with_hasher(Spread),
+            retx: BinaryHeap::new(),
+            ends: Default::default(),
             out: VecDeque::new(),
             events: VecDeque::new(),
             scratch: Vec::with_capacity(256),
+            lingering: 0,
+            kept: 0,
+            evicted: 0,
+            refused: 0,
         }
     }
 
@@ -345,6 +509,24 @@ impl Transactions {
     /// Whether no transaction is live.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The table's memory estimate in bytes: [`TXN_OVERHEAD_BYTES`] per transaction plus the
+    /// bytes kept for retransmission. This is what [`TxnConfig::memory_budget`] bounds.
+    pub fn memory_bytes(&self) -> usize {
+        self.len() * TXN_OVERHEAD_BYTES + self.kept
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> TxnStats {
+        TxnStats {
+            transactions: self.len(),
+            lingering: self.lingering,
+            memory_bytes: self.memory_bytes(),
+            kept_bytes: self.kept,
+            evicted: self.evicted,
+            refused: self.refused,
+        }
     }
 
     /// The state of a client transaction, `None` once it has terminated.
@@ -364,8 +546,12 @@ impl Transactions {
     /// top Via for RFC 3261 branches; Request-URI, To tag, From tag, Call-ID, CSeq number and
     /// top Via otherwise.
     pub fn cancel_target(&self, cancel: ServerTxnId) -> Option<ServerTxnId> {
-        let target = self.servers.get(&cancel.0)?.cancel_target?;
-        self.servers.contains_key(&target.0).then_some(target)
+        let target = self.servers.get(&cancel.0)?.cancel_target;
+        (target != 0 && self.servers.contains_key(&target)).then_some(ServerTxnId(target))
+    }
+
+    fn hash(&self, key: &[u8]) -> KeyHash {
+        KeyHash::of(self.config.hash_seed, key)
     }
 
     /// Whether `msg`, a request, matches a live server transaction (RFC 3261 §17.2.3): a
@@ -377,14 +563,69 @@ impl Transactions {
         scratch.clear();
         let found = self
             .request_key(msg, &mut scratch)
-            .map(|_| self.server_keys.contains_key(scratch.as_slice()));
+            .map(|_| self.server_keys.contains_key(&self.hash(&scratch)));
         self.scratch = scratch;
         found
     }
 
     fn alloc_id(&mut self) -> u64 {
-        self.next_id = self.next_id.wrapping_add(1);
+        // Ids never reach CLIENT_BIT (2^63 transactions), and 0 is never used.
+        self.next_id = (self.next_id + 1) & !CLIENT_BIT;
         self.next_id
+    }
+
+    /// Makes room for one more transaction: ends lingering transactions, oldest first, while
+    /// the table is at its count or memory bound. Requests that start something new
+    /// (`in_dialog` false) get only 90% of either bound, so that a table filled by new calls
+    /// never refuses the BYE of a call it admitted. `false` when the live transactions alone
+    /// fill the bound.
+    fn make_room(&mut self, in_dialog: bool) -> bool {
+        let (max_n, max_b) = (self.config.max_transactions, self.config.memory_budget);
+        let (max_n, max_b) = if in_dialog {
+            (max_n, max_b)
+        } else {
+            (max_n - max_n / 10, max_b - max_b / 10)
+        };
+        while self.len() >= max_n || self.memory_bytes() + TXN_OVERHEAD_BYTES > max_b {
+            if !self.evict_oldest() {
+                self.refused += 1;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Ends the lingering transaction that finished first, if any.
+    fn evict_oldest(&mut self) -> bool {
+        let lingering = [
+            (EndQueue::Linger64, self.config.t1x64()),
+            (EndQueue::LingerT4, self.config.t4),
+            (EndQueue::LingerD, self.config.timer_d),
+        ];
+        loop {
+            // The queue whose front finished first (deadline minus the queue's duration).
+            let mut best: Option<(u128, usize)> = None;
+            for (q, dur) in lingering {
+                if let Some(&(at, _)) = self.ends[q as usize].front() {
+                    let since = u128::from(at.as_nanos()).saturating_sub(dur.as_nanos());
+                    if best.is_none_or(|(b, _)| since < b) {
+                        best = Some((since, q as usize));
+                    }
+                }
+            }
+            let Some((_, q)) = best else {
+                return false;
+            };
+            let Some((at, raw)) = self.ends[q].pop_front() else {
+                return false;
+            };
+            let id = from_raw(raw);
+            if self.end_at(id) == Some(at) {
+                self.evicted += 1;
+                self.terminate(id);
+                return true;
+            }
+        }
     }
 
     /// Processes a request that arrived from `from` (server side, RFC 3261 §17.2).
@@ -402,11 +643,12 @@ impl Transactions {
         let mut scratch = std::mem::take(&mut self.scratch);
         let reply_to = response_peer(&msg, from);
         let outcome = match self.request_key(&msg, &mut scratch) {
-            Ok((method, rfc2543, prefix_len)) => {
-                match self.server_keys.get(scratch.as_slice()).copied() {
+            Ok((method, prefix_len)) => {
+                let key = self.hash(&scratch);
+                match self.server_keys.get(&key).copied() {
                     Some(id) => self.matched_request(now, id, method, reply_to),
                     None if method == Method::Ack => RequestOutcome::PassThrough,
-                    None => self.new_server(&msg, &scratch, method, rfc2543, prefix_len, reply_to),
+                    None => self.new_server(&msg, key, &scratch, method, prefix_len, reply_to),
                 }
             }
             Err(e) => RequestOutcome::Malformed(e),
@@ -416,14 +658,14 @@ impl Transactions {
         outcome
     }
 
-    /// Validates a request and writes its matching key into `out`. Returns the method,
-    /// whether the RFC 2543 fallback applies, and (for it) the length of the key prefix
-    /// without method and To tag.
+    /// Validates a request and writes its matching key into `out`. Returns the method and,
+    /// when the RFC 2543 fallback applies, the length of the key prefix without method and
+    /// To tag.
     fn request_key<'a>(
         &self,
         msg: &Message<'a>,
         out: &mut Vec<u8>,
-    ) -> Result<(Method<'a>, bool, Option<usize>), ParseError> {
+    ) -> Result<(Method<'a>, Option<usize>), ParseError> {
         let method = msg
             .method()
             .ok_or_else(|| malformed_at(ParseErrorKind::BadStartLine, msg.start_offset()))?;
@@ -444,12 +686,12 @@ impl Transactions {
         match via.branch().filter(|b| b.starts_with(MAGIC_COOKIE)) {
             Some(branch) => {
                 key::server_3261(out, &via, branch, key::method_class(method));
-                Ok((method, false, None))
+                Ok((method, None))
             }
             None => {
                 let prefix = key::server_2543_prefix(out, msg)?;
                 key::server_2543_finish(out, method.as_bytes(), to.tag().unwrap_or_default());
-                Ok((method, true, Some(prefix)))
+                Ok((method, Some(prefix)))
             }
         }
     }
@@ -471,12 +713,14 @@ impl Transactions {
                 ServerState::Completed => {
                     t.state = ServerState::Confirmed;
                     t.timers.retx_at = None;
+                    keep(&mut self.kept, &mut t.response, Box::default());
                     if t.peer.transport.is_reliable() {
                         self.terminate(TxnId::Server(sid));
                     } else {
+                        self.lingering += 1;
                         let at = now + self.config.t4;
                         t.timers.end_at = Some(at);
-                        arm(&mut self.timers, TxnId::Server(sid), Slot::End, at);
+                        push_end(&mut self.ends, EndQueue::LingerT4, at, TxnId::Server(sid));
                     }
                     RequestOutcome::AckAbsorbed(sid)
                 }
@@ -497,46 +741,49 @@ impl Transactions {
     fn new_server(
         &mut self,
         msg: &Message<'_>,
-        key: &[u8],
+        key: KeyHash,
+        key_bytes: &[u8],
         method: Method<'_>,
-        rfc2543: bool,
         prefix_len: Option<usize>,
         from: Peer,
     ) -> RequestOutcome {
         // Requests of dialogs already established (a To tag) and CANCELs may use the whole
-        // table; requests that start something new only 90% of it, so that a table filled by
-        // new calls never refuses the BYE of a call it admitted.
+        // table; requests that start something new only 90% of it.
         let in_dialog = method == Method::Cancel || msg.to().is_ok_and(|to| to.tag().is_some());
-        let max = self.config.max_transactions;
-        let limit = if in_dialog { max } else { max - max / 10 };
-        if self.len() >= limit {
+        if !self.make_room(in_dialog) {
             return RequestOutcome::TooMany;
         }
         let cancel_target = if method == Method::Cancel {
-            self.find_cancel_target(msg, key, rfc2543, prefix_len)
+            self.find_cancel_target(msg, key_bytes, prefix_len)
+                .map_or(0, |t| t.0)
         } else {
-            None
+            0
         };
+        let rfc2543 = prefix_len.and_then(|n| key_bytes.get(..n)).map(|prefix| {
+            self.kept += prefix.len();
+            Box::new(Rfc2543 {
+                prefix: prefix.into(),
+                ack_key: None,
+            })
+        });
         let id = self.alloc_id();
         let invite = method == Method::Invite;
-        let key: Box<[u8]> = key.into();
-        self.server_keys.insert(key.clone(), id);
+        self.server_keys.insert(key, id);
         self.servers.insert(
             id,
             ServerTxn {
                 key,
-                ack_key: None,
-                prefix_len,
+                rfc2543,
+                peer: from,
+                response: Box::default(),
+                cancel_target,
+                timers: Timers::default(),
                 invite,
                 state: if invite {
                     ServerState::Proceeding
                 } else {
                     ServerState::Trying
                 },
-                peer: from,
-                response: Vec::new(),
-                cancel_target,
-                timers: Timers::default(),
             },
         );
         RequestOutcome::New(ServerTxnId(id))
@@ -546,25 +793,31 @@ impl Transactions {
         &self,
         msg: &Message<'_>,
         cancel_key: &[u8],
-        rfc2543: bool,
         prefix_len: Option<usize>,
     ) -> Option<ServerTxnId> {
         let mut k = Vec::with_capacity(cancel_key.len());
-        if rfc2543 {
-            let prefix = cancel_key.get(..prefix_len?)?;
-            k.extend_from_slice(prefix);
+        if let Some(n) = prefix_len {
+            k.extend_from_slice(cancel_key.get(..n)?);
             let to = msg.to().ok()?;
             key::server_2543_finish(&mut k, b"INVITE", to.tag().unwrap_or_default());
         } else {
             let via = msg.top_via().ok()?;
             key::server_3261(&mut k, &via, via.branch()?, b"INVITE");
         }
-        let id = *self.server_keys.get(k.as_slice())?;
+        let id = *self.server_keys.get(&self.hash(&k))?;
         self.servers
             .get(&id)
             .is_some_and(|t| t.invite)
             .then_some(ServerTxnId(id))
     }
+}
+
+fn push_end(ends: &mut [VecDeque<EndEntry>; END_QUEUES], q: EndQueue, at: Instant, id: TxnId) {
+    ends[q as usize].push_back((at, raw_id(id)));
+}
+
+fn arm_retx(heap: &mut BinaryHeap<Reverse<RetxEntry>>, id: TxnId, at: Instant) {
+    heap.push(Reverse(RetxEntry { at, id }));
 }
 
 impl Transactions {
@@ -599,6 +852,7 @@ impl Transactions {
         };
         let t1 = self.config.eff_t1();
         let t1x64 = self.config.t1x64();
+        let seed = self.config.hash_seed;
         let tid = TxnId::Server(id);
         let t = self
             .servers
@@ -609,39 +863,40 @@ impl Transactions {
         let success = (200..300).contains(&status);
         match (t.invite, t.state) {
             (true, ServerState::Proceeding) if provisional => {
-                t.response.clone_from(&response);
+                keep(&mut self.kept, &mut t.response, response.as_slice().into());
                 self.out.push_back(Out::Owned(t.peer, response));
             }
             (true, ServerState::Proceeding) if success => {
                 t.state = ServerState::Accepted;
-                t.response = Vec::new();
+                self.lingering += 1;
+                keep(&mut self.kept, &mut t.response, Box::default());
                 let at = now + t1x64;
                 t.timers.end_at = Some(at);
-                arm(&mut self.timers, tid, Slot::End, at);
+                push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                 self.out.push_back(Out::Owned(t.peer, response));
-                Self::register_ack_key(&mut self.server_keys, t, id, &to_tag);
+                Self::register_ack_key(&mut self.server_keys, t, id, &to_tag, seed);
             }
             (true, ServerState::Accepted) if success => {
                 self.out.push_back(Out::Owned(t.peer, response));
             }
             (true, ServerState::Proceeding) => {
                 t.state = ServerState::Completed;
-                t.response = response;
+                keep(&mut self.kept, &mut t.response, response.into_boxed_slice());
                 if !reliable {
-                    t.timers.retx_every = t1;
+                    t.timers.set_retx_every(t1);
                     let at = now + t1;
                     t.timers.retx_at = Some(at);
-                    arm(&mut self.timers, tid, Slot::Retx, at);
+                    arm_retx(&mut self.retx, tid, at);
                 }
                 let at = now + t1x64;
                 t.timers.end_at = Some(at);
-                arm(&mut self.timers, tid, Slot::End, at);
+                push_end(&mut self.ends, EndQueue::Live, at, tid);
                 self.out.push_back(Out::Response(id));
-                Self::register_ack_key(&mut self.server_keys, t, id, &to_tag);
+                Self::register_ack_key(&mut self.server_keys, t, id, &to_tag, seed);
             }
             (false, ServerState::Trying | ServerState::Proceeding) if provisional => {
                 t.state = ServerState::Proceeding;
-                t.response.clone_from(&response);
+                keep(&mut self.kept, &mut t.response, response.as_slice().into());
                 self.out.push_back(Out::Owned(t.peer, response));
             }
             (false, ServerState::Trying | ServerState::Proceeding) => {
@@ -650,10 +905,11 @@ impl Transactions {
                     self.out.push_back(Out::Owned(t.peer, response));
                     self.terminate(tid);
                 } else {
-                    t.response = response;
+                    self.lingering += 1;
+                    keep(&mut self.kept, &mut t.response, response.into_boxed_slice());
                     let at = now + t1x64;
                     t.timers.end_at = Some(at);
-                    arm(&mut self.timers, tid, Slot::End, at);
+                    push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                     self.out.push_back(Out::Response(id));
                 }
             }
@@ -666,22 +922,23 @@ impl Transactions {
     /// RFC 2543 fallback: from the final response on, the INVITE's ACK matches under the
     /// response's To tag.
     fn register_ack_key(
-        keys: &mut Map<Box<[u8]>, u64>,
+        keys: &mut Map<KeyHash, u64>,
         t: &mut ServerTxn,
         id: ServerTxnId,
         to_tag: &[u8],
+        seed: u64,
     ) {
-        let Some(prefix) = t.prefix_len.and_then(|n| t.key.get(..n)) else {
+        let Some(r) = t.rfc2543.as_mut() else {
             return;
         };
-        if t.ack_key.is_some() {
+        if r.ack_key.is_some() {
             return;
         }
-        let mut k = prefix.to_vec();
+        let mut k = r.prefix.to_vec();
         key::server_2543_finish(&mut k, b"ACK", to_tag);
-        let k: Box<[u8]> = k.into();
-        keys.entry(k.clone()).or_insert(id.0);
-        t.ack_key = Some(k);
+        let k = KeyHash::of(seed, &k);
+        keys.entry(k).or_insert(id.0);
+        r.ack_key = Some(k);
     }
 
     /// Starts a client transaction for `request`, to be sent to `to` (RFC 3261 §17.1).
@@ -703,51 +960,43 @@ impl Transactions {
     ) -> Result<ClientTxnId, TxnError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let r = self.client_key(&request, &mut scratch);
-        let r = r.and_then(|invite| {
-            if self.len() >= self.config.max_transactions {
-                return Err(TxnError::TooMany);
-            }
-            if self.client_keys.contains_key(scratch.as_slice()) {
-                return Err(TxnError::DuplicateTransaction);
-            }
-            Ok(invite)
-        });
-        let invite = match r {
-            Ok(invite) => invite,
-            Err(e) => {
-                self.scratch = scratch;
-                return Err(e);
-            }
-        };
+        let key = self.hash(&scratch);
+        self.scratch = scratch;
+        let invite = r?;
+        if self.client_keys.contains_key(&key) {
+            return Err(TxnError::DuplicateTransaction);
+        }
+        if !self.make_room(true) {
+            return Err(TxnError::TooMany);
+        }
         let id = self.alloc_id();
         let cid = ClientTxnId(id);
-        let key: Box<[u8]> = scratch.as_slice().into();
-        self.scratch = scratch;
-        self.client_keys.insert(key.clone(), id);
+        self.client_keys.insert(key, id);
         let mut timers = Timers::default();
         let t1 = self.config.eff_t1();
         if !to.transport.is_reliable() {
-            timers.retx_every = t1;
+            timers.set_retx_every(t1);
             timers.retx_at = Some(now + t1);
-            arm(&mut self.timers, TxnId::Client(cid), Slot::Retx, now + t1);
+            arm_retx(&mut self.retx, TxnId::Client(cid), now + t1);
         }
         let end = now + self.config.t1x64();
         timers.end_at = Some(end);
-        arm(&mut self.timers, TxnId::Client(cid), Slot::End, end);
+        push_end(&mut self.ends, EndQueue::Live, end, TxnId::Client(cid));
+        let bytes: Box<[u8]> = request.into_boxed_slice();
+        self.kept += bytes.len();
         self.clients.insert(
             id,
             ClientTxn {
                 key,
+                peer: to,
+                bytes,
+                timers,
                 invite,
                 state: if invite {
                     ClientState::Calling
                 } else {
                     ClientState::Trying
                 },
-                peer: to,
-                request,
-                ack: Vec::new(),
-                timers,
             },
         );
         self.out.push_back(Out::Request(cid));
@@ -787,7 +1036,7 @@ impl Transactions {
             return Err(TxnError::InvalidState);
         }
         let peer = t.peer;
-        let cancel = build_in_txn_request(&t.request, b"CANCEL", None, &self.config.limits)
+        let cancel = build_in_txn_request(&t.bytes, b"CANCEL", None, &self.config.limits)
             .map_err(TxnError::Malformed)?;
         self.send_request(now, cancel, peer)
     }
@@ -820,7 +1069,7 @@ impl Transactions {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         key::client(&mut scratch, branch, cseq.method.as_bytes());
-        let found = self.client_keys.get(scratch.as_slice()).copied();
+        let found = self.client_keys.get(&self.hash(&scratch)).copied();
         self.scratch = scratch;
         let Some(id) = found else {
             return ResponseOutcome::Stray;
@@ -865,27 +1114,30 @@ impl Transactions {
             }
             ClientState::Calling | ClientState::Proceeding if t.invite && success => {
                 t.state = ClientState::Accepted;
+                self.lingering += 1;
+                keep(&mut self.kept, &mut t.bytes, Box::default());
                 t.timers = Timers::default();
                 let at = now + t1x64;
                 t.timers.end_at = Some(at);
-                arm(&mut self.timers, tid, Slot::End, at);
+                push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                 ResponseOutcome::ForTu(cid)
             }
             ClientState::Calling | ClientState::Proceeding if t.invite => {
                 t.state = ClientState::Completed;
                 t.timers = Timers::default();
                 let to = msg.first_value(HeaderName::To);
-                let ack = build_in_txn_request(&t.request, b"ACK", to, &limits).unwrap_or_default();
+                let ack = build_in_txn_request(&t.bytes, b"ACK", to, &limits).unwrap_or_default();
                 if reliable {
                     if !ack.is_empty() {
                         self.out.push_back(Out::Owned(t.peer, ack));
                     }
                     self.terminate(tid);
                 } else {
-                    t.ack = ack;
+                    self.lingering += 1;
+                    keep(&mut self.kept, &mut t.bytes, ack.into_boxed_slice());
                     let at = now + self.config.timer_d;
                     t.timers.end_at = Some(at);
-                    arm(&mut self.timers, tid, Slot::End, at);
+                    push_end(&mut self.ends, EndQueue::LingerD, at, tid);
                     self.out.push_back(Out::Ack(cid));
                 }
                 ResponseOutcome::ForTu(cid)
@@ -896,9 +1148,11 @@ impl Transactions {
                 if reliable {
                     self.terminate(tid);
                 } else {
+                    self.lingering += 1;
+                    keep(&mut self.kept, &mut t.bytes, Box::default());
                     let at = now + self.config.t4;
                     t.timers.end_at = Some(at);
-                    arm(&mut self.timers, tid, Slot::End, at);
+                    push_end(&mut self.ends, EndQueue::LingerT4, at, tid);
                 }
                 ResponseOutcome::ForTu(cid)
             }
@@ -946,15 +1200,25 @@ impl Transactions {
                     if self.client_keys.get(&t.key) == Some(&c.0) {
                         self.client_keys.remove(&t.key);
                     }
+                    self.kept = self.kept.saturating_sub(t.bytes.len());
+                    if t.lingering() {
+                        self.lingering = self.lingering.saturating_sub(1);
+                    }
                     self.events.push_back(TxnEvent::Terminated(id));
                 }
             }
             TxnId::Server(s) => {
                 if let Some(t) = self.servers.remove(&s.0) {
-                    for k in std::iter::once(&t.key).chain(t.ack_key.as_ref()) {
-                        if self.server_keys.get(k) == Some(&s.0) {
-                            self.server_keys.remove(k);
+                    let ack_key = t.rfc2543.as_ref().and_then(|r| r.ack_key);
+                    for k in std::iter::once(t.key).chain(ack_key) {
+                        if self.server_keys.get(&k) == Some(&s.0) {
+                            self.server_keys.remove(&k);
                         }
+                    }
+                    let prefix = t.rfc2543.as_ref().map_or(0, |r| r.prefix.len());
+                    self.kept = self.kept.saturating_sub(t.response.len() + prefix);
+                    if t.lingering() {
+                        self.lingering = self.lingering.saturating_sub(1);
                     }
                     self.events.push_back(TxnEvent::Terminated(id));
                 }
@@ -964,49 +1228,82 @@ impl Transactions {
 
     /// Fires every timer due at or before `now` (retransmissions, timeouts, state ends).
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(Reverse(e)) = self.timers.peek().copied() {
+        while let Some(Reverse(e)) = self.retx.peek().copied() {
             if e.at > now {
                 break;
             }
-            self.timers.pop();
-            if self.timer_at(e.id, e.slot) != Some(e.at) {
-                continue; // cancelled or rescheduled
+            self.retx.pop();
+            if self.retx_at(e.id) == Some(e.at) {
+                self.fire_retx(now, e.id);
             }
-            self.fire(now, e.id, e.slot);
+        }
+        for q in 0..END_QUEUES {
+            while let Some(&(at, raw)) = self.ends[q].front() {
+                if at > now {
+                    break;
+                }
+                self.ends[q].pop_front();
+                let id = from_raw(raw);
+                if self.end_at(id) == Some(at) {
+                    self.fire_end(id);
+                }
+            }
         }
         self.prune_timers();
     }
 
-    fn timer_at(&self, id: TxnId, slot: Slot) -> Option<Instant> {
+    fn retx_at(&self, id: TxnId) -> Option<Instant> {
         match id {
-            TxnId::Client(c) => self.clients.get(&c.0)?.timers.at(slot),
-            TxnId::Server(s) => self.servers.get(&s.0)?.timers.at(slot),
+            TxnId::Client(c) => self.clients.get(&c.0)?.timers.retx_at,
+            TxnId::Server(s) => self.servers.get(&s.0)?.timers.retx_at,
         }
     }
 
-    fn fire(&mut self, now: Instant, id: TxnId, slot: Slot) {
+    fn end_at(&self, id: TxnId) -> Option<Instant> {
+        match id {
+            TxnId::Client(c) => self.clients.get(&c.0)?.timers.end_at,
+            TxnId::Server(s) => self.servers.get(&s.0)?.timers.end_at,
+        }
+    }
+
+    fn fire_retx(&mut self, now: Instant, id: TxnId) {
         let t2 = self.config.eff_t2();
         let floor = Duration::from_millis(1);
-        match (id, slot) {
-            (TxnId::Client(c), Slot::Retx) => {
+        match id {
+            TxnId::Client(c) => {
                 let Some(t) = self.clients.get_mut(&c.0) else {
                     return;
                 };
                 // A doubles without bound; E doubles up to T2, and is T2 in Proceeding.
                 let next = if t.invite {
-                    t.timers.retx_every.saturating_mul(2)
+                    t.timers.retx_every().saturating_mul(2)
                 } else if t.state == ClientState::Proceeding {
                     t2
                 } else {
-                    t.timers.retx_every.saturating_mul(2).min(t2)
+                    t.timers.retx_every().saturating_mul(2).min(t2)
                 }
                 .max(floor);
-                t.timers.retx_every = next;
+                t.timers.set_retx_every(next);
                 t.timers.retx_at = Some(now + next);
-                arm(&mut self.timers, id, Slot::Retx, now + next);
+                arm_retx(&mut self.retx, id, now + next);
                 self.out.push_back(Out::Request(c));
             }
-            (TxnId::Client(c), Slot::End) => {
+            TxnId::Server(s) => {
+                let Some(t) = self.servers.get_mut(&s.0) else {
+                    return;
+                };
+                let next = t.timers.retx_every().saturating_mul(2).min(t2).max(floor);
+                t.timers.set_retx_every(next);
+                t.timers.retx_at = Some(now + next);
+                arm_retx(&mut self.retx, id, now + next);
+                self.out.push_back(Out::Response(s));
+            }
+        }
+    }
+
+    fn fire_end(&mut self, id: TxnId) {
+        match id {
+            TxnId::Client(c) => {
                 let Some(t) = self.clients.get(&c.0) else {
                     return;
                 };
@@ -1016,51 +1313,53 @@ impl Transactions {
                 ) {
                     self.events.push_back(TxnEvent::ClientTimeout(c));
                 }
-                self.terminate(id);
             }
-            (TxnId::Server(s), Slot::Retx) => {
-                let Some(t) = self.servers.get_mut(&s.0) else {
-                    return;
-                };
-                let next = t.timers.retx_every.saturating_mul(2).min(t2).max(floor);
-                t.timers.retx_every = next;
-                t.timers.retx_at = Some(now + next);
-                arm(&mut self.timers, id, Slot::Retx, now + next);
-                self.out.push_back(Out::Response(s));
-            }
-            (TxnId::Server(s), Slot::End) => {
+            TxnId::Server(s) => {
                 let Some(t) = self.servers.get(&s.0) else {
                     return;
                 };
                 if t.invite && t.state == ServerState::Completed {
                     self.events.push_back(TxnEvent::ServerTimeout(s));
                 }
-                self.terminate(id);
             }
         }
+        self.terminate(id);
     }
 
-    /// Drops cancelled entries from the top of the timer heap (so that
-    /// [`poll_timeout`](Self::poll_timeout) is exact), and rebuilds the heap when cancelled
-    /// entries outnumber live ones by far.
+    /// Drops cancelled entries from the front of the timer queues (so that
+    /// [`poll_timeout`](Self::poll_timeout) is exact), and rebuilds the retransmission heap
+    /// when cancelled entries outnumber live ones by far.
     fn prune_timers(&mut self) {
-        while let Some(Reverse(e)) = self.timers.peek().copied() {
-            if self.timer_at(e.id, e.slot) == Some(e.at) {
+        while let Some(Reverse(e)) = self.retx.peek().copied() {
+            if self.retx_at(e.id) == Some(e.at) {
                 break;
             }
-            self.timers.pop();
+            self.retx.pop();
         }
-        if self.timers.len() > 4 * self.len() + 64 {
-            let mut v = std::mem::take(&mut self.timers).into_vec();
-            v.retain(|Reverse(e)| self.timer_at(e.id, e.slot) == Some(e.at));
-            self.timers = BinaryHeap::from(v);
+        for q in 0..END_QUEUES {
+            while let Some(&(at, raw)) = self.ends[q].front() {
+                if self.end_at(from_raw(raw)) == Some(at) {
+                    break;
+                }
+                self.ends[q].pop_front();
+            }
+        }
+        if self.retx.len() > 4 * self.len() + 64 {
+            let mut v = std::mem::take(&mut self.retx).into_vec();
+            v.retain(|Reverse(e)| self.retx_at(e.id) == Some(e.at));
+            self.retx = BinaryHeap::from(v);
         }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called, if any timer runs.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse(e)| e.at)
+        let retx = self.retx.peek().map(|Reverse(e)| e.at);
+        self.ends
+            .iter()
+            .filter_map(|q| q.front().map(|&(at, _)| at))
+            .chain(retx)
+            .min()
     }
 
     /// Appends the next message to send to `buf` and says where it goes, or returns `None`
@@ -1072,12 +1371,12 @@ impl Transactions {
             let (peer, bytes): (Peer, &[u8]) = match &out {
                 Out::Owned(peer, bytes) => (*peer, bytes),
                 Out::Request(c) => match self.clients.get(&c.0) {
-                    Some(t) => (t.peer, &t.request),
-                    None => continue,
+                    Some(t) if !t.lingering() => (t.peer, &t.bytes),
+                    _ => continue,
                 },
                 Out::Ack(c) => match self.clients.get(&c.0) {
-                    Some(t) => (t.peer, &t.ack),
-                    None => continue,
+                    Some(t) if t.state == ClientState::Completed => (t.peer, &t.bytes),
+                    _ => continue,
                 },
                 Out::Response(s) => match self.servers.get(&s.0) {
                     Some(t) => (t.peer, &t.response),

@@ -1282,7 +1282,8 @@ fn cancelled_timers_do_not_pile_up() {
     }
     assert_eq!(t.len(), 1_000);
     assert_eq!(t.poll_timeout(), None);
-    assert!(t.timers.len() <= 4 * t.len() + 64);
+    assert!(t.retx.len() <= 4 * t.len() + 64);
+    assert!(t.ends.iter().all(|q| q.is_empty()));
 }
 
 #[test]
@@ -1397,4 +1398,167 @@ fn udp_responses_go_to_the_via_port_unless_rport_is_asked() {
         .poll_transmit(Instant::ZERO, &mut Vec::new())
         .expect("sent");
     assert_eq!(tx.destination, tcp);
+}
+
+/// Server INVITE transactions answered with a 2xx: they linger (Timer L) and are evictable.
+fn accepted_invites(t: &mut Transactions, n: usize, at: Instant) -> Vec<ServerTxnId> {
+    let from = peer(1, Transport::Udp);
+    (0..n)
+        .map(|i| {
+            let inv = request("INVITE", &format!("z9hG4bKacc{i}"), 1, Transport::Udp);
+            let RequestOutcome::New(id) = t.handle_request(at, &inv, from) else {
+                panic!("INVITE {i} not new");
+            };
+            t.respond(at, id, response(&inv, 200, Some("x")))
+                .expect("2xx");
+            while t.poll_transmit(at, &mut Vec::new()).is_some() {}
+            id
+        })
+        .collect()
+}
+
+#[test]
+fn a_full_table_evicts_the_oldest_lingering_transaction_first() {
+    let mut config = TxnConfig::default();
+    config.max_transactions(10);
+    let mut t = Transactions::new(config);
+    let ids = accepted_invites(&mut t, 9, ms(0));
+    assert_eq!(t.stats().lingering, 9);
+    while t.poll_event().is_some() {}
+    // A new INVITE at 90%: the oldest lingering transaction goes, the newest stay.
+    let inv = request("INVITE", "z9hG4bKnew", 1, Transport::Udp);
+    assert!(matches!(
+        t.handle_request(ms(10), &inv, peer(1, Transport::Udp)),
+        RequestOutcome::New(_)
+    ));
+    assert_eq!(
+        t.poll_event(),
+        Some(TxnEvent::Terminated(TxnId::Server(ids[0])))
+    );
+    assert_eq!(t.poll_event(), None);
+    assert_eq!(t.server_state(ids[0]), None);
+    assert_eq!(t.server_state(ids[1]), Some(ServerState::Accepted));
+    assert_eq!(t.stats().evicted, 1);
+    assert_eq!(t.stats().lingering, 8);
+    assert_eq!(t.len(), 9);
+}
+
+#[test]
+fn live_transactions_are_never_evicted() {
+    let mut config = TxnConfig::default();
+    config.max_transactions(10);
+    let mut t = Transactions::new(config);
+    let from = peer(1, Transport::Udp);
+    let _lingering = accepted_invites(&mut t, 2, ms(0));
+    // Seven live INVITEs (no final response yet): 9 transactions, 90%.
+    for i in 0..7 {
+        let inv = request("INVITE", &format!("z9hG4bKlive{i}"), 1, Transport::Udp);
+        assert!(matches!(
+            t.handle_request(ms(1), &inv, from),
+            RequestOutcome::New(_)
+        ));
+    }
+    // Two more new INVITEs take the two lingering transactions' room.
+    for i in 0..2 {
+        let inv = request("INVITE", &format!("z9hG4bKmore{i}"), 1, Transport::Udp);
+        assert!(matches!(
+            t.handle_request(ms(2), &inv, from),
+            RequestOutcome::New(_)
+        ));
+    }
+    assert_eq!(t.stats().evicted, 2);
+    // Now every transaction is live: the next new INVITE is refused, nothing is evicted.
+    let inv = request("INVITE", "z9hG4bKrefused", 1, Transport::Udp);
+    assert_eq!(t.handle_request(ms(3), &inv, from), RequestOutcome::TooMany);
+    assert_eq!(t.stats().evicted, 2);
+    assert_eq!(t.stats().refused, 1);
+    assert_eq!(t.stats().lingering, 0);
+    assert_eq!(t.len(), 9);
+}
+
+#[test]
+fn the_memory_budget_bounds_the_table_and_evicts_lingering_first() {
+    let mut config = TxnConfig::default();
+    // Room for about ten transactions without kept bytes.
+    config.memory_budget(10 * TXN_OVERHEAD_BYTES + TXN_OVERHEAD_BYTES / 2);
+    let mut t = Transactions::new(config);
+    let from = peer(1, Transport::Udp);
+    // Non-INVITEs answered over UDP linger (Timer J) keeping their final response.
+    let mut first = None;
+    for i in 0..20 {
+        let req = request("OPTIONS", &format!("z9hG4bKopt{i}"), 1, Transport::Udp);
+        match t.handle_request(ms(i), &req, from) {
+            RequestOutcome::New(id) => {
+                first.get_or_insert(id);
+                t.respond(ms(i), id, response(&req, 200, Some("o")))
+                    .expect("final");
+            }
+            other => panic!("OPTIONS {i}: {other:?}"),
+        }
+        assert!(t.memory_bytes() <= t.config().memory_budget);
+    }
+    let s = t.stats();
+    assert!(s.evicted >= 10, "{s:?}");
+    assert!(s.kept_bytes > 0);
+    assert_eq!(s.lingering, t.len());
+    assert_eq!(first.and_then(|id| t.server_state(id)), None, "oldest gone");
+    // The rest still absorb their retransmissions and resend the kept response.
+    let last = request("OPTIONS", "z9hG4bKopt19", 1, Transport::Udp);
+    assert!(matches!(
+        t.handle_request(ms(30), &last, from),
+        RequestOutcome::Retransmission(_)
+    ));
+    // When every timer has run, nothing is kept and the estimate is back to zero.
+    while let Some(at) = t.poll_timeout() {
+        t.handle_timeout(at);
+    }
+    assert!(t.is_empty());
+    assert_eq!(t.memory_bytes(), 0);
+    assert_eq!(t.stats().lingering, 0);
+}
+
+#[test]
+fn finished_transactions_drop_what_they_no_longer_resend() {
+    let mut t = Transactions::new(TxnConfig::default());
+    let to = peer(2, Transport::Udp);
+    let inv = request("INVITE", "z9hG4bKdrop", 1, Transport::Udp);
+    let cid = t.send_request(ms(0), inv.clone(), to).expect("send");
+    while t.poll_transmit(ms(0), &mut Vec::new()).is_some() {}
+    assert_eq!(t.stats().kept_bytes, inv.len(), "the request, for Timer A");
+    // A 2xx: Accepted keeps no bytes (a further 2xx only goes to the TU).
+    let ok = response(&inv, 200, Some("t"));
+    assert_eq!(
+        t.handle_response(ms(5), &ok, to),
+        ResponseOutcome::ForTu(cid)
+    );
+    assert_eq!(t.stats().kept_bytes, 0);
+    assert_eq!(t.stats().lingering, 1);
+    // Retransmitted 2xx still reach the TU until Timer M.
+    assert_eq!(
+        t.handle_response(ms(600), &ok, to),
+        ResponseOutcome::ForTu(cid)
+    );
+    // Timer A does not resend a request it no longer has.
+    t.handle_timeout(ms(1_000));
+    assert_eq!(t.poll_transmit(ms(1_000), &mut Vec::new()), None);
+    // A non-2xx: Completed keeps only the ACK, resent for every retransmitted final.
+    let inv2 = request("INVITE", "z9hG4bKdrop2", 1, Transport::Udp);
+    let c2 = t.send_request(ms(0), inv2.clone(), to).expect("send");
+    while t.poll_transmit(ms(0), &mut Vec::new()).is_some() {}
+    let busy = response(&inv2, 486, Some("b"));
+    assert_eq!(
+        t.handle_response(ms(5), &busy, to),
+        ResponseOutcome::ForTu(c2)
+    );
+    let mut buf = Vec::new();
+    assert!(t.poll_transmit(ms(5), &mut buf).is_some());
+    assert_eq!(method_of(&buf), "ACK");
+    assert_eq!(t.stats().kept_bytes, buf.len());
+    assert_eq!(
+        t.handle_response(ms(600), &busy, to),
+        ResponseOutcome::Absorbed(c2)
+    );
+    buf.clear();
+    assert!(t.poll_transmit(ms(600), &mut buf).is_some());
+    assert_eq!(method_of(&buf), "ACK");
 }
