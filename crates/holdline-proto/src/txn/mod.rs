@@ -44,12 +44,17 @@
 
 mod config;
 mod key;
+mod keymap;
+mod slab;
 #[cfg(test)]
 mod tests;
 
 use std::cmp::Reverse;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use keymap::KeyMap;
+use slab::Slab;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use holdline_base::{Duration, Instant, Peer, Transmit};
@@ -230,8 +235,8 @@ impl Hash for KeyHash {
     }
 }
 
-/// Hashers for maps whose keys are already well spread: a [`KeyHash`] word taken as is, or a
-/// transaction id (sequential, never chosen by a peer) multiplied by a large odd constant.
+/// The hasher of the key maps: a [`KeyHash`] word is already a keyed hash, taken as is
+/// (mixed once more by a multiplication).
 #[derive(Clone, Copy, Debug, Default)]
 struct Spread;
 
@@ -258,8 +263,6 @@ impl BuildHasher for Spread {
         SpreadHasher(0)
     }
 }
-
-type Map<K, V> = HashMap<K, V, Spread>;
 
 /// The retransmission timer (A, E or G) of a transaction, in the heap. Live only while the
 /// transaction's `retx_at` equals `at` (lazy deletion: cancelling is setting `None`).
@@ -365,8 +368,7 @@ struct ServerTxn {
     /// The last response kept for retransmission (provisional or non-2xx final); empty in
     /// `Accepted` and `Confirmed`, which resend nothing.
     response: Box<[u8]>,
-    /// For a CANCEL: the raw id of the INVITE transaction it targets, 0 for none (ids start
-    /// at 1).
+    /// For a CANCEL: the id of the INVITE transaction it targets, 0 for none (never an id).
     cancel_target: u64,
     timers: Timers,
     invite: bool,
@@ -439,11 +441,10 @@ pub struct TxnStats {
 #[derive(Debug)]
 pub struct Transactions {
     config: TxnConfig,
-    next_id: u64,
-    clients: Map<u64, ClientTxn>,
-    client_keys: Map<KeyHash, u64>,
-    servers: Map<u64, ServerTxn>,
-    server_keys: Map<KeyHash, u64>,
+    clients: Slab<ClientTxn>,
+    client_keys: KeyMap,
+    servers: Slab<ServerTxn>,
+    server_keys: KeyMap,
     retx: BinaryHeap<Reverse<RetxEntry>>,
     ends: [VecDeque<EndEntry>; END_QUEUES],
     out: VecDeque<Out>,
@@ -459,15 +460,15 @@ fn malformed_at(kind: ParseErrorKind, offset: usize) -> ParseError {
     ParseError::new(kind, offset)
 }
 
-/// The memory one transaction costs beside the bytes it keeps: its map entry, its key map
-/// entry (with hashbrown's control bytes and a load factor of about 7/8) and two end-timer
-/// queue entries. An estimate, checked against the process's RSS in `docs/benchmarks.md`.
+/// The memory one transaction costs beside the bytes it keeps: its slab slot, its key map
+/// entry (with hashbrown's control byte, at a load of about 2/3) and two end-timer queue
+/// entries. An estimate, checked against the process's RSS in `docs/benchmarks.md`.
 pub const TXN_OVERHEAD_BYTES: usize = {
-    let server = size_of::<(u64, ServerTxn)>();
-    let client = size_of::<(u64, ClientTxn)>();
+    let server = size_of::<Option<ServerTxn>>() + 8;
+    let client = size_of::<Option<ClientTxn>>() + 8;
     let entry = if server > client { server } else { client };
-    let key = size_of::<(KeyHash, u64)>();
-    (entry + key + 2) * 8 / 7 + 2 * size_of::<EndEntry>()
+    let key = size_of::<(KeyHash, u64)>() + 1;
+    entry + key * 3 / 2 + 2 * size_of::<EndEntry>()
 };
 
 // The compact layout is a design target (issue 14: at most 256 bytes per lingering
@@ -479,11 +480,10 @@ impl Transactions {
     pub fn new(config: TxnConfig) -> Self {
         Self {
             config,
-            next_id: 0,
-            clients: HashMap::with_hasher(Spread),
-            client_keys: HashMap::with_hasher(Spread),
-            servers: HashMap::with_hasher(Spread),
-            server_keys: HashMap::with_hasher(Spread),
+            clients: Slab::new(),
+            client_keys: KeyMap::new(),
+            servers: Slab::new(),
+            server_keys: KeyMap::new(),
             retx: BinaryHeap::new(),
             ends: Default::default(),
             out: VecDeque::new(),
@@ -531,12 +531,12 @@ impl Transactions {
 
     /// The state of a client transaction, `None` once it has terminated.
     pub fn client_state(&self, id: ClientTxnId) -> Option<ClientState> {
-        self.clients.get(&id.0).map(|t| t.state)
+        self.clients.get(id.0).map(|t| t.state)
     }
 
     /// The state of a server transaction, `None` once it has terminated.
     pub fn server_state(&self, id: ServerTxnId) -> Option<ServerState> {
-        self.servers.get(&id.0).map(|t| t.state)
+        self.servers.get(id.0).map(|t| t.state)
     }
 
     /// For a server transaction created by a CANCEL: the INVITE server transaction it
@@ -546,8 +546,8 @@ impl Transactions {
     /// top Via for RFC 3261 branches; Request-URI, To tag, From tag, Call-ID, CSeq number and
     /// top Via otherwise.
     pub fn cancel_target(&self, cancel: ServerTxnId) -> Option<ServerTxnId> {
-        let target = self.servers.get(&cancel.0)?.cancel_target;
-        (target != 0 && self.servers.contains_key(&target)).then_some(ServerTxnId(target))
+        let target = self.servers.get(cancel.0)?.cancel_target;
+        (target != 0 && self.servers.contains(target)).then_some(ServerTxnId(target))
     }
 
     fn hash(&self, key: &[u8]) -> KeyHash {
@@ -566,12 +566,6 @@ impl Transactions {
             .map(|_| self.server_keys.contains_key(&self.hash(&scratch)));
         self.scratch = scratch;
         found
-    }
-
-    fn alloc_id(&mut self) -> u64 {
-        // Ids never reach CLIENT_BIT (2^63 transactions), and 0 is never used.
-        self.next_id = (self.next_id + 1) & !CLIENT_BIT;
-        self.next_id
     }
 
     /// Makes room for one more transaction: ends lingering transactions, oldest first, while
@@ -645,7 +639,7 @@ impl Transactions {
         let outcome = match self.request_key(&msg, &mut scratch) {
             Ok((method, prefix_len)) => {
                 let key = self.hash(&scratch);
-                match self.server_keys.get(&key).copied() {
+                match self.server_keys.get(&key) {
                     Some(id) => self.matched_request(now, id, method, reply_to),
                     None if method == Method::Ack => RequestOutcome::PassThrough,
                     None => self.new_server(&msg, key, &scratch, method, prefix_len, reply_to),
@@ -704,7 +698,7 @@ impl Transactions {
         from: Peer,
     ) -> RequestOutcome {
         let sid = ServerTxnId(id);
-        let Some(t) = self.servers.get_mut(&id) else {
+        let Some(t) = self.servers.get_mut(id) else {
             return RequestOutcome::PassThrough;
         };
         t.peer = from;
@@ -766,26 +760,22 @@ impl Transactions {
                 ack_key: None,
             })
         });
-        let id = self.alloc_id();
         let invite = method == Method::Invite;
-        self.server_keys.insert(key, id);
-        self.servers.insert(
-            id,
-            ServerTxn {
-                key,
-                rfc2543,
-                peer: from,
-                response: Box::default(),
-                cancel_target,
-                timers: Timers::default(),
-                invite,
-                state: if invite {
-                    ServerState::Proceeding
-                } else {
-                    ServerState::Trying
-                },
+        let id = self.servers.insert(ServerTxn {
+            key,
+            rfc2543,
+            peer: from,
+            response: Box::default(),
+            cancel_target,
+            timers: Timers::default(),
+            invite,
+            state: if invite {
+                ServerState::Proceeding
+            } else {
+                ServerState::Trying
             },
-        );
+        });
+        self.server_keys.insert(key, id);
         RequestOutcome::New(ServerTxnId(id))
     }
 
@@ -804,9 +794,9 @@ impl Transactions {
             let via = msg.top_via().ok()?;
             key::server_3261(&mut k, &via, via.branch()?, b"INVITE");
         }
-        let id = *self.server_keys.get(&self.hash(&k))?;
+        let id = self.server_keys.get(&self.hash(&k))?;
         self.servers
-            .get(&id)
+            .get(id)
             .is_some_and(|t| t.invite)
             .then_some(ServerTxnId(id))
     }
@@ -856,7 +846,7 @@ impl Transactions {
         let tid = TxnId::Server(id);
         let t = self
             .servers
-            .get_mut(&id.0)
+            .get_mut(id.0)
             .ok_or(TxnError::UnknownTransaction)?;
         let reliable = t.peer.transport.is_reliable();
         let provisional = status < 200;
@@ -922,7 +912,7 @@ impl Transactions {
     /// RFC 2543 fallback: from the final response on, the INVITE's ACK matches under the
     /// response's To tag.
     fn register_ack_key(
-        keys: &mut Map<KeyHash, u64>,
+        keys: &mut KeyMap,
         t: &mut ServerTxn,
         id: ServerTxnId,
         to_tag: &[u8],
@@ -937,7 +927,7 @@ impl Transactions {
         let mut k = r.prefix.to_vec();
         key::server_2543_finish(&mut k, b"ACK", to_tag);
         let k = KeyHash::of(seed, &k);
-        keys.entry(k).or_insert(id.0);
+        keys.insert_if_absent(k, id.0);
         r.ack_key = Some(k);
     }
 
@@ -969,7 +959,7 @@ impl Transactions {
         if !self.make_room(true) {
             return Err(TxnError::TooMany);
         }
-        let id = self.alloc_id();
+        let id = self.clients.next_id();
         let cid = ClientTxnId(id);
         self.client_keys.insert(key, id);
         let mut timers = Timers::default();
@@ -984,21 +974,19 @@ impl Transactions {
         push_end(&mut self.ends, EndQueue::Live, end, TxnId::Client(cid));
         let bytes: Box<[u8]> = request.into_boxed_slice();
         self.kept += bytes.len();
-        self.clients.insert(
-            id,
-            ClientTxn {
-                key,
-                peer: to,
-                bytes,
-                timers,
-                invite,
-                state: if invite {
-                    ClientState::Calling
-                } else {
-                    ClientState::Trying
-                },
+        let inserted = self.clients.insert(ClientTxn {
+            key,
+            peer: to,
+            bytes,
+            timers,
+            invite,
+            state: if invite {
+                ClientState::Calling
+            } else {
+                ClientState::Trying
             },
-        );
+        });
+        debug_assert_eq!(inserted, id);
         self.out.push_back(Out::Request(cid));
         Ok(cid)
     }
@@ -1030,7 +1018,7 @@ impl Transactions {
     pub fn cancel(&mut self, now: Instant, invite: ClientTxnId) -> Result<ClientTxnId, TxnError> {
         let t = self
             .clients
-            .get(&invite.0)
+            .get(invite.0)
             .ok_or(TxnError::UnknownTransaction)?;
         if !t.invite || t.state != ClientState::Proceeding {
             return Err(TxnError::InvalidState);
@@ -1069,7 +1057,7 @@ impl Transactions {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         key::client(&mut scratch, branch, cseq.method.as_bytes());
-        let found = self.client_keys.get(&self.hash(&scratch)).copied();
+        let found = self.client_keys.get(&self.hash(&scratch));
         self.scratch = scratch;
         let Some(id) = found else {
             return ResponseOutcome::Stray;
@@ -1091,7 +1079,7 @@ impl Transactions {
         let tid = TxnId::Client(cid);
         let limits = self.config.limits;
         let t1x64 = self.config.t1x64();
-        let Some(t) = self.clients.get_mut(&id) else {
+        let Some(t) = self.clients.get_mut(id) else {
             return ResponseOutcome::Stray;
         };
         if t.peer.conn.is_none()
@@ -1172,8 +1160,8 @@ impl Transactions {
     /// ids are ignored.
     pub fn handle_transport_error(&mut self, id: TxnId) {
         let live = match id {
-            TxnId::Client(c) => self.clients.contains_key(&c.0),
-            TxnId::Server(s) => self.servers.contains_key(&s.0),
+            TxnId::Client(c) => self.clients.contains(c.0),
+            TxnId::Server(s) => self.servers.contains(s.0),
         };
         if live {
             self.events.push_back(TxnEvent::TransportError(id));
@@ -1196,10 +1184,8 @@ impl Transactions {
     fn terminate(&mut self, id: TxnId) {
         match id {
             TxnId::Client(c) => {
-                if let Some(t) = self.clients.remove(&c.0) {
-                    if self.client_keys.get(&t.key) == Some(&c.0) {
-                        self.client_keys.remove(&t.key);
-                    }
+                if let Some(t) = self.clients.remove(c.0) {
+                    self.client_keys.remove_if(&t.key, c.0);
                     self.kept = self.kept.saturating_sub(t.bytes.len());
                     if t.lingering() {
                         self.lingering = self.lingering.saturating_sub(1);
@@ -1208,12 +1194,10 @@ impl Transactions {
                 }
             }
             TxnId::Server(s) => {
-                if let Some(t) = self.servers.remove(&s.0) {
+                if let Some(t) = self.servers.remove(s.0) {
                     let ack_key = t.rfc2543.as_ref().and_then(|r| r.ack_key);
                     for k in std::iter::once(t.key).chain(ack_key) {
-                        if self.server_keys.get(&k) == Some(&s.0) {
-                            self.server_keys.remove(&k);
-                        }
+                        self.server_keys.remove_if(&k, s.0);
                     }
                     let prefix = t.rfc2543.as_ref().map_or(0, |r| r.prefix.len());
                     self.kept = self.kept.saturating_sub(t.response.len() + prefix);
@@ -1254,15 +1238,15 @@ impl Transactions {
 
     fn retx_at(&self, id: TxnId) -> Option<Instant> {
         match id {
-            TxnId::Client(c) => self.clients.get(&c.0)?.timers.retx_at,
-            TxnId::Server(s) => self.servers.get(&s.0)?.timers.retx_at,
+            TxnId::Client(c) => self.clients.get(c.0)?.timers.retx_at,
+            TxnId::Server(s) => self.servers.get(s.0)?.timers.retx_at,
         }
     }
 
     fn end_at(&self, id: TxnId) -> Option<Instant> {
         match id {
-            TxnId::Client(c) => self.clients.get(&c.0)?.timers.end_at,
-            TxnId::Server(s) => self.servers.get(&s.0)?.timers.end_at,
+            TxnId::Client(c) => self.clients.get(c.0)?.timers.end_at,
+            TxnId::Server(s) => self.servers.get(s.0)?.timers.end_at,
         }
     }
 
@@ -1271,7 +1255,7 @@ impl Transactions {
         let floor = Duration::from_millis(1);
         match id {
             TxnId::Client(c) => {
-                let Some(t) = self.clients.get_mut(&c.0) else {
+                let Some(t) = self.clients.get_mut(c.0) else {
                     return;
                 };
                 // A doubles without bound; E doubles up to T2, and is T2 in Proceeding.
@@ -1289,7 +1273,7 @@ impl Transactions {
                 self.out.push_back(Out::Request(c));
             }
             TxnId::Server(s) => {
-                let Some(t) = self.servers.get_mut(&s.0) else {
+                let Some(t) = self.servers.get_mut(s.0) else {
                     return;
                 };
                 let next = t.timers.retx_every().saturating_mul(2).min(t2).max(floor);
@@ -1304,7 +1288,7 @@ impl Transactions {
     fn fire_end(&mut self, id: TxnId) {
         match id {
             TxnId::Client(c) => {
-                let Some(t) = self.clients.get(&c.0) else {
+                let Some(t) = self.clients.get(c.0) else {
                     return;
                 };
                 if matches!(
@@ -1315,7 +1299,7 @@ impl Transactions {
                 }
             }
             TxnId::Server(s) => {
-                let Some(t) = self.servers.get(&s.0) else {
+                let Some(t) = self.servers.get(s.0) else {
                     return;
                 };
                 if t.invite && t.state == ServerState::Completed {
@@ -1370,15 +1354,15 @@ impl Transactions {
         while let Some(out) = self.out.pop_front() {
             let (peer, bytes): (Peer, &[u8]) = match &out {
                 Out::Owned(peer, bytes) => (*peer, bytes),
-                Out::Request(c) => match self.clients.get(&c.0) {
+                Out::Request(c) => match self.clients.get(c.0) {
                     Some(t) if !t.lingering() => (t.peer, &t.bytes),
                     _ => continue,
                 },
-                Out::Ack(c) => match self.clients.get(&c.0) {
+                Out::Ack(c) => match self.clients.get(c.0) {
                     Some(t) if t.state == ClientState::Completed => (t.peer, &t.bytes),
                     _ => continue,
                 },
-                Out::Response(s) => match self.servers.get(&s.0) {
+                Out::Response(s) => match self.servers.get(s.0) {
                     Some(t) => (t.peer, &t.response),
                     None => continue,
                 },
