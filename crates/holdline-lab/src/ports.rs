@@ -9,7 +9,7 @@
 //! explicit picker could take it; the start point is spread by process id, time and a
 //! counter so that parallel pickers do not walk the same ports.
 
-use std::net::{TcpListener, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -45,8 +45,22 @@ fn candidates() -> (u16, u16) {
 }
 
 /// Whether `port` on 127.0.0.1 is free for UDP and for TCP right now.
+///
+/// The TCP check binds and listens *without* `SO_REUSEADDR` (std's `TcpListener::bind` sets
+/// it): with it, a port whose earlier connections linger (TIME_WAIT, or still established
+/// from a stopped step's server) looks free, and a server that then listens there fails with
+/// "Address already in use" (Kamailio did, in `holdline bench`).
 fn free(port: u16) -> bool {
-    UdpSocket::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok()
+    UdpSocket::bind(("127.0.0.1", port)).is_ok() && tcp_free(port)
+}
+
+fn tcp_free(port: u16) -> bool {
+    use socket2::{Domain, Socket, Type};
+    let Ok(s) = Socket::new(Domain::IPV4, Type::STREAM, None) else {
+        return false;
+    };
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    s.bind(&addr.into()).is_ok() && s.listen(1).is_ok()
 }
 
 /// A port free for UDP and TCP on 127.0.0.1, outside the ephemeral range; `None` when none is
@@ -69,6 +83,7 @@ pub fn free_port() -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{TcpListener, TcpStream};
 
     #[test]
     fn picks_free_ports_outside_the_ephemeral_range() {
@@ -97,5 +112,22 @@ mod tests {
         for _ in 0..200 {
             assert_ne!(free_port(), Some(p));
         }
+    }
+
+    #[test]
+    fn a_port_with_a_lingering_connection_is_not_free() {
+        // A listener on p, a connection to it, then the listener closed: the accepted
+        // connection still holds local port p (as a stopped step's server leaves it), and a
+        // server listening there would fail although std's bind (SO_REUSEADDR) succeeds.
+        let p = free_port().expect("a free port");
+        let l = TcpListener::bind(("127.0.0.1", p)).expect("tcp");
+        let _c = TcpStream::connect(("127.0.0.1", p)).expect("connect");
+        let (_accepted, _) = l.accept().expect("accept");
+        drop(l);
+        assert!(
+            TcpListener::bind(("127.0.0.1", p)).is_ok(),
+            "std's check passes"
+        );
+        assert!(!free(p), "ours does not");
     }
 }
