@@ -24,8 +24,8 @@ use holdline_sip::{EditError, Editor, HeaderName, Message, Method, build_respons
 
 use crate::location::{Binding, LocationStore};
 use crate::proxy::{
-    ProxyConfig, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via, record_route_value,
-    resolve_uri, response_rank, stateless_branch, via_destination,
+    ProxyConfig, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via, is_own_socket,
+    record_route_value, resolve_uri, response_rank, stateless_branch, via_destination,
 };
 use crate::registrar::Registrar;
 use crate::txn::{
@@ -179,6 +179,9 @@ pub struct EndpointStats {
     /// New INVITEs the forward gate rejected (every next hop refused them), answered through
     /// their server transaction.
     pub rejected_by_forward_gate: u64,
+    /// Requests whose every target was one of the proxy's own sockets: answered `482`, never
+    /// sent to ourselves.
+    pub to_own_socket: u64,
 }
 
 impl EndpointStats {
@@ -791,6 +794,16 @@ impl Endpoint {
         plan.ruri.user().is_none() && (me || self.config.serves(host))
     }
 
+    /// Whether an OPTIONS is answered by the proxy although its Request-URI has a user part:
+    /// the URI names one of the proxy's own addresses (a health check or a scanner sends
+    /// `OPTIONS sip:100@IP`), not a served domain, and no Route is left.
+    fn options_for_us(&self, plan: &RoutePlan<'_>) -> bool {
+        let host = plan.ruri.host_bytes().unwrap_or_default();
+        plan.next_route.is_none()
+            && is_me_uri(&self.config, &plan.ruri)
+            && !self.config.serves(host)
+    }
+
     /// The §16.3 checks after syntax: Max-Forwards, Proxy-Require and loops. Returns the
     /// error response to send, if any.
     fn validate(
@@ -835,7 +848,7 @@ impl Endpoint {
             return;
         }
         let to_us = self.addressed_to_us(plan);
-        if method == Method::Options && to_us {
+        if method == Method::Options && (to_us || self.options_for_us(plan)) {
             self.respond(
                 now,
                 sid,
@@ -970,8 +983,27 @@ impl Endpoint {
     }
 
     /// §16.5: the targets of a request and their next hops. With `fork`, a served domain
-    /// gives every binding; without it, only the best one (stateless ACK forwarding).
+    /// gives every binding; without it, only the best one (stateless ACK forwarding). A
+    /// target that is one of the proxy's own sockets is dropped (the request would come
+    /// straight back); when that leaves none, `482`.
     fn targets(
+        &mut self,
+        now: Instant,
+        plan: &RoutePlan<'_>,
+        fork: bool,
+    ) -> Result<Vec<Target>, (u16, &'static str)> {
+        let mut targets = self.all_targets(now, plan, fork)?;
+        let found = targets.len();
+        targets.retain(|t| !is_own_socket(&self.config, &t.dest));
+        if found > 0 && targets.is_empty() {
+            self.stats.to_own_socket += 1;
+            return Err((482, "Loop Detected"));
+        }
+        Ok(targets)
+    }
+
+    /// [`targets`](Self::targets) before the own-socket check.
+    fn all_targets(
         &mut self,
         now: Instant,
         plan: &RoutePlan<'_>,

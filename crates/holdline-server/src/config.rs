@@ -593,7 +593,10 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Domains this server is responsible for (registrar and proxy).
     pub domains: Vec<String>,
-    /// Insert Record-Route.
+    /// Insert Record-Route in initial dialog-creating requests proxied statefully (double
+    /// Record-Route when the request leaves on another listener), so that in-dialog requests
+    /// come back through this server. Default `true` (as Kamailio's stock configuration);
+    /// `false` turns it off.
     pub record_route: bool,
     /// Location store; absent: a persistent store in [`data_dir`](Self::data_dir).
     pub store: Option<StoreSpec>,
@@ -635,7 +638,7 @@ impl Default for ServerConfig {
             ],
             workers: 0,
             domains: Vec::new(),
-            record_route: false,
+            record_route: true,
             store: None,
             data_dir: None,
             metrics: None,

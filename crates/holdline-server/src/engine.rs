@@ -98,6 +98,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         })
         .collect();
     p.record_route = config.record_route;
+    p.host_addresses = host_addresses();
     p.registrar = config.registrar.into();
     p.static_routes = config
         .routes
@@ -126,6 +127,14 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     // call's owner), different between servers: a hash of the bound listeners.
     p.gate_key = gate_key(bound);
     p
+}
+
+/// The machine's interface addresses (for listeners on `0.0.0.0`/`::`); none when they
+/// cannot be read (loopback still counts).
+fn host_addresses() -> Vec<std::net::IpAddr> {
+    if_addrs::get_if_addrs()
+        .map(|ifs| ifs.iter().map(if_addrs::Interface::ip).collect())
+        .unwrap_or_default()
 }
 
 /// A seed from the standard library's per-process random hasher keys.
@@ -281,6 +290,7 @@ impl WorkerCore for Engine {
             );
         }
         let _ = writeln!(out, "holdline_sip_forwarded_total {}", s.forwarded);
+        let _ = writeln!(out, "holdline_sip_to_own_socket_total {}", s.to_own_socket);
         let _ = writeln!(
             out,
             "holdline_sip_rejected_overload_total {}",

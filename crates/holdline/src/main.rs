@@ -73,7 +73,7 @@ struct ServeArgs {
     /// Serve Prometheus metrics on IP:PORT (GET /metrics).
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<SocketAddr>,
-    /// Insert Record-Route.
+    /// Record-Route initial dialog-creating requests (default on).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     record_route: Option<bool>,
     /// Static route DOMAIN=udp:IP:PORT (or tcp:, `*` for any domain; `,stateless` suffix).

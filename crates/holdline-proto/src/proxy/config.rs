@@ -1,6 +1,6 @@
 //! [`ProxyConfig`]: what the proxy core serves, where it listens and where it routes.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use holdline_base::{Duration, Transport};
 use holdline_sip::Limits;
@@ -50,6 +50,11 @@ pub struct ProxyConfig {
     /// transport is used as sent-by and in Record-Route for messages leaving over it.
     /// Default: `127.0.0.1:5060` over UDP.
     pub listen: Vec<ListenAddr>,
+    /// The machine's own addresses (all interfaces): a listener on an unspecified address
+    /// (`0.0.0.0`, `::`) answers to each of them, so a Request-URI or Route naming one of them
+    /// means this proxy. The driver fills it in; loopback addresses always count. Default:
+    /// none.
+    pub host_addresses: Vec<IpAddr>,
     /// Whether to add a Record-Route header to dialog-creating requests (so that in-dialog
     /// requests come back through this proxy). Default `true`.
     pub record_route: bool,
@@ -88,6 +93,7 @@ impl Default for ProxyConfig {
                 transport: Transport::Udp,
                 addr: SocketAddr::from(([127, 0, 0, 1], 5060)),
             }],
+            host_addresses: Vec::new(),
             record_route: true,
             static_routes: Vec::new(),
             timer_c: Duration::from_secs(180),

@@ -58,20 +58,38 @@ impl Fnv {
     }
 }
 
-/// Whether `host` (with `port` and `transport` as written, defaults applied by `tls`) names
-/// one of the proxy's listeners or aliases.
+/// Whether address `ip` reaches listener `l`: its own address, or any of the machine's
+/// addresses (and loopback) when it listens on an unspecified address of the same family.
+fn listener_has_ip(config: &ProxyConfig, l: &ListenAddr, ip: IpAddr) -> bool {
+    let own = l.addr.ip();
+    own == ip
+        || (own.is_unspecified()
+            && own.is_ipv4() == ip.is_ipv4()
+            && (ip.is_loopback() || config.host_addresses.contains(&ip)))
+}
+
+/// Whether `host` (with `port` and `transport` as written) names one of the proxy's
+/// listeners or aliases. An absent port means any of the proxy's ports when `any_port` (a
+/// Request-URI or Route: `sip:100@127.0.0.1` sent to a server on 127.0.0.1:15060 is for it),
+/// else the transport's default (a Via's sent-by).
 fn is_me_host(
     config: &ProxyConfig,
     host: Host<'_>,
     port: Option<u16>,
     transport: Option<Transport>,
     tls: bool,
+    any_port: bool,
 ) -> bool {
     let default = if tls { 5061 } else { 5060 };
-    let port = port.unwrap_or(default);
+    let port_ok = |l: &ListenAddr| match port {
+        Some(p) => l.addr.port() == p,
+        None => any_port || l.addr.port() == default,
+    };
     match host.ip() {
         Some(ip) => config.listen.iter().any(|l| {
-            l.addr.ip() == ip && l.addr.port() == port && transport.is_none_or(|t| t == l.transport)
+            listener_has_ip(config, l, ip)
+                && port_ok(l)
+                && transport.is_none_or(|t| t == l.transport)
         }),
         None => {
             let name = host.name().unwrap_or_default();
@@ -80,9 +98,19 @@ fn is_me_host(
                 .aliases
                 .iter()
                 .any(|a| a.as_bytes().eq_ignore_ascii_case(name))
-                && config.listen.iter().any(|l| l.addr.port() == port)
+                && config.listen.iter().any(port_ok)
         }
     }
+}
+
+/// Whether `dest` is one of the proxy's own sockets (a request sent there would come straight
+/// back: it is never forwarded there).
+pub(crate) fn is_own_socket(config: &ProxyConfig, dest: &Peer) -> bool {
+    config.listen.iter().any(|l| {
+        l.transport == dest.transport
+            && l.addr.port() == dest.addr.port()
+            && listener_has_ip(config, l, dest.addr.ip())
+    })
 }
 
 /// Whether a SIP URI designates this proxy (one of its listening addresses or aliases).
@@ -91,13 +119,13 @@ pub(crate) fn is_me_uri(config: &ProxyConfig, uri: &Uri<'_>) -> bool {
         return false;
     };
     let tls = uri.scheme() == Scheme::Sips || uri.transport() == Some(Transport::Tls);
-    is_me_host(config, host, uri.port(), uri.transport(), tls)
+    is_me_host(config, host, uri.port(), uri.transport(), tls, true)
 }
 
 /// Whether a Via was written by this proxy (its sent-by is one of our listeners).
 pub(crate) fn is_our_via(config: &ProxyConfig, via: &Via<'_>) -> bool {
     let tls = via.transport == Some(Transport::Tls);
-    is_me_host(config, via.host, via.port, None, tls)
+    is_me_host(config, via.host, via.port, None, tls, false)
 }
 
 /// `host:port` of a socket address as a Via sent-by (IPv6 in brackets).

@@ -1220,8 +1220,8 @@ fn a_user_at_the_proxy_address_follows_the_default_route_without_a_binding() {
 }
 
 #[test]
-fn a_looped_request_gets_482() {
-    // The default route points back at the proxy itself: the second pass is a loop.
+fn a_request_routed_to_the_proxy_itself_gets_482_and_is_never_sent_there() {
+    // The default route points back at the proxy's own socket.
     let mut c = config();
     c.static_routes = vec![StaticRoute {
         domain: "*".into(),
@@ -1242,14 +1242,124 @@ fn a_looped_request_gets_482() {
         ),
     );
     net.run_until(ms(100));
-    let a = net.ua(1);
-    assert_eq!(a.responses(482, "INVITE").len(), 1);
-    let looped = net
+    assert_eq!(net.ua(1).responses(482, "INVITE").len(), 1);
+    let to_self = net.sent.iter().filter(|(_, to, _)| *to == PROXY).count();
+    assert_eq!(to_self, 0, "nothing is sent to our own socket");
+    assert_eq!(net.proxy.stats().to_own_socket, 1);
+}
+
+#[test]
+fn a_request_that_comes_back_through_another_proxy_gets_482() {
+    // Everything for elsewhere goes to proxy 5, which (misconfigured) sends it back.
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: ua_addr(5),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::rings_forever())]);
+    net.send(
+        1,
+        request(
+            "INVITE",
+            "sip:carol@elsewhere.example",
+            ua_addr(1),
+            "z9hG4bKloop2",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(50));
+    let relayed = net.ua(5).requests("INVITE");
+    assert_eq!(relayed.len(), 1);
+    // Proxy 5 relays it back with its own Via on top: §16.3 step 4 finds our Via with the
+    // same loop hash.
+    let text = String::from_utf8(relayed[0].clone()).expect("utf-8");
+    let (line, rest) = text.split_once("\r\n").expect("start line");
+    let back = format!(
+        "{line}\r\nVia: SIP/2.0/UDP {};branch=z9hG4bKp5back\r\n{rest}",
+        ua_addr(5)
+    );
+    net.put(ua_addr(5), PROXY, back.into_bytes());
+    net.run_until(ms(100));
+    assert_eq!(net.ua(5).responses(482, "INVITE").len(), 1);
+}
+
+#[test]
+fn options_to_the_proxy_address_without_a_port_is_answered_not_forwarded() {
+    // The proxy listens on 10.0.0.100:15060; `sip:100@10.0.0.100` (no port, a user) is for
+    // it, although the `*` route would otherwise take it (a health check or a scanner).
+    let at = SocketAddr::from(([10, 0, 0, 100], 15060));
+    let mut c = config();
+    c.listen = vec![ListenAddr {
+        transport: Transport::Udp,
+        addr: at,
+    }];
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: ua_addr(5),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::answers(1, 2, 200))]);
+    let r = answer_to(
+        &mut net,
+        request(
+            "OPTIONS",
+            "sip:100@10.0.0.100",
+            ua_addr(1),
+            "z9hG4bKo1",
+            1,
+            &[],
+        ),
+    );
+    assert_eq!(status_of(&r), 200);
+    assert!(header(&r, HeaderName::Allow).is_some());
+    assert!(net.ua(5).requests("OPTIONS").is_empty(), "not forwarded");
+    // A port that is not ours is somebody else's (another server on the same host): the
+    // request goes there.
+    let other = SocketAddr::from(([10, 0, 0, 100], 5099));
+    net.send(
+        1,
+        request(
+            "OPTIONS",
+            "sip:100@10.0.0.100:5099",
+            ua_addr(1),
+            "z9hG4bKo2",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(100));
+    let sent = net
         .sent
         .iter()
-        .filter(|(_, to, b)| *to == PROXY && method_of(b) == "INVITE")
+        .filter(|(_, to, b)| *to == other && method_of(b) == "OPTIONS")
         .count();
-    assert_eq!(looped, 1, "the request went round once");
+    assert!(sent >= 1, "forwarded to {other}");
+}
+
+#[test]
+fn a_wildcard_listener_answers_to_the_host_addresses() {
+    let mut c = config();
+    c.listen = vec![ListenAddr {
+        transport: Transport::Udp,
+        addr: SocketAddr::from(([0, 0, 0, 0], 5060)),
+    }];
+    c.host_addresses = vec![IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 100))];
+    let me = |u: &str| {
+        let b = format!("INVITE {u} SIP/2.0\r\nContent-Length: 0\r\n\r\n");
+        let m = Message::parse(b.as_bytes(), &Limits::DEFAULT).expect("parse");
+        let uri = m.request_uri().expect("uri");
+        is_me_uri(&c, &uri)
+    };
+    assert!(me("sip:10.0.0.100"));
+    assert!(me("sip:x@10.0.0.100:5060"));
+    assert!(me("sip:127.0.0.1"), "loopback");
+    assert!(!me("sip:10.0.0.101"), "not a host address");
+    assert!(!me("sip:10.0.0.100:5070"), "not our port");
+    assert!(!me("sip:[::1]"), "another family");
 }
 
 #[test]

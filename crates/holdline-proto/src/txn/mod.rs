@@ -43,6 +43,7 @@
 //! §18.2.2's Via-based routing must take it up with the driver.
 
 mod config;
+mod fifo;
 mod key;
 mod keymap;
 mod slab;
@@ -53,6 +54,7 @@ use std::cmp::Reverse;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BinaryHeap, VecDeque};
 
+use fifo::ChunkQueue;
 use keymap::KeyMap;
 use slab::Slab;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -446,7 +448,7 @@ pub struct Transactions {
     servers: Slab<ServerTxn>,
     server_keys: KeyMap,
     retx: BinaryHeap<Reverse<RetxEntry>>,
-    ends: [VecDeque<EndEntry>; END_QUEUES],
+    ends: [ChunkQueue<EndEntry>; END_QUEUES],
     out: VecDeque<Out>,
     events: VecDeque<TxnEvent>,
     scratch: Vec<u8>,
@@ -802,7 +804,7 @@ impl Transactions {
     }
 }
 
-fn push_end(ends: &mut [VecDeque<EndEntry>; END_QUEUES], q: EndQueue, at: Instant, id: TxnId) {
+fn push_end(ends: &mut [ChunkQueue<EndEntry>; END_QUEUES], q: EndQueue, at: Instant, id: TxnId) {
     ends[q as usize].push_back((at, raw_id(id)));
 }
 
