@@ -342,6 +342,9 @@ struct ClientTxn {
     timers: Timers,
     invite: bool,
     state: ClientState,
+    /// Counted in [`TxnStats::lingering`] (entered a lingering state over an unreliable
+    /// transport; over a reliable one such a state ends the transaction at once).
+    linger: bool,
 }
 
 impl ClientTxn {
@@ -375,17 +378,8 @@ struct ServerTxn {
     timers: Timers,
     invite: bool,
     state: ServerState,
-}
-
-impl ServerTxn {
-    /// Whether the transaction only absorbs retransmissions until its end timer.
-    fn lingering(&self) -> bool {
-        match self.state {
-            ServerState::Accepted | ServerState::Confirmed => true,
-            ServerState::Completed => !self.invite,
-            ServerState::Trying | ServerState::Proceeding => false,
-        }
-    }
+    /// Counted in [`TxnStats::lingering`] (see [`ClientTxn::linger`]).
+    linger: bool,
 }
 
 /// Replaces kept bytes, keeping the table's byte count exact.
@@ -714,6 +708,7 @@ impl Transactions {
                         self.terminate(TxnId::Server(sid));
                     } else {
                         self.lingering += 1;
+                        t.linger = true;
                         let at = now + self.config.t4;
                         t.timers.end_at = Some(at);
                         push_end(&mut self.ends, EndQueue::LingerT4, at, TxnId::Server(sid));
@@ -776,6 +771,7 @@ impl Transactions {
             } else {
                 ServerState::Trying
             },
+            linger: false,
         });
         self.server_keys.insert(key, id);
         RequestOutcome::New(ServerTxnId(id))
@@ -861,6 +857,7 @@ impl Transactions {
             (true, ServerState::Proceeding) if success => {
                 t.state = ServerState::Accepted;
                 self.lingering += 1;
+                t.linger = true;
                 keep(&mut self.kept, &mut t.response, Box::default());
                 let at = now + t1x64;
                 t.timers.end_at = Some(at);
@@ -898,6 +895,7 @@ impl Transactions {
                     self.terminate(tid);
                 } else {
                     self.lingering += 1;
+                    t.linger = true;
                     keep(&mut self.kept, &mut t.response, response.into_boxed_slice());
                     let at = now + t1x64;
                     t.timers.end_at = Some(at);
@@ -987,6 +985,7 @@ impl Transactions {
             } else {
                 ClientState::Trying
             },
+            linger: false,
         });
         debug_assert_eq!(inserted, id);
         self.out.push_back(Out::Request(cid));
@@ -1105,6 +1104,7 @@ impl Transactions {
             ClientState::Calling | ClientState::Proceeding if t.invite && success => {
                 t.state = ClientState::Accepted;
                 self.lingering += 1;
+                t.linger = true;
                 keep(&mut self.kept, &mut t.bytes, Box::default());
                 t.timers = Timers::default();
                 let at = now + t1x64;
@@ -1124,6 +1124,7 @@ impl Transactions {
                     self.terminate(tid);
                 } else {
                     self.lingering += 1;
+                    t.linger = true;
                     keep(&mut self.kept, &mut t.bytes, ack.into_boxed_slice());
                     let at = now + self.config.timer_d;
                     t.timers.end_at = Some(at);
@@ -1139,6 +1140,7 @@ impl Transactions {
                     self.terminate(tid);
                 } else {
                     self.lingering += 1;
+                    t.linger = true;
                     keep(&mut self.kept, &mut t.bytes, Box::default());
                     let at = now + self.config.t4;
                     t.timers.end_at = Some(at);
@@ -1189,7 +1191,7 @@ impl Transactions {
                 if let Some(t) = self.clients.remove(c.0) {
                     self.client_keys.remove_if(&t.key, c.0);
                     self.kept = self.kept.saturating_sub(t.bytes.len());
-                    if t.lingering() {
+                    if t.linger {
                         self.lingering = self.lingering.saturating_sub(1);
                     }
                     self.events.push_back(TxnEvent::Terminated(id));
@@ -1203,7 +1205,7 @@ impl Transactions {
                     }
                     let prefix = t.rfc2543.as_ref().map_or(0, |r| r.prefix.len());
                     self.kept = self.kept.saturating_sub(t.response.len() + prefix);
-                    if t.lingering() {
+                    if t.linger {
                         self.lingering = self.lingering.saturating_sub(1);
                     }
                     self.events.push_back(TxnEvent::Terminated(id));

@@ -1562,3 +1562,32 @@ fn finished_transactions_drop_what_they_no_longer_resend() {
     assert!(t.poll_transmit(ms(600), &mut buf).is_some());
     assert_eq!(method_of(&buf), "ACK");
 }
+
+#[test]
+fn the_lingering_count_is_exact_over_tcp_too() {
+    // Over TCP an INVITE answered 2xx lingers in Accepted (Timer L is 64*T1 on every
+    // transport); a non-INVITE ends at its final response and never lingers, so it must not
+    // take from the count either.
+    let mut t = Transactions::new(TxnConfig::default());
+    let from = peer(1, Transport::Tcp);
+    let inv = request("INVITE", "z9hG4bKtinv", 1, Transport::Tcp);
+    let RequestOutcome::New(id) = t.handle_request(ms(0), &inv, from) else {
+        panic!("new");
+    };
+    t.respond(ms(0), id, response(&inv, 200, Some("i")))
+        .expect("2xx");
+    assert_eq!((t.len(), t.stats().lingering), (1, 1));
+    for i in 0..5 {
+        let opt = request("OPTIONS", &format!("z9hG4bKto{i}"), 1, Transport::Tcp);
+        let RequestOutcome::New(o) = t.handle_request(ms(0), &opt, from) else {
+            panic!("new");
+        };
+        t.respond(ms(0), o, response(&opt, 200, Some("o")))
+            .expect("final");
+    }
+    assert_eq!((t.len(), t.stats().lingering), (1, 1));
+    while let Some(at) = t.poll_timeout() {
+        t.handle_timeout(at);
+    }
+    assert_eq!((t.len(), t.stats().lingering), (0, 0));
+}
