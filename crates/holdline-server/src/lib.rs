@@ -234,6 +234,7 @@ impl Server {
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
             open_conns: AtomicUsize::new(0),
             clock,
+            accepted: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let mut limits = Limits::DEFAULT;
         limits.max_message_size(l.max_message_size);

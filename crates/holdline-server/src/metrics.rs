@@ -68,6 +68,8 @@ pub(crate) struct WorkerStats {
     pub(crate) handoffs_in: AtomicU64,
     pub(crate) conns_accepted: AtomicU64,
     pub(crate) conns_outbound: AtomicU64,
+    /// Messages sent over a connection the peer opened, found by its address.
+    pub(crate) conns_reused: AtomicU64,
     pub(crate) conns_open: AtomicI64,
     pub(crate) pongs: AtomicU64,
     pub(crate) busy_ns: AtomicU64,
@@ -221,6 +223,11 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             "holdline_connections_outbound_total",
             "Outbound TCP connections opened.",
             |s| s.conns_outbound.load(Relaxed),
+        ),
+        (
+            "holdline_connections_reused_total",
+            "Messages to an address without a connection of their own sent over the connection that peer opened to us (connection reuse).",
+            |s| s.conns_reused.load(Relaxed),
         ),
         (
             "holdline_keepalive_pongs_total",

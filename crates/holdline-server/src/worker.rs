@@ -74,6 +74,19 @@ pub(crate) struct Shared {
     pub(crate) stats: Vec<WorkerStats>,
     pub(crate) open_conns: AtomicUsize,
     pub(crate) clock: Clock,
+    /// Connection reuse (RFC 3261 §18.2.2, RFC 5923): the open connections peers opened to
+    /// us, by the peer's address, whichever worker owns them. A message to that address
+    /// without a connection of its own goes over it (a softphone's Contact is often the
+    /// ephemeral port of its connection to us: a new connection there is refused). Entries
+    /// go when their connection closes.
+    pub(crate) accepted: std::sync::Mutex<HashMap<SocketAddr, ConnId>>,
+}
+
+impl Shared {
+    /// The open connection a peer at `addr` opened to us, if any.
+    fn accepted_to(&self, addr: SocketAddr) -> Option<ConnId> {
+        self.accepted.lock().ok()?.get(&addr).copied()
+    }
 }
 
 /// Per-worker settings derived from the configuration.
@@ -705,15 +718,21 @@ impl Worker {
                 }
             }
             Transport::Tcp => {
+                let lane = lane_for(self.forward.as_ref().map(|f| f.1), bytes);
                 let id = match to.conn {
                     Some(id) => id,
-                    None => match self.pooled(
-                        now,
-                        to.addr,
-                        lane_for(self.forward.as_ref().map(|f| f.1), bytes),
-                    ) {
-                        Some(id) => id,
-                        None => return,
+                    None => match self.pool.get(&(to.addr, lane_key(lane))) {
+                        Some(id) => *id,
+                        None => match self.shared.accepted_to(to.addr) {
+                            Some(id) => {
+                                self.stats().conns_reused.fetch_add(1, Relaxed);
+                                id
+                            }
+                            None => match self.pooled(now, to.addr, lane) {
+                                Some(id) => id,
+                                None => return,
+                            },
+                        },
                     },
                 };
                 let owner = conn_owner(id);
@@ -799,6 +818,9 @@ impl Worker {
         self.stats().conns_open.fetch_add(1, Relaxed);
         if !outbound {
             self.shared.open_conns.fetch_add(1, Relaxed);
+            if let (Some(c), Ok(mut by)) = (self.conns.get(key), self.shared.accepted.lock()) {
+                by.insert(c.io.peer_addr(), id);
+            }
         }
         Some(id)
     }
@@ -813,6 +835,12 @@ impl Worker {
             self.pool.retain(|_, id| *id != c.id);
         } else {
             self.shared.open_conns.fetch_sub(1, Relaxed);
+            if let Ok(mut by) = self.shared.accepted.lock() {
+                let addr = c.io.peer_addr();
+                if by.get(&addr) == Some(&c.id) {
+                    by.remove(&addr);
+                }
+            }
         }
         // Count before the peer can see the close.
         let s = self.stats();

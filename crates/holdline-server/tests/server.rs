@@ -448,3 +448,96 @@ fn a_second_server_on_the_same_address_is_refused() {
     assert!(text.contains("in use"), "{text}");
     first.shutdown();
 }
+
+/// Forwards everything over TCP, without a connection, to an address set after the start.
+struct ToAddressCore {
+    target: Arc<std::sync::Mutex<Option<SocketAddr>>>,
+    out: Vec<Vec<u8>>,
+}
+
+impl WorkerCore for ToAddressCore {
+    fn handle(&mut self, _: Instant, bytes: &[u8], from: Peer) {
+        // Only what comes over UDP is forwarded (the TCP client's own messages are not).
+        if from.transport == Transport::Udp {
+            self.out.push(bytes.to_vec());
+        }
+    }
+    fn handle_timeout(&mut self, _: Instant) {}
+    fn poll_transmit(&mut self, _: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let target = (*self.target.lock().unwrap())?;
+        let b = self.out.pop()?;
+        buf.extend_from_slice(&b);
+        Some(Transmit {
+            destination: Peer {
+                addr: target,
+                transport: Transport::Tcp,
+                conn: None,
+            },
+            size: b.len(),
+        })
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn metrics(&self, _: &mut String) {}
+}
+
+#[test]
+fn a_message_to_a_peer_that_connected_to_us_goes_over_its_connection() {
+    // A softphone registered over TCP: its Contact is the ephemeral port of its connection,
+    // where nothing listens. Two workers: the connection and the calls may have different
+    // owners.
+    let target = Arc::new(std::sync::Mutex::new(None));
+    let c = config(2);
+    let t = target.clone();
+    let server = Server::start(&c, move |_| {
+        Box::new(ToAddressCore {
+            target: t.clone(),
+            out: Vec::new(),
+        }) as Box<dyn WorkerCore>
+    })
+    .unwrap();
+    let mut phone = tcp(server.local_addr(Transport::Tcp).unwrap());
+    *target.lock().unwrap() = Some(phone.local_addr().unwrap());
+    // Make sure the server has accepted the connection before anything is sent to it.
+    phone.write_all(b"\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    let mut pong = [0; 2];
+    phone.read_exact(&mut pong).unwrap();
+    let udp = server.local_addr(Transport::Udp).unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for w in 0..2 {
+        let call_id = call_id_for(w, 2, "reuse");
+        client.send_to(&request(&call_id, "UDP"), udp).unwrap();
+        let got = read_messages(&mut phone, &mut buf, 1);
+        assert_eq!(summary_call_id(&got[0]), call_id, "worker {w}'s message");
+    }
+    let text = server.metrics_text();
+    assert_eq!(metric_sum(&text, "holdline_connections_reused_total"), 2);
+    assert_eq!(metric_sum(&text, "holdline_connections_outbound_total"), 0);
+    // Once the phone's connection is gone, its address is forgotten: the next message opens
+    // a new connection (refused: nothing listens there) instead of using a stale one.
+    drop(phone);
+    let deadline = StdInstant::now() + WAIT;
+    while metric_sum(&server.metrics_text(), "holdline_connections_open") > 0 {
+        assert!(StdInstant::now() < deadline, "connection not closed");
+        std::thread::yield_now();
+    }
+    client
+        .send_to(&request(&call_id_for(0, 2, "after"), "UDP"), udp)
+        .unwrap();
+    let deadline = StdInstant::now() + WAIT;
+    while metric_sum(
+        &server.metrics_text(),
+        "holdline_connections_outbound_total",
+    ) == 0
+    {
+        assert!(StdInstant::now() < deadline, "no new connection attempted");
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        metric_sum(&server.metrics_text(), "holdline_connections_reused_total"),
+        2
+    );
+    server.shutdown();
+}
