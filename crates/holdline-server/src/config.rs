@@ -1079,6 +1079,33 @@ stateless = true
     }
 
     #[test]
+    fn record_route_is_on_unless_turned_off() {
+        assert!(ServerConfig::default().record_route);
+        let c = ServerConfig::from_toml("a.toml", "record_route = false\n").expect("valid");
+        assert!(!c.record_route);
+        let c = ServerConfig::from_toml("a.toml", "workers = 1\n").expect("valid");
+        assert!(c.record_route, "absent from the file: on");
+    }
+
+    #[test]
+    fn transaction_memory_budget_defaults_to_a_share_of_ram() {
+        let mut c = ServerConfig::default();
+        c.workers = 2;
+        let two = c.transaction_memory_bytes();
+        c.workers = 1;
+        let one = c.transaction_memory_bytes();
+        assert!(two >= 64 << 20);
+        // Shared among the workers (unless both sit at the 64 MiB floor).
+        assert!(one == 2 * two || one == two, "{one} vs {two}");
+        assert!(one > two || one == 64 << 20);
+        c.limits.transaction_memory_mb = Some(100);
+        assert_eq!(c.transaction_memory_bytes(), 100 << 20);
+        let e = ServerConfig::from_toml("a.toml", "[limits]\ntransaction_memory_mb = 0\n")
+            .expect_err("zero");
+        assert_eq!(e.key, "limits.transaction_memory_mb");
+    }
+
+    #[test]
     fn errors_name_file_line_and_key() {
         let e = ServerConfig::from_toml("a.toml", "workers = 2\n[limits]\nmax_conections = 3\n")
             .expect_err("unknown key");
