@@ -1089,8 +1089,10 @@ stateless = true
 
     #[test]
     fn transaction_memory_budget_defaults_to_a_share_of_ram() {
-        let mut c = ServerConfig::default();
-        c.workers = 2;
+        let mut c = ServerConfig {
+            workers: 2,
+            ..ServerConfig::default()
+        };
         let two = c.transaction_memory_bytes();
         c.workers = 1;
         let one = c.transaction_memory_bytes();
