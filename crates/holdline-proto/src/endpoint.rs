@@ -29,7 +29,8 @@ use crate::proxy::{
 };
 use crate::registrar::Registrar;
 use crate::txn::{
-    ClientTxnId, RequestOutcome, ResponseOutcome, ServerTxnId, Transactions, TxnEvent, TxnId,
+    ClientTxnId, RequestOutcome, ResponseOutcome, ServerState, ServerTxnId, Transactions, TxnEvent,
+    TxnId,
 };
 
 /// The To tag prefix of the gate's stateless rejections.
@@ -1525,10 +1526,16 @@ impl Endpoint {
     /// transaction is gone (a late 2xx).
     fn forward_upstream(&mut self, now: Instant, sid: ServerTxnId, bytes: Vec<u8>) {
         let is_2xx = bytes.get(8).is_some_and(|&d| d == b'2');
-        match self.txns.respond(now, sid, bytes.clone()) {
-            Ok(()) => {}
-            Err(_) if is_2xx => self.forward_by_via(&bytes),
-            Err(_) => self.drop_msg(DropReason::Internal),
+        // A 2xx that no transaction can take (gone, or final with a non-2xx already) goes by
+        // its Via; everything else through the transaction, without a copy kept in case.
+        let takes = match self.txns.server_state(sid) {
+            None => false,
+            Some(s) => !matches!(s, ServerState::Completed | ServerState::Confirmed),
+        };
+        if is_2xx && !takes {
+            self.forward_by_via(&bytes);
+        } else if self.txns.respond(now, sid, bytes).is_err() {
+            self.drop_msg(DropReason::Internal);
         }
     }
 
