@@ -143,33 +143,12 @@ fn chain(first: First, transport: &str) {
         .stderr(Stdio::null())
         .status()
         .expect("run sipp uac");
-    let s = last_stats(&stats);
-    let errors = std::fs::read_to_string(dir.path().join("uac_errors.log")).unwrap_or_default();
-    let excerpt: String = errors.chars().take(3000).collect();
-    let kam_log = std::fs::read_to_string(dir.path().join("kamailio.log")).unwrap_or_default();
-    let kam: String = kam_log
-        .chars()
-        .rev()
-        .take(1500)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    assert_eq!(
-        stat(&s, "SuccessfulCall(C)"),
-        calls,
-        "{what}: {s:?}\n{excerpt}\nkamailio: {kam}"
-    );
-    assert_eq!(stat(&s, "FailedCall(C)"), 0, "{what}: {excerpt}");
-    assert_eq!(
-        stat(&s, "FailedUnexpectedMessage(C)"),
-        0,
-        "{what}: {excerpt}"
-    );
-    assert!(
-        status.success(),
-        "{what}: sipp uac exit {status:?}\n{excerpt}"
-    );
+    if stat(&last_stats(&stats), "FailedCall(C)") > 0 {
+        let log = std::fs::read_to_string(dir.path().join("kamailio.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        eprintln!("{what}: kamailio's log ends with:\n{}", tail.join("\n"));
+    }
+    common::assert_uac_ok(dir.path(), calls, status, &what);
 }
 
 #[test]
