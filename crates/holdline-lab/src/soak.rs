@@ -9,8 +9,9 @@
 //! seconds. Every second, from the UAC's start to its exit, the lab samples the server's RSS
 //! (`VmRSS` of `/proc/PID/status`), its CPU time (utime + stime) and its `/metrics`:
 //! `holdline_sip_active_transactions`, `holdline_sip_active_calls`, the BYEs it took (the
-//! calls completed so far) and every metric named `holdline_sip_txn_*` or `holdline_txn_*`
-//! that the server exports (summed over labels; absent ones are absent from the sample).
+//! calls completed so far), every metric named `holdline_sip_txn_*` or `holdline_txn_*`, and
+//! local overload control's rejections, occupancy and acceptance, as far as the server exports
+//! them (summed over labels; absent ones are absent from the sample).
 //!
 //! A transaction lives up to 64×T1 = 32 s after it ends (Timer B, F, L and friends), so a
 //! server under constant load reaches its steady memory after about 32 s: the RSS is reported
@@ -57,8 +58,16 @@ const STEADY_FROM_S: f64 = 40.0;
 const WINDOW_S: f64 = 10.0;
 /// Sampling period.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// Prefixes of the transaction metrics recorded when the server exports them.
-const TXN_PREFIXES: [&str; 2] = ["holdline_sip_txn_", "holdline_txn_"];
+/// Prefixes of the metrics recorded when the server exports them: the transaction table's,
+/// and local overload control's rejections (all reasons summed), occupancy and acceptance
+/// (a 503 in a soak below capacity is a false alarm to explain).
+const TXN_PREFIXES: [&str; 5] = [
+    "holdline_sip_txn_",
+    "holdline_txn_",
+    "holdline_overload_rejected_total",
+    "holdline_overload_occupancy_ratio",
+    "holdline_overload_acceptance_ratio",
+];
 
 /// `holdline lab soak` options.
 #[derive(Debug, Parser)]
