@@ -793,6 +793,7 @@ impl Worker {
     fn add_conn(&mut self, now: Instant, mut io: TcpConn, outbound: bool) -> Option<ConnId> {
         let id = ConnId(((self.index as u64) << 48) | self.next_seq);
         self.next_seq += 1;
+        let peer = io.peer_addr();
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         if let Err(e) = self.poll.registry().register(
@@ -818,8 +819,8 @@ impl Worker {
         self.stats().conns_open.fetch_add(1, Relaxed);
         if !outbound {
             self.shared.open_conns.fetch_add(1, Relaxed);
-            if let (Some(c), Ok(mut by)) = (self.conns.get(key), self.shared.accepted.lock()) {
-                by.insert(c.io.peer_addr(), id);
+            if let Ok(mut by) = self.shared.accepted.lock() {
+                by.insert(peer, id);
             }
         }
         Some(id)

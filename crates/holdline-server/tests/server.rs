@@ -365,22 +365,42 @@ fn metrics_endpoint_and_shutdown_hook() {
 }
 
 /// Forwards every UDP message over TCP to `target` without a connection id.
+/// Forwards what it receives over TCP, without a connection, to `target` (which may be set
+/// after the start); with `only_udp`, only what came over UDP.
 struct ForwardCore {
-    target: SocketAddr,
+    target: Arc<std::sync::Mutex<Option<SocketAddr>>>,
+    only_udp: bool,
     out: Vec<Vec<u8>>,
 }
 
+impl ForwardCore {
+    fn new(target: Option<SocketAddr>, only_udp: bool) -> Self {
+        Self::shared(Arc::new(std::sync::Mutex::new(target)), only_udp)
+    }
+
+    fn shared(target: Arc<std::sync::Mutex<Option<SocketAddr>>>, only_udp: bool) -> Self {
+        Self {
+            target,
+            only_udp,
+            out: Vec::new(),
+        }
+    }
+}
+
 impl WorkerCore for ForwardCore {
-    fn handle(&mut self, _: Instant, bytes: &[u8], _: Peer) {
-        self.out.push(bytes.to_vec());
+    fn handle(&mut self, _: Instant, bytes: &[u8], from: Peer) {
+        if !self.only_udp || from.transport == Transport::Udp {
+            self.out.push(bytes.to_vec());
+        }
     }
     fn handle_timeout(&mut self, _: Instant) {}
     fn poll_transmit(&mut self, _: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let target = (*self.target.lock().unwrap())?;
         let b = self.out.pop()?;
         buf.extend_from_slice(&b);
         Some(Transmit {
             destination: Peer {
-                addr: self.target,
+                addr: target,
                 transport: Transport::Tcp,
                 conn: None,
             },
@@ -400,10 +420,7 @@ fn outbound_tcp_uses_one_pooled_connection() {
     let mut c = config(1);
     c.listen.truncate(1);
     let server = Server::start(&c, move |_| {
-        Box::new(ForwardCore {
-            target,
-            out: Vec::new(),
-        }) as Box<dyn WorkerCore>
+        Box::new(ForwardCore::new(Some(target), false)) as Box<dyn WorkerCore>
     })
     .unwrap();
     let udp = server.local_addr(Transport::Udp).unwrap();
@@ -449,39 +466,6 @@ fn a_second_server_on_the_same_address_is_refused() {
     first.shutdown();
 }
 
-/// Forwards everything over TCP, without a connection, to an address set after the start.
-struct ToAddressCore {
-    target: Arc<std::sync::Mutex<Option<SocketAddr>>>,
-    out: Vec<Vec<u8>>,
-}
-
-impl WorkerCore for ToAddressCore {
-    fn handle(&mut self, _: Instant, bytes: &[u8], from: Peer) {
-        // Only what comes over UDP is forwarded (the TCP client's own messages are not).
-        if from.transport == Transport::Udp {
-            self.out.push(bytes.to_vec());
-        }
-    }
-    fn handle_timeout(&mut self, _: Instant) {}
-    fn poll_transmit(&mut self, _: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let target = (*self.target.lock().unwrap())?;
-        let b = self.out.pop()?;
-        buf.extend_from_slice(&b);
-        Some(Transmit {
-            destination: Peer {
-                addr: target,
-                transport: Transport::Tcp,
-                conn: None,
-            },
-            size: b.len(),
-        })
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-    fn metrics(&self, _: &mut String) {}
-}
-
 #[test]
 fn a_message_to_a_peer_that_connected_to_us_goes_over_its_connection() {
     // A softphone registered over TCP: its Contact is the ephemeral port of its connection,
@@ -491,10 +475,8 @@ fn a_message_to_a_peer_that_connected_to_us_goes_over_its_connection() {
     let c = config(2);
     let t = target.clone();
     let server = Server::start(&c, move |_| {
-        Box::new(ToAddressCore {
-            target: t.clone(),
-            out: Vec::new(),
-        }) as Box<dyn WorkerCore>
+        // Only what comes over UDP is forwarded (not the phone's own keepalive).
+        Box::new(ForwardCore::shared(t.clone(), true)) as Box<dyn WorkerCore>
     })
     .unwrap();
     let mut phone = tcp(server.local_addr(Transport::Tcp).unwrap());
