@@ -1,4 +1,5 @@
-//! The `unsafe` system calls: batched datagrams (`recvmmsg`, `sendmmsg`) and `SIOCOUTQ`.
+//! The `unsafe` system calls: batched datagrams (`recvmmsg`, `sendmmsg`), `SIOCOUTQ`, and
+//! the reuseport steering program (`SO_ATTACH_REUSEPORT_CBPF`).
 //! Everything else in the crate is safe code over these few functions.
 
 use std::io;
@@ -139,6 +140,47 @@ pub(crate) fn enable_rx_timestamps(fd: RawFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// One classic BPF instruction: `(code, jt, jf, k)` as in `struct sock_filter`.
+pub(crate) type BpfInsn = (u16, u8, u8, u32);
+
+/// Attaches a classic BPF program to the `SO_REUSEPORT` group of `fd`
+/// (`SO_ATTACH_REUSEPORT_CBPF`): the kernel then runs it on every datagram for the group's
+/// address and delivers the datagram to the socket whose index (order of binding) it returns.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn attach_reuseport_cbpf(fd: RawFd, program: &[BpfInsn]) -> io::Result<()> {
+    let mut filter: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+        .collect();
+    let len = libc::c_ushort::try_from(filter.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: setsockopt reads one `sock_fprog` from a pointer to a live local, whose
+    // `filter` points at `len` live `sock_filter`s; the kernel copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&raw const prog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `SO_ATTACH_REUSEPORT_CBPF` is Linux-only.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn attach_reuseport_cbpf(_fd: RawFd, _program: &[BpfInsn]) -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
 }
 
 /// Receive timestamps are Linux-only here.

@@ -11,7 +11,48 @@ use mio::event::Source;
 use mio::{Interest, Registry, Token};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::sys::{self, MAX_BATCH, RecvMeta};
+use crate::sys::{self, BpfInsn, MAX_BATCH, RecvMeta};
+
+/// Classic BPF opcodes used by [`invite_steering`] (`linux/bpf_common.h`).
+mod op {
+    pub(super) const LD_W_ABS: u16 = 0x20;
+    pub(super) const LD_H_ABS: u16 = 0x28;
+    pub(super) const LD_B_ABS: u16 = 0x30;
+    pub(super) const JEQ_K: u16 = 0x15;
+    pub(super) const MOD_K: u16 = 0x94;
+    pub(super) const ADD_K: u16 = 0x04;
+    pub(super) const RET_A: u16 = 0x16;
+    /// `SKF_NET_OFF`: loads relative to the network header (the program sees the datagram
+    /// from its UDP payload on).
+    pub(super) const NET_OFF: i32 = -0x10_0000;
+}
+
+/// The reuseport program of [`UdpSocket::steer_invites`]: index `workers + h` for a payload
+/// starting with `INVITE `, `h` otherwise, `h` = source port mod `workers` (read at the
+/// network header plus 20 or 40 bytes: IPv4 without options, IPv6 without extension headers;
+/// any other header only changes which worker reads the datagram, and the workers hand
+/// calls to their owners anyway). A payload shorter than 7 bytes makes the load fail, and a
+/// failed load ends the program with 0: worker 0's first socket.
+fn invite_steering(workers: u32, ipv6: bool) -> Vec<BpfInsn> {
+    let sport = (op::NET_OFF + if ipv6 { 40 } else { 20 }) as u32;
+    vec![
+        (op::LD_W_ABS, 0, 0, 0),
+        (op::JEQ_K, 0, 4, u32::from_be_bytes(*b"INVI")),
+        (op::LD_H_ABS, 0, 0, 4),
+        (op::JEQ_K, 0, 2, u32::from(u16::from_be_bytes(*b"TE"))),
+        (op::LD_B_ABS, 0, 0, 6),
+        (op::JEQ_K, 3, 0, u32::from(b' ')),
+        // 6: anything else
+        (op::LD_H_ABS, 0, 0, sport),
+        (op::MOD_K, 0, 0, workers),
+        (op::RET_A, 0, 0, 0),
+        // 9: INVITE
+        (op::LD_H_ABS, 0, 0, sport),
+        (op::MOD_K, 0, 0, workers),
+        (op::ADD_K, 0, 0, workers),
+        (op::RET_A, 0, 0, 0),
+    ]
+}
 
 /// How a UDP socket is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +137,28 @@ impl UdpSocket {
     /// `SO_SNDBUF` as the kernel reports it.
     pub fn send_buffer_size(&self) -> io::Result<usize> {
         socket2::SockRef::from(&self.inner).send_buffer_size()
+    }
+
+    /// Steers datagrams between the sockets bound to this socket's address with
+    /// `SO_REUSEPORT` (its group): a datagram whose payload starts with `INVITE ` goes to
+    /// the socket bound `workers + h` th, anything else to the `h` th, where `h` is the
+    /// sender's UDP port modulo `workers`. The group must therefore be `workers` sockets for
+    /// everything bound first, then `workers` sockets for INVITEs: a worker reads the first
+    /// kind before the second, and when it cannot keep up the kernel drops new INVITEs from
+    /// their own (small) receive buffer, for free, instead of dropping ACKs, BYEs and
+    /// responses of calls already admitted from a shared one.
+    ///
+    /// Classic BPF on the group (`SO_ATTACH_REUSEPORT_CBPF`, Linux ≥ 4.5); `Unsupported`
+    /// elsewhere. `workers` must be at least 1.
+    pub fn steer_invites(&self, workers: usize) -> io::Result<()> {
+        let n = u32::try_from(workers)
+            .ok()
+            .filter(|&n| (1..=u32::MAX / 2).contains(&n))
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        sys::attach_reuseport_cbpf(
+            self.inner.as_raw_fd(),
+            &invite_steering(n, self.local.is_ipv6()),
+        )
     }
 
     /// Whether batched system calls are in use.

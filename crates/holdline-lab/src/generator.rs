@@ -85,10 +85,33 @@ pub(crate) struct Step {
 
 /// Starts `exe ARGS` in the background pinned to `core` (`taskset`), stderr to `log`.
 pub(crate) fn spawn_pinned(core: &str, exe: &Path, args: &[String], log: &Path) -> Result<Child> {
+    spawn_pinned_in(core, None, exe, args, log)
+}
+
+/// [`spawn_pinned`], and with `cgroup_procs` born inside that CPU group: a shell writes its
+/// own PID into the group's `cgroup.procs`, then execs `taskset`, which execs `exe`, so the
+/// child's PID is `exe`'s and everything it forks stays in the group.
+pub(crate) fn spawn_pinned_in(
+    core: &str,
+    cgroup_procs: Option<&Path>,
+    exe: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<Child> {
     let logf =
         File::create(log).map_err(|e| LabError::io(format!("create {}", log.display()), e))?;
-    Command::new("taskset")
-        .args(["-c", core])
+    let mut cmd = match cgroup_procs {
+        Some(procs) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(r#"echo $$ > "$0" || exit 97; exec "$@""#)
+                .arg(procs)
+                .arg("taskset");
+            c
+        }
+        None => Command::new("taskset"),
+    };
+    cmd.args(["-c", core])
         .arg(exe)
         .args(args)
         .stdin(Stdio::null())

@@ -66,8 +66,22 @@ fn color_for(name: &str) -> RGBColor {
             return RGBColor(light(r), light(g), light(b));
         }
     }
-    // The lab's mechanisms.
+    // The lab's mechanisms, and with new INVITEs on sockets of their own
+    // (`ALG+invite-socket…`) a hue of their own.
+    if n.contains("+invite-socket") {
+        for (prefix, c) in [
+            ("none", RGBColor(140, 86, 75)),
+            ("occ", RGBColor(44, 160, 44)),
+            ("queue-delay", RGBColor(23, 190, 207)),
+        ] {
+            if n.starts_with(prefix) {
+                return c;
+            }
+        }
+        return RGBColor(188, 189, 34);
+    }
     for (prefix, c) in [
+        ("saturation", RGBColor(127, 127, 127)),
         ("none", RGBColor(214, 39, 40)),
         ("queue-limit", RGBColor(255, 127, 14)),
         ("occ", RGBColor(0, 94, 184)),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
-use crate::generator::spawn_pinned;
+use crate::generator::{spawn_pinned, spawn_pinned_in};
 
 pub(crate) fn check_tools() -> Result<()> {
     let ok = Command::new("taskset")
@@ -70,7 +70,8 @@ pub struct SweepArgs {
     /// Load factors (multiples of the measured capacity), comma-separated.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub loads: Vec<f64>,
-    /// Mechanisms, comma-separated (default: all of the experiment's).
+    /// Mechanisms, comma-separated (default: all of the experiment's); in udp-overload
+    /// `ALG+invite-socket` adds `--udp-invite-socket on`.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub mechanisms: Vec<String>,
     /// Redraw the plots and the CSV of the results already in `--out` (no measurement).
@@ -93,6 +94,17 @@ impl Drop for Proc {
 
 pub(crate) fn spawn(core: &str, exe: &Path, args: &[String], log: &Path) -> Result<Proc> {
     spawn_pinned(core, exe, args, log).map(Proc)
+}
+
+/// [`spawn`] inside a CPU cgroup (its `cgroup.procs` file) when one is given.
+pub(crate) fn spawn_in(
+    core: &str,
+    cgroup_procs: Option<&Path>,
+    exe: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<Proc> {
+    spawn_pinned_in(core, cgroup_procs, exe, args, log).map(Proc)
 }
 
 /// `GET /metrics` (bounded).

@@ -26,13 +26,14 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cgroup::CpuGroup;
 use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
     SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn,
-    steady,
+    spawn_in, steady,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -45,6 +46,13 @@ const GOODPUT_WINDOW_S: f64 = 10.0;
 /// compares calls near one worker's capacity with a worker busy rejecting three times as
 /// many INVITEs (quick mode runs the pairs from 5,000 calls/s up).
 const COST_PAIRS: [(f64, f64); 3] = [(2000.0, 2000.0), (5000.0, 5000.0), (5000.0, 15000.0)];
+/// Under `--cpu-quota`: the offered rate (no quota, no control) at which the server's CPU per
+/// call is measured.
+const CALIBRATION_CPS: f64 = 2000.0;
+/// Under `--cpu-quota`: at most this many capacity steps, each this factor above the last,
+/// from 0.8 × the nominal capacity (the ramp stops at the first saturated step).
+const QUOTA_RAMP_STEPS: i32 = 8;
+const QUOTA_RAMP_FACTOR: f64 = 1.3;
 
 /// `holdline lab udp-overload` options.
 #[derive(Debug, Parser)]
@@ -59,6 +67,21 @@ pub struct Args {
     /// Results directory.
     #[arg(long, value_name = "DIR", default_value = "lab-results/udp-overload")]
     pub out: PathBuf,
+    /// Run the server in a cgroup v1 CPU group with this quota, percent of one core (real CPU
+    /// scarcity: a rejection costs what it really costs; use with `--cost-us 0`). The
+    /// capacity is then found from the server's measured CPU per call, and the rejection-cost
+    /// phase is skipped. Needs root.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub cpu_quota: Option<u64>,
+    /// The quota's period (`cpu.cfs_period_us`), µs.
+    #[arg(long, value_name = "US", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1_000..=1_000_000))]
+    pub quota_period_us: u64,
+    /// Runs of every curve point, interleaved (all mechanisms at a load, then again); the
+    /// plots and `summary.csv` show medians, `points.csv` every run.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
 }
 
 /// One measured point of the curve (one row of `points.csv`).
@@ -110,6 +133,9 @@ pub struct Point {
     pub server_busy: f64,
     /// Rejections counted by the server's gate.
     pub server_rejected: u64,
+    /// Which run of the point this is (`--repeat`), from 0.
+    #[serde(default)]
+    pub run: u32,
 }
 
 /// Server CPU per completed call and per rejected INVITE at one offered rate.
@@ -150,6 +176,18 @@ pub struct Results {
     pub nominal_capacity_cps: f64,
     /// Measured capacity (phase 1).
     pub capacity_cps: f64,
+    /// The CPU quota of the server, percent of one core (`--cpu-quota`), if any.
+    #[serde(default)]
+    pub cpu_quota_percent: Option<u64>,
+    /// The quota's period, µs.
+    #[serde(default)]
+    pub quota_period_us: Option<u64>,
+    /// Server CPU per completed call measured without quota or control (quota mode), µs.
+    #[serde(default)]
+    pub calibration_cpu_us_per_call: Option<f64>,
+    /// Saturation throughput: the highest steady goodput of the capacity steps (no control).
+    #[serde(default)]
+    pub saturation_cps: f64,
     /// Phase 1 steps (mechanism `none`).
     pub capacity_steps: Vec<Point>,
     /// Phase 2.
@@ -171,6 +209,114 @@ pub fn main(args: Vec<String>) -> ExitCode {
     )
 }
 
+/// A mechanism is `ALG[+OPTION]…`: `--overload ALG`, and per option `invite-socket`
+/// (`--udp-invite-socket on`), `no-invite-socket` (off), or `KEY=VALUE`, a line of the
+/// server's `[overload]` section (e.g. `rejection_budget=0.05`).
+struct Mechanism<'a> {
+    algorithm: &'a str,
+    flags: Vec<String>,
+    overload_lines: Vec<String>,
+}
+
+impl<'a> Mechanism<'a> {
+    fn parse(name: &'a str) -> Result<Self> {
+        let mut parts = name.split('+');
+        let algorithm = parts.next().unwrap_or_default();
+        let mut m = Self {
+            algorithm,
+            flags: Vec::new(),
+            overload_lines: Vec::new(),
+        };
+        for opt in parts {
+            match opt {
+                "invite-socket" => m.flags.push("--udp-invite-socket=on".into()),
+                "no-invite-socket" => m.flags.push("--udp-invite-socket=off".into()),
+                kv => match kv.split_once('=') {
+                    Some((k, v)) if !k.is_empty() && !v.is_empty() => {
+                        m.overload_lines.push(format!("{k} = {v}"));
+                    }
+                    _ => {
+                        return Err(LabError::Precondition(format!(
+                            "mechanism `{name}`: option `{opt}` is not invite-socket, \
+                             no-invite-socket or KEY=VALUE"
+                        )));
+                    }
+                },
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// The file-name tag of run `run` of mechanism `m` at load factor `f`.
+fn run_tag(m: &str, f: f64, run: u32) -> String {
+    if run == 0 {
+        format!("{m}-{f}x")
+    } else {
+        format!("{m}-{f}x-r{run}")
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One point per mechanism and load factor: the median of its runs, field by field, and
+/// the runs' lowest and highest steady goodput.
+fn medians(points: &[Point]) -> Vec<(Point, usize, f64, f64)> {
+    let mut keys: Vec<(String, f64)> = Vec::new();
+    for p in points {
+        if !keys
+            .iter()
+            .any(|(m, f)| m == &p.mechanism && (f - p.load_factor).abs() < 1e-9)
+        {
+            keys.push((p.mechanism.clone(), p.load_factor));
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(m, f)| {
+            let runs: Vec<&Point> = points
+                .iter()
+                .filter(|p| p.mechanism == m && (p.load_factor - f).abs() < 1e-9)
+                .collect();
+            let first = (*runs.first()?).clone();
+            let med = |g: fn(&Point) -> f64| median(runs.iter().map(|p| g(p)).collect());
+            let steady: Vec<f64> = runs.iter().map(|p| p.goodput_steady_cps).collect();
+            let lo = steady.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = steady.iter().copied().fold(0.0f64, f64::max);
+            let p = Point {
+                offered_cps: med(|p| p.offered_cps),
+                throughput_cps: med(|p| p.throughput_cps),
+                goodput_cps: med(|p| p.goodput_cps),
+                goodput_steady_cps: med(|p| p.goodput_steady_cps),
+                pdd_p50_ms: med(|p| p.pdd_p50_ms),
+                pdd_p99_ms: med(|p| p.pdd_p99_ms),
+                retrans_200: med(|p| p.retrans_200 as f64) as u64,
+                retrans_invite: med(|p| p.retrans_invite as f64) as u64,
+                calls_attempted: med(|p| p.calls_attempted as f64) as u64,
+                calls_ok: med(|p| p.calls_ok as f64) as u64,
+                r503: med(|p| p.r503 as f64) as u64,
+                timeouts: med(|p| p.timeouts as f64) as u64,
+                server_cpu_s: med(|p| p.server_cpu_s),
+                server_busy: med(|p| p.server_busy),
+                server_rejected: med(|p| p.server_rejected as f64) as u64,
+                ..first
+            };
+            Some((p, runs.len(), lo, hi))
+        })
+        .collect()
+}
+
 /// What one server run is.
 struct Spec<'a> {
     mechanism: &'a str,
@@ -180,6 +326,8 @@ struct Spec<'a> {
     duration_s: f64,
     drain_s: f64,
     tag: String,
+    /// The `cgroup.procs` file of the CPU group the server is born in, if any.
+    group: Option<&'a Path>,
 }
 
 /// [`run_point_once`], again with fresh ports when a process could not bind its port.
@@ -203,6 +351,7 @@ fn run_point_once(
     capacity: f64,
     extra_config: Option<&Path>,
 ) -> Result<(Point, Value)> {
+    let mechanism = Mechanism::parse(spec.mechanism)?;
     let (port, uas_port, metrics_port) = (free_port()?, free_port()?, free_port()?);
     let mut serve: Vec<String> = vec![
         "serve".into(),
@@ -211,15 +360,22 @@ fn run_point_once(
         "--workers=1".into(),
         "--store=memory".into(),
         format!("--metrics=127.0.0.1:{metrics_port}"),
-        format!("--overload={}", spec.mechanism),
+        format!("--overload={}", mechanism.algorithm),
         format!("--emulate-cost-us={}", spec.cost_us),
         format!("--emulate-reject-cost-us={}", spec.reject_cost_us),
     ];
+    serve.extend(mechanism.flags.iter().cloned());
     if let Some(cfg) = extra_config {
+        serve.push(format!("--config={}", cfg.display()));
+    } else if !mechanism.overload_lines.is_empty() {
+        let cfg = runs.join(format!("{}-serve.toml", spec.tag));
+        let text = format!("[overload]\n{}\n", mechanism.overload_lines.join("\n"));
+        std::fs::write(&cfg, text)
+            .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
         serve.push(format!("--config={}", cfg.display()));
     }
     let log = runs.join(format!("{}-serve.log", spec.tag));
-    let mut server = spawn(SERVER_CORE, exe, &serve, &log)?;
+    let mut server = spawn_in(SERVER_CORE, spec.group, exe, &serve, &log)?;
     wait_bound(
         &mut server.0,
         port,
@@ -323,6 +479,7 @@ fn run_point_once(
         server_cpu_s: cpu_s,
         server_busy: cpu_s / window.max(1e-3),
         server_rejected: metric(&metrics, "holdline_sip_rejected_overload_total") as u64,
+        run: 0,
     };
     Ok((point, uac_r))
 }
@@ -377,31 +534,84 @@ pub fn run(args: &Args) -> Result<Results> {
     } else {
         args.sweep.mechanisms.clone()
     };
-    let nominal = 1e6 / (MESSAGES_PER_CALL * args.sweep.cost_us.max(1) as f64);
-    let steps: &[f64] = if args.sweep.quick {
-        &[0.7, 0.85, 1.0]
-    } else {
-        &[0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2]
+    let quota = args.cpu_quota;
+    let group = match quota {
+        Some(pct) => Some(CpuGroup::create(
+            &format!("holdline-udp-overload-{}", std::process::id()),
+            args.quota_period_us,
+            args.quota_period_us * pct / 100,
+        )?),
+        None => None,
+    };
+    let procs = group.as_ref().map(CpuGroup::procs_file);
+    // Capacity steps (factors of the nominal capacity). Under a quota the nominal figure
+    // comes from an unloaded server, whose CPU per call is higher than a saturated one's
+    // (no batching), so the steps ramp up geometrically until they stop being clean.
+    let steps: Vec<f64> = match (quota.is_some(), args.sweep.quick) {
+        (false, true) => vec![0.7, 0.85, 1.0],
+        (false, false) => vec![0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2],
+        (true, _) => (0..QUOTA_RAMP_STEPS)
+            .map(|k| 0.8 * QUOTA_RAMP_FACTOR.powi(k))
+            .collect(),
     };
     // Rejection-cost runs: one per distinct call rate and one per pair.
     let pairs: Vec<(f64, f64)> = COST_PAIRS
         .iter()
         .copied()
-        .filter(|p| !args.sweep.quick || p.0 >= 5000.0)
+        .filter(|p| quota.is_none() && (!args.sweep.quick || p.0 >= 5000.0))
         .collect();
     let mut call_rates: Vec<f64> = pairs.iter().map(|p| p.0).collect();
     call_rates.dedup();
-    let total = steps.len() + loads.len() * mechanisms.len() + pairs.len() + call_rates.len();
+    let total = usize::from(quota.is_some())
+        + steps.len()
+        + loads.len() * mechanisms.len() * args.repeat as usize
+        + pairs.len()
+        + call_rates.len();
     let mut done = 0;
+    // Nominal capacity: from the emulated cost, or under a quota from the CPU a call costs
+    // (measured without quota and without control).
+    let mut calibration = None;
+    let nominal = match quota {
+        None => 1e6 / (MESSAGES_PER_CALL * args.sweep.cost_us.max(1) as f64),
+        Some(pct) => {
+            let spec = Spec {
+                mechanism: "none",
+                cost_us: args.sweep.cost_us,
+                reject_cost_us: args.sweep.reject_cost_us,
+                rate: CALIBRATION_CPS,
+                duration_s: 5.0,
+                drain_s: 3.0,
+                tag: "calibration".into(),
+                group: None,
+            };
+            let (p, _) = run_point(&exe, &runs, &spec, 0.0, None)?;
+            done += 1;
+            progress(done, total, &p, started);
+            let per_call = p.server_cpu_s * 1e6 / p.calls_ok.max(1) as f64;
+            calibration = Some(per_call);
+            pct as f64 / 100.0 * 1e6 / per_call.max(1.0)
+        }
+    };
     eprintln!(
-        "udp-overload: emulated cost {} µs per message (rejections {} µs), nominal capacity {:.0} calls/s; {} points of {:.0} s",
-        args.sweep.cost_us, args.sweep.reject_cost_us, nominal, total, duration
+        "udp-overload: emulated cost {} µs per message (rejections {} µs){}, nominal capacity {:.0} calls/s; {} points of {:.0} s",
+        args.sweep.cost_us,
+        args.sweep.reject_cost_us,
+        match (quota, calibration) {
+            (Some(pct), Some(c)) => format!(
+                ", CPU quota {pct}% of a core (period {} µs), {c:.1} µs CPU per call",
+                args.quota_period_us
+            ),
+            _ => String::new(),
+        },
+        nominal,
+        total,
+        duration
     );
 
     // Phase 1: capacity.
     let mut capacity_steps = Vec::new();
     let mut capacity = 0.0f64;
-    for &f in steps {
+    for &f in &steps {
         let rate = (nominal * f).round();
         let spec = Spec {
             mechanism: "none",
@@ -411,6 +621,7 @@ pub fn run(args: &Args) -> Result<Results> {
             duration_s: duration,
             drain_s: drain,
             tag: format!("capacity-{rate}"),
+            group: procs.as_deref(),
         };
         let (mut p, _) = run_point(&exe, &runs, &spec, 0.0, None)?;
         p.load_factor = f;
@@ -423,7 +634,13 @@ pub fn run(args: &Args) -> Result<Results> {
         if clean {
             capacity = capacity.max(rate);
         }
+        // Under a quota the ramp goes on until the server is saturated: calls fail or wait.
+        let saturated =
+            (p.calls_ok as f64) < 0.98 * p.calls_attempted as f64 || p.pdd_p99_ms > 1000.0;
         capacity_steps.push(p);
+        if quota.is_some() && saturated {
+            break;
+        }
     }
     if capacity == 0.0 {
         capacity = nominal * steps[0];
@@ -431,7 +648,20 @@ pub fn run(args: &Args) -> Result<Results> {
             "udp-overload: no capacity step was clean; using {capacity:.0} calls/s (the lowest step)"
         );
     }
-    eprintln!("udp-overload: capacity {capacity:.0} calls/s");
+    let saturation = capacity_steps
+        .iter()
+        .map(|p| p.goodput_steady_cps)
+        .fold(0.0f64, f64::max);
+    eprintln!(
+        "udp-overload: capacity {capacity:.0} calls/s, saturation throughput {saturation:.0} calls/s"
+    );
+    // Load factors are multiples of the capacity; under a quota, of the saturation
+    // throughput (the goodput ceiling: throttling makes the clean-capacity rule noisy).
+    let reference = if quota.is_some() && saturation > 0.0 {
+        saturation
+    } else {
+        capacity
+    };
 
     // Phase 2: the curve.
     let reject_all = args.out.join("reject-all.toml");
@@ -444,23 +674,27 @@ pub fn run(args: &Args) -> Result<Results> {
     let mut pdd: Vec<(String, Value)> = Vec::new();
     let top = loads.iter().copied().fold(0.0f64, f64::max);
     for &f in &loads {
-        for m in &mechanisms {
-            let spec = Spec {
-                mechanism: m,
-                cost_us: args.sweep.cost_us,
-                reject_cost_us: args.sweep.reject_cost_us,
-                rate: (capacity * f).round(),
-                duration_s: duration,
-                drain_s: drain,
-                tag: format!("{m}-{f}x"),
-            };
-            let (p, uac) = run_point(&exe, &runs, &spec, capacity, None)?;
-            done += 1;
-            progress(done, total, &p, started);
-            if f == top {
-                pdd.push((m.clone(), uac["latency"]["pdd"].clone()));
+        for run in 0..args.repeat {
+            for m in &mechanisms {
+                let spec = Spec {
+                    mechanism: m,
+                    cost_us: args.sweep.cost_us,
+                    reject_cost_us: args.sweep.reject_cost_us,
+                    rate: (reference * f).round(),
+                    duration_s: duration,
+                    drain_s: drain,
+                    tag: run_tag(m, f, run),
+                    group: procs.as_deref(),
+                };
+                let (mut p, uac) = run_point(&exe, &runs, &spec, reference, None)?;
+                p.run = run;
+                done += 1;
+                progress(done, total, &p, started);
+                if f == top && run == 0 {
+                    pdd.push((m.clone(), uac["latency"]["pdd"].clone()));
+                }
+                points.push(p);
             }
-            points.push(p);
         }
     }
 
@@ -478,6 +712,7 @@ pub fn run(args: &Args) -> Result<Results> {
             duration_s: duration.min(8.0),
             drain_s: 3.0,
             tag: format!("cost-calls-{rate}"),
+            group: None,
         };
         let calls = match call_runs.iter().find(|(r, _)| *r == rate) {
             Some((_, p)) => p.clone(),
@@ -526,11 +761,16 @@ pub fn run(args: &Args) -> Result<Results> {
         emulate_reject_cost_us: args.sweep.reject_cost_us,
         nominal_capacity_cps: nominal,
         capacity_cps: capacity,
+        cpu_quota_percent: quota,
+        quota_period_us: quota.map(|_| args.quota_period_us),
+        calibration_cpu_us_per_call: calibration,
+        saturation_cps: saturation,
         capacity_steps,
         points,
         rejection_cost,
         elapsed_s: started.elapsed().as_secs_f64(),
     };
+    drop(group);
     write(&args.out, &results, &mechanisms, &pdd)?;
     Ok(results)
 }
@@ -565,7 +805,10 @@ fn replot(out: &Path) -> Result<Results> {
             continue;
         };
         let f = p.load_factor;
-        if let Ok(v) = read_json(&out.join("runs").join(format!("{m}-{f}x-uac.json"))) {
+        if let Ok(v) = read_json(
+            &out.join("runs")
+                .join(format!("{}-uac.json", run_tag(m, f, 0))),
+        ) {
             pdd.push((m.clone(), v["latency"]["pdd"].clone()));
         }
     }
@@ -581,11 +824,11 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,timeouts,server_cpu_s,server_busy,server_rejected\n",
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,timeouts,server_cpu_s,server_busy,server_rejected,run\n",
     );
     for p in &r.points {
         csv.push_str(&format!(
-            "{},{},,{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},,{},{},{},{},{:.3},{:.3},{}\n",
+            "{},{},,{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},,{},{},{},{},{:.3},{:.3},{},{}\n",
             p.experiment,
             p.mechanism,
             p.load_factor,
@@ -604,14 +847,42 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
             p.timeouts,
             p.server_cpu_s,
             p.server_busy,
-            p.server_rejected
+            p.server_rejected,
+            p.run
         ));
     }
     std::fs::write(out.join("points.csv"), csv).map_err(|e| LabError::io("write points.csv", e))?;
+    let summary = medians(&r.points);
+    let mut text = String::from(
+        "mechanism,load_factor,runs,offered_cps,goodput_steady_cps,goodput_steady_min,goodput_steady_max,goodput_steady_of_saturation,throughput_cps,pdd_p50_ms,pdd_p99_ms,retrans_invite,retrans_200,r503\n",
+    );
+    for (p, n, lo, hi) in &summary {
+        text.push_str(&format!(
+            "{},{:.3},{n},{:.1},{:.1},{lo:.1},{hi:.1},{:.3},{:.1},{:.1},{:.1},{},{},{}\n",
+            p.mechanism,
+            p.load_factor,
+            p.offered_cps,
+            p.goodput_steady_cps,
+            if r.saturation_cps > 0.0 {
+                p.goodput_steady_cps / r.saturation_cps
+            } else {
+                0.0
+            },
+            p.throughput_cps,
+            p.pdd_p50_ms,
+            p.pdd_p99_ms,
+            p.retrans_invite,
+            p.retrans_200,
+            p.r503
+        ));
+    }
+    std::fs::write(out.join("summary.csv"), text)
+        .map_err(|e| LabError::io("write summary.csv", e))?;
+    let median_points: Vec<Point> = summary.into_iter().map(|(p, ..)| p).collect();
     let mut series = Vec::new();
     for m in mechanisms {
         let pts = |f: fn(&Point) -> f64| -> Vec<(f64, f64)> {
-            r.points
+            median_points
                 .iter()
                 .filter(|p| &p.mechanism == m)
                 .map(|p| (p.offered_cps, f(p)))
@@ -621,7 +892,7 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
     }
     series.push((
         "capacity".to_string(),
-        r.points
+        median_points
             .iter()
             .map(|p| (p.offered_cps, r.capacity_cps))
             .collect::<Vec<_>>(),
@@ -639,6 +910,40 @@ fn write(out: &Path, r: &Results, mechanisms: &[String], pdd: &[(String, Value)]
         "offered calls/s",
         "calls/s",
         &series,
+    )?;
+    // Steady goodput against offered load, with the saturation throughput.
+    let mut good: Vec<(String, Vec<(f64, f64)>)> = mechanisms
+        .iter()
+        .map(|m| {
+            let mut v: Vec<(f64, f64)> = median_points
+                .iter()
+                .filter(|p| &p.mechanism == m)
+                .map(|p| (p.offered_cps, p.goodput_steady_cps))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (format!("{m}: steady goodput"), v)
+        })
+        .collect();
+    if r.saturation_cps > 0.0 {
+        let mut xs: Vec<f64> = median_points.iter().map(|p| p.offered_cps).collect();
+        xs.sort_by(f64::total_cmp);
+        good.push((
+            "saturation throughput".to_string(),
+            xs.into_iter().map(|x| (x, r.saturation_cps)).collect(),
+        ));
+    }
+    plot::chart(
+        out,
+        "goodput",
+        &format!(
+            "UDP, one server{}: steady goodput (200 OK within 10 s) vs offered",
+            r.cpu_quota_percent
+                .map(|q| format!(", CPU quota {q}%"))
+                .unwrap_or_default()
+        ),
+        "offered calls/s",
+        "calls/s",
+        &good,
     )?;
     // PDD distribution from the UAC's percentiles, at the highest load.
     let cdf: Vec<(String, Vec<(f64, f64)>)> = pdd

@@ -48,6 +48,7 @@
 
 mod admission;
 mod algorithm;
+pub mod budget;
 mod common;
 mod controller;
 pub mod defer;
@@ -63,6 +64,7 @@ pub use admission::{
     Admission, Class, Decision, Gate, RejectReason, Rejection, SERVICE_UNAVAILABLE, TargetId,
 };
 pub use algorithm::{Algorithm, ConfigError, ControllerConfig, UnknownAlgorithm};
+pub use budget::{BudgetConfig, RejectionBudget, Work};
 pub use controller::{Controller, ControllerFactory};
 pub use defer::{DeferConfig, DeferQueue, DeferStats, Release};
 pub use none::{NoControl, NoControlConfig};

@@ -51,6 +51,10 @@
 //! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
 //!                                  # unread meanwhile (default: on unless local = "none")
 //! defer_max_wait_ms = 250          # ... and get 503 when none comes within this
+//! # udp_invite_socket = true       # UDP: new INVITEs come in on sockets of their own, read
+//!                                  # after everything else (default: on unless local = "none")
+//! udp_invite_recv_buffer = 262144  # ... whose receive buffer is this small (bytes)
+//! rejection_budget = 0.1           # ... and 503s take at most this share of the time
 //!
 //! [[routes]]
 //! domain = "*"
@@ -361,6 +365,24 @@ pub struct OverloadSettings {
     /// (reason `defer_timeout`), ms: bounds how long its connection, and the ACKs and BYEs
     /// behind it, are held when the server never becomes idle.
     pub defer_max_wait_ms: u64,
+    /// UDP: the kernel steers datagrams that start with `INVITE ` to sockets of their own
+    /// (a reuseport program), which a worker reads only when it has read everything else: an
+    /// overloaded server keeps reading the ACKs, BYEs and responses of the calls it admitted,
+    /// and when it cannot keep up the kernel drops new INVITEs from their own small buffer,
+    /// at no cost to the server, instead of dropping admitted calls' messages from a shared
+    /// one. Rejections of INVITEs read there take at most `rejection_budget` of the time.
+    /// Linux only (elsewhere a warning, and one socket as before). Absent: on unless `local`
+    /// is `none` (docs/overload.md, "Under a CPU quota").
+    pub udp_invite_socket: Option<bool>,
+    /// `SO_RCVBUF` of the INVITE sockets, bytes: bounds how long a new INVITE waits when the
+    /// server is busy (the kernel drops what does not fit; the caller retransmits). Default
+    /// 256 KiB.
+    pub udp_invite_recv_buffer: usize,
+    /// With `udp_invite_socket`: the largest share of a worker's time that rejecting new
+    /// INVITEs (their 503s and the ACKs of those) may take, in `(0, 1]`; while it is spent,
+    /// new INVITEs are left in their socket and the kernel drops what does not fit. The time
+    /// is also left out of the occupancy OCC steers. Default 0.1.
+    pub rejection_budget: f64,
 }
 
 impl Default for OverloadSettings {
@@ -381,6 +403,9 @@ impl Default for OverloadSettings {
             smart_forwarding_hold_ms: 20,
             defer_new_invites: None,
             defer_max_wait_ms: 250,
+            udp_invite_socket: None,
+            udp_invite_recv_buffer: 256 * 1024,
+            rejection_budget: 0.1,
         }
     }
 }
@@ -399,6 +424,19 @@ impl OverloadSettings {
     /// Whether new INVITEs read over TCP wait for idle time (see `defer_new_invites`).
     pub fn defers_new_invites(&self) -> bool {
         self.defer_new_invites.unwrap_or(self.local != "none")
+    }
+
+    /// The rejection budget (see `rejection_budget`), over OCC's interval.
+    pub fn budget_config(&self) -> holdline_overload::BudgetConfig {
+        holdline_overload::BudgetConfig {
+            share: self.rejection_budget,
+            window: Duration::from_millis(self.interval_ms.max(1)),
+        }
+    }
+
+    /// Whether new INVITEs over UDP get sockets of their own (see `udp_invite_socket`).
+    pub fn separates_udp_invites(&self) -> bool {
+        self.udp_invite_socket.unwrap_or(self.local != "none")
     }
 
     /// The `Retry-After` of every 503 these settings produce.
@@ -681,6 +719,8 @@ pub struct Overrides {
     pub smart_forwarding: Option<String>,
     /// `--defer-new-invites`.
     pub defer_new_invites: Option<bool>,
+    /// `--udp-invite-socket`.
+    pub udp_invite_socket: Option<bool>,
 }
 
 /// A configuration error located in its file.
@@ -770,6 +810,9 @@ impl ServerConfig {
         if let Some(d) = o.defer_new_invites {
             self.overload.defer_new_invites = Some(d);
         }
+        if let Some(d) = o.udp_invite_socket {
+            self.overload.udp_invite_socket = Some(d);
+        }
         self.validate().map_err(|(k, m)| format!("{k}: {m}"))
     }
 
@@ -846,6 +889,12 @@ impl ServerConfig {
         }
         if self.overload.defer_max_wait_ms == 0 {
             return err("overload.defer_max_wait_ms", "must be positive");
+        }
+        if self.overload.udp_invite_recv_buffer == 0 {
+            return err("overload.udp_invite_recv_buffer", "must be positive");
+        }
+        if let Err(e) = self.overload.budget_config().validate() {
+            return err("overload.rejection_budget", &e.to_string());
         }
         for (i, b) in self.tcp_buffers.iter().enumerate() {
             let key = |k: &str| format!("tcp_buffers[{i}].{k}");
@@ -1307,6 +1356,48 @@ send_buffer = 16384
         let e = ServerConfig::from_toml("b.toml", "[overload]\ndefer_max_wait_ms = 0\n")
             .expect_err("zero wait");
         assert_eq!((e.line, e.key.as_str()), (2, "overload.defer_max_wait_ms"));
+        for bad in ["rejection_budget = 0.0", "rejection_budget = 1.5"] {
+            let e =
+                ServerConfig::from_toml("b.toml", &format!("[overload]\nlocal = \"occ\"\n{bad}\n"))
+                    .expect_err(bad);
+            assert_eq!(
+                (e.line, e.key.as_str()),
+                (3, "overload.rejection_budget"),
+                "{bad}"
+            );
+        }
+        let e = ServerConfig::from_toml("b.toml", "[overload]\nudp_invite_recv_buffer = 0\n")
+            .expect_err("zero buffer");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (2, "overload.udp_invite_recv_buffer")
+        );
+    }
+
+    #[test]
+    fn udp_invite_socket_setting() {
+        let d = ServerConfig::default();
+        assert!(d.overload.separates_udp_invites(), "on by default");
+        let none =
+            ServerConfig::from_toml("x.toml", "[overload]\nlocal = \"none\"\n").expect("parses");
+        assert!(
+            !none.overload.separates_udp_invites(),
+            "off without control"
+        );
+        assert_eq!(d.overload.budget_config().share, 0.1);
+        let c = ServerConfig::from_toml(
+            "x.toml",
+            "[overload]\nudp_invite_socket = true\nrejection_budget = 0.25\ninterval_ms = 50\n",
+        )
+        .expect("parses");
+        assert!(c.overload.separates_udp_invites());
+        assert_eq!(
+            c.overload.budget_config(),
+            holdline_overload::BudgetConfig {
+                share: 0.25,
+                window: Duration::from_millis(50),
+            }
+        );
     }
 
     #[test]

@@ -42,6 +42,7 @@ use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpListener, TcpOptions};
 use holdline_io::udp::{UdpOptions, UdpSocket};
 use holdline_overload::ControllerFactory as _;
+use holdline_overload::RejectionBudget;
 use holdline_sip::Limits;
 use mio::{Poll, Waker};
 
@@ -181,6 +182,14 @@ impl Server {
         let mut listener_limits = Vec::new();
         // Bind: worker 0 first (resolving port 0), the others on the address it got.
         let mut udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
+        // New INVITEs over UDP on sockets of their own (one per worker and UDP listener, in
+        // the same order as `udp`), when on and the kernel takes the steering program.
+        let separate_invites = config.overload.separates_udp_invites();
+        let invite_opts = UdpOptions {
+            recv_buffer: Some(config.overload.udp_invite_recv_buffer),
+            ..udp_opts
+        };
+        let mut invite_udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
         let mut tcp: Vec<Vec<TcpListener>> = (0..n).map(|_| Vec::new()).collect();
         let mut bound = Vec::new();
         for lst in &config.listen {
@@ -207,6 +216,33 @@ impl Server {
                         tcp[w].push(s);
                     }
                     _ => return Err(StartError::Unsupported(*lst)),
+                }
+            }
+            if lst.transport == Transport::Udp && separate_invites {
+                // The group is the workers' sockets, then their INVITE sockets (the order the
+                // steering program assumes); the program goes on the group once all joined.
+                let err = |source| StartError::Bind {
+                    listener: *lst,
+                    source,
+                };
+                let mut extra = Vec::with_capacity(n);
+                for _ in 0..n {
+                    extra.push(UdpSocket::bind(addr, &invite_opts).map_err(err)?);
+                }
+                let first = udp[0].last().map(|s| s.steer_invites(n));
+                match first {
+                    Some(Ok(())) => {
+                        for (w, s) in extra.into_iter().enumerate() {
+                            invite_udp[w].push(s);
+                        }
+                    }
+                    // Without the program the kernel would spread everything over all the
+                    // sockets: close the extra ones (they leave the group) and go on as before.
+                    Some(Err(e)) => {
+                        tracing::warn!(listener = %lst, error = %e, "cannot steer new INVITEs to sockets of their own; one socket per worker");
+                        drop(extra);
+                    }
+                    None => drop(extra),
                 }
             }
             bound.push(Listener {
@@ -269,10 +305,11 @@ impl Server {
             .forward_controller()
             .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         let mut workers = Vec::with_capacity(n);
-        for (i, ((poll, rx), (u, t))) in polls
+        for (i, (((poll, rx), (u, t)), invites)) in polls
             .into_iter()
             .zip(receivers)
             .zip(udp.into_iter().zip(tcp))
+            .zip(invite_udp)
             .enumerate()
         {
             let mut w = Worker::new(
@@ -304,6 +341,11 @@ impl Server {
                     }
                     None => None,
                 },
+            );
+            w.set_invite_sockets(
+                invites,
+                RejectionBudget::new(config.overload.budget_config(), shared.clock.now())
+                    .map_err(|e| StartError::Config(format!("overload.rejection_budget: {e}")))?,
             );
             w.register()?;
             workers.push(w);

@@ -70,6 +70,8 @@ pub(crate) struct WorkerStats {
     pub(crate) conns_outbound: AtomicU64,
     /// Messages sent over a connection the peer opened, found by its address.
     pub(crate) conns_reused: AtomicU64,
+    /// Datagrams read from the sockets new INVITEs are steered to (`udp_invite_socket`).
+    pub(crate) invite_socket_in: AtomicU64,
     pub(crate) conns_open: AtomicI64,
     pub(crate) pongs: AtomicU64,
     pub(crate) busy_ns: AtomicU64,
@@ -228,6 +230,11 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             "holdline_connections_reused_total",
             "Messages to an address without a connection of their own sent over the connection that peer opened to us (connection reuse).",
             |s| s.conns_reused.load(Relaxed),
+        ),
+        (
+            "holdline_udp_invite_socket_messages_total",
+            "Datagrams read from the UDP sockets the kernel steers new INVITEs to (read after every other message; overload.udp_invite_socket).",
+            |s| s.invite_socket_in.load(Relaxed),
         ),
         (
             "holdline_keepalive_pongs_total",
@@ -431,5 +438,16 @@ pub(crate) fn render_defer(waiting: usize, s: &holdline_overload::DeferStats, ou
         s.admitted,
         s.rejected,
         s.wait.as_secs_f64()
+    );
+}
+
+/// The rejection budget's lines (workers with INVITE sockets of their own).
+pub(crate) fn render_budget(b: &holdline_overload::RejectionBudget, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "holdline_overload_rejection_seconds_total {:.6}\n\
+         holdline_overload_rejection_budget_pauses_total {}",
+        b.total().as_secs_f64(),
+        b.pauses()
     );
 }

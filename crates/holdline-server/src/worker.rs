@@ -14,8 +14,8 @@ use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
-    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Lane, Rejection, Release,
-    Signal, Split, TargetId,
+    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Lane, Rejection,
+    RejectionBudget, Release, Signal, Split, TargetId, Work,
 };
 use holdline_sip::{Frame, Framer, Limits, Message, Method, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -27,6 +27,8 @@ use crate::shard::owner_of;
 
 pub(crate) const WAKER: Token = Token(0);
 const UDP_BASE: usize = 1;
+/// Tokens of the UDP sockets that receive new INVITEs only (`udp_invite_socket`).
+const INVITE_UDP_BASE: usize = 1 << 15;
 const LISTENER_BASE: usize = 1 << 16;
 const CONN_BASE: usize = 1 << 20;
 /// Receive batches per UDP readiness before yielding to other sources.
@@ -143,6 +145,11 @@ pub(crate) struct Worker {
     pub(crate) shared: Arc<Shared>,
     pub(crate) rx: Receiver<Handoff>,
     pub(crate) udp: Vec<UdpSocket>,
+    /// The sockets the kernel steers new INVITEs to (`udp_invite_socket`), read only when
+    /// every other source has been read: see [`Worker::read_invites`].
+    invite_udp: Vec<UdpSocket>,
+    /// Which of `invite_udp` may have datagrams waiting (readable and not yet drained).
+    invite_ready: Vec<bool>,
     pub(crate) listeners: Vec<TcpListener>,
     pub(crate) settings: Settings,
     /// Local overload control: decides on every new INVITE at the admission gate.
@@ -151,6 +158,18 @@ pub(crate) struct Worker {
     forward: Option<(Box<dyn Controller>, Split)>,
     /// Start of the busy time not yet reported to the controller (set when `poll` returns).
     busy_mark: StdInstant,
+    /// Since `busy_mark`: time spent handling messages, the part of it spent on rejected new
+    /// INVITEs and the ACKs of their 503s, how many of those, and the datagram count at the
+    /// mark (see [`Worker::busy_since`]).
+    handling: Duration,
+    rejecting: Duration,
+    rejected_msgs: u64,
+    datagram_mark: u64,
+    /// With INVITE sockets: the share of time rejections may take; while it is spent, new
+    /// INVITEs are left in the kernel.
+    budget: Option<RejectionBudget>,
+    /// Set while reading INVITE sockets past the rejection budget: the gate admits.
+    admit_all: bool,
     /// Mean CPU time per message handled (exponentially weighted), ns: turns a queueing delay
     /// into a queue length for the queue-limit controllers.
     service_ns: f64,
@@ -273,11 +292,19 @@ impl Worker {
             shared,
             rx,
             udp,
+            invite_udp: Vec::new(),
+            invite_ready: Vec::new(),
             listeners,
             settings,
             controller,
             forward,
             busy_mark: StdInstant::now(),
+            handling: Duration::ZERO,
+            rejecting: Duration::ZERO,
+            rejected_msgs: 0,
+            datagram_mark: 0,
+            budget: None,
+            admit_all: false,
             service_ns: 0.0,
             conns: Slab::new(),
             conn_keys: HashMap::new(),
@@ -300,12 +327,27 @@ impl Worker {
         &self.shared.stats[self.index]
     }
 
+    /// Gives the worker its INVITE sockets and the budget of time its rejections may take
+    /// (before [`register`](Self::register)).
+    pub(crate) fn set_invite_sockets(&mut self, sockets: Vec<UdpSocket>, budget: RejectionBudget) {
+        self.invite_ready = vec![false; sockets.len()];
+        if !sockets.is_empty() {
+            self.budget = Some(budget);
+        }
+        self.invite_udp = sockets;
+    }
+
     /// Registers the sockets; call once before [`run`](Self::run).
     pub(crate) fn register(&mut self) -> io::Result<()> {
         for (i, s) in self.udp.iter_mut().enumerate() {
             self.poll
                 .registry()
                 .register(s, Token(UDP_BASE + i), Interest::READABLE)?;
+        }
+        for (i, s) in self.invite_udp.iter_mut().enumerate() {
+            self.poll
+                .registry()
+                .register(s, Token(INVITE_UDP_BASE + i), Interest::READABLE)?;
         }
         for (i, l) in self.listeners.iter_mut().enumerate() {
             self.poll
@@ -347,6 +389,9 @@ impl Worker {
             {
                 timeout = Some(Duration::ZERO);
             }
+            if self.invite_ready.contains(&true) {
+                timeout = Some(Duration::ZERO);
+            }
             let handled_before = self.handled;
             let t0 = StdInstant::now();
             if let Err(e) = self.poll.poll(&mut events, timeout)
@@ -378,6 +423,11 @@ impl Worker {
                         );
                     }
                     n if n >= LISTENER_BASE => self.accept(now, n - LISTENER_BASE),
+                    n if n >= INVITE_UDP_BASE => {
+                        if let Some(r) = self.invite_ready.get_mut(n - INVITE_UDP_BASE) {
+                            *r = true;
+                        }
+                    }
                     n => self.read_udp(now, n - UDP_BASE),
                 }
             }
@@ -389,6 +439,7 @@ impl Worker {
                 }
             }
             self.drain_handoffs(now);
+            self.read_invites(now);
             if self.core.poll_timeout().is_some_and(|t| t <= now) {
                 self.core.handle_timeout(now);
                 self.drain_transmits(now);
@@ -413,8 +464,8 @@ impl Worker {
                 self.render_core_metrics();
             }
             let t2 = StdInstant::now();
-            self.controller
-                .on_signal(now, Signal::Busy(t2 - self.busy_mark));
+            let busy = self.busy_since(t2);
+            self.controller.on_signal(now, Signal::Busy(busy));
             let s = self.stats();
             s.busy_ns.fetch_add((t2 - t1).as_nanos() as u64, Relaxed);
             s.loop_ns.fetch_add((t2 - t0).as_nanos() as u64, Relaxed);
@@ -450,6 +501,9 @@ impl Worker {
         if self.settings.defer.is_some() {
             crate::metrics::render_defer(self.deferred.len(), self.deferred.stats(), &mut text);
         }
+        if let Some(b) = &self.budget {
+            crate::metrics::render_budget(b, &mut text);
+        }
         let s = self.stats();
         if let Ok(mut g) = s.core_text.lock() {
             g.0 += 1;
@@ -462,9 +516,10 @@ impl Worker {
     /// connections are no longer read.
     fn begin_shutdown(&mut self) {
         self.stopping = true;
-        for s in &mut self.udp {
+        for s in self.udp.iter_mut().chain(self.invite_udp.iter_mut()) {
             let _ = self.poll.registry().deregister(s);
         }
+        self.invite_ready.iter_mut().for_each(|r| *r = false);
         for mut l in self.listeners.drain(..) {
             let _ = self.poll.registry().deregister(&mut l);
         }
@@ -475,14 +530,63 @@ impl Worker {
         if self.stopping || i >= self.udp.len() {
             return;
         }
-        let Some(mut batch) = self.recv.take() else {
+        if !self.read_socket(now, i, false, UDP_BUDGET) {
+            self.pending.push(Token(UDP_BASE + i));
+        }
+    }
+
+    /// New INVITEs over UDP get what is left: one batch per INVITE socket and loop iteration,
+    /// and only once no other UDP socket has datagrams left to read and no hand-off waits.
+    /// A worker that cannot keep up thus never lets ACKs, BYEs and responses of admitted
+    /// calls wait behind new calls; the new calls wait in their own receive buffer, and the
+    /// kernel drops those that do not fit (free for the server: the caller retransmits).
+    fn read_invites(&mut self, now: Instant) {
+        if self.stopping
+            || self.more_handoffs
+            || self
+                .pending
+                .iter()
+                .any(|t| (UDP_BASE..INVITE_UDP_BASE).contains(&t.0))
+        {
             return;
+        }
+        // Past the rejection budget, the worker only admits: it reads new INVITEs in the
+        // time admitted calls leave and admits what it reads; the rest waits in the kernel,
+        // which drops what does not fit.
+        self.admit_all = self.budget.as_mut().is_some_and(|b| !b.allows(now));
+        for i in 0..self.invite_udp.len() {
+            if self.invite_ready[i] && self.read_socket(now, i, true, 1) {
+                self.invite_ready[i] = false;
+            }
+        }
+        self.admit_all = false;
+    }
+
+    /// Reads up to `budget` batches from UDP socket `i` (of the INVITE sockets with
+    /// `invites`) and dispatches them; true when the socket was drained.
+    fn read_socket(&mut self, now: Instant, i: usize, invites: bool, budget: usize) -> bool {
+        let Some(mut batch) = self.recv.take() else {
+            return true;
         };
         let mut drained = false;
-        for _ in 0..UDP_BUDGET {
-            match self.udp[i].recv_batch(&mut batch) {
+        for _ in 0..budget {
+            let socket = if invites {
+                &self.invite_udp[i]
+            } else {
+                &self.udp[i]
+            };
+            match socket.recv_batch(&mut batch) {
                 Ok(n) => {
-                    if let Some(stamp) = batch.get(0).and_then(|d| d.received_at) {
+                    if invites {
+                        self.stats().invite_socket_in.fetch_add(n as u64, Relaxed);
+                    }
+                    // The queueing delay the controllers see is that of admitted calls'
+                    // messages: new INVITEs on sockets of their own wait by design.
+                    if let Some(stamp) = batch
+                        .get(0)
+                        .and_then(|d| d.received_at)
+                        .filter(|_| !invites)
+                    {
                         self.report_queue_delay(now, stamp, batch.len());
                     }
                     for k in 0..n {
@@ -515,9 +619,7 @@ impl Worker {
             }
         }
         self.recv = Some(batch);
-        if !drained {
-            self.pending.push(Token(UDP_BASE + i));
-        }
+        drained
     }
 
     /// Tells the controller how long the `count` messages just read waited in the socket's
@@ -576,12 +678,47 @@ impl Worker {
     fn close_interval_if_due(&mut self, t: StdInstant) -> Instant {
         let now = self.shared.clock.from_std(t);
         if self.controller.poll_timeout().is_some_and(|d| d <= now) {
-            self.controller
-                .on_signal(now, Signal::Busy(t - self.busy_mark));
-            self.busy_mark = t;
+            let busy = self.busy_since(t);
+            self.controller.on_signal(now, Signal::Busy(busy));
             self.controller.handle_timeout(now);
         }
         now
+    }
+
+    /// The busy time since `busy_mark` to report to the controller, and a new mark at `t`.
+    ///
+    /// With INVITE sockets of their own, the time rejections took (their handling and their
+    /// datagrams' share of the system calls) goes to the rejection budget and is left out:
+    /// those INVITEs are read only when everything else has been, so the occupancy the
+    /// controller steers is that of the calls it admitted. Counted in, every INVITE waiting
+    /// in the kernel would keep the worker "busy" at any acceptance, and OCC would cut its
+    /// acceptance to the floor while spending the CPU on 503s (measured under a CPU quota:
+    /// two thirds of the goodput of no control).
+    fn busy_since(&mut self, t: StdInstant) -> Duration {
+        let busy = t - self.busy_mark;
+        let datagrams = self.datagrams();
+        let work = Work {
+            busy,
+            handling: self.handling,
+            rejecting: self.rejecting,
+            datagrams: datagrams.saturating_sub(self.datagram_mark),
+            rejected_messages: self.rejected_msgs,
+        };
+        self.busy_mark = t;
+        self.datagram_mark = datagrams;
+        self.handling = Duration::ZERO;
+        self.rejecting = Duration::ZERO;
+        self.rejected_msgs = 0;
+        match self.budget.as_mut() {
+            Some(b) => b.account(self.shared.clock.from_std(t), work).other,
+            None => busy,
+        }
+    }
+
+    /// Datagrams received and sent so far.
+    fn datagrams(&self) -> u64 {
+        let s = self.stats();
+        s.msgs_in[0].load(Relaxed) + s.msgs_out[0].load(Relaxed)
     }
 
     /// Handles one message of a call this worker owns: new INVITEs pass the admission gate
@@ -592,6 +729,7 @@ impl Worker {
         // controller's interval also closes between messages.
         let fresh = self.close_interval_if_due(t);
         let controller = &mut self.controller;
+        let admit_all = self.admit_all;
         let forward = &mut self.forward;
         let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
         let rejected = self.core.handle_admitting(
@@ -599,9 +737,14 @@ impl Worker {
             bytes,
             from,
             &mut || {
-                forced.or_else(|| match controller.admit(fresh, &Admission::new_invite()) {
-                    Decision::Admit => None,
-                    Decision::Reject(r) => Some(r),
+                forced.or_else(|| {
+                    if admit_all {
+                        return None;
+                    }
+                    match controller.admit(fresh, &Admission::new_invite()) {
+                        Decision::Admit => None,
+                        Decision::Reject(r) => Some(r),
+                    }
                 })
             },
             &mut |dest: Peer| {
@@ -650,6 +793,11 @@ impl Worker {
             }
         }
         let spent = t.elapsed();
+        self.handling += spent;
+        if rejected {
+            self.rejecting += spent;
+            self.rejected_msgs += 1;
+        }
         self.service_ns = if self.service_ns == 0.0 {
             spent.as_nanos() as f64
         } else {

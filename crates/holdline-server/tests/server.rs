@@ -169,6 +169,48 @@ fn udp_requests_are_answered_by_their_owner_worker() {
     assert_eq!(report.workers_joined, 2);
 }
 
+/// With `udp_invite_socket`, the kernel steers INVITEs to sockets of their own: every
+/// request is still answered by its owner, and exactly the INVITEs came in on those sockets.
+#[test]
+fn udp_invites_come_in_on_sockets_of_their_own() {
+    let mut c = config(2);
+    c.overload.udp_invite_socket = Some(true);
+    let server = start(&c);
+    let addr = server.local_addr(Transport::Udp).unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(WAIT)).unwrap();
+    let mut sent = Vec::new();
+    for (i, method) in ["INVITE", "OPTIONS", "INVITE", "OPTIONS", "INVITE"]
+        .iter()
+        .enumerate()
+    {
+        let id = call_id_for(i % 2, 2, &format!("inv{i}"));
+        let req = String::from_utf8(request(&id, "UDP"))
+            .unwrap()
+            .replace("OPTIONS", method);
+        client.send_to(req.as_bytes(), addr).unwrap();
+        sent.push(id);
+    }
+    let mut seen = Vec::new();
+    for _ in 0..sent.len() {
+        let mut buf = [0; 65_536];
+        let (n, _) = client.recv_from(&mut buf).unwrap();
+        seen.push(summary(&buf[..n]));
+    }
+    for (status, call_id, worker) in &seen {
+        assert_eq!(*status, 200);
+        assert_eq!(*worker, shard_of(call_id.as_bytes(), 2), "{call_id}");
+    }
+    let text = server.metrics_text();
+    assert_eq!(
+        metric_sum(&text, "holdline_udp_invite_socket_messages_total"),
+        3,
+        "{text}"
+    );
+    assert_eq!(metric_sum(&text, "holdline_testcore_requests_total"), 5);
+    server.shutdown();
+}
+
 #[test]
 fn tcp_responses_on_the_same_connection_batched_split_and_ping() {
     let server = start(&config(2));

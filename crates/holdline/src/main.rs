@@ -99,6 +99,10 @@ struct ServeArgs {
     /// meanwhile (default: on unless --overload none).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     defer_new_invites: Option<bool>,
+    /// UDP: new INVITEs come in on sockets of their own, read after every other message
+    /// (default: on unless --overload none).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    udp_invite_socket: Option<bool>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -153,6 +157,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             emulate_reject_cost_us: args.emulate_reject_cost_us,
             smart_forwarding: args.smart_forwarding,
             defer_new_invites: args.defer_new_invites,
+            udp_invite_socket: args.udp_invite_socket,
         })
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -209,10 +214,14 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         "holdline: {} workers, overload control {}{}{}{}",
         server.workers(),
         config.overload.local,
-        if config.overload.defers_new_invites() {
-            ", new INVITEs over TCP deferred"
-        } else {
-            ""
+        match (
+            config.overload.defers_new_invites(),
+            config.overload.separates_udp_invites()
+        ) {
+            (true, true) => ", new INVITEs over TCP deferred, over UDP on sockets of their own",
+            (true, false) => ", new INVITEs over TCP deferred",
+            (false, true) => ", new INVITEs over UDP on sockets of their own",
+            (false, false) => "",
         },
         match config.overload.smart_forwarding_mode() {
             "off" => String::new(),
