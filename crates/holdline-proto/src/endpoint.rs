@@ -183,6 +183,9 @@ pub struct EndpointStats {
     /// Requests whose every target was one of the proxy's own sockets: answered `482`, never
     /// sent to ourselves.
     pub to_own_socket: u64,
+    /// Requests refused (403) by the relay policy: for a next hop this proxy does not serve,
+    /// from a source it does not trust.
+    pub relay_denied: u64,
 }
 
 impl EndpointStats {
@@ -257,6 +260,19 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// A target of §16.5 with its next hop.
+/// How a request's targets were found (for the relay policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FoundBy {
+    /// The location service: a served domain or this proxy's own address.
+    Location,
+    /// A configured static route (an exact domain or `*`).
+    StaticRoute,
+    /// The first Route left after preprocessing.
+    Route,
+    /// An IP address in the Request-URI.
+    Literal,
+}
+
 struct Target {
     /// The Request-URI for this branch.
     uri: Vec<u8>,
@@ -893,7 +909,8 @@ impl Endpoint {
             );
             return;
         }
-        let mut targets = match self.targets(now, plan, true) {
+        let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
+        let mut targets = match self.targets(now, plan, true, &from, in_dialog) {
             Ok(t) => t,
             Err((code, reason)) => {
                 self.respond(now, sid, msg, code, reason, &[]);
@@ -992,8 +1009,21 @@ impl Endpoint {
         now: Instant,
         plan: &RoutePlan<'_>,
         fork: bool,
+        from: &Peer,
+        in_dialog: bool,
     ) -> Result<Vec<Target>, (u16, &'static str)> {
-        let mut targets = self.all_targets(now, plan, fork)?;
+        let (mut targets, found_by) = self.all_targets(now, plan, fork)?;
+        // The relay policy: the location service and configured routes always; a dialog
+        // this proxy record-routed (wherever its route set or remote target points next);
+        // anything else only for a trusted source.
+        let relays = match found_by {
+            FoundBy::Location | FoundBy::StaticRoute => true,
+            FoundBy::Route | FoundBy::Literal => plan.own_route && in_dialog,
+        };
+        if !relays && !self.config.relay.trusts(from.addr.ip()) {
+            self.stats.relay_denied += 1;
+            return Err((403, "Forbidden"));
+        }
         let found = targets.len();
         targets.retain(|t| !is_own_socket(&self.config, &t.dest));
         if found > 0 && targets.is_empty() {
@@ -1003,17 +1033,18 @@ impl Endpoint {
         Ok(targets)
     }
 
-    /// [`targets`](Self::targets) before the own-socket check.
+    /// [`targets`](Self::targets) before the relay policy and the own-socket check, and how
+    /// they were found.
     fn all_targets(
         &mut self,
         now: Instant,
         plan: &RoutePlan<'_>,
         fork: bool,
-    ) -> Result<Vec<Target>, (u16, &'static str)> {
+    ) -> Result<(Vec<Target>, FoundBy), (u16, &'static str)> {
         let ruri = plan.ruri.as_bytes().to_vec();
         if let Some(route) = &plan.next_route {
             let dest = resolve_uri(&self.config, route, true).ok_or((404, "Not Found"))?;
-            return Ok(vec![Target { uri: ruri, dest }]);
+            return Ok((vec![Target { uri: ruri, dest }], FoundBy::Route));
         }
         let host = plan.ruri.host_bytes().unwrap_or_default();
         let me = is_me_uri(&self.config, &plan.ruri);
@@ -1057,15 +1088,18 @@ impl Endpoint {
                 self.config.static_route(host)
             };
             return match (out.is_empty(), empty, fallback) {
-                (false, _, _) => Ok(out),
-                (true, true, Some(r)) => Ok(vec![Target {
-                    uri: ruri,
-                    dest: Peer {
-                        addr: r.next_hop,
-                        transport: r.transport,
-                        conn: None,
-                    },
-                }]),
+                (false, _, _) => Ok((out, FoundBy::Location)),
+                (true, true, Some(r)) => Ok((
+                    vec![Target {
+                        uri: ruri,
+                        dest: Peer {
+                            addr: r.next_hop,
+                            transport: r.transport,
+                            conn: None,
+                        },
+                    }],
+                    FoundBy::StaticRoute,
+                )),
                 (true, true, None) => Err((404, "Not Found")),
                 (true, false, _) => Err((480, "Temporarily Unavailable")),
             };
@@ -1074,7 +1108,19 @@ impl Endpoint {
             return Err((404, "Not Found"));
         }
         let dest = resolve_uri(&self.config, &plan.ruri, true).ok_or((404, "Not Found"))?;
-        Ok(vec![Target { uri: ruri, dest }])
+        // resolve_uri prefers an exact static route, then an IP literal, then `*`.
+        let found_by = if plan.ruri.host().and_then(|h| h.ip()).is_some()
+            && self
+                .config
+                .static_routes
+                .iter()
+                .all(|r| r.domain == "*" || !r.domain.as_bytes().eq_ignore_ascii_case(host))
+        {
+            FoundBy::Literal
+        } else {
+            FoundBy::StaticRoute
+        };
+        Ok((vec![Target { uri: ruri, dest }], found_by))
     }
 
     /// §16.6 steps 1–8: the copy of `msg` sent to `dest` with `branch`.
@@ -1267,7 +1313,8 @@ impl Endpoint {
             self.drop_msg(DropReason::TooManyHops);
             return;
         }
-        let targets = match self.targets(now, plan, !is_ack) {
+        let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
+        let targets = match self.targets(now, plan, !is_ack, &from, in_dialog) {
             Ok(t) => t,
             Err((code, reason)) => {
                 if is_ack {

@@ -53,5 +53,5 @@ pub use endpoint::{
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
-pub use proxy::{ListenAddr, ProxyConfig, StaticRoute};
+pub use proxy::{IpNet, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
 pub use registrar::{Registrar, RegistrarConfig};

@@ -6,6 +6,8 @@
 //! workers = 4                      # 0: one per available core
 //! domains = ["example.com"]
 //! record_route = true
+//! relay = "restricted"             # or "open" (an open relay)
+//! trusted = ["127.0.0.0/8", "::1"] # sources that may relay anywhere (default: loopback)
 //! store = "memory"                 # or a directory; default: the data directory
 //! metrics = "127.0.0.1:9060"       # Prometheus text on /metrics; absent: off
 //! log = "info"                     # tracing filter; RUST_LOG wins
@@ -79,6 +81,7 @@ use std::time::Duration;
 
 use holdline_base::Transport;
 use holdline_overload::{Algorithm, ControllerConfig};
+use holdline_proto::{IpNet, RelayPolicy};
 use serde::Deserialize;
 
 /// A socket the server listens on: `udp:IP:PORT` or `tcp:IP:PORT` (IPv6 as `[::1]:5060`).
@@ -118,6 +121,17 @@ impl<'de> Deserialize<'de> for Listener {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A trusted source network (`trusted = ["10.0.0.0/8"]`): an [`IpNet`] read from a string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrustedNet(pub IpNet);
+
+impl<'de> Deserialize<'de> for TrustedNet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Self).map_err(serde::de::Error::custom)
     }
 }
 
@@ -636,6 +650,15 @@ pub struct ServerConfig {
     /// come back through this server. Default `true` (as Kamailio's stock configuration);
     /// `false` turns it off.
     pub record_route: bool,
+    /// Relay policy: `restricted` (default) relays only requests for a served domain or the
+    /// server itself, requests a static route covers, in-dialog requests that came through
+    /// the server's own Record-Route, and requests from a `trusted` source; the rest get
+    /// `403`. `open` relays every routable request (an open relay: anyone can reach any host
+    /// through the server).
+    pub relay: String,
+    /// Sources trusted to relay anywhere under `relay = "restricted"` (CIDR or address).
+    /// Default: loopback (`127.0.0.0/8`, `::1`); a list replaces the default.
+    pub trusted: Vec<TrustedNet>,
     /// Location store; absent: a persistent store in [`data_dir`](Self::data_dir).
     pub store: Option<StoreSpec>,
     /// Data directory; absent: [`default_data_dir`].
@@ -677,6 +700,8 @@ impl Default for ServerConfig {
             workers: 0,
             domains: Vec::new(),
             record_route: true,
+            relay: "restricted".into(),
+            trusted: IpNet::loopback().into_iter().map(TrustedNet).collect(),
             store: None,
             data_dir: None,
             metrics: None,
@@ -688,6 +713,19 @@ impl Default for ServerConfig {
             routes: Vec::new(),
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The relay policy these settings describe.
+    pub fn relay_policy(&self) -> RelayPolicy {
+        if self.relay == "open" {
+            RelayPolicy::Open
+        } else {
+            RelayPolicy::Restricted {
+                trusted: self.trusted.iter().map(|t| t.0).collect(),
+            }
         }
     }
 }
@@ -821,6 +859,9 @@ impl ServerConfig {
         let err = |k: &str, m: &str| Err((k.to_owned(), m.to_owned()));
         if self.listen.is_empty() {
             return err("listen", "at least one listener is required");
+        }
+        if !matches!(self.relay.as_str(), "restricted" | "open") {
+            return err("relay", "expected \"restricted\" or \"open\"");
         }
         if self.workers > 1024 {
             return err("workers", "at most 1024 workers");
@@ -1372,6 +1413,35 @@ send_buffer = 16384
             (e.line, e.key.as_str()),
             (2, "overload.udp_invite_recv_buffer")
         );
+    }
+
+    #[test]
+    fn relay_policy_settings() {
+        assert_eq!(
+            ServerConfig::default().relay_policy(),
+            RelayPolicy::default()
+        );
+        let c = ServerConfig::from_toml(
+            "x.toml",
+            "relay = \"restricted\"\ntrusted = [\"10.0.0.0/8\", \"2001:db8::1\"]\n",
+        )
+        .expect("parses");
+        let p = c.relay_policy();
+        assert!(p.trusts("10.9.8.7".parse().expect("ip")));
+        assert!(p.trusts("2001:db8::1".parse().expect("ip")));
+        assert!(
+            !p.trusts("127.0.0.1".parse().expect("ip")),
+            "a list replaces the default"
+        );
+        let open = ServerConfig::from_toml("x.toml", "relay = \"open\"\n").expect("parses");
+        assert_eq!(open.relay_policy(), RelayPolicy::Open);
+        let e = ServerConfig::from_toml("b.toml", "workers = 1\nrelay = \"closed\"\n")
+            .expect_err("bad relay");
+        assert_eq!((e.line, e.key.as_str()), (2, "relay"));
+        let e = ServerConfig::from_toml("b.toml", "\ntrusted = [\"10.0.0.0/33\"]\n")
+            .expect_err("bad network");
+        assert_eq!((e.line, e.key.as_str()), (2, "trusted"));
+        assert!(e.message.contains("10.0.0.0/33"), "{}", e.message);
     }
 
     #[test]

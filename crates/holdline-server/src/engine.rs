@@ -98,6 +98,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         })
         .collect();
     p.record_route = config.record_route;
+    p.relay = config.relay_policy();
     p.host_addresses = host_addresses();
     p.registrar = config.registrar.into();
     p.static_routes = config
@@ -291,6 +292,7 @@ impl WorkerCore for Engine {
         }
         let _ = writeln!(out, "holdline_sip_forwarded_total {}", s.forwarded);
         let _ = writeln!(out, "holdline_sip_to_own_socket_total {}", s.to_own_socket);
+        let _ = writeln!(out, "holdline_sip_relay_denied_total {}", s.relay_denied);
         let _ = writeln!(
             out,
             "holdline_sip_rejected_overload_total {}",

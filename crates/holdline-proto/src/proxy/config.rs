@@ -1,6 +1,8 @@
 //! [`ProxyConfig`]: what the proxy core serves, where it listens and where it routes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
 
 use holdline_base::{Duration, Transport};
 use holdline_sip::Limits;
@@ -32,6 +34,122 @@ pub struct StaticRoute {
     /// Forward matching requests statelessly (RFC 3261 §16.11): no transactions, a branch
     /// derived from the incoming one, responses routed back by their Via.
     pub stateless: bool,
+}
+
+/// An IP network: an address and a prefix length (`10.0.0.0/8`, `2001:db8::/32`; a bare
+/// address is a single host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// The network of `addr` with `prefix` bits (at most 32 for IPv4, 128 for IPv6); `None`
+    /// when the prefix is too long. Host bits of `addr` are ignored.
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Self> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Self { addr, prefix })
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as its IPv4
+    /// address).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+
+    /// The loopback networks, `127.0.0.0/8` and `::1/128`.
+    pub fn loopback() -> [Self; 2] {
+        [
+            Self {
+                addr: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)),
+                prefix: 8,
+            },
+            Self {
+                addr: IpAddr::V6(Ipv6Addr::LOCALHOST),
+                prefix: 128,
+            },
+        ]
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Why a string is not an [`IpNet`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not an IP network (ADDRESS or ADDRESS/PREFIX, e.g. 10.0.0.0/8)")]
+pub struct IpNetError(String);
+
+impl FromStr for IpNet {
+    type Err = IpNetError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || IpNetError(s.to_owned());
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
+        let prefix = match prefix {
+            Some(p) => p.trim().parse().map_err(|_| bad())?,
+            None if addr.is_ipv4() => 32,
+            None => 128,
+        };
+        Self::new(addr, prefix).ok_or_else(bad)
+    }
+}
+
+/// Which requests the proxy relays to next hops it does not serve itself (an open relay lets
+/// anyone reach any host through it: toll fraud, spam, hiding the sender).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RelayPolicy {
+    /// Relay everything routable (holdline before issue 13).
+    Open,
+    /// Relay only requests for a served domain or this proxy (the location service), requests
+    /// that a configured static route covers (an exact domain or `*`), in-dialog requests
+    /// (To tag) that came through this proxy's own Record-Route, and any request from a
+    /// trusted source; answer `403` to the rest.
+    Restricted {
+        /// Sources trusted to relay anywhere.
+        trusted: Vec<IpNet>,
+    },
+}
+
+impl Default for RelayPolicy {
+    /// Restricted, trusting loopback only.
+    fn default() -> Self {
+        Self::Restricted {
+            trusted: IpNet::loopback().to_vec(),
+        }
+    }
+}
+
+impl RelayPolicy {
+    /// Whether requests from `ip` may be relayed anywhere.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        match self {
+            Self::Open => true,
+            Self::Restricted { trusted } => trusted.iter().any(|n| n.contains(ip)),
+        }
+    }
 }
 
 /// The proxy core's configuration. Build it with [`ProxyConfig::default`] and fill in the
@@ -82,6 +200,9 @@ pub struct ProxyConfig {
     pub registrar: RegistrarConfig,
     /// Parser limits for every message handled. Default [`Limits::DEFAULT`].
     pub limits: Limits,
+    /// Which requests may be relayed to next hops this proxy does not serve. Default
+    /// [`RelayPolicy::default`]: restricted, loopback trusted.
+    pub relay: RelayPolicy,
 }
 
 impl Default for ProxyConfig {
@@ -103,6 +224,7 @@ impl Default for ProxyConfig {
             txn: TxnConfig::default(),
             registrar: RegistrarConfig::default(),
             limits: Limits::DEFAULT,
+            relay: RelayPolicy::default(),
         }
     }
 }

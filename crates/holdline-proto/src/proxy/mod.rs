@@ -27,7 +27,7 @@ use std::net::{IpAddr, SocketAddr};
 use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
-pub use config::{ListenAddr, ProxyConfig, StaticRoute};
+pub use config::{IpNet, IpNetError, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
 
 /// FNV-1a, 64 bits: a fixed, portable hash for the loop-detection and stateless branches,
 /// which must come out the same on every worker and every run.
@@ -254,6 +254,9 @@ pub(crate) struct RoutePlan<'a> {
     pub(crate) next_route: Option<Uri<'a>>,
     /// The Route values left, in order (for the loop hash).
     pub(crate) remaining: Vec<&'a [u8]>,
+    /// Whether the request came through a Route of ours (loose routing consumed one, or a
+    /// strict router put one in the Request-URI): a dialog this proxy record-routed.
+    pub(crate) own_route: bool,
 }
 
 impl<'a> RoutePlan<'a> {
@@ -270,16 +273,19 @@ impl<'a> RoutePlan<'a> {
         }
         let mut first = 0;
         let mut last = elems.len();
+        let mut own_route = false;
         // A request whose Request-URI is a value we put into a Record-Route came from a
         // strict router: the real Request-URI is the last Route.
         if is_me_uri(config, &ruri) && last > 0 {
             last -= 1;
             ruri = elems[last].1;
+            own_route = true;
         }
         // Loose routing: our own Route values on top are consumed (two of them after double
         // Record-Routing).
         while first < last && is_me_uri(config, &elems[first].1) {
             first += 1;
+            own_route = true;
         }
         let mut remove = Vec::new();
         if first > 0 || last < elems.len() {
@@ -337,6 +343,7 @@ impl<'a> RoutePlan<'a> {
             remove,
             next_route,
             remaining,
+            own_route,
         })
     }
 

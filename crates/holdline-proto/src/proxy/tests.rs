@@ -1296,6 +1296,8 @@ fn options_to_the_proxy_address_without_a_port_is_answered_not_forwarded() {
         transport: Transport::Udp,
         addr: at,
     }];
+    // Relaying to a literal address is the point of the last part: allowed for this test.
+    c.relay = RelayPolicy::Open;
     c.static_routes = vec![StaticRoute {
         domain: "*".into(),
         next_hop: ua_addr(5),
@@ -2172,4 +2174,104 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
     }
     assert_eq!(asked, 0);
     assert_eq!(e.stats().forwarded, 2, "re-INVITE and BYE forwarded");
+}
+
+// ---------------------------------------------------------------- tests: relay policy
+
+/// Alice (10.0.0.1, not trusted by default) asks the proxy to relay `ruri` with `headers`;
+/// returns the net after the exchange settled.
+fn relay_attempt(c: ProxyConfig, method: &str, ruri: &str, headers: &[(&str, &str)]) -> Net {
+    let mut net = Net::new(c, vec![alice(), Ua::new(9, Script::answers(5, 10, 200))]);
+    net.send(
+        1,
+        request(method, ruri, ua_addr(1), "z9hG4bKrelay", 1, headers),
+    );
+    net.run_until(ms(100));
+    net
+}
+
+#[test]
+fn an_untrusted_source_cannot_relay_to_a_host_the_proxy_does_not_serve() {
+    let net = relay_attempt(config(), "INVITE", "sip:victim@10.0.0.9", &[]);
+    assert!(net.ua(9).requests("INVITE").is_empty(), "relayed");
+    assert_eq!(net.ua(1).responses(403, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().relay_denied, 1);
+    // A pre-loaded Route to a foreign host is relaying too, even behind one of ours.
+    let route = format!("{RR}, <sip:10.0.0.9;lr>");
+    let net = relay_attempt(
+        config(),
+        "INVITE",
+        "sip:bob@example.com",
+        &[("Route", &route)],
+    );
+    assert!(net.ua(9).requests("INVITE").is_empty(), "relayed by Route");
+    assert_eq!(net.ua(1).responses(403, "INVITE").len(), 1);
+}
+
+#[test]
+fn trusted_sources_open_relay_routes_and_dialogs_are_relayed() {
+    // A trusted network.
+    let mut c = config();
+    c.relay = RelayPolicy::Restricted {
+        trusted: vec!["10.0.0.0/24".parse().expect("cidr")],
+    };
+    let net = relay_attempt(c, "INVITE", "sip:x@10.0.0.9", &[]);
+    assert_eq!(net.ua(9).requests("INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().relay_denied, 0);
+    // `relay = open`.
+    let mut c = config();
+    c.relay = RelayPolicy::Open;
+    let net = relay_attempt(c, "INVITE", "sip:x@10.0.0.9", &[]);
+    assert_eq!(net.ua(9).requests("INVITE").len(), 1);
+    // A configured route covers the destination (here `*`).
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: ua_addr(9),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let net = relay_attempt(c, "INVITE", "sip:carol@elsewhere.example", &[]);
+    assert_eq!(net.ua(9).requests("INVITE").len(), 1);
+    // An in-dialog request that came through our Record-Route, to the remote target.
+    let net = relay_attempt(
+        config(),
+        "BYE",
+        "sip:bob@10.0.0.9",
+        &[("Route", RR), ("To", "<sip:bob@example.com>;tag=b9")],
+    );
+    assert_eq!(net.ua(9).requests("BYE").len(), 1);
+    assert_eq!(net.proxy.stats().relay_denied, 0);
+    // The same without our Route (we never record-routed that dialog): not relayed.
+    let net = relay_attempt(
+        config(),
+        "BYE",
+        "sip:bob@10.0.0.9",
+        &[("To", "<sip:bob@example.com>;tag=b9")],
+    );
+    assert!(net.ua(9).requests("BYE").is_empty());
+    assert_eq!(net.ua(1).responses(403, "BYE").len(), 1);
+}
+
+#[test]
+fn ip_networks_parse_and_match() {
+    let n: IpNet = "10.1.0.0/16".parse().expect("v4");
+    assert!(n.contains("10.1.255.3".parse().expect("ip")));
+    assert!(!n.contains("10.2.0.1".parse().expect("ip")));
+    assert!(n.contains("::ffff:10.1.2.3".parse().expect("mapped")));
+    let host: IpNet = "192.0.2.7".parse().expect("host");
+    assert!(host.contains("192.0.2.7".parse().expect("ip")));
+    assert!(!host.contains("192.0.2.8".parse().expect("ip")));
+    let v6: IpNet = "2001:db8::/32".parse().expect("v6");
+    assert!(v6.contains("2001:db8:1::1".parse().expect("ip")));
+    assert!(!v6.contains("10.1.2.3".parse().expect("ip")));
+    let all: IpNet = "0.0.0.0/0".parse().expect("all");
+    assert!(all.contains("203.0.113.1".parse().expect("ip")));
+    for bad in ["10.0.0.0/33", "::/129", "10.0.0/8", "x", "10.0.0.0/"] {
+        assert!(bad.parse::<IpNet>().is_err(), "{bad}");
+    }
+    assert_eq!(n.to_string(), "10.1.0.0/16");
+    assert!(RelayPolicy::default().trusts("127.0.0.1".parse().expect("ip")));
+    assert!(RelayPolicy::default().trusts("::1".parse().expect("ip")));
+    assert!(!RelayPolicy::default().trusts("10.0.0.1".parse().expect("ip")));
 }
