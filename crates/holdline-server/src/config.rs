@@ -13,6 +13,13 @@
 //! log = "info"                     # tracing filter; RUST_LOG wins
 //! shutdown_grace_ms = 2000
 //!
+//! [flood]                          # per-source flood protection (pike); trusted exempt
+//! enabled = true
+//! limit = 1000                     # requests per source and window ...
+//! window_ms = 2000
+//! cooldown_ms = 10000              # ... beyond which the source is ignored this long
+//! slots = 65536                    # sources tracked per worker
+//!
 //! [limits]
 //! max_message_size = 65535
 //! max_connections = 10000
@@ -681,6 +688,52 @@ pub struct ServerConfig {
     pub overload: OverloadSettings,
     /// TCP buffer sizes per listener or next hop.
     pub tcp_buffers: Vec<TcpBuffers>,
+    /// Per-source flood protection.
+    pub flood: FloodSettings,
+}
+
+/// Per-source flood protection (`[flood]`, the job of Kamailio's pike module): a source that
+/// is not `trusted` and sends more than `limit` requests within `window_ms` is ignored (its
+/// requests dropped unanswered) for `cooldown_ms`. Responses are never affected. Counted
+/// per worker, in a table of `slots` sources (the hottest keep their place).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FloodSettings {
+    /// On or off. Default on.
+    pub enabled: bool,
+    /// Most requests per source and window. Default 1,000.
+    pub limit: u32,
+    /// The counting window, ms. Default 2,000.
+    pub window_ms: u64,
+    /// How long an offender is ignored, ms. Default 10,000.
+    pub cooldown_ms: u64,
+    /// Sources tracked per worker (about 48 bytes each). Default 65,536.
+    pub slots: usize,
+}
+
+impl Default for FloodSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            limit: 1_000,
+            window_ms: 2_000,
+            cooldown_ms: 10_000,
+            slots: 65_536,
+        }
+    }
+}
+
+impl FloodSettings {
+    /// The guard's configuration with the slot-hash `key`, when on.
+    pub fn guard_config(&self, key: u64) -> Option<holdline_overload::FloodConfig> {
+        self.enabled.then(|| holdline_overload::FloodConfig {
+            limit: self.limit,
+            window: Duration::from_millis(self.window_ms),
+            cooldown: Duration::from_millis(self.cooldown_ms),
+            slots: self.slots,
+            key,
+        })
+    }
 }
 
 impl Default for ServerConfig {
@@ -713,6 +766,7 @@ impl Default for ServerConfig {
             routes: Vec::new(),
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
+            flood: FloodSettings::default(),
         }
     }
 }
@@ -859,6 +913,18 @@ impl ServerConfig {
         let err = |k: &str, m: &str| Err((k.to_owned(), m.to_owned()));
         if self.listen.is_empty() {
             return err("listen", "at least one listener is required");
+        }
+        if let Some(Err(e)) = self.flood.guard_config(0).map(|c| c.validate()) {
+            let key = if e.to_string().contains("slots") {
+                "flood.slots"
+            } else if e.to_string().contains("limit") {
+                "flood.limit"
+            } else if e.to_string().contains("cooldown") {
+                "flood.cooldown_ms"
+            } else {
+                "flood.window_ms"
+            };
+            return err(key, &e.to_string());
         }
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
@@ -1407,6 +1473,14 @@ send_buffer = 16384
                 "{bad}"
             );
         }
+        let e = ServerConfig::from_toml("b.toml", "[flood]\nenabled = true\nlimit = 0\n")
+            .expect_err("zero limit");
+        assert_eq!((e.line, e.key.as_str()), (3, "flood.limit"));
+        let e = ServerConfig::from_toml("b.toml", "[flood]\nslots = 1\n").expect_err("one slot");
+        assert_eq!((e.line, e.key.as_str()), (2, "flood.slots"));
+        let off = ServerConfig::from_toml("b.toml", "[flood]\nenabled = false\nlimit = 0\n")
+            .expect("off: not checked");
+        assert_eq!(off.flood.guard_config(1), None);
         let e = ServerConfig::from_toml("b.toml", "[overload]\nudp_invite_recv_buffer = 0\n")
             .expect_err("zero buffer");
         assert_eq!(

@@ -139,7 +139,7 @@ fn host_addresses() -> Vec<std::net::IpAddr> {
 }
 
 /// A seed from the standard library's per-process random hasher keys.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0x686f_6c64_6c69_6e65);

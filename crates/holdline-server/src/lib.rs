@@ -295,6 +295,8 @@ impl Server {
                     .unwrap_or(config.overload.emulate_cost_us),
             ),
             defer: config.overload.defer_config(),
+            flood: config.flood.guard_config(engine::random_seed()),
+            trusted: config.trusted.iter().map(|t| t.0).collect(),
         };
         let overload = config
             .overload

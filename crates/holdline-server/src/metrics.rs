@@ -40,6 +40,7 @@ reasons!(Drop {
     ConnectFailed => "connect_failed",
     Unsupported => "unsupported_transport",
     Shutdown => "shutdown",
+    Flood => "flood",
 });
 
 reasons!(Close {
@@ -62,7 +63,7 @@ pub const BUCKETS_US: [u64; 14] = [
 pub(crate) struct WorkerStats {
     pub(crate) msgs_in: [AtomicU64; 2],
     pub(crate) msgs_out: [AtomicU64; 2],
-    pub(crate) drops: [AtomicU64; 11],
+    pub(crate) drops: [AtomicU64; 12],
     pub(crate) closes: [AtomicU64; 7],
     pub(crate) handoffs_out: AtomicU64,
     pub(crate) handoffs_in: AtomicU64,

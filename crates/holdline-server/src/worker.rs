@@ -14,9 +14,10 @@ use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
-    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Lane, Rejection,
-    RejectionBudget, Release, Signal, Split, TargetId, Work,
+    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, FloodConfig, FloodGuard, Lane,
+    Rejection, RejectionBudget, Release, Signal, Split, TargetId, Verdict, Work,
 };
+use holdline_proto::IpNet;
 use holdline_sip::{Frame, Framer, Limits, Message, Method, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -112,6 +113,9 @@ pub(crate) struct Settings {
     pub(crate) emulate_reject_cost: Duration,
     /// TCP: new INVITEs wait for idle time, their connection unread meanwhile (`None`: off).
     pub(crate) defer: Option<DeferConfig>,
+    /// Per-source flood protection (`None`: off), and the sources it exempts.
+    pub(crate) flood: Option<FloodConfig>,
+    pub(crate) trusted: Vec<IpNet>,
 }
 
 struct Conn {
@@ -168,6 +172,8 @@ pub(crate) struct Worker {
     /// With INVITE sockets: the share of time rejections may take; while it is spent, new
     /// INVITEs are left in the kernel.
     budget: Option<RejectionBudget>,
+    /// Per-source flood protection, when on.
+    flood: Option<FloodGuard>,
     /// Set while reading INVITE sockets past the rejection budget: the gate admits.
     admit_all: bool,
     /// Mean CPU time per message handled (exponentially weighted), ns: turns a queueing delay
@@ -284,6 +290,7 @@ impl Worker {
         let workers = shared.senders.len();
         let slot = settings.limits.max_message_size + 1;
         let defer = settings.defer.unwrap_or_default();
+        let flood = settings.flood.clone().and_then(|c| FloodGuard::new(c).ok());
         Self {
             index,
             poll,
@@ -304,6 +311,7 @@ impl Worker {
             rejected_msgs: 0,
             datagram_mark: 0,
             budget: None,
+            flood,
             admit_all: false,
             service_ns: 0.0,
             conns: Slab::new(),
@@ -504,6 +512,16 @@ impl Worker {
         if let Some(b) = &self.budget {
             crate::metrics::render_budget(b, &mut text);
         }
+        if let Some(g) = &self.flood {
+            let f = g.stats();
+            let _ = std::fmt::Write::write_fmt(
+                &mut text,
+                format_args!(
+                    "holdline_flood_offenders_total {}\nholdline_flood_evictions_total {}\n",
+                    f.offenders, f.evictions
+                ),
+            );
+        }
         let s = self.stats();
         if let Ok(mut g) = s.core_text.lock() {
             g.0 += 1;
@@ -637,6 +655,21 @@ impl Worker {
 
     /// Routes one received message to the worker that owns its call.
     fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+        // Flood protection: requests (not responses) from sources that are not trusted.
+        if let Some(guard) = self.flood.as_mut()
+            && !bytes.starts_with(b"SIP/")
+            && !self
+                .settings
+                .trusted
+                .iter()
+                .any(|n| n.contains(from.addr.ip()))
+            && guard.check(from.addr.ip(), now) != Verdict::Pass
+        {
+            let s = self.stats();
+            s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
+            s.drop(Drop::Flood);
+            return;
+        }
         let n = self.shared.senders.len();
         let owner = if n == 1 {
             self.index

@@ -211,6 +211,58 @@ fn udp_invites_come_in_on_sockets_of_their_own() {
     server.shutdown();
 }
 
+/// A source over the flood limit is ignored; another source and trusted sources are not.
+#[test]
+fn a_flooding_source_is_ignored_and_others_are_served() {
+    let flood = |trusted: bool| {
+        let mut c = config(1);
+        c.flood.limit = 5;
+        if !trusted {
+            c.trusted.clear();
+        }
+        let server = start(&c);
+        let addr = server.local_addr(Transport::Udp).unwrap();
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.set_read_timeout(Some(WAIT)).unwrap();
+        for i in 0..10 {
+            client
+                .send_to(&request(&format!("flood-{i}@test"), "UDP"), addr)
+                .unwrap();
+        }
+        // Another address on loopback, sent after the flood: one worker, one socket, so the
+        // flood was handled before its answer comes.
+        let other = UdpSocket::bind("127.0.0.2:0").unwrap();
+        other.set_read_timeout(Some(WAIT)).unwrap();
+        other.send_to(&request("other@test", "UDP"), addr).unwrap();
+        let mut buf = [0; 65_536];
+        let (n, _) = other.recv_from(&mut buf).unwrap();
+        assert_eq!(summary(&buf[..n]).1, "other@test");
+        let text = server.metrics_text();
+        server.shutdown();
+        text
+    };
+    let text = flood(false);
+    assert_eq!(
+        metric_sum(&text, "holdline_testcore_requests_total"),
+        6,
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(&text, "holdline_drops_total{worker=\"0\",reason=\"flood\"}"),
+        5,
+        "{text}"
+    );
+    assert_eq!(metric_sum(&text, "holdline_flood_offenders_total"), 1);
+    // Loopback is trusted by default: nothing is dropped.
+    let text = flood(true);
+    assert_eq!(
+        metric_sum(&text, "holdline_testcore_requests_total"),
+        11,
+        "{text}"
+    );
+    assert_eq!(metric_sum(&text, "holdline_flood_offenders_total"), 0);
+}
+
 #[test]
 fn tcp_responses_on_the_same_connection_batched_split_and_ping() {
     let server = start(&config(2));
