@@ -914,17 +914,21 @@ impl ServerConfig {
         if self.listen.is_empty() {
             return err("listen", "at least one listener is required");
         }
-        if let Some(Err(e)) = self.flood.guard_config(0).map(|c| c.validate()) {
-            let key = if e.to_string().contains("slots") {
-                "flood.slots"
-            } else if e.to_string().contains("limit") {
-                "flood.limit"
-            } else if e.to_string().contains("cooldown") {
-                "flood.cooldown_ms"
-            } else {
-                "flood.window_ms"
-            };
-            return err(key, &e.to_string());
+        // The flood guard's own checks, named by this file's keys.
+        let f = &self.flood;
+        if f.enabled {
+            if f.limit == 0 {
+                return err("flood.limit", "must be at least 1");
+            }
+            if f.window_ms == 0 {
+                return err("flood.window_ms", "must be positive");
+            }
+            if f.cooldown_ms == 0 {
+                return err("flood.cooldown_ms", "must be positive");
+            }
+            if f.slots < 2 {
+                return err("flood.slots", "must be at least 2");
+            }
         }
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");

@@ -729,23 +729,27 @@ impl Worker {
     /// two thirds of the goodput of no control).
     fn busy_since(&mut self, t: StdInstant) -> Duration {
         let busy = t - self.busy_mark;
+        self.busy_mark = t;
+        let handling = std::mem::take(&mut self.handling);
+        let rejecting = std::mem::take(&mut self.rejecting);
+        let rejected_messages = std::mem::take(&mut self.rejected_msgs);
+        // Without INVITE sockets there is no budget: all busy time counts.
+        if self.budget.is_none() {
+            return busy;
+        }
         let datagrams = self.datagrams();
         let work = Work {
             busy,
-            handling: self.handling,
-            rejecting: self.rejecting,
+            handling,
+            rejecting,
             datagrams: datagrams.saturating_sub(self.datagram_mark),
-            rejected_messages: self.rejected_msgs,
+            rejected_messages,
         };
-        self.busy_mark = t;
         self.datagram_mark = datagrams;
-        self.handling = Duration::ZERO;
-        self.rejecting = Duration::ZERO;
-        self.rejected_msgs = 0;
-        match self.budget.as_mut() {
-            Some(b) => b.account(self.shared.clock.from_std(t), work).other,
-            None => busy,
-        }
+        let now = self.shared.clock.from_std(t);
+        self.budget
+            .as_mut()
+            .map_or(busy, |b| b.account(now, work).other)
     }
 
     /// Datagrams received and sent so far.
