@@ -274,27 +274,39 @@ impl Runner {
     ) -> Result<Step> {
         self.n += 1;
         let tag = format!("{:03}-{section}-{}", self.n, plan.load.name());
-        let port = server::free_port()?;
-        let uas_port = loop {
-            let p = server::free_port()?;
-            if p != port {
-                break p;
-            }
-        };
         let next_hop = match plan.load {
             Load::Calls(t) => t,
             Load::Register => Transport::Udp,
         };
         let procs = cgroup.map(CpuGroup::procs_file);
-        let mut srv = server::start(
-            &self.env,
-            kind,
-            port,
-            uas_port,
-            next_hop,
-            procs.as_deref(),
-            &tag,
-        )?;
+        // A port can be taken between the pick and the server's bind (by another process of
+        // the machine): up to three picks.
+        let mut attempt = 0;
+        let (mut srv, port, uas_port) = loop {
+            attempt += 1;
+            let port = server::free_port()?;
+            let uas_port = loop {
+                let p = server::free_port()?;
+                if p != port {
+                    break p;
+                }
+            };
+            match server::start(
+                &self.env,
+                kind,
+                port,
+                uas_port,
+                next_hop,
+                procs.as_deref(),
+                &tag,
+            ) {
+                Ok(srv) => break (srv, port, uas_port),
+                Err(e @ LabError::PortTaken { .. }) if attempt < 3 => {
+                    eprintln!("bench: {e}; retrying on another port");
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let outcome = generator::run_step(
             &self.env.exe,
             &self.env.work,

@@ -38,6 +38,19 @@ pub enum LabError {
     /// A server or generator process did not start or misbehaved.
     #[error("{0}")]
     Process(String),
+    /// A child exited before listening because its port was taken between the pick and its
+    /// `bind` (another process of the machine took it); the caller may retry on a new port.
+    #[error(
+        "{what} exited before listening: port {port} taken (\"Address already in use\"); log {log}"
+    )]
+    PortTaken {
+        /// The child that failed.
+        what: String,
+        /// The port it could not bind.
+        port: u16,
+        /// Its log file.
+        log: PathBuf,
+    },
     /// Drawing a plot failed.
     #[error("plot {path}: {reason}")]
     Plot {

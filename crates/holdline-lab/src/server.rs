@@ -109,6 +109,14 @@ pub(crate) fn wait_bound(
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if text.contains("Address already in use") {
+                return Err(LabError::PortTaken {
+                    what: what.into(),
+                    port,
+                    log: log.to_path_buf(),
+                });
+            }
             return Err(LabError::Process(format!(
                 "{what} exited ({status}) before listening on port {port}; log {}:\n{}",
                 log.display(),
@@ -260,5 +268,38 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that writes `msg` to its log and exits without binding anything.
+    fn failing_child(dir: &Path, msg: &str) -> (Child, PathBuf) {
+        let log = dir.join("child.log");
+        let f = File::create(&log).expect("log");
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo '{msg}' >&2; exit 1"))
+            .stderr(f)
+            .spawn()
+            .expect("sh");
+        (child, log)
+    }
+
+    #[test]
+    fn a_child_that_found_its_port_taken_is_told_apart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port().expect("port");
+        let (mut c, log) = failing_child(
+            dir.path(),
+            "ERROR: udp_init(): bind(4) on 127.0.0.1: Address already in use",
+        );
+        let e = wait_bound(&mut c, port, None, "server", &log).expect_err("exited");
+        assert!(matches!(e, LabError::PortTaken { port: p, .. } if p == port), "{e}");
+        let (mut c, log) = failing_child(dir.path(), "ERROR: bad config");
+        let e = wait_bound(&mut c, port, None, "server", &log).expect_err("exited");
+        assert!(matches!(e, LabError::Process(_)), "{e}");
     }
 }
