@@ -297,7 +297,10 @@ mod tests {
             "ERROR: udp_init(): bind(4) on 127.0.0.1: Address already in use",
         );
         let e = wait_bound(&mut c, port, None, "server", &log).expect_err("exited");
-        assert!(matches!(e, LabError::PortTaken { port: p, .. } if p == port), "{e}");
+        assert!(
+            matches!(e, LabError::PortTaken { port: p, .. } if p == port),
+            "{e}"
+        );
         let (mut c, log) = failing_child(dir.path(), "ERROR: bad config");
         let e = wait_bound(&mut c, port, None, "server", &log).expect_err("exited");
         assert!(matches!(e, LabError::Process(_)), "{e}");
