@@ -7,6 +7,7 @@ use holdline_base::{Instant, Rng};
 
 use crate::admission::Gate;
 use crate::controller::{Controller, ControllerFactory};
+use crate::hop::{Accept, HopClientConfig};
 use crate::none::NoControlConfig;
 use crate::occ::OccConfig;
 use crate::queue_delay::QueueDelayConfig;
@@ -51,18 +52,17 @@ pub enum Algorithm {
     /// [`Controller::feedback`] for each upstream client that advertised `oc`; it also rejects
     /// locally (at [`Gate::Ingress`]) what non-supporting upstreams send beyond its capacity.
     LossServer,
-    /// Planned: `loss-client`, RFC 7339 loss-based client role. Inputs:
-    /// [`Signal::Feedback`](crate::Signal::Feedback) with `Loss` per next hop (validity,
-    /// sequence). Decision at [`Gate::Forward`]: reject (reason `LossThrottle`) the requested
-    /// percentage of new INVITEs for that target, with RFC 7339's default random or
-    /// deterministic drop.
+    /// `loss-client`, RFC 7339 loss-based client role ([`HopClient`](crate::HopClient)).
+    /// Inputs: [`Signal::Feedback`](crate::Signal::Feedback) with `Loss` per next hop
+    /// (validity, sequence). Decision at [`Gate::Forward`]: reject (reason `LossThrottle`) the
+    /// requested percentage of new INVITEs for that target, drawn at random (RFC 7339 §7).
     LossClient,
     /// Planned: `rate-server`, RFC 7415 rate-based server role. Inputs: queue delay and
     /// occupancy. Output: [`Feedback::Rate`](crate::Feedback::Rate) per upstream client.
     RateServer,
-    /// Planned: `rate-client`, RFC 7415 rate-based client role. Inputs: `Feedback::Rate`
-    /// per next hop. Decision at [`Gate::Forward`]: a leaky bucket per target driven by `now`
-    /// (reason `RateThrottle`).
+    /// `rate-client`, RFC 7415 rate-based client role ([`HopClient`](crate::HopClient)).
+    /// Inputs: `Feedback::Rate` per next hop. Decision at [`Gate::Forward`]: a leaky bucket
+    /// per target driven by `now` (reason `RateThrottle`).
     RateClient,
     /// Planned: `window-server`, window-based control with explicit feedback (Shen et al.):
     /// computes per-upstream windows from its queueing delay. Output:
@@ -138,6 +138,8 @@ impl Algorithm {
                 | Self::Occupancy
                 | Self::QueueDelay
                 | Self::SmartForwarding
+                | Self::LossClient
+                | Self::RateClient
         )
     }
 
@@ -240,6 +242,9 @@ pub enum ControllerConfig {
     QueueDelay(QueueDelayConfig),
     /// [`Algorithm::SmartForwarding`].
     SmartForwarding(SmartForwardingConfig),
+    /// [`Algorithm::LossClient`] or [`Algorithm::RateClient`] (one client applies either
+    /// answer; see [`HopClientConfig::accept`]).
+    HopClient(HopClientConfig),
 }
 
 impl ControllerConfig {
@@ -254,6 +259,14 @@ impl ControllerConfig {
             Algorithm::SmartForwarding => {
                 Ok(Self::SmartForwarding(SmartForwardingConfig::default()))
             }
+            Algorithm::LossClient => Ok(Self::HopClient(HopClientConfig {
+                accept: Accept::Loss,
+                ..HopClientConfig::default()
+            })),
+            Algorithm::RateClient => Ok(Self::HopClient(HopClientConfig {
+                accept: Accept::Rate,
+                ..HopClientConfig::default()
+            })),
             other => Err(ConfigError::NotImplemented(other)),
         }
     }
@@ -265,6 +278,7 @@ impl ControllerConfig {
             Self::Occupancy(c) => c,
             Self::QueueDelay(c) => c,
             Self::SmartForwarding(c) => c,
+            Self::HopClient(c) => c,
         }
     }
 }

@@ -64,6 +64,9 @@ pub struct Snapshot {
     pub queue_length: Option<usize>,
     /// Targets whose INVITE-carrying connection currently has a non-empty backlog.
     pub backlogged_targets: Option<usize>,
+    /// Next hops whose overload-control feedback is currently throttling new INVITEs (RFC
+    /// 7339 / RFC 7415 clients).
+    pub throttled_targets: Option<usize>,
     /// Completed measurement intervals (control updates) so far.
     pub intervals: u64,
     /// New INVITEs admitted.
@@ -82,6 +85,7 @@ impl Snapshot {
             queue_delay: None,
             queue_length: None,
             backlogged_targets: None,
+            throttled_targets: None,
             intervals: 0,
             admitted: 0,
             rejected: RejectCounts([0; RejectReason::COUNT]),

@@ -30,7 +30,7 @@ fn implemented() -> Vec<(Algorithm, Box<dyn Controller>)> {
             )
         })
         .collect();
-    assert_eq!(list.len(), 6, "every implemented algorithm is covered");
+    assert_eq!(list.len(), 8, "every implemented algorithm is covered");
     list
 }
 
@@ -40,6 +40,8 @@ fn reasons(a: Algorithm) -> &'static [RejectReason] {
         Algorithm::Occupancy => &[RejectReason::Occupancy],
         Algorithm::QueueDelay => &[RejectReason::QueueDelay],
         Algorithm::SmartForwarding => &[RejectReason::TargetBacklog],
+        Algorithm::LossClient => &[RejectReason::LossThrottle, RejectReason::RateThrottle],
+        Algorithm::RateClient => &[RejectReason::RateThrottle],
         _ => &[],
     }
 }
@@ -83,6 +85,14 @@ fn overload_signals(r: &mut Rng, interval: Duration) -> Vec<Signal> {
                 per_second: 0,
                 validity: Duration::ZERO,
                 seq: 0,
+            },
+        });
+        v.push(Signal::Feedback {
+            from: t,
+            feedback: Feedback::Rate {
+                per_second: 0,
+                validity: Duration::MAX,
+                seq: u64::MAX,
             },
         });
         v.push(Signal::Feedback {

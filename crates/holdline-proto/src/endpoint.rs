@@ -20,7 +20,10 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use holdline_base::{Instant, Peer, Rng, Transmit, Transport};
-use holdline_sip::{EditError, Editor, HeaderName, Message, Method, build_response};
+use holdline_sip::{
+    EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport,
+    build_response,
+};
 
 use crate::location::{Binding, LocationStore};
 use crate::proxy::{
@@ -109,6 +112,32 @@ impl DropReason {
 pub enum EndpointEvent {
     /// A message was dropped (also counted in [`EndpointStats::drops`]).
     Dropped(DropReason),
+    /// A next hop answered this proxy's overload-control offer (RFC 7339 / RFC 7415) in a
+    /// response that matched one of its client transactions. Only with
+    /// [`ProxyConfig::overload_offer`](crate::ProxyConfig::overload_offer).
+    Feedback {
+        /// Where the response came from (the next hop).
+        from: Peer,
+        /// Its answer.
+        report: OcReport,
+    },
+}
+
+/// The server role of hop-by-hop overload control (RFC 7339 §5.2): what this proxy answers,
+/// in the top Via of every response it sends, to an upstream client that offered `oc` with
+/// an algorithm answered here (`loss`). Set by the driver with
+/// [`Endpoint::set_overload_answer`] from its local controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverloadAnswer {
+    /// The percentage of new INVITEs the client should drop (0–100). 0 is sent with
+    /// `oc-validity=0` (no control).
+    pub loss_percent: u8,
+    /// `oc-validity` of a non-zero answer, in milliseconds.
+    pub validity_ms: u32,
+    /// Whether new INVITEs from clients that take this answer skip the admission gate of
+    /// [`Endpoint::handle_admitting`]: they already dropped their share upstream, and
+    /// rejecting again here would spend this server's CPU on the same excess twice.
+    pub exempt: bool,
 }
 
 /// Requests received, by method.
@@ -177,6 +206,15 @@ pub struct EndpointStats {
     pub rejected_by_gate: u64,
     /// ACKs of the gate's rejections, recognised by their To tag and absorbed.
     pub gate_acks_absorbed: u64,
+    /// New INVITEs that skipped the admission gate because their upstream client takes this
+    /// proxy's overload answer ([`OverloadAnswer::exempt`]).
+    pub gate_exempt: u64,
+    /// Responses sent upstream with this proxy's overload answer in their top Via.
+    pub overload_answers: u64,
+    /// Overload answers received from next hops ([`EndpointEvent::Feedback`]).
+    pub overload_reports: u64,
+    /// Overload answers from next hops that were malformed and ignored.
+    pub overload_reports_malformed: u64,
     /// New INVITEs the forward gate rejected (every next hop refused them), answered through
     /// their server transaction.
     pub rejected_by_forward_gate: u64,
@@ -247,6 +285,10 @@ pub struct Endpoint {
     events: VecDeque<EndpointEvent>,
     stats: EndpointStats,
     bindings: Vec<Binding>,
+    /// The server role's answer ([`Endpoint::set_overload_answer`]).
+    answer: Option<OverloadAnswer>,
+    /// `overload_offer` as Via parameters.
+    offer_params: Vec<u8>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -283,6 +325,10 @@ impl Endpoint {
     /// An endpoint with `config`, sharing `store` with the other workers.
     pub fn new(mut config: ProxyConfig, store: Arc<dyn LocationStore>) -> Self {
         config.txn.limits = config.limits;
+        let mut offer_params = Vec::new();
+        if let Some(o) = &config.overload_offer {
+            o.write_params(&mut offer_params);
+        }
         Self {
             txns: Transactions::new(config.txn),
             registrar: Registrar::new(config.registrar),
@@ -297,6 +343,8 @@ impl Endpoint {
             events: VecDeque::new(),
             stats: EndpointStats::default(),
             bindings: Vec::new(),
+            answer: None,
+            offer_params,
         }
     }
 
@@ -319,6 +367,18 @@ impl Endpoint {
     /// final response).
     pub fn active_calls(&self) -> usize {
         self.calls.len()
+    }
+
+    /// Sets (or, with `None`, stops) the server role's overload answer: from now on every
+    /// response sent to an upstream client that offered `oc` with `loss` carries it in its top
+    /// Via (RFC 7339 §5.2). The driver updates it once per control interval.
+    pub fn set_overload_answer(&mut self, answer: Option<OverloadAnswer>) {
+        self.answer = answer;
+    }
+
+    /// The server role's current answer.
+    pub fn overload_answer(&self) -> Option<OverloadAnswer> {
+        self.answer
     }
 
     /// Processes one message (a datagram, or one frame of a stream) that arrived from `from`
@@ -404,7 +464,9 @@ impl Endpoint {
                     if msg.to().is_ok_and(|to| to.tag().is_none())
                         && self.txns.matches_server(msg) == Ok(false) =>
                 {
-                    if let Some(r) = admit() {
+                    if self.answer.is_some_and(|a| a.exempt) && takes_answer(msg) {
+                        self.stats.gate_exempt += 1;
+                    } else if let Some(r) = admit() {
                         self.reject_at_gate(msg, from, r);
                         return true;
                     }
@@ -514,12 +576,16 @@ impl Endpoint {
                 }
             }
         };
+        let mut t = t;
         if let Some(rest) = buf.get(start..)
             && rest.starts_with(b"SIP/2.0 ")
             && let Some(&d) = rest.get(8)
             && (b'1'..=b'6').contains(&d)
         {
             self.stats.responses_out[usize::from(d - b'1')] += 1;
+            if self.answer.is_some() {
+                t.size = self.stamp_overload_answer(now, buf, start);
+            }
         }
         Some(t)
     }
@@ -544,8 +610,12 @@ impl Endpoint {
 
     fn drop_msg(&mut self, reason: DropReason) {
         self.stats.drops[reason.index()] += 1;
+        self.push_event(EndpointEvent::Dropped(reason));
+    }
+
+    fn push_event(&mut self, e: EndpointEvent) {
         if self.events.len() < MAX_EVENTS {
-            self.events.push_back(EndpointEvent::Dropped(reason));
+            self.events.push_back(e);
         } else {
             self.stats.events_lost += 1;
         }
@@ -1163,7 +1233,13 @@ impl Endpoint {
             }
         }
         let sent_by = out_l.map(|l| host_port(l.addr)).unwrap_or_default();
-        ed.push_via(dest.transport, sent_by.as_bytes(), branch.as_bytes(), true)?;
+        ed.push_via_with(
+            dest.transport,
+            sent_by.as_bytes(),
+            branch.as_bytes(),
+            true,
+            &self.offer_params,
+        )?;
         if dest.transport.is_stream() {
             ed.ensure_content_length()?;
         }
@@ -1343,7 +1419,7 @@ impl Endpoint {
         let Some(status) = msg.status() else { return };
         self.stats.responses_in[usize::from(status / 100 - 1).min(5)] += 1;
         match self.txns.handle_response(now, msg.buffer(), from) {
-            ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg),
+            ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg, from),
             ResponseOutcome::Absorbed(_) => {}
             ResponseOutcome::Stray => self.stray_response(msg, status),
             ResponseOutcome::Malformed(_) => {
@@ -1351,6 +1427,77 @@ impl Endpoint {
                 self.drop_msg(DropReason::Malformed);
             }
         }
+    }
+
+    /// The overload answer of a next hop in our top Via of `msg` (a response matched to one of
+    /// our client transactions), reported as an event; a malformed one is counted and ignored.
+    fn read_overload_report(&mut self, msg: &Message<'_>, from: Peer) {
+        let Ok(via) = msg.top_via() else { return };
+        match OcReport::from_via(&via) {
+            Ok(Some(report)) => {
+                self.stats.overload_reports += 1;
+                self.push_event(EndpointEvent::Feedback { from, report });
+            }
+            Ok(None) => {}
+            Err(_) => self.stats.overload_reports_malformed += 1,
+        }
+    }
+
+    /// Puts the server role's answer into the top Via of the response in `buf[start..]` when
+    /// its upstream client offered `oc` with `loss`; returns the new size.
+    fn stamp_overload_answer(&mut self, now: Instant, buf: &mut Vec<u8>, start: usize) -> usize {
+        let size = buf.len() - start;
+        let Some(answer) = self.answer else {
+            return size;
+        };
+        let Some(rest) = buf.get(start..) else {
+            return size;
+        };
+        // Cheap pre-check: no `;oc` anywhere, nothing to do.
+        if !rest
+            .windows(3)
+            .any(|w| w[0] == b';' && w[1..].eq_ignore_ascii_case(b"oc"))
+        {
+            return size;
+        }
+        let Ok(msg) = Message::parse(rest, &self.config.limits) else {
+            return size;
+        };
+        let offered = msg
+            .top_via()
+            .ok()
+            .and_then(|v| OcOffer::from_via(&v))
+            .is_some_and(|o| o.offers(OcAlgo::Loss));
+        if !offered {
+            return size;
+        }
+        let report = OcReport {
+            algo: OcAlgo::Loss,
+            value: u32::from(answer.loss_percent.min(100)),
+            validity_ms: if answer.loss_percent == 0 {
+                0
+            } else {
+                answer.validity_ms
+            },
+            seq: self
+                .config
+                .overload_seq_base
+                .saturating_add(now.as_nanos() / 10_000),
+        };
+        let mut params = Vec::with_capacity(80);
+        report.write_params(&mut params);
+        let mut ed = Editor::new(&msg);
+        if ed.set_top_via_params(&OC_PARAMS, &params).is_err() {
+            return size;
+        }
+        let mut out = Vec::with_capacity(ed.emitted_len());
+        ed.emit(&mut out);
+        drop(ed);
+        drop(msg);
+        buf.truncate(start);
+        buf.extend_from_slice(&out);
+        self.stats.overload_answers += 1;
+        out.len()
     }
 
     /// The response with our top Via removed, ready to go upstream.
@@ -1371,7 +1518,11 @@ impl Endpoint {
         cid: ClientTxnId,
         status: u16,
         msg: &Message<'_>,
+        from: Peer,
     ) {
+        if self.config.overload_offer.is_some() {
+            self.read_overload_report(msg, from);
+        }
         if self.cancels.contains(&cid) {
             return; // the answer to our CANCEL
         }
@@ -1624,6 +1775,15 @@ impl Endpoint {
 /// version replaced by `SIP/2.0` when the error is an unsupported version) and its clean
 /// Via, From, To, Call-ID and CSeq lines, then `Content-Length: 0`. `None` when the message
 /// is not a request or the error lies in the Request-Line itself.
+/// Whether the upstream client of `req` offered overload control with `loss` in its Via,
+/// and so takes this proxy's [`OverloadAnswer`].
+fn takes_answer(req: &Message<'_>) -> bool {
+    req.top_via()
+        .ok()
+        .and_then(|v| OcOffer::from_via(&v))
+        .is_some_and(|o| o.offers(OcAlgo::Loss))
+}
+
 fn salvage_request(
     bytes: &[u8],
     e: holdline_sip::ParseError,

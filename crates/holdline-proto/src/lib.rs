@@ -50,6 +50,7 @@ pub mod txn;
 
 pub use endpoint::{
     DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, MethodCounters,
+    OverloadAnswer,
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;

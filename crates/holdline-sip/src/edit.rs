@@ -221,6 +221,23 @@ impl<'m, 'a> Editor<'m, 'a> {
         branch: &[u8],
         rport: bool,
     ) -> Result<(), EditError> {
+        self.push_via_with(transport, sent_by, branch, rport, b"")
+    }
+
+    /// [`push_via`](Self::push_via) with more parameters after the others: `params` is
+    /// `*(;name[=value])`, e.g. the overload-control offer `;oc;oc-algo="loss,rate"` of
+    /// RFC 7339 (see [`OcOffer::write_params`](crate::OcOffer::write_params)).
+    pub fn push_via_with(
+        &mut self,
+        transport: Transport,
+        sent_by: &[u8],
+        branch: &[u8],
+        rport: bool,
+        params: &[u8],
+    ) -> Result<(), EditError> {
+        if !params.is_empty() && !is_param_list(params) {
+            return Err(EditError::InvalidValue("Via parameters"));
+        }
         if sent_by.is_empty()
             || !sent_by
                 .iter()
@@ -243,10 +260,66 @@ impl<'m, 'a> Editor<'m, 'a> {
                 b";branch=",
                 branch,
                 rport,
+                params,
                 b"\r\n",
             ],
             Place::Front,
         )
+    }
+
+    /// Replaces parameters of the top Via: every parameter named in `remove`
+    /// (case-insensitive) goes, with its `;`, and `append` (`*(;name[=value])`) is added at the
+    /// end of the Via. A server's overload-control answer (RFC 7339 §5.2) in a response going
+    /// upstream: `remove` = [`OC_PARAMS`](crate::OC_PARAMS), `append` = the answer. May be
+    /// called once; conflicts with [`annotate_top_via`](Self::annotate_top_via) only if both
+    /// touch the same parameter.
+    pub fn set_top_via_params(&mut self, remove: &[&str], append: &[u8]) -> Result<(), EditError> {
+        if !append.is_empty() && !is_param_list(append) {
+            return Err(EditError::InvalidValue("Via parameters"));
+        }
+        let top = self
+            .top_element(HeaderName::Via)
+            .ok_or(EditError::Missing(HeaderName::Via))?;
+        let base = top.span.start;
+        let elem = top.bytes;
+        // The segments `;name[=value]` to remove, as absolute ranges.
+        let mut gone: SmallVec<[(u32, u32); 4]> = SmallVec::new();
+        let mut semi = crate::scan::find_unquoted(elem, 0, b';');
+        while let Some(i) = semi {
+            let next = crate::scan::find_unquoted(elem, i + 1, b';');
+            let seg_end = next.unwrap_or(elem.len());
+            let name_end = elem[i + 1..seg_end]
+                .iter()
+                .position(|&b| b == b'=')
+                .map_or(seg_end, |p| i + 1 + p);
+            let (ns, ne) = trim_range(elem, i + 1, name_end);
+            let name = &elem[ns..ne];
+            if remove
+                .iter()
+                .any(|r| name.eq_ignore_ascii_case(r.as_bytes()))
+            {
+                gone.push((base + i as u32, base + seg_end as u32));
+            }
+            semi = next;
+        }
+        // The element is trimmed: the appended text goes right after its last parameter.
+        let end = top.span.end;
+        for &(s, e) in &gone {
+            self.check(s, e)?;
+        }
+        if !append.is_empty() {
+            self.check(end, end)?;
+        }
+        for &(s, e) in &gone {
+            let from = self.arena.len() as u32;
+            self.record_staged(s, e, from, Place::Back);
+        }
+        if !append.is_empty() {
+            let from = self.stage(&[append])?;
+            let to = self.arena.len() as u32;
+            self.record(end, end, from, to, Fill::Bytes, Place::Back);
+        }
+        Ok(())
     }
 
     /// Removes the top Via (a response going upstream) and returns it.
@@ -1012,6 +1085,30 @@ impl ViaParams {
     }
 }
 
+/// Whether `p` is `1*(;name[=value])` with token names and token or quoted values, no white
+/// space, no line breaks.
+fn is_param_list(p: &[u8]) -> bool {
+    if p.first() != Some(&b';') {
+        return false;
+    }
+    p[1..].split(|&b| b == b';').all(|seg| {
+        let (name, value) = match seg.iter().position(|&b| b == b'=') {
+            Some(i) => (&seg[..i], Some(&seg[i + 1..])),
+            None => (seg, None),
+        };
+        is_token(name)
+            && value.is_none_or(|v| {
+                is_token(v)
+                    || (v.len() >= 2
+                        && v[0] == b'"'
+                        && v[v.len() - 1] == b'"'
+                        && v[1..v.len() - 1].iter().all(|&b| {
+                            (b.is_ascii_graphic() && b != b'"' && b != b'\\') || b == b' '
+                        }))
+            })
+    })
+}
+
 /// The first non-empty comma-separated element of a list value, as
 /// [`split_commas`](crate::scan::split_commas) finds it: `(start, end, start of the next
 /// non-empty element)`.
@@ -1176,6 +1273,87 @@ mod tests {
         Content-Length: 4\r\n\
         \r\n\
         v=0\n";
+
+    #[test]
+    fn via_with_overload_offer() {
+        let msg = parse(INVITE);
+        let mut ed = Editor::new(&msg);
+        ed.push_via_with(
+            Transport::Udp,
+            b"p1.example.com",
+            b"z9hG4bKp1",
+            true,
+            b";oc;oc-algo=\"loss,rate\"",
+        )
+        .expect("push");
+        let o = out(&ed);
+        assert!(
+            o.contains("Via: SIP/2.0/UDP p1.example.com;branch=z9hG4bKp1;rport;oc;oc-algo=\"loss,rate\"\r\n"),
+            "{o}"
+        );
+        let msg2 = parse(o.as_bytes());
+        let offer = crate::OcOffer::from_via(&msg2.top_via().expect("via")).expect("offer");
+        assert!(offer.offers(crate::OcAlgo::Rate));
+        for bad in [&b"oc"[..], b";oc\r\nX: y", b";oc=\"a", b"; oc", b";oc,x"] {
+            let mut ed = Editor::new(&msg);
+            assert_eq!(
+                ed.push_via_with(Transport::Udp, b"p1", b"z9hG4bKp1", false, bad),
+                Err(EditError::InvalidValue("Via parameters")),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn top_via_overload_answer_replaces_the_offer() {
+        let resp = b"SIP/2.0 100 Trying\r\n\
+            Via: SIP/2.0/UDP a.example.com;branch=z9hG4bK1;OC;rport=5;oc-algo=\"loss,rate\" , SIP/2.0/UDP b;branch=z9hG4bK2;oc\r\n\
+            Via: SIP/2.0/UDP c;branch=z9hG4bK3;oc\r\n\
+            Content-Length: 0\r\n\r\n";
+        let msg = parse(resp);
+        let mut ed = Editor::new(&msg);
+        ed.set_top_via_params(
+            &crate::OC_PARAMS,
+            b";oc=20;oc-algo=\"loss\";oc-validity=500;oc-seq=1.5",
+        )
+        .expect("set");
+        let o = out(&ed);
+        assert!(
+            o.contains("Via: SIP/2.0/UDP a.example.com;branch=z9hG4bK1;rport=5;oc=20;oc-algo=\"loss\";oc-validity=500;oc-seq=1.5 , SIP/2.0/UDP b;branch=z9hG4bK2;oc\r\n"),
+            "{o}"
+        );
+        assert!(
+            o.contains("Via: SIP/2.0/UDP c;branch=z9hG4bK3;oc\r\n"),
+            "{o}"
+        );
+        let m = parse(o.as_bytes());
+        let r = crate::OcReport::from_via(&m.top_via().expect("via"))
+            .expect("valid")
+            .expect("answer");
+        assert_eq!((r.value, r.seq), (20, 150_000));
+        // Removing alone, and a Via without any of them.
+        let mut ed = Editor::new(&msg);
+        ed.set_top_via_params(&crate::OC_PARAMS, b"")
+            .expect("strip");
+        assert!(out(&ed).contains("a.example.com;branch=z9hG4bK1;rport=5 , SIP"));
+        let plain = parse(INVITE);
+        let mut ed = Editor::new(&plain);
+        ed.set_top_via_params(&crate::OC_PARAMS, b";oc=0")
+            .expect("append");
+        assert!(out(&ed).contains("branch=z9hG4bK776asdhds;rport;oc=0\r\n"));
+        // Combined with received/rport annotation of the same Via.
+        let mut ed = Editor::new(&plain);
+        ed.annotate_top_via(Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 9))), Some(7))
+            .expect("annotate");
+        ed.set_top_via_params(&crate::OC_PARAMS, b";oc=1;oc-seq=1.1")
+            .expect("both");
+        let o = out(&ed);
+        assert!(
+            o.contains(";rport=7;received=192.0.2.9;oc=1;oc-seq=1.1\r\n"),
+            "{o}"
+        );
+    }
 
     #[test]
     fn no_edits_copies_the_message() {

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
 use holdline_base::{Duration, Transport};
-use holdline_sip::Limits;
+use holdline_sip::{Limits, OcOffer};
 
 use crate::registrar::RegistrarConfig;
 use crate::txn::TxnConfig;
@@ -203,6 +203,15 @@ pub struct ProxyConfig {
     /// Which requests may be relayed to next hops this proxy does not serve. Default
     /// [`RelayPolicy::default`]: restricted, loopback trusted.
     pub relay: RelayPolicy,
+    /// Hop-by-hop overload control, client role (RFC 7339 / RFC 7415): the algorithms offered
+    /// in the Via of every request forwarded through a client transaction
+    /// (`;oc;oc-algo="loss,rate"`); the answers in the responses that match those
+    /// transactions are reported as [`EndpointEvent::Feedback`](crate::EndpointEvent).
+    /// Default `None`: nothing offered.
+    pub overload_offer: Option<OcOffer>,
+    /// `oc-seq` of the server role's answers: the wall-clock time at holdline_base's `Instant::ZERO`, in units of 10 µs since the Unix epoch, so that answers
+    /// increase across workers and restarts. Default 0 (the driver fills it in).
+    pub overload_seq_base: u64,
 }
 
 impl Default for ProxyConfig {
@@ -225,6 +234,8 @@ impl Default for ProxyConfig {
             registrar: RegistrarConfig::default(),
             limits: Limits::DEFAULT,
             relay: RelayPolicy::default(),
+            overload_offer: None,
+            overload_seq_base: 0,
         }
     }
 }

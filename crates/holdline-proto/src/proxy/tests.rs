@@ -2275,3 +2275,275 @@ fn ip_networks_parse_and_match() {
     assert!(RelayPolicy::default().trusts("::1".parse().expect("ip")));
     assert!(!RelayPolicy::default().trusts("10.0.0.1".parse().expect("ip")));
 }
+
+// ---------------------------------------------------------------- tests: overload feedback
+
+fn routed_config() -> ProxyConfig {
+    let mut c = config();
+    c.static_routes = vec![StaticRoute {
+        domain: "*".into(),
+        next_hop: ua_addr(5),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    c
+}
+
+fn far_invite(branch: &str) -> Vec<u8> {
+    request("INVITE", "sip:bob@far.example.net", ua_addr(1), branch, 1, &[])
+}
+
+fn drain_to(e: &mut Endpoint, now: Instant) -> Vec<(Peer, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(t) = e.poll_transmit(now, &mut buf) {
+        out.push((t.destination, buf[..t.size].to_vec()));
+        buf.clear();
+    }
+    out
+}
+
+/// `resp` with `params` in place of the overload parameters of its top Via.
+fn with_answer(resp: &[u8], params: &str) -> Vec<u8> {
+    let m = parse(resp);
+    let mut ed = holdline_sip::Editor::new(&m);
+    ed.set_top_via_params(&holdline_sip::OC_PARAMS, params.as_bytes())
+        .expect("edit");
+    let mut out = Vec::new();
+    ed.emit(&mut out);
+    out
+}
+
+/// The first Via line's value (each Via of these tests is on a line of its own; the value
+/// may contain a quoted comma).
+fn top_via(bytes: &[u8]) -> String {
+    header(bytes, HeaderName::Via).unwrap_or_default()
+}
+
+#[test]
+fn the_client_role_offers_oc_and_reports_answers_of_matched_responses_only() {
+    use holdline_sip::{OcAlgo, OcOffer};
+    let mut c = routed_config();
+    c.overload_offer = Some(OcOffer::new(&[OcAlgo::Loss, OcAlgo::Rate]));
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    e.handle(ms(0), &far_invite("z9hG4bKc1"), udp(ua_addr(1)), Transport::Udp);
+    let out = drain_to(&mut e, ms(0));
+    let fwd = out
+        .iter()
+        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+        .map(|(_, b)| b.clone())
+        .expect("forwarded");
+    assert!(
+        top_via(&fwd).ends_with(";rport;oc;oc-algo=\"loss,rate\""),
+        "{}",
+        top_via(&fwd)
+    );
+    // The next hop answers in our Via.
+    let mut ringing = Vec::new();
+    build_response(
+        &parse(&fwd),
+        180,
+        "Ringing",
+        Some(b"b1"),
+        &[],
+        b"",
+        &mut ringing,
+    );
+    let ringing = with_answer(
+        &ringing,
+        ";oc=40;oc-algo=\"loss\";oc-validity=800;oc-seq=100.5",
+    );
+    e.handle(ms(1), &ringing, udp(ua_addr(5)), Transport::Udp);
+    let mut events = Vec::new();
+    while let Some(ev) = e.poll_event() {
+        events.push(ev);
+    }
+    assert_eq!(
+        events,
+        [crate::EndpointEvent::Feedback {
+            from: udp(ua_addr(5)),
+            report: holdline_sip::OcReport {
+                algo: OcAlgo::Loss,
+                value: 40,
+                validity_ms: 800,
+                seq: 10_050_000,
+            },
+        }]
+    );
+    // The 180 goes upstream without our Via (and its answer).
+    let up = drain_to(&mut e, ms(1));
+    let up180 = up
+        .iter()
+        .find(|(p, b)| p.addr == ua_addr(1) && status_of(b) == 180)
+        .expect("180 upstream");
+    assert!(!String::from_utf8_lossy(&up180.1).contains("oc=40"));
+    // A malformed answer is counted and ignored.
+    let mut r183 = Vec::new();
+    build_response(
+        &parse(&fwd),
+        183,
+        "Progress",
+        Some(b"b1"),
+        &[],
+        b"",
+        &mut r183,
+    );
+    let r183 = with_answer(&r183, ";oc=lots;oc-seq=101.0");
+    e.handle(ms(2), &r183, udp(ua_addr(5)), Transport::Udp);
+    assert!(e.poll_event().is_none());
+    assert_eq!(e.stats().overload_reports_malformed, 1);
+    // A response matching no client transaction (a forged one) is never reported.
+    let stray = String::from_utf8_lossy(&r183)
+        .replace("oc=lots", "oc=100")
+        .replace(";branch=z9hG4bK", ";branch=z9hG4bKforged");
+    e.handle(ms(3), stray.as_bytes(), udp(ua_addr(5)), Transport::Udp);
+    while let Some(ev) = e.poll_event() {
+        assert!(
+            !matches!(ev, crate::EndpointEvent::Feedback { .. }),
+            "stray answer reported"
+        );
+    }
+    assert_eq!(e.stats().overload_reports, 1);
+}
+
+#[test]
+fn without_an_offer_nothing_is_added_or_reported() {
+    let mut e = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
+    e.handle(ms(0), &far_invite("z9hG4bKc2"), udp(ua_addr(1)), Transport::Udp);
+    let out = drain_to(&mut e, ms(0));
+    let (_, fwd) = out
+        .iter()
+        .find(|(p, _)| p.addr == ua_addr(5))
+        .expect("forwarded");
+    assert!(!top_via(fwd).contains(";oc"), "{}", top_via(fwd));
+    let mut ringing = Vec::new();
+    build_response(
+        &parse(fwd),
+        180,
+        "Ringing",
+        Some(b"b1"),
+        &[],
+        b"",
+        &mut ringing,
+    );
+    let ringing = with_answer(&ringing, ";oc=40;oc-seq=1.0");
+    e.handle(ms(1), &ringing, udp(ua_addr(5)), Transport::Udp);
+    assert!(e.poll_event().is_none());
+}
+
+fn invite_offering(branch: &str, call: &str, via_params: &str) -> Vec<u8> {
+    let via = format!(
+        "SIP/2.0/UDP {};branch={branch};rport{via_params}",
+        ua_addr(1)
+    );
+    request(
+        "INVITE",
+        "sip:bob@far.example.net",
+        ua_addr(1),
+        branch,
+        1,
+        &[("Via", &via), ("Call-ID", call)],
+    )
+}
+
+fn oc_params(via: &str) -> Option<holdline_sip::OcReport> {
+    let buf = format!("SIP/2.0 100 Trying\r\nVia: {via}\r\n\r\n");
+    let m = parse(buf.as_bytes());
+    holdline_sip::OcReport::from_via(&m.top_via().expect("via")).expect("well-formed")
+}
+
+#[test]
+fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate() {
+    let mut c = routed_config();
+    c.overload_seq_base = 170_000_000_000_000;
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    e.set_overload_answer(Some(crate::OverloadAnswer {
+        loss_percent: 30,
+        validity_ms: 700,
+        exempt: true,
+    }));
+    let mut asked = 0;
+    // A client that offered oc: not put to the gate, and answered in the 100 Trying.
+    let rejected = e.handle_admitting(
+        ms(10),
+        &invite_offering("z9hG4bKs1", "s1@test", ";oc;oc-algo=\"loss,rate\""),
+        udp(ua_addr(1)),
+        Transport::Udp,
+        &mut || {
+            asked += 1;
+            Some(REJECT)
+        },
+        &mut |_| None,
+    );
+    assert!(!rejected);
+    assert_eq!((asked, e.stats().gate_exempt), (0, 1));
+    let out = drain_to(&mut e, ms(10));
+    let trying = out
+        .iter()
+        .find(|(p, b)| p.addr == ua_addr(1) && status_of(b) == 100)
+        .map(|(_, b)| top_via(b))
+        .expect("100 Trying");
+    let first = oc_params(&trying).expect("answered");
+    assert_eq!(
+        (first.algo, first.value, first.validity_ms),
+        (holdline_sip::OcAlgo::Loss, 30, 700)
+    );
+    assert_eq!(first.seq, 170_000_000_000_000 + 1_000);
+    assert!(trying.contains(";rport=5060"), "{trying}");
+    // Forwarded downstream, the client's offer stays in its own (second) Via only.
+    let fwd = out
+        .iter()
+        .find(|(p, _)| p.addr == ua_addr(5))
+        .map(|(_, b)| b.clone())
+        .expect("forwarded");
+    assert!(!top_via(&fwd).contains(";oc"));
+    // A client that did not offer: put to the gate, and its 503 carries no answer.
+    let rejected = e.handle_admitting(
+        ms(20),
+        &invite_offering("z9hG4bKs2", "s2@test", ""),
+        udp(ua_addr(1)),
+        Transport::Udp,
+        &mut || {
+            asked += 1;
+            Some(REJECT)
+        },
+        &mut |_| None,
+    );
+    assert!(rejected);
+    assert_eq!(asked, 1);
+    let out = drain_to(&mut e, ms(20));
+    assert_eq!(status_of(&out[0].1), 503);
+    assert_eq!(oc_params(&top_via(&out[0].1)), None);
+    // No load: `oc=0` with validity 0 ends control; the sequence grows.
+    e.set_overload_answer(Some(crate::OverloadAnswer {
+        loss_percent: 0,
+        validity_ms: 700,
+        exempt: true,
+    }));
+    e.handle(
+        ms(30),
+        &invite_offering("z9hG4bKs3", "s3@test", ";oc"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
+    let out = drain_to(&mut e, ms(30));
+    let idle = out
+        .iter()
+        .find(|(_, b)| status_of(b) == 100)
+        .and_then(|(_, b)| oc_params(&top_via(b)))
+        .expect("answered");
+    assert_eq!((idle.value, idle.validity_ms), (0, 0));
+    assert!(idle.seq > first.seq);
+    // Without an answer set, nothing is stamped.
+    e.set_overload_answer(None);
+    e.handle(
+        ms(40),
+        &invite_offering("z9hG4bKs4", "s4@test", ";oc"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
+    let out = drain_to(&mut e, ms(40));
+    let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
+    assert_eq!(oc_params(&top_via(&t.1)), None);
+    assert!(e.stats().overload_answers >= 2);
+}

@@ -1,0 +1,594 @@
+//! Hop-by-hop overload control with explicit feedback, client role: RFC 7339 loss-based
+//! (`loss-client`) and RFC 7415 rate-based (`rate-client`), and the server role's answer.
+//!
+//! A client offers overload control in the Via of every request it forwards; a server that
+//! supports it answers in the responses, per client, how much to send: a loss percentage or a
+//! rate, valid for `oc-validity`, ordered by `oc-seq`. The driver parses those answers (from
+//! responses that matched one of its own client transactions, never from strays, so that a
+//! forged datagram cannot throttle a next hop) and gives them to [`HopClient`] as
+//! [`Signal::Feedback`]; before forwarding a new INVITE it asks [`HopClient`] at
+//! [`Gate::Forward`](crate::Gate::Forward) with the next hop as target.
+//!
+//! ```text
+//!   upstream ──INVITE──> [client: loss p% / rate r] ──INVITE;Via oc──> downstream server
+//!             <──503──── throttled (reason LossThrottle / RateThrottle)
+//!                                          <──1xx/2xx;Via oc=p;oc-validity;oc-seq──
+//! ```
+//!
+//! Per target the client keeps the latest accepted answer:
+//!
+//! - an answer whose `seq` is not greater than the last accepted one is stale and ignored;
+//!   the sequence is kept when control ends (validity 0 or expiry), so that a late old answer
+//!   cannot turn control back on (RFC 7339 §5.5–5.6, as sipx and OpenSIPS implement it);
+//! - `validity = 0` ends control at once; otherwise control ends `validity` after the answer;
+//! - **loss** (RFC 7339 §7): each new INVITE is dropped with probability `p/100`, drawn from
+//!   the injected [`Rng`];
+//! - **rate** (RFC 7415 §3.5, the continuous-state leaky bucket): with `T = 1/r` and a
+//!   tolerance `τ = tolerance · T`, a new INVITE at `now` finds the bucket at
+//!   `x' = max(0, X − (now − LCT))`; above `τ` it is rejected, else `X ← x' + T`, `LCT ← now`.
+//!   A rate of 0 rejects every new INVITE while valid. The tolerance lets `tolerance`
+//!   back-to-back INVITEs through after a pause (default 4, OpenSIPS's `TAU = 4·T`; sipx uses
+//!   5·T — the RFC's value could not be re-checked here, so it is configurable).
+//!
+//! Only new INVITEs are ever throttled: requests of admitted calls (ACK, BYE, CANCEL, anything
+//! in a dialog) are the "protected" category of RFC 7339 §7.2 and pass in every state, as in
+//! every controller of this crate. The table of targets is bounded: when full, a target whose
+//! control is off is forgotten first, else the one answered longest ago.
+//!
+//! The server role is the driver's: it answers each client that offered `oc` with
+//! [`loss_percent`] of its local controller's acceptance fraction (OCC-Hop of seed 003 in RFC
+//! 7339 form), or with [`rate_share`] of its admitted rate.
+
+use std::collections::HashMap;
+
+use holdline_base::{Duration, Instant, Rng};
+
+use crate::admission::{Admission, Decision, RejectReason, TargetId};
+use crate::algorithm::{Algorithm, ConfigError, check_range};
+use crate::common::{Counters, decides};
+use crate::controller::{Controller, ControllerFactory};
+use crate::signal::{Feedback, Signal};
+use crate::snapshot::Snapshot;
+
+/// The configuration of a [`HopClient`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct HopClientConfig {
+    /// Which answers are applied: `loss` (RFC 7339), `rate` (RFC 7415), or both. The driver
+    /// offers the same algorithms in its Via. An answer of an algorithm not accepted here is
+    /// ignored. Default: both.
+    pub accept: Accept,
+    /// Most next hops with state. Default 1,024.
+    pub max_targets: usize,
+    /// The rate bucket's tolerance in units of the target interval `T` (how many INVITEs may
+    /// go back to back). Default 4.
+    pub rate_tolerance: f64,
+    /// `Retry-After` for the 503s of throttled INVITEs. Default `None`.
+    pub retry_after: Option<Duration>,
+}
+
+/// Which feedback algorithms a [`HopClient`] applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Accept {
+    /// RFC 7339 loss only.
+    Loss,
+    /// RFC 7415 rate only.
+    Rate,
+    /// Both (whichever the server chose).
+    Both,
+}
+
+impl Accept {
+    const fn loss(self) -> bool {
+        matches!(self, Self::Loss | Self::Both)
+    }
+
+    const fn rate(self) -> bool {
+        matches!(self, Self::Rate | Self::Both)
+    }
+}
+
+impl Default for HopClientConfig {
+    fn default() -> Self {
+        Self {
+            accept: Accept::Both,
+            max_targets: 1024,
+            rate_tolerance: 4.0,
+            retry_after: None,
+        }
+    }
+}
+
+impl ControllerFactory for HopClientConfig {
+    fn algorithm(&self) -> Algorithm {
+        match self.accept {
+            Accept::Rate => Algorithm::RateClient,
+            Accept::Loss | Accept::Both => Algorithm::LossClient,
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_range(
+            "rate_tolerance",
+            self.rate_tolerance,
+            0.0,
+            1e6,
+            "0 to 1,000,000 target intervals",
+        )?;
+        if self.max_targets == 0 {
+            return Err(ConfigError::OutOfRange {
+                field: "max_targets",
+                value: 0.0,
+                expected: "at least 1",
+            });
+        }
+        Ok(())
+    }
+
+    fn build(&self, now: Instant, rng: Rng) -> Result<Box<dyn Controller>, ConfigError> {
+        Ok(Box::new(HopClient::new(self.clone(), now, rng)?))
+    }
+}
+
+/// What one next hop asked for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Control {
+    /// No control (never answered, validity 0, or expired).
+    Off,
+    /// Drop `percent` % of new INVITEs until `until`.
+    Loss { percent: u8, until: Instant },
+    /// At most `per_second` new INVITEs per second until `until`; the bucket's content `x`
+    /// (seconds) at `lct`.
+    Rate {
+        per_second: u32,
+        until: Instant,
+        x: f64,
+        lct: Instant,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Target {
+    /// The last accepted `oc-seq` (kept when control ends).
+    seq: u64,
+    control: Control,
+    /// When the last accepted answer came.
+    answered: Instant,
+}
+
+impl Target {
+    fn active(&self, now: Instant) -> bool {
+        match self.control {
+            Control::Off => false,
+            Control::Loss { until, .. } | Control::Rate { until, .. } => now < until,
+        }
+    }
+}
+
+/// What a next hop currently asks of this client, for metrics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TargetControl {
+    /// No control in force.
+    Off,
+    /// Dropping this percentage of new INVITEs.
+    Loss(u8),
+    /// At most this many new INVITEs per second.
+    Rate(u32),
+}
+
+/// RFC 7339 / RFC 7415 client: per next hop, the feedback in force, applied to new INVITEs.
+#[derive(Clone, Debug)]
+pub struct HopClient {
+    config: HopClientConfig,
+    targets: HashMap<TargetId, Target>,
+    rng: Rng,
+    counters: Counters,
+    /// Answers applied / ignored (stale, not accepted).
+    applied: u64,
+    ignored: u64,
+    evictions: u64,
+    latest: Instant,
+}
+
+impl HopClient {
+    /// A client with `config`.
+    pub fn new(config: HopClientConfig, now: Instant, rng: Rng) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            targets: HashMap::new(),
+            rng,
+            counters: Counters::default(),
+            applied: 0,
+            ignored: 0,
+            evictions: 0,
+            latest: now,
+        })
+    }
+
+    /// What `target` currently asks for (at the latest time seen).
+    pub fn control(&self, target: TargetId) -> TargetControl {
+        match self.targets.get(&target) {
+            Some(t) if t.active(self.latest) => match t.control {
+                Control::Loss { percent, .. } => TargetControl::Loss(percent),
+                Control::Rate { per_second, .. } => TargetControl::Rate(per_second),
+                Control::Off => TargetControl::Off,
+            },
+            _ => TargetControl::Off,
+        }
+    }
+
+    /// Answers applied so far.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Answers ignored so far (stale sequence, or an algorithm not accepted).
+    pub fn ignored(&self) -> u64 {
+        self.ignored
+    }
+
+    /// Targets forgotten because the table was full.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    fn clock(&mut self, now: Instant) -> Instant {
+        if now > self.latest {
+            self.latest = now;
+        }
+        self.latest
+    }
+
+    /// Makes room for one more target: forgets one whose control is off, else the one
+    /// answered longest ago.
+    fn make_room(&mut self, now: Instant) {
+        if self.targets.len() < self.config.max_targets {
+            return;
+        }
+        let victim = self
+            .targets
+            .iter()
+            .min_by_key(|(_, t)| (t.active(now), t.answered))
+            .map(|(id, _)| *id);
+        if let Some(id) = victim {
+            self.targets.remove(&id);
+            self.evictions += 1;
+        }
+    }
+
+    fn feedback(&mut self, now: Instant, from: TargetId, fb: Feedback) {
+        let (seq, validity) = match fb {
+            Feedback::Loss { seq, validity, .. } if self.config.accept.loss() => (seq, validity),
+            Feedback::Rate { seq, validity, .. } if self.config.accept.rate() => (seq, validity),
+            _ => {
+                self.ignored += 1;
+                return;
+            }
+        };
+        if self.targets.get(&from).is_some_and(|t| seq <= t.seq) {
+            self.ignored += 1;
+            return;
+        }
+        if !self.targets.contains_key(&from) {
+            self.make_room(now);
+        }
+        let until = now + validity;
+        let control = if validity.is_zero() {
+            Control::Off
+        } else {
+            match fb {
+                Feedback::Loss { percent, .. } => Control::Loss {
+                    percent: percent.min(100),
+                    until,
+                },
+                Feedback::Rate { per_second, .. } => {
+                    // Keep the bucket when the rate changes under continuing control.
+                    let (x, lct) = match self.targets.get(&from).map(|t| t.control) {
+                        Some(Control::Rate { x, lct, until, .. }) if now < until => (x, lct),
+                        _ => (0.0, now),
+                    };
+                    Control::Rate {
+                        per_second,
+                        until,
+                        x,
+                        lct,
+                    }
+                }
+                _ => Control::Off,
+            }
+        };
+        self.applied += 1;
+        self.targets.insert(
+            from,
+            Target {
+                seq,
+                control,
+                answered: now,
+            },
+        );
+    }
+}
+
+impl Controller for HopClient {
+    fn algorithm(&self) -> Algorithm {
+        self.config.algorithm()
+    }
+
+    fn admit(&mut self, now: Instant, req: &Admission) -> Decision {
+        if !decides(self.gate(), req) {
+            return Decision::Admit;
+        }
+        let now = self.clock(now);
+        let Some(target) = req.target else {
+            return Decision::Admit;
+        };
+        let Some(t) = self.targets.get_mut(&target) else {
+            return self.counters.admit();
+        };
+        match &mut t.control {
+            Control::Loss { percent, until } if now < *until => {
+                let p = f64::from(*percent) / 100.0;
+                if p > 0.0 && self.rng.chance(p) {
+                    return self
+                        .counters
+                        .reject(RejectReason::LossThrottle, self.config.retry_after);
+                }
+            }
+            Control::Rate {
+                per_second,
+                until,
+                x,
+                lct,
+            } if now < *until => {
+                if *per_second == 0 {
+                    return self
+                        .counters
+                        .reject(RejectReason::RateThrottle, self.config.retry_after);
+                }
+                let interval = 1.0 / f64::from(*per_second);
+                let tau = self.config.rate_tolerance * interval;
+                let drained = (*x - now.saturating_duration_since(*lct).as_secs_f64()).max(0.0);
+                if drained > tau {
+                    return self
+                        .counters
+                        .reject(RejectReason::RateThrottle, self.config.retry_after);
+                }
+                *x = drained + interval;
+                *lct = now;
+            }
+            _ => {}
+        }
+        self.counters.admit()
+    }
+
+    fn on_signal(&mut self, now: Instant, signal: Signal) {
+        let now = self.clock(now);
+        match signal {
+            Signal::Feedback { from, feedback } => self.feedback(now, from, feedback),
+            Signal::TargetGone(target) => {
+                self.targets.remove(&target);
+            }
+            _ => {}
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::new(self.algorithm());
+        s.throttled_targets = Some(
+            self.targets
+                .values()
+                .filter(|t| t.active(self.latest))
+                .count(),
+        );
+        s.admitted = self.counters.admitted;
+        s.rejected = self.counters.rejected;
+        s
+    }
+}
+
+/// The server role of RFC 7339 from a local controller's acceptance fraction `f` (OCC-Hop in
+/// loss form): the percentage of new INVITEs a client should drop, `round(100 · (1 − f))`.
+/// `None` (no fraction: a deterministic controller) and NaN answer 0.
+pub fn loss_percent(acceptance: Option<f64>) -> u8 {
+    match acceptance {
+        Some(f) if f.is_finite() => ((1.0 - f.clamp(0.0, 1.0)) * 100.0).round() as u8,
+        _ => 0,
+    }
+}
+
+/// The server role of RFC 7415: one client's share of a total target rate (new INVITEs per
+/// second) split evenly among `clients` upstream clients, rounded up so that the shares never
+/// add up to less than the target; at least 1 while the target is positive.
+pub fn rate_share(target_per_second: f64, clients: usize) -> u32 {
+    if !target_per_second.is_finite() || target_per_second <= 0.0 {
+        return 0;
+    }
+    let n = clients.max(1) as f64;
+    (target_per_second / n)
+        .ceil()
+        .clamp(1.0, f64::from(u32::MAX)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Class;
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_millis(n)
+    }
+
+    const T: TargetId = TargetId(7);
+    const OTHER: TargetId = TargetId(8);
+
+    fn client() -> HopClient {
+        HopClient::new(HopClientConfig::default(), ms(0), Rng::seed_from_u64(3)).expect("valid")
+    }
+
+    fn loss(percent: u8, validity_ms: u64, seq: u64) -> Signal {
+        Signal::Feedback {
+            from: T,
+            feedback: Feedback::Loss {
+                percent,
+                validity: Duration::from_millis(validity_ms),
+                seq,
+            },
+        }
+    }
+
+    fn rate(per_second: u32, validity_ms: u64, seq: u64) -> Signal {
+        Signal::Feedback {
+            from: T,
+            feedback: Feedback::Rate {
+                per_second,
+                validity: Duration::from_millis(validity_ms),
+                seq,
+            },
+        }
+    }
+
+    fn admitted(c: &mut HopClient, now: Instant, target: TargetId, n: usize) -> usize {
+        (0..n)
+            .filter(|_| {
+                c.admit(now, &Admission::forward(Class::NewInvite, target))
+                    .is_admit()
+            })
+            .count()
+    }
+
+    #[test]
+    fn loss_drops_the_asked_fraction_of_new_invites_only() {
+        let mut c = client();
+        assert_eq!(admitted(&mut c, ms(0), T, 100), 100);
+        c.on_signal(ms(1), loss(30, 1000, 1));
+        assert_eq!(c.control(T), TargetControl::Loss(30));
+        let n = admitted(&mut c, ms(2), T, 10_000);
+        assert!(
+            (6_700..=7_300).contains(&n),
+            "{n} of 10,000 admitted at 30% loss"
+        );
+        // Another next hop is not affected.
+        assert_eq!(admitted(&mut c, ms(2), OTHER, 1000), 1000);
+        // Requests of admitted calls always pass.
+        for class in [Class::InDialog, Class::OutOfDialog, Class::Response] {
+            for _ in 0..100 {
+                assert!(c.admit(ms(3), &Admission::forward(class, T)).is_admit());
+            }
+        }
+        let s = c.snapshot();
+        assert_eq!(
+            s.rejected.get(RejectReason::LossThrottle),
+            10_000 - n as u64
+        );
+        assert_eq!(s.throttled_targets, Some(1));
+    }
+
+    #[test]
+    fn validity_ends_control_and_stale_answers_are_ignored() {
+        let mut c = client();
+        c.on_signal(ms(0), loss(100, 500, 10));
+        assert_eq!(admitted(&mut c, ms(499), T, 100), 0);
+        // Expired.
+        assert_eq!(admitted(&mut c, ms(500), T, 100), 100);
+        assert_eq!(c.control(T), TargetControl::Off);
+        // An older answer arriving late does not re-arm control.
+        c.on_signal(ms(600), loss(100, 500, 9));
+        c.on_signal(ms(600), loss(100, 500, 10));
+        assert_eq!(admitted(&mut c, ms(601), T, 100), 100);
+        assert_eq!(c.ignored(), 2);
+        // A newer one does; validity 0 ends it at once, and keeps the sequence.
+        c.on_signal(ms(700), loss(100, 500, 11));
+        assert_eq!(admitted(&mut c, ms(701), T, 10), 0);
+        c.on_signal(ms(702), loss(100, 0, 12));
+        assert_eq!(admitted(&mut c, ms(703), T, 10), 10);
+        c.on_signal(ms(704), loss(100, 500, 11));
+        assert_eq!(admitted(&mut c, ms(705), T, 10), 10);
+    }
+
+    #[test]
+    fn rate_admits_the_asked_rate_with_a_bounded_burst() {
+        let mut c = client();
+        c.on_signal(ms(0), rate(100, 60_000, 1));
+        assert_eq!(c.control(T), TargetControl::Rate(100));
+        // 1,000 offered per second for 10 s: 100/s pass, plus the initial burst.
+        let mut n = 0;
+        for i in 0..10_000u64 {
+            n += admitted(&mut c, ms(1 + i), T, 1);
+        }
+        assert!(
+            (1_000..=1_006).contains(&n),
+            "{n} admitted in 10 s at 100/s"
+        );
+        // After a pause, at most tolerance + 1 back to back.
+        let burst = admitted(&mut c, ms(30_000), T, 100);
+        assert_eq!(burst, 5);
+        // Rate 0 rejects everything while valid.
+        c.on_signal(ms(30_001), rate(0, 1_000, 2));
+        assert_eq!(admitted(&mut c, ms(30_002), T, 50), 0);
+        assert_eq!(admitted(&mut c, ms(31_001), T, 5), 5);
+        let asked = 10_000 + 100 + 50 + 5;
+        let passed = n + 5 + 5;
+        assert_eq!(
+            c.snapshot().rejected.get(RejectReason::RateThrottle),
+            (asked - passed) as u64
+        );
+    }
+
+    #[test]
+    fn answers_of_an_algorithm_not_accepted_are_ignored() {
+        let cfg = HopClientConfig {
+            accept: Accept::Loss,
+            ..HopClientConfig::default()
+        };
+        let mut c = HopClient::new(cfg, ms(0), Rng::seed_from_u64(1)).expect("valid");
+        c.on_signal(ms(0), rate(0, 1_000, 1));
+        assert_eq!(admitted(&mut c, ms(1), T, 10), 10);
+        assert_eq!(c.ignored(), 1);
+        assert_eq!(c.algorithm(), Algorithm::LossClient);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_forgets_inactive_targets_first() {
+        let cfg = HopClientConfig {
+            max_targets: 3,
+            ..HopClientConfig::default()
+        };
+        let mut c = HopClient::new(cfg, ms(0), Rng::seed_from_u64(1)).expect("valid");
+        let fb = |target: u64, validity_ms: u64| Signal::Feedback {
+            from: TargetId(target),
+            feedback: Feedback::Loss {
+                percent: 100,
+                validity: Duration::from_millis(validity_ms),
+                seq: 1,
+            },
+        };
+        c.on_signal(ms(0), fb(1, 10_000));
+        c.on_signal(ms(1), fb(2, 0));
+        c.on_signal(ms(2), fb(3, 10_000));
+        c.on_signal(ms(3), fb(4, 10_000));
+        assert_eq!(c.evictions(), 1);
+        // Target 2 (off) went; 1, 3, 4 are still throttled.
+        for t in [1, 3, 4] {
+            assert_eq!(admitted(&mut c, ms(4), TargetId(t), 5), 0, "target {t}");
+        }
+        // All active: the one answered longest ago (1) goes.
+        c.on_signal(ms(5), fb(5, 10_000));
+        assert_eq!(admitted(&mut c, ms(6), TargetId(1), 5), 5);
+        assert_eq!(admitted(&mut c, ms(6), TargetId(5), 5), 0);
+    }
+
+    #[test]
+    fn server_answers() {
+        assert_eq!(loss_percent(None), 0);
+        assert_eq!(loss_percent(Some(1.0)), 0);
+        assert_eq!(loss_percent(Some(0.25)), 75);
+        assert_eq!(loss_percent(Some(f64::NAN)), 0);
+        assert_eq!(loss_percent(Some(-3.0)), 100);
+        assert_eq!(rate_share(1000.0, 3), 334);
+        assert_eq!(rate_share(0.5, 3), 1);
+        assert_eq!(rate_share(0.0, 3), 0);
+        assert_eq!(rate_share(f64::NAN, 3), 0);
+        assert_eq!(rate_share(100.0, 0), 100);
+    }
+}
