@@ -64,6 +64,12 @@
 //!                                  # after everything else (default: on unless local = "none")
 //! udp_invite_recv_buffer = 262144  # ... whose receive buffer is this small (bytes)
 //! rejection_budget = 0.1           # ... and 503s take at most this share of the time
+//! # feedback = "loss"              # hop-by-hop control (RFC 7339/7415), client role: none |
+//!                                  # loss | rate | "loss,rate" (default loss unless local = "none")
+//! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
+//!                                  # with occ and queue-delay)
+//! feedback_validity_ms = 500       # ... oc-validity of the answers
+//! feedback_rate_tolerance = 4.0    # RFC 7415 client: back-to-back INVITEs after a pause
 //!
 //! [[routes]]
 //! domain = "*"
@@ -404,6 +410,22 @@ pub struct OverloadSettings {
     /// new INVITEs are left in their socket and the kernel drops what does not fit. The time
     /// is also left out of the occupancy OCC steers. Default 0.1.
     pub rejection_budget: f64,
+    /// Hop-by-hop overload control, client role (RFC 7339 / RFC 7415): `none`, or the
+    /// algorithms offered in the Via of every forwarded request and applied to the answers of
+    /// next hops, in order of preference: `loss`, `rate`, `loss,rate`, `rate,loss`. Absent:
+    /// `loss` unless `local` is `none`. With `loss` alone the offer is a bare `;oc` (RFC 7339
+    /// §4.2: a missing `oc-algo` means loss), which every Via parser takes.
+    pub feedback: Option<String>,
+    /// Server role: answer upstream clients that offer `oc` with this server's own load (the
+    /// local controller's acceptance fraction as a loss percentage), and let their new
+    /// INVITEs skip the local gate while the fraction is above its floor. Absent: on when the
+    /// local controller has an acceptance fraction (`occ`, `queue-delay`).
+    pub feedback_answer: Option<bool>,
+    /// `oc-validity` of the server role's answers, ms. Default 500 (RFC 7339's default).
+    pub feedback_validity_ms: u32,
+    /// RFC 7415 client: the leaky bucket's tolerance in target intervals (back-to-back
+    /// INVITEs after a pause). Default 4.
+    pub feedback_rate_tolerance: f64,
 }
 
 impl Default for OverloadSettings {
@@ -427,6 +449,10 @@ impl Default for OverloadSettings {
             udp_invite_socket: None,
             udp_invite_recv_buffer: 256 * 1024,
             rejection_budget: 0.1,
+            feedback: None,
+            feedback_answer: None,
+            feedback_validity_ms: 500,
+            feedback_rate_tolerance: 4.0,
         }
     }
 }
@@ -473,6 +499,72 @@ impl OverloadSettings {
                 max_wait: Duration::from_millis(self.defer_max_wait_ms),
                 retry_after: self.retry_after(),
             })
+    }
+
+    /// The hop-by-hop client role in effect: the algorithms offered, in order (empty: off);
+    /// or the key and why not.
+    pub fn feedback_algos(&self) -> Result<Vec<holdline_sip::OcAlgo>, (String, String)> {
+        use holdline_sip::OcAlgo;
+        let spec = match &self.feedback {
+            Some(s) => s.as_str(),
+            None if self.local == "none" => "none",
+            None => "loss",
+        };
+        if spec.trim() == "none" {
+            return Ok(Vec::new());
+        }
+        let mut algos = Vec::new();
+        for t in spec.split(',').map(str::trim) {
+            let a = match t {
+                "loss" => OcAlgo::Loss,
+                "rate" => OcAlgo::Rate,
+                other => {
+                    return Err((
+                        "overload.feedback".to_owned(),
+                        format!(
+                            "`{other}`: expected none, or loss and/or rate separated by a comma"
+                        ),
+                    ));
+                }
+            };
+            if algos.contains(&a) {
+                return Err((
+                    "overload.feedback".to_owned(),
+                    format!("`{t}` is listed twice"),
+                ));
+            }
+            algos.push(a);
+        }
+        Ok(algos)
+    }
+
+    /// The hop-by-hop client (RFC 7339 / RFC 7415) at the forward gate, if on.
+    pub fn feedback_client(
+        &self,
+    ) -> Result<Option<holdline_overload::HopClientConfig>, (String, String)> {
+        use holdline_sip::OcAlgo;
+        let algos = self.feedback_algos()?;
+        let accept = match (algos.contains(&OcAlgo::Loss), algos.contains(&OcAlgo::Rate)) {
+            (false, false) => return Ok(None),
+            (true, false) => holdline_overload::Accept::Loss,
+            (false, true) => holdline_overload::Accept::Rate,
+            (true, true) => holdline_overload::Accept::Both,
+        };
+        let cfg = holdline_overload::HopClientConfig {
+            accept,
+            rate_tolerance: self.feedback_rate_tolerance,
+            retry_after: self.retry_after(),
+            ..holdline_overload::HopClientConfig::default()
+        };
+        holdline_overload::ControllerFactory::validate(&cfg)
+            .map_err(|e| ("overload.feedback_rate_tolerance".to_owned(), e.to_string()))?;
+        Ok(Some(cfg))
+    }
+
+    /// Whether the server role answers upstream clients (see `feedback_answer`).
+    pub fn answers_feedback(&self) -> bool {
+        self.feedback_answer
+            .unwrap_or(matches!(self.local.as_str(), "occ" | "queue-delay"))
     }
 
     /// The forward-gate controller (TCP smart forwarding), if on; or the key and why not.
@@ -813,6 +905,8 @@ pub struct Overrides {
     pub defer_new_invites: Option<bool>,
     /// `--udp-invite-socket`.
     pub udp_invite_socket: Option<bool>,
+    /// `--feedback`.
+    pub feedback: Option<String>,
 }
 
 /// A configuration error located in its file.
@@ -905,6 +999,9 @@ impl ServerConfig {
         if let Some(d) = o.udp_invite_socket {
             self.overload.udp_invite_socket = Some(d);
         }
+        if let Some(f) = o.feedback {
+            self.overload.feedback = Some(f);
+        }
         self.validate().map_err(|(k, m)| format!("{k}: {m}"))
     }
 
@@ -989,6 +1086,13 @@ impl ServerConfig {
         }
         self.overload.controller()?;
         self.overload.forward_controller()?;
+        self.overload.feedback_client()?;
+        if self.overload.feedback_validity_ms == 0 {
+            return err(
+                "overload.feedback_validity_ms",
+                "must be positive (0 would end control in every answer)",
+            );
+        }
         if self.overload.emulate_cost_us > 1_000_000 {
             return err("overload.emulate_cost_us", "at most 1000000 (one second)");
         }
@@ -1289,6 +1393,57 @@ stateless = true
         assert_eq!((e.line, e.key.as_str()), (2, "limits.handoff_queue"));
         let e = ServerConfig::from_toml("a.toml", "[bogus]\nx = 1\n").expect_err("unknown table");
         assert_eq!((e.line, e.key.as_str()), (1, "bogus"));
+    }
+
+    #[test]
+    fn feedback_settings() {
+        use holdline_overload::Accept;
+        use holdline_sip::OcAlgo;
+        let c = ServerConfig::from_toml("x.toml", "").expect("default");
+        assert_eq!(c.overload.feedback_algos(), Ok(vec![OcAlgo::Loss]));
+        assert!(c.overload.answers_feedback());
+        assert_eq!(
+            c.overload
+                .feedback_client()
+                .expect("valid")
+                .map(|h| h.accept),
+            Some(Accept::Loss)
+        );
+        let c = ServerConfig::from_toml("x.toml", "[overload]\nlocal = \"none\"\n").expect("ok");
+        assert_eq!(c.overload.feedback_algos(), Ok(vec![]));
+        assert!(!c.overload.answers_feedback(), "no fraction to answer with");
+        assert_eq!(c.overload.feedback_client(), Ok(None));
+        let c = ServerConfig::from_toml(
+            "x.toml",
+            "[overload]\nfeedback = \"rate, loss\"\nfeedback_answer = false\nfeedback_rate_tolerance = 9\n",
+        )
+        .expect("ok");
+        assert_eq!(
+            c.overload.feedback_algos(),
+            Ok(vec![OcAlgo::Rate, OcAlgo::Loss])
+        );
+        assert!(!c.overload.answers_feedback());
+        let h = c.overload.feedback_client().expect("valid").expect("on");
+        assert_eq!((h.accept, h.rate_tolerance), (Accept::Both, 9.0));
+        for (text, key) in [
+            ("[overload]\nfeedback = \"window\"\n", "overload.feedback"),
+            (
+                "[overload]\nfeedback = \"loss,loss\"\n",
+                "overload.feedback",
+            ),
+            (
+                "[overload]\nfeedback_rate_tolerance = -1\n",
+                "overload.feedback_rate_tolerance",
+            ),
+            (
+                "[overload]\nfeedback_validity_ms = 0\n",
+                "overload.feedback_validity_ms",
+            ),
+        ] {
+            let e = ServerConfig::from_toml("a.toml", text).expect_err(text);
+            assert_eq!((e.file.as_str(), e.key.as_str()), ("a.toml", key), "{e}");
+            assert!(e.line > 0, "{e}");
+        }
     }
 
     #[test]

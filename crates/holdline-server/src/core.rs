@@ -32,6 +32,16 @@ pub trait WorkerCore: Send {
         self.handle(now, bytes, from);
         false
     }
+    /// Sets the overload answer sent to upstream clients that offer `oc` (RFC 7339 server
+    /// role; see [`holdline_proto::OverloadAnswer`]). Engines without one ignore it.
+    fn set_overload_answer(&mut self, answer: Option<holdline_proto::OverloadAnswer>) {
+        let _ = answer;
+    }
+    /// The next overload answer a next hop sent (RFC 7339 / RFC 7415 client role), with where
+    /// it came from, to give to the hop-by-hop client. Engines without one have none.
+    fn poll_feedback(&mut self) -> Option<(Peer, holdline_sip::OcReport)> {
+        None
+    }
     /// Fires every timer due at or before `now`.
     fn handle_timeout(&mut self, now: Instant);
     /// Appends the next message to send to `buf` and describes it.

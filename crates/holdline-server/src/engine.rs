@@ -10,10 +10,11 @@ use holdline_base::{Duration, Instant, Peer, Transmit};
 use holdline_io::Clock;
 use holdline_overload::Rejection;
 use holdline_proto::{
-    DropReason, Endpoint, EndpointStats, GateRejection, ListenAddr, LocationStore, ProxyConfig,
-    StaticRoute,
+    DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, ListenAddr, LocationStore,
+    OverloadAnswer, ProxyConfig, StaticRoute,
 };
 use holdline_sip::Limits;
+use holdline_sip::OcReport;
 use holdline_store::{MemoryStore, PersistentStore, StoreError};
 
 use crate::{Listener, ServerConfig, StoreSpec, WorkerCore};
@@ -85,6 +86,16 @@ pub fn open_store(config: &ServerConfig, clock: &Clock) -> Result<OpenedStore, E
     }
 }
 
+/// The base of the server role's `oc-seq` ([`ProxyConfig::overload_seq_base`]): the
+/// wall-clock time at `clock`'s epoch, in 10 µs units since the Unix epoch, so that the
+/// answers of every worker (which share the clock) and of later runs increase.
+pub fn seq_base(clock: &Clock) -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| (d.as_nanos() / 10_000) as u64);
+    wall.saturating_sub(clock.now().as_nanos() / 10_000)
+}
+
 /// The proxy configuration of worker `index`, from the server's configuration and the
 /// addresses its listeners are actually bound to.
 pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> ProxyConfig {
@@ -99,6 +110,11 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         .collect();
     p.record_route = config.record_route;
     p.relay = config.relay_policy();
+    // validate() checked the setting.
+    let algos = config.overload.feedback_algos().unwrap_or_default();
+    p.overload_offer = (!algos.is_empty()).then(|| holdline_sip::OcOffer::new(&algos));
+    // The server sets the base of its own clock (`seq_base`); now is close to it.
+    p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();
     p.registrar = config.registrar.into();
     p.static_routes = config
@@ -163,6 +179,8 @@ pub struct Engine {
     store: Arc<dyn LocationStore>,
     next_purge: Option<Instant>,
     purged: u64,
+    /// Overload answers of next hops not yet taken by the worker ([`WorkerCore::poll_feedback`]).
+    feedback: std::collections::VecDeque<(Peer, OcReport)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -181,6 +199,7 @@ impl Engine {
             store,
             next_purge: (index == 0).then_some(Instant::ZERO),
             purged: 0,
+            feedback: std::collections::VecDeque::new(),
         }
     }
 
@@ -190,10 +209,20 @@ impl Engine {
     }
 
     fn drain_events(&mut self) {
-        // Drops are already counted in the stats; the events only need to be consumed.
-        while self.endpoint.poll_event().is_some() {}
+        // Drops are already counted in the stats; answers of next hops go to the worker's
+        // hop-by-hop client (a few per message at most: the worker takes them after each).
+        while let Some(e) = self.endpoint.poll_event() {
+            if let EndpointEvent::Feedback { from, report } = e
+                && self.feedback.len() < MAX_FEEDBACK
+            {
+                self.feedback.push_back((from, report));
+            }
+        }
     }
 }
+
+/// Most next-hop answers held for the worker.
+const MAX_FEEDBACK: usize = 1024;
 
 /// A controller's rejection as the endpoint's gate answer.
 fn gate_rejection(r: Rejection) -> GateRejection {
@@ -231,6 +260,14 @@ impl WorkerCore for Engine {
         );
         self.drain_events();
         rejected
+    }
+
+    fn set_overload_answer(&mut self, answer: Option<OverloadAnswer>) {
+        self.endpoint.set_overload_answer(answer);
+    }
+
+    fn poll_feedback(&mut self) -> Option<(Peer, OcReport)> {
+        self.feedback.pop_front()
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -293,6 +330,21 @@ impl WorkerCore for Engine {
         let _ = writeln!(out, "holdline_sip_forwarded_total {}", s.forwarded);
         let _ = writeln!(out, "holdline_sip_to_own_socket_total {}", s.to_own_socket);
         let _ = writeln!(out, "holdline_sip_relay_denied_total {}", s.relay_denied);
+        let _ = writeln!(
+            out,
+            "holdline_feedback_answers_total {}\n\
+             holdline_feedback_gate_exempt_total {}\n\
+             holdline_feedback_reports_total{{result=\"valid\"}} {}\n\
+             holdline_feedback_reports_total{{result=\"malformed\"}} {}",
+            s.overload_answers, s.gate_exempt, s.overload_reports, s.overload_reports_malformed
+        );
+        if let Some(a) = self.endpoint.overload_answer() {
+            let _ = writeln!(
+                out,
+                "holdline_feedback_answer_loss_percent {}",
+                a.loss_percent
+            );
+        }
         let _ = writeln!(
             out,
             "holdline_sip_rejected_overload_total {}",

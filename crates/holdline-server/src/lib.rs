@@ -51,7 +51,9 @@ pub use crate::config::{
     RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, default_data_dir,
 };
 pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
-pub use crate::engine::{Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config};
+pub use crate::engine::{
+    Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config, seq_base,
+};
 pub use crate::metrics::{BUCKETS_US, Close as CloseReason, Drop as DropReason};
 use crate::metrics::{MetricsServer, WorkerStats};
 use crate::worker::{Settings, Shared, WAKER, Worker};
@@ -306,6 +308,10 @@ impl Server {
             .overload
             .forward_controller()
             .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
+        let hop = config
+            .overload
+            .feedback_client()
+            .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         let mut workers = Vec::with_capacity(n);
         for (i, (((poll, rx), (u, t)), invites)) in polls
             .into_iter()
@@ -343,6 +349,23 @@ impl Server {
                     }
                     None => None,
                 },
+            );
+            w.set_feedback(
+                match &hop {
+                    Some(cfg) => Some(
+                        holdline_overload::ControllerFactory::build(
+                            cfg,
+                            shared.clock.now(),
+                            Rng::seed_from_u64(0x0c0c_0000 + i as u64),
+                        )
+                        .map_err(|e| StartError::Config(format!("overload.feedback: {e}")))?,
+                    ),
+                    None => None,
+                },
+                config
+                    .overload
+                    .answers_feedback()
+                    .then_some(config.overload.feedback_validity_ms),
             );
             w.set_invite_sockets(
                 invites,

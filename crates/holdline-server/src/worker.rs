@@ -14,11 +14,11 @@ use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
-    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, FloodConfig, FloodGuard, Lane,
-    Rejection, RejectionBudget, Release, Signal, Split, TargetId, Verdict, Work,
+    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Feedback, FloodConfig,
+    FloodGuard, Lane, Rejection, RejectionBudget, Release, Signal, Split, TargetId, Verdict, Work,
 };
-use holdline_proto::IpNet;
-use holdline_sip::{Frame, Framer, Limits, Message, Method, ParseErrorKind};
+use holdline_proto::{IpNet, OverloadAnswer};
+use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
@@ -201,6 +201,33 @@ pub(crate) struct Worker {
     resumes: Vec<ConnId>,
     /// Messages handled so far (an iteration that handled none is idle time).
     handled: u64,
+    /// Hop-by-hop overload control, client role (RFC 7339 / RFC 7415), at the forward gate.
+    hop: Option<Box<dyn Controller>>,
+    /// Server role: the `oc-validity` of the answers, when this worker answers.
+    answer_validity_ms: Option<u32>,
+}
+
+/// The server role's loss answer at or above which upstream clients that take it are put to
+/// the local gate again: the local controller's acceptance is at its floor (OCC's is 1%), so
+/// its upstreams are not reducing their load as asked, and the gate must protect the server
+/// itself (a client that advertises `oc` and ignores the answers gets no free pass).
+const EXEMPT_BELOW_LOSS: u8 = 98;
+
+/// A next hop's overload answer as the hop-by-hop client's signal.
+fn feedback_of(r: OcReport) -> Feedback {
+    let validity = Duration::from_millis(u64::from(r.validity_ms));
+    match r.algo {
+        OcAlgo::Loss => Feedback::Loss {
+            percent: u8::try_from(r.value.min(100)).unwrap_or(100),
+            validity,
+            seq: r.seq,
+        },
+        OcAlgo::Rate => Feedback::Rate {
+            per_second: r.value,
+            validity,
+            seq: r.seq,
+        },
+    }
 }
 
 /// The worker owning the call when `bytes` is a new INVITE for the deferral: an INVITE
@@ -318,6 +345,8 @@ impl Worker {
             conn_keys: HashMap::new(),
             pool: HashMap::new(),
             next_seq: 1,
+            hop: None,
+            answer_validity_ms: None,
             recv: Some(RecvBatch::new(32, slot)),
             tx_buf: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
@@ -333,6 +362,17 @@ impl Worker {
 
     fn stats(&self) -> &WorkerStats {
         &self.shared.stats[self.index]
+    }
+
+    /// Gives the worker its hop-by-hop client (forward gate) and, with `answer_validity_ms`,
+    /// the server role (before [`register`](Self::register)).
+    pub(crate) fn set_feedback(
+        &mut self,
+        hop: Option<Box<dyn Controller>>,
+        answer_validity_ms: Option<u32>,
+    ) {
+        self.hop = hop;
+        self.answer_validity_ms = answer_validity_ms;
     }
 
     /// Gives the worker its INVITE sockets and the budget of time its rejections may take
@@ -505,6 +545,17 @@ impl Worker {
         );
         if let Some((f, _)) = &self.forward {
             crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
+        }
+        if let Some(h) = &self.hop {
+            let snap = h.snapshot();
+            crate::metrics::render_overload("holdline_feedback", &snap, &mut text);
+            let _ = std::fmt::Write::write_fmt(
+                &mut text,
+                format_args!(
+                    "holdline_feedback_throttled_targets {}\n",
+                    snap.throttled_targets.unwrap_or(0)
+                ),
+            );
         }
         if self.settings.defer.is_some() {
             crate::metrics::render_defer(self.deferred.len(), self.deferred.stats(), &mut text);
@@ -714,8 +765,37 @@ impl Worker {
             let busy = self.busy_since(t);
             self.controller.on_signal(now, Signal::Busy(busy));
             self.controller.handle_timeout(now);
+            self.update_answer();
         }
         now
+    }
+
+    /// The server role's answer from the local controller's new acceptance fraction.
+    fn update_answer(&mut self) {
+        let Some(validity_ms) = self.answer_validity_ms else {
+            return;
+        };
+        let loss = holdline_overload::loss_percent(self.controller.snapshot().acceptance);
+        self.core.set_overload_answer(Some(OverloadAnswer {
+            loss_percent: loss,
+            validity_ms,
+            exempt: loss < EXEMPT_BELOW_LOSS,
+        }));
+    }
+
+    /// Gives the next hops' overload answers the engine collected to the hop-by-hop client.
+    fn take_feedback(&mut self, now: Instant) {
+        while let Some((from, report)) = self.core.poll_feedback() {
+            if let Some(hop) = self.hop.as_mut() {
+                hop.on_signal(
+                    now,
+                    Signal::Feedback {
+                        from: target_of(from.addr),
+                        feedback: feedback_of(report),
+                    },
+                );
+            }
+        }
     }
 
     /// The busy time since `busy_mark` to report to the controller, and a new mark at `t`.
@@ -768,6 +848,7 @@ impl Worker {
         let controller = &mut self.controller;
         let admit_all = self.admit_all;
         let forward = &mut self.forward;
+        let hop = &mut self.hop;
         let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
         let rejected = self.core.handle_admitting(
             now,
@@ -785,6 +866,17 @@ impl Worker {
                 })
             },
             &mut |dest: Peer| {
+                // Hop-by-hop control: what the next hop asked for (RFC 7339 / RFC 7415).
+                if let Some(h) = hop.as_mut()
+                    && let Some(r) = h
+                        .admit(
+                            fresh,
+                            &Admission::forward(Class::NewInvite, target_of(dest.addr)),
+                        )
+                        .rejection()
+                {
+                    return Some(r);
+                }
                 // Smart forwarding: the backlog of the connection the INVITE would go on.
                 let (ctl, split) = forward.as_mut()?;
                 if dest.transport != Transport::Tcp {
@@ -841,6 +933,7 @@ impl Worker {
             0.99 * self.service_ns + 0.01 * spent.as_nanos() as f64
         };
         self.stats().record_processing(spent);
+        self.take_feedback(fresh);
         self.drain_transmits(now);
     }
 

@@ -29,7 +29,7 @@
 //! let via = Message::parse(resp, &Limits::DEFAULT)?.top_via()?;
 //! let report = OcReport::from_via(&via)?.expect("an answer");
 //! assert_eq!((report.algo, report.value, report.validity_ms), (OcAlgo::Loss, 20, 1000));
-//! assert_eq!(report.seq, 1_282_321_615_78200);
+//! assert_eq!(report.seq, 128_232_161_578_200);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -399,7 +399,7 @@ mod tests {
             algo: OcAlgo::Loss,
             value: 37,
             validity_ms: 750,
-            seq: 1_700_000_000_00042,
+            seq: 170_000_000_000_042,
         };
         let mut p = Vec::new();
         r.write_params(&mut p);

@@ -103,6 +103,10 @@ struct ServeArgs {
     /// (default: on unless --overload none).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     udp_invite_socket: Option<bool>,
+    /// Hop-by-hop overload control (RFC 7339 / RFC 7415), client role: the algorithms offered
+    /// to next hops and applied to their answers (default: loss unless --overload none).
+    #[arg(long, value_name = "none|loss|rate|loss,rate")]
+    feedback: Option<String>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -158,6 +162,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             smart_forwarding: args.smart_forwarding,
             defer_new_invites: args.defer_new_invites,
             udp_invite_socket: args.udp_invite_socket,
+            feedback: args.feedback,
         })
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -172,8 +177,10 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let opened = holdline_server::open_store(&config, &clock)?;
     let store = opened.store.clone();
     let engine_config = config.clone();
+    let seq_base = holdline_server::seq_base(&clock);
     let mut server = Server::start_with(&config, clock, move |i, bound| {
-        let proxy = holdline_server::proxy_config(&engine_config, bound, i);
+        let mut proxy = holdline_server::proxy_config(&engine_config, bound, i);
+        proxy.overload_seq_base = seq_base;
         Box::new(holdline_server::Engine::new(proxy, store.clone(), i))
     })?;
     eprintln!("holdline: data directory {}", config.data_dir().display());
@@ -211,7 +218,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         None => eprintln!("holdline: metrics off (--metrics IP:PORT)"),
     }
     eprintln!(
-        "holdline: {} workers, overload control {}{}{}{}",
+        "holdline: {} workers, overload control {}{}{}{}{}",
         server.workers(),
         config.overload.local,
         match (
@@ -226,6 +233,16 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         match config.overload.smart_forwarding_mode() {
             "off" => String::new(),
             sf => format!(", smart forwarding {sf}"),
+        },
+        {
+            let algos = config.overload.feedback_algos().unwrap_or_default();
+            let names: Vec<&str> = algos.iter().map(|a| a.as_str()).collect();
+            match (names.is_empty(), config.overload.answers_feedback()) {
+                (true, false) => String::new(),
+                (true, true) => ", feedback answered".to_owned(),
+                (false, false) => format!(", feedback offered ({})", names.join(",")),
+                (false, true) => format!(", feedback offered ({}) and answered", names.join(",")),
+            }
         },
         if config.overload.emulate_cost_us > 0 {
             format!(

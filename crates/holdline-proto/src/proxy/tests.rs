@@ -2290,7 +2290,14 @@ fn routed_config() -> ProxyConfig {
 }
 
 fn far_invite(branch: &str) -> Vec<u8> {
-    request("INVITE", "sip:bob@far.example.net", ua_addr(1), branch, 1, &[])
+    request(
+        "INVITE",
+        "sip:bob@far.example.net",
+        ua_addr(1),
+        branch,
+        1,
+        &[],
+    )
 }
 
 fn drain_to(e: &mut Endpoint, now: Instant) -> Vec<(Peer, Vec<u8>)> {
@@ -2326,7 +2333,12 @@ fn the_client_role_offers_oc_and_reports_answers_of_matched_responses_only() {
     let mut c = routed_config();
     c.overload_offer = Some(OcOffer::new(&[OcAlgo::Loss, OcAlgo::Rate]));
     let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
-    e.handle(ms(0), &far_invite("z9hG4bKc1"), udp(ua_addr(1)), Transport::Udp);
+    e.handle(
+        ms(0),
+        &far_invite("z9hG4bKc1"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
     let out = drain_to(&mut e, ms(0));
     let fwd = out
         .iter()
@@ -2409,7 +2421,12 @@ fn the_client_role_offers_oc_and_reports_answers_of_matched_responses_only() {
 #[test]
 fn without_an_offer_nothing_is_added_or_reported() {
     let mut e = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
-    e.handle(ms(0), &far_invite("z9hG4bKc2"), udp(ua_addr(1)), Transport::Udp);
+    e.handle(
+        ms(0),
+        &far_invite("z9hG4bKc2"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
     let out = drain_to(&mut e, ms(0));
     let (_, fwd) = out
         .iter()

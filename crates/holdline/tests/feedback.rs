@@ -1,0 +1,207 @@
+//! Hop-by-hop overload control (RFC 7339 loss-based) end to end, over UDP on 127.0.0.1:
+//! `holdline load uac` → SE (`holdline serve`, default settings) → RE (`holdline serve`, one
+//! worker, its capacity cut to about 80 calls/s with `--emulate-cost-us`) → `holdline load uas`,
+//! offered about seven times the RE's capacity.
+//!
+//! The SE offers `oc` in its Via; the RE answers, in the responses, the loss percentage of its
+//! local controller; the SE drops that share of new INVITEs itself (503 upstream) and the RE
+//! lets the SE's INVITEs past its own gate. So the excess is rejected where it costs the
+//! overloaded server nothing: most 503s come from the SE, few from the RE. With the client role
+//! off at the SE (`--feedback none`) every 503 comes from the RE, which is the control run.
+//!
+//! No speed is asserted: the checks are on who rejected what.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Guard, Holdline, free_port, metric, scrape};
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+fn total(path: &Path, key: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v["totals"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("totals.{key} missing in {v}"))
+}
+
+fn load(args: &[String]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("load")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+struct Run {
+    se: String,
+    re: String,
+    attempted: u64,
+    ok: u64,
+    r503: u64,
+}
+
+fn chain(se_feedback: &str) -> Run {
+    let (se, re, uas) = (free_port(), free_port(), free_port());
+    let (se_metrics, re_metrics) = (free_port(), free_port());
+    let re_server = Holdline::start(&[
+        s("--listen"),
+        format!("udp:127.0.0.1:{re}"),
+        s("--route"),
+        format!("*=udp:127.0.0.1:{uas}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("1"),
+        s("--metrics"),
+        format!("127.0.0.1:{re_metrics}"),
+        // About 2 ms per message, 6 messages per call: ~80 calls/s. Rejections cost only
+        // their real work.
+        s("--emulate-cost-us"),
+        s("2000"),
+        s("--emulate-reject-cost-us"),
+        s("0"),
+    ]);
+    assert!(
+        re_server
+            .startup
+            .contains("feedback offered (loss) and answered"),
+        "{}",
+        re_server.startup
+    );
+    let se_server = Holdline::start(&[
+        s("--listen"),
+        format!("udp:127.0.0.1:{se}"),
+        s("--route"),
+        format!("*=udp:127.0.0.1:{re}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("1"),
+        s("--metrics"),
+        format!("127.0.0.1:{se_metrics}"),
+        s("--feedback"),
+        s(se_feedback),
+    ]);
+    let _uas = Guard(
+        load(&[
+            s("uas"),
+            s("--listen"),
+            format!("127.0.0.1:{uas}"),
+            s("--max-time"),
+            s("60"),
+            s("--progress"),
+            s("off"),
+        ])
+        .spawn()
+        .expect("spawn uas"),
+    );
+    common::wait_udp_bound(uas, Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("uac.json");
+    let mut uac = Guard(
+        load(&[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{se}"),
+            s("--rate"),
+            s("560"),
+            s("--duration"),
+            s("4"),
+            s("--drain"),
+            s("15"),
+            s("--max-time"),
+            s("40"),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            json.display().to_string(),
+        ])
+        .spawn()
+        .expect("spawn uac"),
+    );
+    let status = uac
+        .wait_for(Duration::from_secs(60))
+        .expect("the UAC stops by itself");
+    assert!(status.success(), "uac: {status:?}");
+    let run = Run {
+        se: scrape(SocketAddr::from(([127, 0, 0, 1], se_metrics))),
+        re: scrape(SocketAddr::from(([127, 0, 0, 1], re_metrics))),
+        attempted: total(&json, "attempted"),
+        ok: total(&json, "calls_ok"),
+        r503: total(&json, "r503"),
+    };
+    drop(se_server);
+    drop(re_server);
+    run
+}
+
+#[test]
+fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
+    let on = chain("loss");
+    let se_throttled = metric(
+        &on.se,
+        "holdline_feedback_rejected_total",
+        &["reason=\"loss_throttle\""],
+    );
+    let re_local = metric(
+        &on.re,
+        "holdline_overload_rejected_total",
+        &["reason=\"occupancy\""],
+    );
+    let answers = metric(&on.re, "holdline_feedback_answers_total", &[]);
+    let exempt = metric(&on.re, "holdline_feedback_gate_exempt_total", &[]);
+    let reports = metric(
+        &on.se,
+        "holdline_feedback_reports_total",
+        &["result=\"valid\""],
+    );
+    let summary = format!(
+        "SE throttled {se_throttled}, RE rejected {re_local}, RE answers {answers}, exempt \
+         {exempt}, SE reports {reports}; uac {} attempted {} ok {} 503",
+        on.attempted, on.ok, on.r503
+    );
+    eprintln!("feedback on: {summary}");
+    assert!(answers > 0.0 && reports > 0.0, "{summary}");
+    assert!(exempt > 0.0, "{summary}");
+    // The SE dropped the excess, most of it: far more 503s from it than from the RE.
+    assert!(se_throttled > 0.0, "{summary}");
+    assert!(se_throttled > 4.0 * re_local, "{summary}");
+    // Every 503 the caller got was one of those two (none lost, none invented).
+    assert!(
+        (on.r503 as f64) <= se_throttled + re_local,
+        "{summary}\n{}",
+        on.se
+    );
+    assert!(on.ok > 0, "{summary}");
+
+    // Control run: the client role off, the RE does all the rejecting.
+    let off = chain("none");
+    let se_throttled = metric(
+        &off.se,
+        "holdline_feedback_rejected_total",
+        &["reason=\"loss_throttle\""],
+    );
+    let re_local = metric(
+        &off.re,
+        "holdline_overload_rejected_total",
+        &["reason=\"occupancy\""],
+    );
+    let exempt = metric(&off.re, "holdline_feedback_gate_exempt_total", &[]);
+    eprintln!(
+        "feedback off: SE throttled {se_throttled}, RE rejected {re_local}, exempt {exempt}; \
+         uac {} attempted {} ok {} 503",
+        off.attempted, off.ok, off.r503
+    );
+    assert_eq!((se_throttled, exempt), (0.0, 0.0), "{}", off.se);
+    assert!(re_local > 0.0, "{}", off.re);
+}
