@@ -50,6 +50,20 @@ pub struct GateRejection {
     pub reason: &'static str,
     /// A `Retry-After` value in seconds, if any.
     pub retry_after_secs: Option<u32>,
+    /// Why, for the upstream: sent as `Reason: SIP;cause=<status>;text="<text>"` (RFC 3326),
+    /// e.g. `Overload: occupancy` (this server's load) or `Downstream overload: loss_throttle`
+    /// (a next hop's), so that an upstream tells load from failure. `None`: no Reason header.
+    /// Must be a short token-ish text without `"` or `\`.
+    pub text: Option<&'static str>,
+}
+
+impl GateRejection {
+    /// The `Reason` header value of this rejection, if it has a text.
+    fn reason_header(&self) -> Option<String> {
+        self.text
+            .filter(|t| !t.contains(['"', '\\', '\r', '\n']))
+            .map(|t| format!("SIP;cause={};text=\"{t}\"", self.status))
+    }
 }
 
 /// The methods the proxy forwards, for `Allow` in its answer to OPTIONS.
@@ -528,9 +542,13 @@ impl Endpoint {
         self.stats.requests_in.invite += 1;
         self.stats.rejected_by_gate += 1;
         let secs = r.retry_after_secs.map(|s| s.to_string());
+        let why = r.reason_header();
         let mut extra: Vec<(&str, &[u8])> = Vec::new();
         if let Some(s) = &secs {
             extra.push(("Retry-After", s.as_bytes()));
+        }
+        if let Some(w) = &why {
+            extra.push(("Reason", w.as_bytes()));
         }
         let tag = self.gate_tag(req);
         let mut out = Vec::with_capacity(512);
@@ -1004,8 +1022,12 @@ impl Endpoint {
             {
                 self.stats.rejected_by_forward_gate += 1;
                 let secs = r.retry_after_secs.map(|s| s.to_string());
-                let extra: Vec<(&str, &[u8])> =
+                let why = r.reason_header();
+                let mut extra: Vec<(&str, &[u8])> =
                     secs.iter().map(|s| ("Retry-After", s.as_bytes())).collect();
+                if let Some(w) = &why {
+                    extra.push(("Reason", w.as_bytes()));
+                }
                 self.respond(now, sid, msg, r.status, r.reason, &extra);
                 return;
             }

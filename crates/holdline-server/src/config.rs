@@ -414,7 +414,10 @@ pub struct OverloadSettings {
     /// algorithms offered in the Via of every forwarded request and applied to the answers of
     /// next hops, in order of preference: `loss`, `rate`, `loss,rate`, `rate,loss`. Absent:
     /// `loss` unless `local` is `none`. With `loss` alone the offer is a bare `;oc` (RFC 7339
-    /// §4.2: a missing `oc-algo` means loss), which every Via parser takes.
+    /// §4.2: a missing `oc-algo` means loss), which every Via parser takes; one other
+    /// algorithm is a quoted `oc-algo="rate"`. Two are the RFC's quoted list
+    /// `oc-algo="loss,rate"`, which Kamailio 5.6.3 cannot parse (it drops the request: "bad
+    /// header field [,rate\""): offer two only towards next hops known to take it.
     pub feedback: Option<String>,
     /// Server role: answer upstream clients that offer `oc` with this server's own load (the
     /// local controller's acceptance fraction as a loss percentage), and let their new

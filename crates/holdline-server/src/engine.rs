@@ -233,6 +233,24 @@ fn gate_rejection(r: Rejection) -> GateRejection {
         retry_after_secs: r
             .retry_after
             .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)),
+        text: Some(reason_text(r.reason)),
+    }
+}
+
+/// The `Reason` text of a rejection: this server's own load, or a next hop's.
+fn reason_text(r: holdline_overload::RejectReason) -> &'static str {
+    use holdline_overload::RejectReason as R;
+    match r {
+        R::QueueFull => "Overload: queue_full",
+        R::Occupancy => "Overload: occupancy",
+        R::QueueDelay => "Overload: queue_delay",
+        R::DeferTimeout => "Overload: defer_timeout",
+        R::TargetBacklog => "Downstream overload: target_backlog",
+        R::LossThrottle => "Downstream overload: loss_throttle",
+        R::RateThrottle => "Downstream overload: rate_throttle",
+        R::WindowFull => "Downstream overload: window_full",
+        R::CallGap => "Downstream overload: call_gap",
+        _ => "Overload",
     }
 }
 

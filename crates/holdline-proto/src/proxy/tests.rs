@@ -1808,6 +1808,7 @@ const REJECT: crate::endpoint::GateRejection = crate::endpoint::GateRejection {
     status: 503,
     reason: "Service Unavailable",
     retry_after_secs: None,
+    text: None,
 };
 
 #[test]
@@ -1835,6 +1836,7 @@ fn gate_rejects_a_new_invite_statelessly_with_503() {
     );
     assert_eq!(status_of(&out[0]), 503);
     assert_eq!(header(&out[0], HeaderName::RetryAfter), None);
+    assert!(!String::from_utf8_lossy(&out[0]).contains("Reason:"));
     assert!(
         header(&out[0], HeaderName::To).is_some_and(|t| t.contains("tag=")),
         "the 503 carries a To tag"
@@ -1852,6 +1854,7 @@ fn gate_puts_retry_after_when_configured() {
     let mut e = gate_endpoint();
     let r = crate::endpoint::GateRejection {
         retry_after_secs: Some(3),
+        text: Some("Overload: occupancy"),
         ..REJECT
     };
     assert!(e.handle_admitting(
@@ -1866,6 +1869,12 @@ fn gate_puts_retry_after_when_configured() {
     assert_eq!(
         header(&out[0], HeaderName::RetryAfter).as_deref(),
         Some("3")
+    );
+    assert!(
+        String::from_utf8_lossy(&out[0])
+            .contains("\r\nReason: SIP;cause=503;text=\"Overload: occupancy\"\r\n"),
+        "{}",
+        String::from_utf8_lossy(&out[0])
     );
 }
 
