@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 /// The experiments: name and one line on what each does.
-pub const EXPERIMENTS: [(&str, &str); 3] = [
+pub const EXPERIMENTS: [(&str, &str); 4] = [
     (
         "udp-overload",
         "local control over UDP (seed 003): no control vs 503 on a full queue vs OCC, 0.5x-10x",
@@ -12,6 +12,10 @@ pub const EXPERIMENTS: [(&str, &str); 3] = [
     (
         "tcp-overload",
         "SIP-over-TCP overload control (seed 000): SEs -> RE, no control vs ICS/ECS + BM + SF, 0.5x-10x, 1/3/10 SEs",
+    ),
+    (
+        "feedback",
+        "hop-by-hop overload control (RFC 7339) over UDP: SEs -> RE, no control vs local OCC vs loss feedback, 0.5x-10x, 1/3/10 SEs",
     ),
     (
         "soak",
@@ -33,6 +37,7 @@ pub fn run(args: Vec<String>) -> ExitCode {
     match it.next().as_deref() {
         Some("udp-overload") => crate::udp_overload::main(it.collect()),
         Some("tcp-overload") => crate::tcp_overload::main(it.collect()),
+        Some("feedback") => crate::feedback::main(it.collect()),
         Some("soak") => crate::soak::main(it.collect()),
         Some("-h" | "--help") => {
             usage();

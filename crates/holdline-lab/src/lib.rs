@@ -4,11 +4,13 @@
 //! by `holdline load` on the other core, for capacity, CPU cost per call and overload curves
 //! under a cgroup CPU quota. The `holdline` binary calls [`bench::run`].
 //!
-//! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`], [`tcp_overload`]).
+//! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`], [`tcp_overload`],
+//! [`feedback`]).
 
 pub mod bench;
 mod cgroup;
 mod error;
+pub mod feedback;
 mod generator;
 pub mod lab;
 mod plot;

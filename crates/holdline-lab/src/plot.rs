@@ -38,8 +38,8 @@ fn font() -> Result<()> {
 
 /// One colour per server in every plot (holdline blue, Kamailio red, holdline with overload
 /// control off green), lighter for the REGISTER series; one per mechanism in the lab's plots,
-/// and for `tcp-overload`'s series ("ICS+BM+SF, 3 SEs") one hue per mechanism, lighter with
-/// more SEs.
+/// and for `tcp-overload`'s and `feedback`'s series ("ICS+BM+SF, 3 SEs") one hue per
+/// mechanism, lighter with more SEs.
 fn color_for(name: &str) -> RGBColor {
     let n = name.to_ascii_lowercase();
     let register = n.contains("register");
@@ -48,6 +48,10 @@ fn color_for(name: &str) -> RGBColor {
         ("ics+", (0, 94, 184)),
         ("ecs+", (44, 160, 44)),
         ("holdline defaults,", (148, 103, 189)),
+        // `feedback`'s series ("RFC 7339 loss, 3 SEs").
+        ("local occ,", (0, 94, 184)),
+        ("rfc 7339 loss,", (255, 127, 14)),
+        ("rfc 7415 rate,", (44, 160, 44)),
     ] {
         if n.starts_with(prefix) {
             let ses: u32 = n

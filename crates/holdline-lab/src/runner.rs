@@ -135,6 +135,34 @@ pub(crate) fn metric(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// Sum of the samples of `name` whose labels contain every one of `labels` (each written as
+/// in the exposition, e.g. `reason="occupancy"`), over all other labels (the workers).
+pub(crate) fn metric_where(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            let matches = (rest.is_empty() && labels.is_empty())
+                || (rest.starts_with('{') && labels.iter().all(|want| rest.contains(want)));
+            matches.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// `(t_s, column)` of every row of a `holdline load` per-second CSV (empty when the file or
 /// the column is missing).
 fn column(csv: &Path, column: &str) -> Vec<(f64, f64)> {

@@ -32,8 +32,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn,
-    spawn_in, steady,
+    SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, median, metric, scrape,
+    spawn, spawn_in, steady,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -254,20 +254,6 @@ fn run_tag(m: &str, f: f64, run: u32) -> String {
         format!("{m}-{f}x")
     } else {
         format!("{m}-{f}x-r{run}")
-    }
-}
-
-/// The median of `v` (the mean of the middle two for an even count; 0 when empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 

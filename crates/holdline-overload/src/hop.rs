@@ -410,6 +410,112 @@ pub fn rate_share(target_per_second: f64, clients: usize) -> u32 {
         .clamp(1.0, f64::from(u32::MAX)) as u32
 }
 
+/// The configuration of a [`RateServer`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RateServerConfig {
+    /// The occupancy the server steers to, in `(0, 1]`. Default 0.9 (OCC's).
+    pub target_occupancy: f64,
+    /// The largest multiplicative increase of the rate per update. Default 4 (OCC's `φ_max`).
+    pub max_increase: f64,
+    /// The smallest total rate answered, new INVITEs per second. Default 1.
+    pub min_rate: f64,
+}
+
+impl Default for RateServerConfig {
+    fn default() -> Self {
+        Self {
+            target_occupancy: 0.9,
+            max_increase: 4.0,
+            min_rate: 1.0,
+        }
+    }
+}
+
+/// The server role of RFC 7415: the total rate of new INVITEs this server asks its
+/// rate-based clients to stay under, updated once per control interval (RFC 7415 leaves the
+/// estimator to the implementation; this is OCC's multiplicative rule applied to a rate).
+///
+/// - No control while the occupancy `ρ` stays at or below the target: [`update`] answers
+///   `None` (the driver sends `oc=0;oc-validity=0`).
+/// - The first interval above the target starts control at the rate that would have kept the
+///   target: `r = a · ρ_target / ρ`, `a` the measured arrival rate of new INVITEs from
+///   rate-based clients.
+/// - Then every interval `r ← max(r · min(ρ_target/ρ, φ_max), r_min)`.
+/// - Control ends when the server is below its target and the clients use less than half of
+///   the allowed rate (the limit no longer binds).
+///
+/// [`update`]: Self::update
+#[derive(Clone, Debug)]
+pub struct RateServer {
+    config: RateServerConfig,
+    rate: Option<f64>,
+}
+
+impl RateServer {
+    /// A server role with `config`.
+    pub fn new(config: RateServerConfig) -> Result<Self, ConfigError> {
+        check_range(
+            "target_occupancy",
+            config.target_occupancy,
+            f64::MIN_POSITIVE,
+            1.0,
+            "greater than 0, at most 1",
+        )?;
+        check_range(
+            "max_increase",
+            config.max_increase,
+            1.0,
+            f64::MAX,
+            "finite, at least 1",
+        )?;
+        check_range(
+            "min_rate",
+            config.min_rate,
+            0.0,
+            f64::MAX,
+            "finite, at least 0",
+        )?;
+        Ok(Self { config, rate: None })
+    }
+
+    /// The total rate in force (new INVITEs per second), if controlling.
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
+    }
+
+    /// One control update: `occupancy` measured over the interval (`None`: no measurement,
+    /// nothing changes), `arrivals` new INVITEs from rate-based clients during it, `elapsed`
+    /// its length. Returns the total rate to answer, `None` for no control.
+    pub fn update(
+        &mut self,
+        occupancy: Option<f64>,
+        arrivals: u64,
+        elapsed: Duration,
+    ) -> Option<f64> {
+        let (Some(rho), false) = (occupancy, elapsed.is_zero()) else {
+            return self.rate;
+        };
+        if !rho.is_finite() {
+            return self.rate;
+        }
+        let rho = rho.max(0.0);
+        let arrival_rate = arrivals as f64 / elapsed.as_secs_f64();
+        let c = &self.config;
+        let factor = if rho > 0.0 {
+            (c.target_occupancy / rho).min(c.max_increase)
+        } else {
+            c.max_increase
+        };
+        self.rate = match self.rate {
+            None if rho > c.target_occupancy => Some((arrival_rate * factor).max(c.min_rate)),
+            None => None,
+            Some(r) if rho <= c.target_occupancy && arrival_rate * 2.0 < r => None,
+            Some(r) => Some((r * factor).max(c.min_rate)),
+        };
+        self.rate
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,5 +696,41 @@ mod tests {
         assert_eq!(rate_share(0.0, 3), 0);
         assert_eq!(rate_share(f64::NAN, 3), 0);
         assert_eq!(rate_share(100.0, 0), 100);
+    }
+
+    #[test]
+    fn the_rate_server_starts_at_the_rate_that_keeps_the_target_and_ends_when_unused() {
+        let mut s = RateServer::new(RateServerConfig::default()).expect("valid");
+        let t = Duration::from_millis(100);
+        // Below target: no control.
+        assert_eq!(s.update(Some(0.5), 50, t), None);
+        // 1.8 times the target occupancy with 200 arrivals/interval (2,000/s): start at
+        // 2,000 · 0.9/1.0 (ρ is capped at 1 by the driver's measurement).
+        let r = s.update(Some(1.0), 200, t).expect("controlling");
+        assert!((r - 1_800.0).abs() < 1e-6, "{r}");
+        // Still overloaded: the rate falls by ρ_target/ρ.
+        let r2 = s.update(Some(1.0), 180, t).expect("controlling");
+        assert!((r2 - 1_620.0).abs() < 1e-6, "{r2}");
+        // At the target: unchanged; below it, growth bounded by φ_max.
+        assert!((s.update(Some(0.9), 162, t).expect("on") - 1_620.0).abs() < 1e-6);
+        let r3 = s.update(Some(0.45), 162, t).expect("on");
+        assert!((r3 - 3_240.0).abs() < 1e-6, "{r3}");
+        // Clients using less than half of the allowance while the server is below target:
+        // control ends.
+        assert_eq!(s.update(Some(0.3), 100, t), None);
+        // Nonsense measurements change nothing.
+        assert_eq!(s.update(Some(f64::NAN), 100, t), None);
+        assert_eq!(s.update(None, 100, t), None);
+        assert_eq!(s.update(Some(1.0), 100, Duration::ZERO), None);
+        // The floor.
+        let mut s = RateServer::new(RateServerConfig::default()).expect("valid");
+        assert_eq!(s.update(Some(1.0), 0, t), Some(1.0));
+        assert!(
+            RateServer::new(RateServerConfig {
+                max_increase: 0.5,
+                ..RateServerConfig::default()
+            })
+            .is_err()
+        );
     }
 }

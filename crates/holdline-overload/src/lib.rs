@@ -70,7 +70,10 @@ pub use budget::{BudgetConfig, RejectionBudget, Work};
 pub use controller::{Controller, ControllerFactory};
 pub use defer::{DeferConfig, DeferQueue, DeferStats, Release};
 pub use flood::{FloodConfig, FloodGuard, FloodStats, Verdict};
-pub use hop::{Accept, HopClient, HopClientConfig, TargetControl, loss_percent, rate_share};
+pub use hop::{
+    Accept, HopClient, HopClientConfig, RateServer, RateServerConfig, TargetControl, loss_percent,
+    rate_share,
+};
 pub use none::{NoControl, NoControlConfig};
 pub use occ::{Occ, OccConfig};
 pub use queue_delay::{QueueDelay, QueueDelayConfig};

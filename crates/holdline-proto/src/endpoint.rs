@@ -57,6 +57,16 @@ pub struct GateRejection {
     pub text: Option<&'static str>,
 }
 
+impl OverloadAnswer {
+    /// The algorithms answered.
+    fn supported(&self) -> &'static [OcAlgo] {
+        match self.rate {
+            RateAnswer::Off => &[OcAlgo::Loss],
+            RateAnswer::Idle | RateAnswer::Total(_) => &[OcAlgo::Loss, OcAlgo::Rate],
+        }
+    }
+}
+
 impl GateRejection {
     /// The `Reason` header value of this rejection, if it has a text.
     fn reason_header(&self) -> Option<String> {
@@ -152,6 +162,30 @@ pub struct OverloadAnswer {
     /// [`Endpoint::handle_admitting`]: they already dropped their share upstream, and
     /// rejecting again here would spend this server's CPU on the same excess twice.
     pub exempt: bool,
+    /// The rate-based answer (RFC 7415) for clients that prefer `rate`.
+    pub rate: RateAnswer,
+}
+
+/// The server role's RFC 7415 answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateAnswer {
+    /// Rate-based control is not answered: clients offering `rate` get the loss answer if
+    /// they offered `loss` too, else nothing.
+    Off,
+    /// Answered, no control now: `oc=0;oc-algo="rate";oc-validity=0`.
+    Idle,
+    /// At most this many new INVITEs per second from all rate-based clients together; each
+    /// gets an even share (rounded up) of the clients seen in the last interval.
+    Total(u32),
+}
+
+/// What the server role saw since the driver last asked ([`Endpoint::take_feedback_tally`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeedbackTally {
+    /// New INVITEs from clients answered with the rate algorithm.
+    pub rate_invites: u64,
+    /// Distinct such clients (source addresses).
+    pub rate_clients: usize,
 }
 
 /// Requests received, by method.
@@ -303,7 +337,15 @@ pub struct Endpoint {
     answer: Option<OverloadAnswer>,
     /// `overload_offer` as Via parameters.
     offer_params: Vec<u8>,
+    /// New INVITEs from rate-answered clients since the last tally, and those clients.
+    rate_invites: u64,
+    rate_clients: std::collections::HashSet<std::net::SocketAddr>,
+    /// How many rate-answered clients the previous tally saw.
+    rate_clients_before: usize,
 }
+
+/// Most rate-answered clients remembered per interval.
+const MAX_RATE_CLIENTS: usize = 4096;
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -359,6 +401,9 @@ impl Endpoint {
             bindings: Vec::new(),
             answer: None,
             offer_params,
+            rate_invites: 0,
+            rate_clients: std::collections::HashSet::new(),
+            rate_clients_before: 0,
         }
     }
 
@@ -393,6 +438,28 @@ impl Endpoint {
     /// The server role's current answer.
     pub fn overload_answer(&self) -> Option<OverloadAnswer> {
         self.answer
+    }
+
+    /// What the server role saw since the previous call: new INVITEs and distinct clients
+    /// answered with the rate algorithm (the input of the driver's rate estimator). Starts a
+    /// new count; each client's share of the next rate answers is divided among the clients
+    /// of this tally (or of the current interval, if more).
+    pub fn take_feedback_tally(&mut self) -> FeedbackTally {
+        let t = FeedbackTally {
+            rate_invites: std::mem::take(&mut self.rate_invites),
+            rate_clients: self.rate_clients.len(),
+        };
+        self.rate_clients_before = self.rate_clients.len();
+        self.rate_clients.clear();
+        t
+    }
+
+    /// The algorithm this endpoint answers `req`'s upstream client with, if it offered one
+    /// answered here.
+    fn answered_algo(&self, req: &Message<'_>) -> Option<OcAlgo> {
+        let answer = self.answer?;
+        let offer = OcOffer::from_via(&req.top_via().ok()?)?;
+        offer.preferred(answer.supported())
     }
 
     /// Processes one message (a datagram, or one frame of a stream) that arrived from `from`
@@ -478,7 +545,14 @@ impl Endpoint {
                     if msg.to().is_ok_and(|to| to.tag().is_none())
                         && self.txns.matches_server(msg) == Ok(false) =>
                 {
-                    if self.answer.is_some_and(|a| a.exempt) && takes_answer(msg) {
+                    let algo = self.answered_algo(msg);
+                    if algo == Some(OcAlgo::Rate) {
+                        self.rate_invites += 1;
+                        if self.rate_clients.len() < MAX_RATE_CLIENTS {
+                            self.rate_clients.insert(from.addr);
+                        }
+                    }
+                    if algo.is_some() && self.answer.is_some_and(|a| a.exempt) {
                         self.stats.gate_exempt += 1;
                     } else if let Some(r) = admit() {
                         self.reject_at_gate(msg, from, r);
@@ -1466,7 +1540,7 @@ impl Endpoint {
     }
 
     /// Puts the server role's answer into the top Via of the response in `buf[start..]` when
-    /// its upstream client offered `oc` with `loss`; returns the new size.
+    /// its upstream client offered `oc` with an algorithm answered here; returns the new size.
     fn stamp_overload_answer(&mut self, now: Instant, buf: &mut Vec<u8>, start: usize) -> usize {
         let size = buf.len() - start;
         let Some(answer) = self.answer else {
@@ -1485,22 +1559,25 @@ impl Endpoint {
         let Ok(msg) = Message::parse(rest, &self.config.limits) else {
             return size;
         };
-        let offered = msg
-            .top_via()
-            .ok()
-            .and_then(|v| OcOffer::from_via(&v))
-            .is_some_and(|o| o.offers(OcAlgo::Loss));
-        if !offered {
+        let Some(algo) = self.answered_algo(&msg) else {
             return size;
-        }
+        };
+        let (value, controlling) = match (algo, answer.rate) {
+            (OcAlgo::Rate, RateAnswer::Total(total)) => {
+                let clients = self.rate_clients.len().max(self.rate_clients_before).max(1);
+                let share = u64::from(total).div_ceil(clients as u64).max(1);
+                (u32::try_from(share).unwrap_or(u32::MAX), true)
+            }
+            (OcAlgo::Rate, _) => (0, false),
+            (OcAlgo::Loss, _) => (
+                u32::from(answer.loss_percent.min(100)),
+                answer.loss_percent > 0,
+            ),
+        };
         let report = OcReport {
-            algo: OcAlgo::Loss,
-            value: u32::from(answer.loss_percent.min(100)),
-            validity_ms: if answer.loss_percent == 0 {
-                0
-            } else {
-                answer.validity_ms
-            },
+            algo,
+            value,
+            validity_ms: if controlling { answer.validity_ms } else { 0 },
             seq: self
                 .config
                 .overload_seq_base
@@ -1797,15 +1874,6 @@ impl Endpoint {
 /// version replaced by `SIP/2.0` when the error is an unsupported version) and its clean
 /// Via, From, To, Call-ID and CSeq lines, then `Content-Length: 0`. `None` when the message
 /// is not a request or the error lies in the Request-Line itself.
-/// Whether the upstream client of `req` offered overload control with `loss` in its Via,
-/// and so takes this proxy's [`OverloadAnswer`].
-fn takes_answer(req: &Message<'_>) -> bool {
-    req.top_via()
-        .ok()
-        .and_then(|v| OcOffer::from_via(&v))
-        .is_some_and(|o| o.offers(OcAlgo::Loss))
-}
-
 fn salvage_request(
     bytes: &[u8],
     e: holdline_sip::ParseError,

@@ -49,8 +49,8 @@ pub mod registrar;
 pub mod txn;
 
 pub use endpoint::{
-    DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, MethodCounters,
-    OverloadAnswer,
+    DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
+    MethodCounters, OverloadAnswer, RateAnswer,
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;

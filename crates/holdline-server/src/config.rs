@@ -69,6 +69,7 @@
 //! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
 //!                                  # with occ and queue-delay)
 //! feedback_validity_ms = 500       # ... oc-validity of the answers
+//! feedback_answer_rate = true      # ... also to RFC 7415 rate clients
 //! feedback_rate_tolerance = 4.0    # RFC 7415 client: back-to-back INVITEs after a pause
 //!
 //! [[routes]]
@@ -426,6 +427,10 @@ pub struct OverloadSettings {
     pub feedback_answer: Option<bool>,
     /// `oc-validity` of the server role's answers, ms. Default 500 (RFC 7339's default).
     pub feedback_validity_ms: u32,
+    /// Server role: also answer RFC 7415 rate-based clients (those preferring `rate`) with an
+    /// even share of a total rate estimated from the occupancy (OCC's rule on a rate). Default
+    /// true (with `feedback_answer`).
+    pub feedback_answer_rate: bool,
     /// RFC 7415 client: the leaky bucket's tolerance in target intervals (back-to-back
     /// INVITEs after a pause). Default 4.
     pub feedback_rate_tolerance: f64,
@@ -455,6 +460,7 @@ impl Default for OverloadSettings {
             feedback: None,
             feedback_answer: None,
             feedback_validity_ms: 500,
+            feedback_answer_rate: true,
             feedback_rate_tolerance: 4.0,
         }
     }
@@ -562,6 +568,16 @@ impl OverloadSettings {
         holdline_overload::ControllerFactory::validate(&cfg)
             .map_err(|e| ("overload.feedback_rate_tolerance".to_owned(), e.to_string()))?;
         Ok(Some(cfg))
+    }
+
+    /// The RFC 7415 server role's estimator, when rate is answered.
+    pub fn rate_server(&self) -> Option<holdline_overload::RateServerConfig> {
+        (self.answers_feedback() && self.feedback_answer_rate).then(|| {
+            holdline_overload::RateServerConfig {
+                target_occupancy: self.target_occupancy,
+                ..holdline_overload::RateServerConfig::default()
+            }
+        })
     }
 
     /// Whether the server role answers upstream clients (see `feedback_answer`).

@@ -37,6 +37,11 @@ pub trait WorkerCore: Send {
     fn set_overload_answer(&mut self, answer: Option<holdline_proto::OverloadAnswer>) {
         let _ = answer;
     }
+    /// What the server role saw since the previous call (see
+    /// [`holdline_proto::Endpoint::take_feedback_tally`]). Engines without one saw nothing.
+    fn take_feedback_tally(&mut self) -> holdline_proto::FeedbackTally {
+        holdline_proto::FeedbackTally::default()
+    }
     /// The next overload answer a next hop sent (RFC 7339 / RFC 7415 client role), with where
     /// it came from, to give to the hop-by-hop client. Engines without one have none.
     fn poll_feedback(&mut self) -> Option<(Peer, holdline_sip::OcReport)> {

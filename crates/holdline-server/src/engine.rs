@@ -284,6 +284,10 @@ impl WorkerCore for Engine {
         self.endpoint.set_overload_answer(answer);
     }
 
+    fn take_feedback_tally(&mut self) -> holdline_proto::FeedbackTally {
+        self.endpoint.take_feedback_tally()
+    }
+
     fn poll_feedback(&mut self) -> Option<(Peer, OcReport)> {
         self.feedback.pop_front()
     }

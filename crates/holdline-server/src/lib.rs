@@ -366,6 +366,13 @@ impl Server {
                     .overload
                     .answers_feedback()
                     .then_some(config.overload.feedback_validity_ms),
+                match config.overload.rate_server() {
+                    Some(c) => Some(
+                        holdline_overload::RateServer::new(c)
+                            .map_err(|e| StartError::Config(format!("overload: {e}")))?,
+                    ),
+                    None => None,
+                },
             );
             w.set_invite_sockets(
                 invites,

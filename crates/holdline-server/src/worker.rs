@@ -15,9 +15,10 @@ use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
     Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Feedback, FloodConfig,
-    FloodGuard, Lane, Rejection, RejectionBudget, Release, Signal, Split, TargetId, Verdict, Work,
+    FloodGuard, Lane, RateServer, Rejection, RejectionBudget, Release, Signal, Split, TargetId,
+    Verdict, Work,
 };
-use holdline_proto::{IpNet, OverloadAnswer};
+use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
 use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -205,13 +206,25 @@ pub(crate) struct Worker {
     hop: Option<Box<dyn Controller>>,
     /// Server role: the `oc-validity` of the answers, when this worker answers.
     answer_validity_ms: Option<u32>,
+    /// Server role, RFC 7415: the rate estimator, when rate is answered, and when it was last
+    /// updated.
+    rate_server: Option<RateServer>,
+    rate_updated: StdInstant,
+    /// Since when the loss answer has been at the floor ([`EXEMPT_BELOW_LOSS`]).
+    floor_since: Option<StdInstant>,
 }
 
-/// The server role's loss answer at or above which upstream clients that take it are put to
-/// the local gate again: the local controller's acceptance is at its floor (OCC's is 1%), so
-/// its upstreams are not reducing their load as asked, and the gate must protect the server
-/// itself (a client that advertises `oc` and ignores the answers gets no free pass).
+/// The server role's loss answer at or above which upstream clients that take it may be put
+/// to the local gate again: the local controller's acceptance is at its floor (OCC's is 1%).
 const EXEMPT_BELOW_LOSS: u8 = 98;
+
+/// How long the answer must have stayed at the floor before those clients are put to the
+/// gate: a compliant client cuts its load within one answer's round trip, but the server may
+/// stay saturated for a while draining what was queued before (its INVITE socket's buffer),
+/// which is no sign of a client ignoring the answers. Past this, the clients are not reducing
+/// their load as asked, and the gate protects the server itself (a client that advertises
+/// `oc` and ignores the answers gets no free pass).
+const EXEMPT_FLOOR_GRACE: Duration = Duration::from_secs(1);
 
 /// A next hop's overload answer as the hop-by-hop client's signal.
 fn feedback_of(r: OcReport) -> Feedback {
@@ -347,6 +360,9 @@ impl Worker {
             next_seq: 1,
             hop: None,
             answer_validity_ms: None,
+            rate_server: None,
+            rate_updated: StdInstant::now(),
+            floor_since: None,
             recv: Some(RecvBatch::new(32, slot)),
             tx_buf: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
@@ -370,9 +386,11 @@ impl Worker {
         &mut self,
         hop: Option<Box<dyn Controller>>,
         answer_validity_ms: Option<u32>,
+        rate_server: Option<RateServer>,
     ) {
         self.hop = hop;
         self.answer_validity_ms = answer_validity_ms;
+        self.rate_server = rate_server;
     }
 
     /// Gives the worker its INVITE sockets and the budget of time its rejections may take
@@ -775,11 +793,31 @@ impl Worker {
         let Some(validity_ms) = self.answer_validity_ms else {
             return;
         };
-        let loss = holdline_overload::loss_percent(self.controller.snapshot().acceptance);
+        let snap = self.controller.snapshot();
+        let loss = holdline_overload::loss_percent(snap.acceptance);
+        let now = StdInstant::now();
+        let exempt = if loss < EXEMPT_BELOW_LOSS {
+            self.floor_since = None;
+            true
+        } else {
+            now - *self.floor_since.get_or_insert(now) < EXEMPT_FLOOR_GRACE
+        };
+        let tally = self.core.take_feedback_tally();
+        let elapsed = now - std::mem::replace(&mut self.rate_updated, now);
+        let rate = match self.rate_server.as_mut() {
+            None => RateAnswer::Off,
+            Some(r) => match r.update(snap.occupancy, tally.rate_invites, elapsed) {
+                None => RateAnswer::Idle,
+                Some(total) => {
+                    RateAnswer::Total(total.ceil().clamp(1.0, f64::from(u32::MAX)) as u32)
+                }
+            },
+        };
         self.core.set_overload_answer(Some(OverloadAnswer {
             loss_percent: loss,
             validity_ms,
-            exempt: loss < EXEMPT_BELOW_LOSS,
+            exempt,
+            rate,
         }));
     }
 

@@ -1,4 +1,4 @@
-//! `holdline lab udp-overload` and `tcp-overload` end to end, small. Each checks the shape
+//! `holdline lab udp-overload`, `tcp-overload` and `feedback` end to end, small. Each checks the shape
 //! of what it writes (results.json with one object per point and every field the issue names,
 //! the CSV, the plots) and that the mechanisms did what they are. No speed is asserted.
 
@@ -232,6 +232,100 @@ fn tcp_overload_writes_results_csv_and_plots() {
     }
 }
 
+/// `holdline lab feedback --quick`: one SE in front of the capacity-limited RE, at 1x and 5x,
+/// local control only (`occ`) against RFC 7339 loss feedback (`loss`). Checks the files and
+/// who rejected the excess: with feedback the SE drops most of it itself (its
+/// `loss_throttle` 503s outnumber the RE's own rejections, and the RE answered); with local
+/// control only the SE throttles nothing and the RE rejects. No speed is asserted.
+#[test]
+fn feedback_quick_moves_the_rejections_to_the_se() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("feedback");
+    let err = run_lab(&["feedback", "--quick"], &out);
+    // The progress lines, shown when the test fails (or with --nocapture).
+    eprintln!("{err}");
+    assert!(err.contains("[1/"), "progress is shown:\n{err}");
+
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["experiment"], "feedback");
+    assert!(v["capacity_cps"].as_f64().is_some_and(|c| c > 0.0), "{v}");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4, "2 loads x 2 mechanisms, 1 SE");
+    for p in points {
+        for key in [
+            "offered_cps",
+            "capacity_cps",
+            "throughput_cps",
+            "goodput_cps",
+            "goodput_steady_cps",
+            "goodput_of_capacity",
+            "pdd_p50_ms",
+            "pdd_p99_ms",
+            "retrans_invite",
+            "se_throttled",
+            "re_rejected",
+            "re_answers",
+            "re_cpu_s",
+        ] {
+            let x = p[key].as_f64();
+            assert!(x.is_some_and(f64::is_finite), "{key} in {p}");
+        }
+        assert_eq!(p["experiment"], "feedback");
+        assert_eq!(p["ses"], 1);
+        assert!(p["fairness"].is_null(), "one SE: {p}");
+        assert!(p["calls_attempted"].as_u64().is_some_and(|n| n > 0), "{p}");
+        assert!(p["re_cpu_s"].as_f64().is_some_and(|s| s > 0.0), "{p}");
+    }
+    let at = |m: &str, f: f64| {
+        points
+            .iter()
+            .find(|p| {
+                p["mechanism"] == m && (p["load_factor"].as_f64().unwrap_or(0.0) - f).abs() < 0.01
+            })
+            .unwrap_or_else(|| panic!("no {m} point at {f}x in {text}"))
+    };
+    let n = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+    for f in [1.0, 5.0] {
+        let occ = at("occ", f);
+        assert_eq!(n(occ, "se_throttled"), 0, "local control only: {occ}");
+        assert_eq!(
+            n(occ, "re_answers"),
+            0,
+            "nothing offered, nothing answered: {occ}"
+        );
+    }
+    let occ = at("occ", 5.0);
+    assert!(
+        n(occ, "re_rejected") > 0,
+        "the RE rejects at 5x itself: {occ}"
+    );
+    let loss = at("loss", 5.0);
+    assert!(
+        n(loss, "se_throttled") > 0,
+        "the SE throttles at 5x: {loss}"
+    );
+    assert!(
+        n(loss, "re_rejected") < n(loss, "se_throttled"),
+        "the SE rejects more than the RE: {loss}"
+    );
+    assert!(
+        n(loss, "re_answers") > 0 && n(loss, "se_reports") > 0,
+        "{loss}"
+    );
+
+    let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
+    assert!(csv.starts_with("experiment,mechanism,ses,load_factor,run,offered_cps,"));
+    assert_eq!(csv.lines().count(), 5, "header + 4 points");
+    for plot in ["goodput", "pdd"] {
+        let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
+        assert!(svg.contains("<svg"));
+        let png = std::fs::read(out.join(format!("{plot}.png"))).expect("png");
+        assert_eq!(&png[1..4], b"PNG");
+    }
+}
+
 #[test]
 fn lab_names_its_experiments_and_refuses_unknown_ones() {
     let out = Command::new(BIN)
@@ -243,7 +337,8 @@ fn lab_names_its_experiments_and_refuses_unknown_ones() {
     assert!(
         err.contains("unknown experiment")
             && err.contains("udp-overload")
-            && err.contains("tcp-overload"),
+            && err.contains("tcp-overload")
+            && err.contains("feedback"),
         "{err}"
     );
 }

@@ -2487,6 +2487,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         loss_percent: 30,
         validity_ms: 700,
         exempt: true,
+        rate: crate::RateAnswer::Off,
     }));
     let mut asked = 0;
     // A client that offered oc: not put to the gate, and answered in the 100 Trying.
@@ -2545,6 +2546,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         loss_percent: 0,
         validity_ms: 700,
         exempt: true,
+        rate: crate::RateAnswer::Off,
     }));
     e.handle(
         ms(30),
@@ -2572,4 +2574,129 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
     let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
     assert_eq!(oc_params(&top_via(&t.1)), None);
     assert!(e.stats().overload_answers >= 2);
+}
+
+#[test]
+fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
+    use holdline_sip::OcAlgo;
+    let mut e = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
+    let answer = |rate| crate::OverloadAnswer {
+        loss_percent: 40,
+        validity_ms: 500,
+        exempt: true,
+        rate,
+    };
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Total(1_000))));
+    // Two rate clients (different source addresses) and a loss-only one.
+    let mut sent = 0;
+    for (i, (client, params)) in [
+        (1u8, ";oc;oc-algo=\"rate,loss\""),
+        (2, ";oc;oc-algo=\"rate\""),
+        (3, ";oc"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let branch = format!("z9hG4bKr{i}");
+        let via = format!(
+            "SIP/2.0/UDP {};branch={branch};rport{params}",
+            ua_addr(client)
+        );
+        let call = format!("r{i}@test");
+        let inv = request(
+            "INVITE",
+            "sip:bob@far.example.net",
+            ua_addr(client),
+            &branch,
+            1,
+            &[("Via", &via), ("Call-ID", &call)],
+        );
+        assert!(!e.handle_admitting(
+            ms(1),
+            &inv,
+            udp(ua_addr(client)),
+            Transport::Udp,
+            &mut || Some(REJECT),
+            &mut |_| None,
+        ));
+        sent += 1;
+    }
+    assert_eq!(e.stats().gate_exempt, sent);
+    let out = drain_to(&mut e, ms(1));
+    let answer_to = |client: u8| {
+        out.iter()
+            .find(|(p, b)| p.addr == ua_addr(client) && status_of(b) == 100)
+            .and_then(|(_, b)| oc_params(&top_via(b)))
+            .expect("answered")
+    };
+    let (a1, a2, a3) = (answer_to(1), answer_to(2), answer_to(3));
+    assert_eq!(
+        (a1.algo, a1.value, a1.validity_ms),
+        (OcAlgo::Rate, 500, 500)
+    );
+    assert_eq!((a2.algo, a2.value), (OcAlgo::Rate, 500));
+    assert_eq!((a3.algo, a3.value), (OcAlgo::Loss, 40));
+    assert_eq!(
+        e.take_feedback_tally(),
+        crate::FeedbackTally {
+            rate_invites: 2,
+            rate_clients: 2
+        }
+    );
+    assert_eq!(e.take_feedback_tally(), crate::FeedbackTally::default());
+    // No rate control now: rate clients get an idle rate answer.
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Idle)));
+    let via = format!(
+        "SIP/2.0/UDP {};branch=z9hG4bKr9;rport;oc;oc-algo=\"rate\"",
+        ua_addr(1)
+    );
+    let inv = request(
+        "INVITE",
+        "sip:bob@far.example.net",
+        ua_addr(1),
+        "z9hG4bKr9",
+        1,
+        &[("Via", &via), ("Call-ID", "r9@test")],
+    );
+    e.handle(ms(2), &inv, udp(ua_addr(1)), Transport::Udp);
+    let out = drain_to(&mut e, ms(2));
+    let idle = out
+        .iter()
+        .find(|(_, b)| status_of(b) == 100)
+        .and_then(|(_, b)| oc_params(&top_via(b)))
+        .expect("answered");
+    assert_eq!(
+        (idle.algo, idle.value, idle.validity_ms),
+        (OcAlgo::Rate, 0, 0)
+    );
+    // Rate not answered at all: a rate-only client gets nothing, and is not exempt.
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Off)));
+    let via = format!(
+        "SIP/2.0/UDP {};branch=z9hG4bKr10;rport;oc;oc-algo=\"rate\"",
+        ua_addr(1)
+    );
+    let inv = request(
+        "INVITE",
+        "sip:bob@far.example.net",
+        ua_addr(1),
+        "z9hG4bKr10",
+        1,
+        &[("Via", &via), ("Call-ID", "r10@test")],
+    );
+    let mut asked = 0;
+    e.handle_admitting(
+        ms(3),
+        &inv,
+        udp(ua_addr(1)),
+        Transport::Udp,
+        &mut || {
+            asked += 1;
+            None
+        },
+        &mut |_| None,
+    );
+    assert_eq!(asked, 1);
+    let out = drain_to(&mut e, ms(3));
+    let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
+    assert_eq!(oc_params(&top_via(&t.1)), None);
 }

@@ -1,0 +1,1201 @@
+//! `holdline lab feedback`: hop-by-hop overload control (RFC 7339, issue 15 item 6). M UACs,
+//! each calling through its own SE (a `holdline serve`), all SEs forwarding to one
+//! capacity-limited RE (`holdline serve`, one worker, pinned to core 1), which forwards to one
+//! UAS; every hop UDP on 127.0.0.1, every server record-routing (the RE handles six messages
+//! per call). M = 1, 3, 10; offered 0.5× to 10× the RE's measured capacity; mechanisms:
+//!
+//! | mechanism | SEs | RE |
+//! | --- | --- | --- |
+//! | `none` | `--overload none` (no control, no feedback) | `--overload none`: the kernel's receive buffer is a drop-tail queue |
+//! | `occ` | `--feedback none` (local control only, nothing offered) | local OCC (holdline's default): the RE rejects the excess itself |
+//! | `loss` | `--feedback loss`: offer `oc` in the Via, drop the share of new INVITEs the RE asks for (503 upstream) | local OCC, answering offering clients with its acceptance as a loss percentage (`feedback_answer = true`); their INVITEs skip its gate |
+//! | `rate`, `window` | not implemented yet (the RE answers loss percentages only) | |
+//!
+//! The RE's capacity is limited either by emulated work (`--cost-us`, 1 ms per message by
+//! default, rejections their real cost) or, with `--cpu-quota PCT`, by a cgroup v1 CPU group
+//! it is born in (no emulated work). Phases, each point with fresh processes: **capacity**
+//! (mechanism `none`, one SE; emulated: 0.7× to 1.1× the nominal capacity, the highest
+//! offered rate whose calls all completed with PDD p99 ≤ 200 ms and no INVITE
+//! retransmission; under a quota: the RE's CPU per call measured without quota, then a ramp
+//! up to saturation, whose throughput is the reference), then **the curve** (every M, load
+//! factor, run and mechanism).
+//!
+//! Measured per point: offered load, steady goodput (200 OK within 10 s, over the last three
+//! quarters of the load window), throughput (ACKs at the UAS in the load window), PDD, INVITE
+//! and 200 OK retransmissions, the 503s by who sent them (the SEs' `loss_throttle`, the RE's
+//! local `occupancy` rejections, scraped from their metrics), the feedback's overhead
+//! (answers the RE sent, reports the SEs took), the RE's CPU (`/proc`) and Jain's index over
+//! the goodput of the SEs' UACs. Output in `--out DIR`: `results.json`, `points.csv`,
+//! `summary.csv` (medians with `--repeat` > 1), plots `goodput` and `pdd` (SVG and PNG), and
+//! every process's report and log under `runs/`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cgroup::CpuGroup;
+use crate::error::{LabError, Result};
+use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
+use crate::plot;
+use crate::procfs;
+use crate::runner::{
+    Proc, SweepArgs, check_tools, holdline_exe, lab_main, machine, median, metric, metric_where,
+    scrape, spawn, spawn_in, steady, window_sum,
+};
+use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
+
+/// Messages through the RE per call: INVITE, 180, 200, ACK, BYE, 200.
+const MESSAGES_PER_CALL: f64 = 6.0;
+/// A call counts as goodput when its 200 OK came within this (seed 003's window).
+const GOODPUT_WINDOW_S: f64 = 10.0;
+/// The mechanisms measured, in plotting order.
+const MECHANISMS: [&str; 4] = ["none", "occ", "loss", "rate"];
+/// Mechanisms named for later work: accepted by name, refused with a clear error.
+const NOT_YET: [&str; 1] = ["window"];
+/// Under `--cpu-quota`: the offered rate (no quota, no control) at which the RE's CPU per
+/// call is measured.
+const CALIBRATION_CPS: f64 = 2000.0;
+/// Under `--cpu-quota`: at most this many capacity steps, each this factor above the last,
+/// from 0.8 × the nominal capacity (the ramp stops at the first saturated step).
+const QUOTA_RAMP_STEPS: i32 = 8;
+const QUOTA_RAMP_FACTOR: f64 = 1.3;
+
+/// `holdline lab feedback` options.
+#[derive(Debug, Parser)]
+#[command(
+    name = "holdline lab feedback",
+    about = "Hop-by-hop overload control (RFC 7339) over UDP: SEs -> one capacity-limited RE, no control vs local OCC vs loss feedback"
+)]
+pub struct Args {
+    /// The sweep's options (mechanisms: none, occ, loss; default: all, quick: occ,loss).
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+    /// Results directory.
+    #[arg(long, value_name = "DIR", default_value = "lab-results/feedback")]
+    pub out: PathBuf,
+    /// Numbers of SEs, comma-separated (default: 1 quick; 1,3,10 full).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub ses: Vec<u32>,
+    /// Skip the capacity phase and use this capacity of the RE, calls/s.
+    #[arg(long, value_name = "CPS")]
+    pub capacity: Option<f64>,
+    /// Run the RE in a cgroup v1 CPU group with this quota, percent of one core, and without
+    /// emulated work (`--cost-us` is then ignored): its capacity is found by a ramp from its
+    /// measured CPU per call. Needs root.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub cpu_quota: Option<u64>,
+    /// The quota's period (`cpu.cfs_period_us`), µs.
+    #[arg(long, value_name = "US", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1_000..=1_000_000))]
+    pub quota_period_us: u64,
+    /// Runs of every curve point, interleaved (all mechanisms at a load, then again); the
+    /// plots and `summary.csv` show medians, `points.csv` every run.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+}
+
+/// One measured point (one row of `points.csv`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Point {
+    /// `feedback`.
+    pub experiment: String,
+    /// `none`, `occ` or `loss`.
+    pub mechanism: String,
+    /// Number of SEs.
+    pub ses: Option<u32>,
+    /// Offered load / capacity.
+    pub load_factor: f64,
+    /// Offered calls per second, all UACs (measured at the UACs).
+    pub offered_cps: f64,
+    /// The RE's capacity the load factors refer to.
+    pub capacity_cps: f64,
+    /// Calls whose ACK reached the UAS while the load was offered, per second.
+    pub throughput_cps: f64,
+    /// Calls whose 200 OK reached their UAC within 10 s of the first INVITE, per second of
+    /// load, all UACs (calls completed during the drain included).
+    pub goodput_cps: f64,
+    /// Goodput over the last three quarters of the load window (no drain), all UACs: the
+    /// goodput of the steady phase.
+    pub goodput_steady_cps: f64,
+    /// `goodput_steady_cps / capacity_cps`.
+    pub goodput_of_capacity: f64,
+    /// PDD (first INVITE to 200 OK) p50, ms: the UACs' p50s weighted by their calls.
+    pub pdd_p50_ms: f64,
+    /// PDD p99, ms: the largest of the UACs' p99s.
+    pub pdd_p99_ms: f64,
+    /// INVITE retransmissions by the UACs.
+    pub retrans_invite: u64,
+    /// 200 OK retransmissions by the UAS.
+    pub retrans_200: u64,
+    /// Jain's fairness index over the goodput of the SEs' UACs (`None` with one SE).
+    pub fairness: Option<f64>,
+    /// Goodput (200 OK within 10 s) per second of load, by SE (from each SE's UAC report).
+    pub per_se_goodput_cps: Vec<f64>,
+    /// Calls placed.
+    pub calls_attempted: u64,
+    /// Calls completed (200 OK, ACK, BYE answered).
+    pub calls_ok: u64,
+    /// 503 responses at the UACs (the SEs' own 503s: their throttling or local control).
+    pub r503: u64,
+    /// Other final failures at the UACs: an SE answers `500` upstream for a `503` of the RE
+    /// (RFC 3261 §16.7).
+    pub r_other: u64,
+    /// Calls that timed out or were cut by the drain limit.
+    pub timeouts: u64,
+    /// New INVITEs the SEs rejected because of the RE's loss answers
+    /// (`holdline_feedback_rejected_total{reason="loss_throttle"}`).
+    pub se_throttled: u64,
+    /// New INVITEs the SEs rejected by their own local control (`reason="occupancy"`).
+    pub se_local_rejected: u64,
+    /// New INVITEs the RE rejected by its local control
+    /// (`holdline_overload_rejected_total{reason="occupancy"}`).
+    pub re_rejected: u64,
+    /// Every 503 of the RE's gate (`holdline_sip_rejected_overload_total`, all reasons).
+    pub re_rejected_all: u64,
+    /// Responses the RE sent carrying a feedback answer (`holdline_feedback_answers_total`).
+    pub re_answers: u64,
+    /// New INVITEs of offering clients that skipped the RE's gate.
+    pub re_gate_exempt: u64,
+    /// Valid feedback answers the SEs took (`holdline_feedback_reports_total{result="valid"}`).
+    pub se_reports: u64,
+    /// The RE's answer (loss percent) when the load ended (`None`: it answered nothing).
+    pub re_loss_percent: Option<f64>,
+    /// The RE's local acceptance fraction when the load ended.
+    pub re_acceptance: f64,
+    /// RE CPU over the run, seconds.
+    pub re_cpu_s: f64,
+    /// RE core busy over the run (1.0 = one core).
+    pub re_busy: f64,
+    /// Which run of the point this is (`--repeat`), from 0.
+    #[serde(default)]
+    pub run: u32,
+}
+
+/// Everything a run measured (`results.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Results {
+    /// `feedback`.
+    pub experiment: String,
+    /// The command line.
+    pub command: String,
+    /// Start time, seconds since the Unix epoch.
+    pub started_unix_s: u64,
+    /// Quick mode.
+    pub quick: bool,
+    /// Machine facts.
+    pub machine: Value,
+    /// `--emulate-cost-us` of the RE.
+    pub emulate_cost_us: u64,
+    /// `--emulate-reject-cost-us` of the RE.
+    pub emulate_reject_cost_us: u64,
+    /// The CPU quota of the RE, percent of one core (`--cpu-quota`), if any.
+    pub cpu_quota_percent: Option<u64>,
+    /// The quota's period, µs.
+    pub quota_period_us: Option<u64>,
+    /// RE CPU per completed call measured without quota or control (quota mode), µs.
+    pub calibration_cpu_us_per_call: Option<f64>,
+    /// Nominal capacity: from the emulated cost, or from the quota and the CPU per call.
+    pub nominal_capacity_cps: f64,
+    /// The highest clean rate of the capacity steps (or `--capacity`).
+    pub clean_capacity_cps: f64,
+    /// The highest steady goodput of the capacity steps.
+    pub saturation_cps: f64,
+    /// The capacity load factors refer to: the clean capacity, under a quota the saturation
+    /// throughput.
+    pub capacity_cps: f64,
+    /// `--repeat`.
+    pub repeat: u32,
+    /// Capacity steps (mechanism `none`, one SE).
+    pub capacity_steps: Vec<Point>,
+    /// The curve.
+    pub points: Vec<Point>,
+    /// Wall time of the run, s.
+    pub elapsed_s: f64,
+}
+
+/// Entry point of `holdline lab feedback ARGS`.
+pub fn main(args: Vec<String>) -> ExitCode {
+    lab_main(
+        "feedback",
+        args,
+        |a: &Args| a.out.clone(),
+        run,
+        |r: &Results| r.elapsed_s,
+    )
+}
+
+/// How the servers of one mechanism are started.
+///
+/// A name is a base mechanism (`none`, `occ`, `loss`, `rate`) with options `+KEY=VALUE`, each a
+/// line of the RE's `[overload]` section, e.g. `loss+udp_invite_recv_buffer=16384`.
+#[derive(Debug, PartialEq, Eq)]
+struct Mechanism {
+    /// The RE's `--overload`.
+    re_overload: &'static str,
+    /// The RE's `[overload]` lines (a config file), if any.
+    re_config: Option<String>,
+    /// The SEs' extra arguments.
+    se_args: &'static [&'static str],
+}
+
+impl Mechanism {
+    fn parse(name: &str) -> Result<Self> {
+        let mut parts = name.split('+');
+        let base = parts.next().unwrap_or_default();
+        let answer = "[overload]\nfeedback_answer = true\n";
+        let mut m = match base {
+            "none" => Self {
+                re_overload: "none",
+                re_config: None,
+                se_args: &["--overload=none", "--feedback=none"],
+            },
+            "occ" => Self {
+                re_overload: "occ",
+                re_config: None,
+                se_args: &["--feedback=none"],
+            },
+            "loss" => Self {
+                re_overload: "occ",
+                re_config: Some(answer.to_owned()),
+                se_args: &["--feedback=loss"],
+            },
+            "rate" => Self {
+                re_overload: "occ",
+                re_config: Some(answer.to_owned()),
+                se_args: &["--feedback=rate"],
+            },
+            "window" => {
+                return Err(LabError::Precondition(format!(
+                    "mechanism `{name}` is not implemented yet: the RE answers loss (RFC 7339) \
+                     and rate (RFC 7415); window answers are to come"
+                )));
+            }
+            other => {
+                return Err(LabError::Precondition(format!(
+                    "unknown mechanism `{other}` (known: {}; later: {})",
+                    MECHANISMS.join(", "),
+                    NOT_YET.join(", ")
+                )));
+            }
+        };
+        for opt in parts {
+            match opt.split_once('=') {
+                Some((k, v)) if !k.is_empty() && !v.is_empty() => {
+                    let cfg = m.re_config.get_or_insert_with(|| "[overload]\n".to_owned());
+                    cfg.push_str(&format!("{k} = {v}\n"));
+                }
+                _ => {
+                    return Err(LabError::Precondition(format!(
+                        "mechanism `{name}`: option `{opt}` is not KEY=VALUE (a line of the \
+                         RE's [overload] section)"
+                    )));
+                }
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// What one point is.
+struct Spec<'a> {
+    mechanism: &'a str,
+    ses: u32,
+    cost_us: u64,
+    reject_cost_us: u64,
+    rate: f64,
+    duration_s: f64,
+    drain_s: f64,
+    tag: String,
+    /// The `cgroup.procs` file of the CPU group the RE is born in, if any.
+    group: Option<&'a Path>,
+}
+
+fn server_args(port: u16, metrics: u16, next_hop: u16) -> Vec<String> {
+    vec![
+        "serve".into(),
+        format!("--listen=udp:127.0.0.1:{port}"),
+        format!("--route=*=udp:127.0.0.1:{next_hop}"),
+        "--workers=1".into(),
+        "--store=memory".into(),
+        format!("--metrics=127.0.0.1:{metrics}"),
+    ]
+}
+
+/// [`run_point_once`], again with fresh ports when a process could not bind its port.
+fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
+    crate::runner::with_fresh_ports("feedback", &spec.tag, || {
+        run_point_once(exe, runs, spec, capacity)
+    })
+}
+
+/// Runs one point with fresh processes; their reports and logs stay in `runs` (`TAG-…`).
+fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
+    let mech = Mechanism::parse(spec.mechanism)?;
+    let m = spec.ses.max(1) as usize;
+    let (re_port, re_metrics, uas_port) = (free_port()?, free_port()?, free_port()?);
+    let tag = &spec.tag;
+    let limit = spec.duration_s + spec.drain_s + 5.0;
+
+    // UAS (core 0).
+    let uas_json = runs.join(format!("{tag}-uas.json"));
+    let uas_csv = runs.join(format!("{tag}-uas.csv"));
+    let uas_log = runs.join(format!("{tag}-uas.log"));
+    let uas_started = Instant::now();
+    let mut uas = spawn(
+        GENERATOR_CORE,
+        exe,
+        &[
+            "load".into(),
+            "uas".into(),
+            format!("--listen=127.0.0.1:{uas_port}"),
+            format!("--json={}", uas_json.display()),
+            format!("--csv={}", uas_csv.display()),
+            format!("--max-time={}", limit + 3.0),
+            "--progress=off".into(),
+        ],
+        &uas_log,
+    )?;
+    wait_bound(
+        &mut uas.0,
+        uas_port,
+        Some(Transport::Udp),
+        "holdline load uas",
+        &uas_log,
+    )?;
+
+    // RE (core 1, in the CPU group if any).
+    let mut re_args = server_args(re_port, re_metrics, uas_port);
+    re_args.extend([
+        format!("--overload={}", mech.re_overload),
+        format!("--emulate-cost-us={}", spec.cost_us),
+        format!("--emulate-reject-cost-us={}", spec.reject_cost_us),
+    ]);
+    if let Some(text) = &mech.re_config {
+        let cfg = runs.join(format!("{tag}-re.toml"));
+        std::fs::write(&cfg, text)
+            .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
+        re_args.push(format!("--config={}", cfg.display()));
+    }
+    let re_log = runs.join(format!("{tag}-re.log"));
+    let mut re = spawn_in(SERVER_CORE, spec.group, exe, &re_args, &re_log)?;
+    wait_bound(&mut re.0, re_port, Some(Transport::Udp), "the RE", &re_log)?;
+
+    // SEs (core 0).
+    let mut ses: Vec<(Proc, u16, u16)> = Vec::with_capacity(m);
+    for i in 0..m {
+        let (port, metrics) = (free_port()?, free_port()?);
+        let mut args = server_args(port, metrics, re_port);
+        args.extend(mech.se_args.iter().map(|a| a.to_string()));
+        let log = runs.join(format!("{tag}-se{i}.log"));
+        let mut p = spawn(GENERATOR_CORE, exe, &args, &log)?;
+        wait_bound(&mut p.0, port, Some(Transport::Udp), "an SE", &log)?;
+        ses.push((p, port, metrics));
+    }
+
+    // UACs (core 0), one per SE, the load split evenly.
+    let cpu0 = procfs::tree_cpu_us(re.0.id());
+    let t0 = Instant::now();
+    // Where the load window falls on the UAS's clock.
+    let offset = t0.saturating_duration_since(uas_started).as_secs_f64();
+    let mut uacs = Vec::with_capacity(m);
+    for (i, (_, port, _)) in ses.iter().enumerate() {
+        let args: Vec<String> = vec![
+            "load".into(),
+            "uac".into(),
+            format!("--target=127.0.0.1:{port}"),
+            format!("--rate={}", spec.rate / m as f64),
+            format!("--duration={}", spec.duration_s),
+            format!("--drain={}", spec.drain_s),
+            format!("--goodput-window={GOODPUT_WINDOW_S}"),
+            format!("--max-time={limit}"),
+            format!("--seed={}", i + 1),
+            format!(
+                "--json={}",
+                runs.join(format!("{tag}-uac{i}.json")).display()
+            ),
+            format!("--csv={}", runs.join(format!("{tag}-uac{i}.csv")).display()),
+            "--progress=off".into(),
+        ];
+        let log = runs.join(format!("{tag}-uac{i}.log"));
+        uacs.push(spawn(GENERATOR_CORE, exe, &args, &log)?);
+    }
+    // The RE's answer and acceptance as the load ends (one scrape; the sleep is bounded by
+    // the load's duration).
+    std::thread::sleep(
+        (t0 + Duration::from_secs_f64(spec.duration_s)).saturating_duration_since(Instant::now()),
+    );
+    let at_load_end = scrape(re_metrics);
+    let mut overran = None;
+    for (i, u) in uacs.iter_mut().enumerate() {
+        let left = Duration::from_secs_f64(limit + 5.0).saturating_sub(t0.elapsed());
+        if !wait_bounded(&mut u.0, left) && overran.is_none() {
+            overran = Some(i);
+        }
+    }
+    let window = t0.elapsed().as_secs_f64();
+    let cpu1 = procfs::tree_cpu_us(re.0.id());
+    let re_text = scrape(re_metrics);
+    let se_texts: Vec<String> = ses.iter().map(|(_, _, metrics)| scrape(*metrics)).collect();
+    // The UAS writes its report on SIGTERM.
+    terminate(&uas.0);
+    wait_bounded(&mut uas.0, Duration::from_secs(5));
+    drop(ses);
+    drop(re);
+    if let Some(i) = overran {
+        return Err(LabError::Process(format!(
+            "{tag}: UAC {i} overran its time limit; log {}",
+            tail(&runs.join(format!("{tag}-uac{i}.log")))
+        )));
+    }
+
+    let mut reports = Vec::with_capacity(m);
+    for i in 0..m {
+        reports.push(read_json(&runs.join(format!("{tag}-uac{i}.json")))?);
+    }
+    let uas_r = read_json(&uas_json).unwrap_or(Value::Null);
+    let per_se: Vec<f64> = reports.iter().map(|r| num(r, &["goodput_cps"])).collect();
+    let sum = |path: &[&str]| reports.iter().map(|r| count(r, path)).sum::<u64>();
+    let pdd_n: Vec<f64> = reports
+        .iter()
+        .map(|r| num(r, &["latency", "pdd", "count"]))
+        .collect();
+    let total_n: f64 = pdd_n.iter().sum();
+    let pdd_p50 = if total_n > 0.0 {
+        reports
+            .iter()
+            .zip(&pdd_n)
+            .map(|(r, n)| num(r, &["pdd_p50_ms"]) * n)
+            .sum::<f64>()
+            / total_n
+    } else {
+        0.0
+    };
+    let se_sum = |name: &str, labels: &[&str]| -> u64 {
+        se_texts
+            .iter()
+            .map(|t| metric_where(t, name, labels))
+            .sum::<f64>() as u64
+    };
+    let goodput_steady: f64 = (0..m)
+        .map(|i| {
+            steady(
+                &runs.join(format!("{tag}-uac{i}.csv")),
+                "goodput",
+                spec.duration_s,
+            )
+        })
+        .sum();
+    let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
+    let answering = at_load_end
+        .lines()
+        .any(|l| l.starts_with("holdline_feedback_answer_loss_percent"));
+    Ok(Point {
+        experiment: "feedback".into(),
+        mechanism: spec.mechanism.to_string(),
+        ses: Some(spec.ses),
+        load_factor: if capacity > 0.0 {
+            spec.rate / capacity
+        } else {
+            0.0
+        },
+        offered_cps: reports.iter().map(|r| num(r, &["offered_cps"])).sum(),
+        capacity_cps: capacity,
+        throughput_cps: window_sum(&uas_csv, "completed", offset, offset + spec.duration_s)
+            / spec.duration_s.max(1e-3),
+        goodput_cps: per_se.iter().sum(),
+        goodput_steady_cps: goodput_steady,
+        goodput_of_capacity: if capacity > 0.0 {
+            goodput_steady / capacity
+        } else {
+            0.0
+        },
+        pdd_p50_ms: pdd_p50,
+        pdd_p99_ms: reports
+            .iter()
+            .map(|r| num(r, &["pdd_p99_ms"]))
+            .fold(0.0f64, f64::max),
+        retrans_invite: sum(&["totals", "retrans_invite"]),
+        retrans_200: count(&uas_r, &["totals", "retrans_200"]),
+        fairness: (m > 1).then(|| holdline_metrics::jain_index(&per_se)),
+        per_se_goodput_cps: per_se,
+        calls_attempted: sum(&["totals", "attempted"]),
+        calls_ok: sum(&["totals", "calls_ok"]),
+        r503: sum(&["totals", "r503"]),
+        r_other: sum(&["totals", "r_fail_other"]),
+        timeouts: sum(&["totals", "timeouts"]),
+        se_throttled: se_sum(
+            "holdline_feedback_rejected_total",
+            &["reason=\"loss_throttle\""],
+        ),
+        se_local_rejected: se_sum(
+            "holdline_overload_rejected_total",
+            &["reason=\"occupancy\""],
+        ),
+        re_rejected: metric_where(
+            &re_text,
+            "holdline_overload_rejected_total",
+            &["reason=\"occupancy\""],
+        ) as u64,
+        re_rejected_all: metric(&re_text, "holdline_sip_rejected_overload_total") as u64,
+        re_answers: metric(&re_text, "holdline_feedback_answers_total") as u64,
+        re_gate_exempt: metric(&re_text, "holdline_feedback_gate_exempt_total") as u64,
+        se_reports: se_sum("holdline_feedback_reports_total", &["result=\"valid\""]),
+        re_loss_percent: answering
+            .then(|| metric(&at_load_end, "holdline_feedback_answer_loss_percent")),
+        re_acceptance: if at_load_end.is_empty() {
+            1.0
+        } else {
+            metric(&at_load_end, "holdline_overload_acceptance_ratio")
+        },
+        re_cpu_s: cpu_s,
+        re_busy: cpu_s / window.max(1e-3),
+        run: 0,
+    })
+}
+
+fn progress(i: usize, n: usize, p: &Point, started: Instant) {
+    eprintln!(
+        "[{i}/{n} {:>5.0} s] {:<5} {:>2} SE {:>5.2}x offered {:>7.1}/s  goodput {:>6.1}/s ({})  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 SE {:>6} RE {:>6}  INVITE retrans {:>6}  answers {:>6}  fairness {}",
+        started.elapsed().as_secs_f64(),
+        p.mechanism,
+        p.ses.unwrap_or(1),
+        p.load_factor,
+        p.offered_cps,
+        p.goodput_steady_cps,
+        if p.capacity_cps > 0.0 {
+            format!("{:.2}", p.goodput_of_capacity)
+        } else {
+            "-".to_string()
+        },
+        p.pdd_p50_ms,
+        p.pdd_p99_ms,
+        p.se_throttled,
+        p.re_rejected,
+        p.retrans_invite,
+        p.re_answers,
+        p.fairness
+            .map_or_else(|| "-".to_string(), |f| format!("{f:.3}")),
+    );
+}
+
+/// The file-name tag of run `run` of mechanism `m` with `ses` SEs at load factor `f`.
+fn tag(m: &str, ses: u32, f: f64, run: u32) -> String {
+    if run == 0 {
+        format!("{m}-{ses}se-{f}x")
+    } else {
+        format!("{m}-{ses}se-{f}x-r{run}")
+    }
+}
+
+/// Runs the experiment and writes its results.
+pub fn run(args: &Args) -> Result<Results> {
+    if args.sweep.replot {
+        return replot(&args.out);
+    }
+    check_tools()?;
+    let started = Instant::now();
+    let quick = args.sweep.quick;
+    let exe = holdline_exe(args.sweep.exe.as_deref())?;
+    let duration = args
+        .sweep
+        .duration
+        .unwrap_or(if quick { 4.0 } else { 15.0 });
+    let drain = if quick { 5.0 } else { GOODPUT_WINDOW_S };
+    let loads = if !args.sweep.loads.is_empty() {
+        args.sweep.loads.clone()
+    } else if quick {
+        vec![1.0, 5.0]
+    } else {
+        vec![0.5, 1.0, 2.0, 3.0, 5.0, 10.0]
+    };
+    let ses = if !args.ses.is_empty() {
+        args.ses.clone()
+    } else if quick {
+        vec![1]
+    } else {
+        vec![1, 3, 10]
+    };
+    let mechanisms: Vec<String> = if !args.sweep.mechanisms.is_empty() {
+        args.sweep.mechanisms.clone()
+    } else if quick {
+        vec!["occ".into(), "loss".into()]
+    } else {
+        MECHANISMS.iter().map(|s| s.to_string()).collect()
+    };
+    for m in &mechanisms {
+        Mechanism::parse(m)?;
+    }
+    if ses.iter().any(|&n| n == 0 || n > 64) {
+        return Err(LabError::Precondition(
+            "--ses: each number of SEs must be between 1 and 64".into(),
+        ));
+    }
+    if loads
+        .iter()
+        .any(|&f| !(f.is_finite() && f > 0.0 && f <= 100.0))
+    {
+        return Err(LabError::Precondition(
+            "--loads: each load factor must be in (0, 100]".into(),
+        ));
+    }
+    let quota = args.cpu_quota;
+    // Under a quota the RE's scarcity is real: no emulated work.
+    let (cost_us, reject_cost_us) = match quota {
+        Some(_) => (0, 0),
+        None => (args.sweep.cost_us, args.sweep.reject_cost_us),
+    };
+    if quota.is_none() && cost_us == 0 && args.capacity.is_none() {
+        return Err(LabError::Precondition(
+            "--cost-us 0 leaves the RE unlimited: use --cpu-quota PCT or --capacity CPS".into(),
+        ));
+    }
+    let runs = args.out.join("runs");
+    std::fs::create_dir_all(&runs)
+        .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
+    let group = match quota {
+        Some(pct) => Some(CpuGroup::create(
+            &format!("holdline-feedback-{}", std::process::id()),
+            args.quota_period_us,
+            args.quota_period_us * pct / 100,
+        )?),
+        None => None,
+    };
+    let procs = group.as_ref().map(CpuGroup::procs_file);
+    // Capacity steps, factors of the nominal capacity. Under a quota the nominal figure comes
+    // from an unloaded RE, whose CPU per call is higher than a saturated one's (no
+    // batching), so the steps ramp up geometrically until the RE saturates.
+    let steps: Vec<f64> = match (args.capacity.is_some(), quota.is_some(), quick) {
+        (true, ..) => Vec::new(),
+        (false, false, true) => vec![0.8, 0.9, 1.0],
+        (false, false, false) => vec![0.7, 0.8, 0.9, 1.0, 1.1],
+        (false, true, _) => (0..QUOTA_RAMP_STEPS)
+            .map(|k| 0.8 * QUOTA_RAMP_FACTOR.powi(k))
+            .collect(),
+    };
+    let calibrate = quota.is_some() && args.capacity.is_none();
+    let total = usize::from(calibrate)
+        + steps.len()
+        + ses.len() * loads.len() * mechanisms.len() * args.repeat as usize;
+    let mut done = 0;
+
+    // Nominal capacity: from the emulated cost, or under a quota from the CPU a call costs
+    // the RE (measured without quota and without control).
+    let mut calibration = None;
+    let nominal = if calibrate {
+        let spec = Spec {
+            mechanism: "none",
+            ses: 1,
+            cost_us,
+            reject_cost_us,
+            rate: CALIBRATION_CPS,
+            duration_s: 5.0,
+            drain_s: 3.0,
+            tag: "calibration".into(),
+            group: None,
+        };
+        let p = run_point(&exe, &runs, &spec, 0.0)?;
+        done += 1;
+        progress(done, total, &p, started);
+        let per_call = p.re_cpu_s * 1e6 / p.calls_ok.max(1) as f64;
+        calibration = Some(per_call);
+        quota.unwrap_or(100) as f64 / 100.0 * 1e6 / per_call.max(1.0)
+    } else if cost_us > 0 {
+        1e6 / (MESSAGES_PER_CALL * cost_us as f64)
+    } else {
+        args.capacity.unwrap_or(0.0)
+    };
+    eprintln!(
+        "feedback: RE {cost_us} µs per message (rejections {reject_cost_us} µs){}, nominal capacity {nominal:.0} calls/s; {total} points of {duration:.0} s; SEs {ses:?}; loads {loads:?}; mechanisms {mechanisms:?}",
+        match (quota, calibration) {
+            (Some(pct), Some(c)) => format!(
+                ", CPU quota {pct}% of a core (period {} µs), {c:.1} µs CPU per call",
+                args.quota_period_us
+            ),
+            (Some(pct), None) => format!(", CPU quota {pct}% of a core"),
+            _ => String::new(),
+        },
+    );
+
+    // Phase 1: the RE's capacity (no control, one SE).
+    let mut capacity_steps = Vec::new();
+    let mut clean_capacity = args.capacity.unwrap_or(0.0);
+    for &f in &steps {
+        let rate = (nominal * f).round();
+        let spec = Spec {
+            mechanism: "none",
+            ses: 1,
+            cost_us,
+            reject_cost_us,
+            rate,
+            duration_s: duration,
+            drain_s: drain,
+            tag: format!("capacity-{rate}"),
+            group: procs.as_deref(),
+        };
+        let mut p = run_point(&exe, &runs, &spec, 0.0)?;
+        p.load_factor = f;
+        done += 1;
+        progress(done, total, &p, started);
+        let clean = p.calls_attempted > 0
+            && p.calls_ok == p.calls_attempted
+            && p.pdd_p99_ms <= 200.0
+            && p.retrans_invite == 0;
+        if clean {
+            clean_capacity = clean_capacity.max(rate);
+        }
+        // Under a quota the ramp goes on until the RE is saturated: calls fail or wait.
+        let saturated =
+            (p.calls_ok as f64) < 0.98 * p.calls_attempted as f64 || p.pdd_p99_ms > 1000.0;
+        if quota.is_some() && saturated {
+            let share = quota.unwrap_or(100) as f64 / 100.0;
+            if p.re_busy < 0.8 * share {
+                eprintln!(
+                    "feedback: the RE was only {:.0}% busy (quota {:.0}%) where calls began to fail: core 0 (SE, UAC, UAS) may be the bottleneck",
+                    p.re_busy * 100.0,
+                    share * 100.0
+                );
+            }
+            capacity_steps.push(p);
+            break;
+        }
+        capacity_steps.push(p);
+    }
+    if clean_capacity <= 0.0 {
+        clean_capacity = nominal * steps.first().copied().unwrap_or(1.0);
+        eprintln!(
+            "feedback: no capacity step was clean; using {clean_capacity:.0} calls/s (the lowest step)"
+        );
+    }
+    let saturation = capacity_steps
+        .iter()
+        .map(|p| p.goodput_steady_cps)
+        .fold(0.0f64, f64::max);
+    // Load factors are multiples of the clean capacity; under a quota, of the saturation
+    // throughput (throttling makes the clean-capacity rule noisy).
+    let capacity = if quota.is_some() && args.capacity.is_none() && saturation > 0.0 {
+        saturation
+    } else {
+        clean_capacity
+    };
+    eprintln!(
+        "feedback: capacity {clean_capacity:.0} calls/s, saturation throughput {saturation:.0} calls/s; load factors of {capacity:.0} calls/s"
+    );
+
+    // Phase 2: the curves.
+    let mut points = Vec::new();
+    for &n in &ses {
+        for &f in &loads {
+            for run in 0..args.repeat {
+                for m in &mechanisms {
+                    let spec = Spec {
+                        mechanism: m,
+                        ses: n,
+                        cost_us,
+                        reject_cost_us,
+                        rate: (capacity * f).round(),
+                        duration_s: duration,
+                        drain_s: drain,
+                        tag: tag(m, n, f, run),
+                        group: procs.as_deref(),
+                    };
+                    let mut p = run_point(&exe, &runs, &spec, capacity)?;
+                    p.run = run;
+                    done += 1;
+                    progress(done, total, &p, started);
+                    if p.offered_cps < 0.9 * spec.rate {
+                        eprintln!(
+                            "feedback: the UACs offered only {:.0} of {:.0} calls/s: core 0 (SEs, UACs, UAS) is saturated, so this point measures less than its load factor",
+                            p.offered_cps, spec.rate
+                        );
+                    }
+                    points.push(p);
+                    // What is measured so far survives an interrupted run.
+                    let partial = serde_json::json!({
+                        "experiment": "feedback",
+                        "partial": true,
+                        "capacity_cps": capacity,
+                        "points": &points,
+                    });
+                    std::fs::write(
+                        args.out.join("results.partial.json"),
+                        serde_json::to_string_pretty(&partial).unwrap_or_default(),
+                    )
+                    .map_err(|e| LabError::io("write results.partial.json", e))?;
+                }
+            }
+        }
+    }
+
+    let results = Results {
+        experiment: "feedback".into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(started.elapsed().as_secs()),
+        quick,
+        machine: machine(),
+        emulate_cost_us: cost_us,
+        emulate_reject_cost_us: reject_cost_us,
+        cpu_quota_percent: quota,
+        quota_period_us: quota.map(|_| args.quota_period_us),
+        calibration_cpu_us_per_call: calibration,
+        nominal_capacity_cps: nominal,
+        clean_capacity_cps: clean_capacity,
+        saturation_cps: saturation,
+        capacity_cps: capacity,
+        repeat: args.repeat,
+        capacity_steps,
+        points,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    drop(group);
+    write(&args.out, &results)?;
+    let _ = std::fs::remove_file(args.out.join("results.partial.json"));
+    Ok(results)
+}
+
+/// Rewrites the CSV files and the plots from `DIR/results.json`.
+fn replot(out: &Path) -> Result<Results> {
+    let path = out.join("results.json");
+    let r: Results = serde_json::from_value(read_json(&path)?).map_err(|e| LabError::Report {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    write(out, &r)?;
+    Ok(r)
+}
+
+/// The series label of a mechanism and number of SEs.
+fn label(mechanism: &str, ses: u32) -> String {
+    let name = match mechanism {
+        "none" => "no control",
+        "occ" => "local OCC",
+        "loss" => "RFC 7339 loss",
+        "rate" => "RFC 7415 rate",
+        other => other,
+    };
+    format!("{name}, {ses} SE{}", if ses == 1 { "" } else { "s" })
+}
+
+/// One point per mechanism, number of SEs and load factor: the median of its runs, field by
+/// field, with the number of runs and their lowest and highest steady goodput.
+fn medians(points: &[Point]) -> Vec<(Point, usize, f64, f64)> {
+    let same = |p: &Point, q: &Point| {
+        p.mechanism == q.mechanism && p.ses == q.ses && (p.load_factor - q.load_factor).abs() < 1e-9
+    };
+    let mut firsts: Vec<&Point> = Vec::new();
+    for p in points {
+        if !firsts.iter().any(|q| same(p, q)) {
+            firsts.push(p);
+        }
+    }
+    firsts
+        .into_iter()
+        .map(|first| {
+            let runs: Vec<&Point> = points.iter().filter(|p| same(p, first)).collect();
+            let med = |g: fn(&Point) -> f64| median(runs.iter().map(|p| g(p)).collect());
+            let medu = |g: fn(&Point) -> u64| med_u64(runs.iter().map(|p| g(p)).collect());
+            let steady: Vec<f64> = runs.iter().map(|p| p.goodput_steady_cps).collect();
+            let lo = steady.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = steady.iter().copied().fold(0.0f64, f64::max);
+            let p = Point {
+                offered_cps: med(|p| p.offered_cps),
+                throughput_cps: med(|p| p.throughput_cps),
+                goodput_cps: med(|p| p.goodput_cps),
+                goodput_steady_cps: med(|p| p.goodput_steady_cps),
+                goodput_of_capacity: med(|p| p.goodput_of_capacity),
+                pdd_p50_ms: med(|p| p.pdd_p50_ms),
+                pdd_p99_ms: med(|p| p.pdd_p99_ms),
+                retrans_invite: medu(|p| p.retrans_invite),
+                retrans_200: medu(|p| p.retrans_200),
+                fairness: first
+                    .fairness
+                    .map(|_| median(runs.iter().filter_map(|p| p.fairness).collect())),
+                calls_attempted: medu(|p| p.calls_attempted),
+                calls_ok: medu(|p| p.calls_ok),
+                r503: medu(|p| p.r503),
+                r_other: medu(|p| p.r_other),
+                timeouts: medu(|p| p.timeouts),
+                se_throttled: medu(|p| p.se_throttled),
+                se_local_rejected: medu(|p| p.se_local_rejected),
+                re_rejected: medu(|p| p.re_rejected),
+                re_rejected_all: medu(|p| p.re_rejected_all),
+                re_answers: medu(|p| p.re_answers),
+                re_gate_exempt: medu(|p| p.re_gate_exempt),
+                se_reports: medu(|p| p.se_reports),
+                re_cpu_s: med(|p| p.re_cpu_s),
+                re_busy: med(|p| p.re_busy),
+                ..first.clone()
+            };
+            (p, runs.len(), lo, hi)
+        })
+        .collect()
+}
+
+fn med_u64(v: Vec<u64>) -> u64 {
+    median(v.into_iter().map(|x| x as f64).collect()).round() as u64
+}
+
+fn opt(x: Option<f64>, prec: usize) -> String {
+    x.map_or_else(String::new, |v| format!("{v:.prec$}"))
+}
+
+fn write(out: &Path, r: &Results) -> Result<()> {
+    let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report {
+        path: out.join("results.json"),
+        reason: e.to_string(),
+    })?;
+    std::fs::write(out.join("results.json"), json)
+        .map_err(|e| LabError::io("write results.json", e))?;
+    let mut csv = String::from(
+        "experiment,mechanism,ses,load_factor,run,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,pdd_p50_ms,pdd_p99_ms,retrans_invite,retrans_200,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_throttled,se_local_rejected,re_rejected,re_rejected_all,re_answers,re_gate_exempt,se_reports,re_loss_percent,re_acceptance,re_cpu_s,re_busy,per_se_goodput_cps\n",
+    );
+    for p in &r.points {
+        csv.push_str(&format!(
+            "{},{},{},{:.3},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{}\n",
+            p.experiment,
+            p.mechanism,
+            p.ses.unwrap_or(1),
+            p.load_factor,
+            p.run,
+            p.offered_cps,
+            p.capacity_cps,
+            p.throughput_cps,
+            p.goodput_cps,
+            p.goodput_steady_cps,
+            p.goodput_of_capacity,
+            p.pdd_p50_ms,
+            p.pdd_p99_ms,
+            p.retrans_invite,
+            p.retrans_200,
+            opt(p.fairness, 4),
+            p.calls_attempted,
+            p.calls_ok,
+            p.r503,
+            p.r_other,
+            p.timeouts,
+            p.se_throttled,
+            p.se_local_rejected,
+            p.re_rejected,
+            p.re_rejected_all,
+            p.re_answers,
+            p.re_gate_exempt,
+            p.se_reports,
+            opt(p.re_loss_percent, 1),
+            p.re_acceptance,
+            p.re_cpu_s,
+            p.re_busy,
+            p.per_se_goodput_cps
+                .iter()
+                .map(|x| format!("{x:.1}"))
+                .collect::<Vec<_>>()
+                .join(";"),
+        ));
+    }
+    std::fs::write(out.join("points.csv"), csv).map_err(|e| LabError::io("write points.csv", e))?;
+
+    let summary = medians(&r.points);
+    if r.points.iter().any(|p| p.run > 0) {
+        let mut text = String::from(
+            "mechanism,ses,load_factor,runs,offered_cps,goodput_steady_cps,goodput_steady_min,goodput_steady_max,goodput_of_capacity,throughput_cps,pdd_p50_ms,pdd_p99_ms,retrans_invite,se_throttled,re_rejected,re_answers,re_cpu_s,fairness\n",
+        );
+        for (p, n, lo, hi) in &summary {
+            text.push_str(&format!(
+                "{},{},{:.3},{n},{:.1},{:.1},{lo:.1},{hi:.1},{:.3},{:.1},{:.1},{:.1},{},{},{},{},{:.3},{}\n",
+                p.mechanism,
+                p.ses.unwrap_or(1),
+                p.load_factor,
+                p.offered_cps,
+                p.goodput_steady_cps,
+                p.goodput_of_capacity,
+                p.throughput_cps,
+                p.pdd_p50_ms,
+                p.pdd_p99_ms,
+                p.retrans_invite,
+                p.se_throttled,
+                p.re_rejected,
+                p.re_answers,
+                p.re_cpu_s,
+                opt(p.fairness, 4),
+            ));
+        }
+        std::fs::write(out.join("summary.csv"), text)
+            .map_err(|e| LabError::io("write summary.csv", e))?;
+    }
+
+    // Plots of the medians (the points themselves with one run each).
+    let med: Vec<Point> = summary.into_iter().map(|(p, ..)| p).collect();
+    let mut ses: Vec<u32> = med.iter().filter_map(|p| p.ses).collect();
+    ses.sort_unstable();
+    ses.dedup();
+    let mut mechanisms: Vec<&str> = Vec::new();
+    for p in &med {
+        if !mechanisms.contains(&p.mechanism.as_str()) {
+            mechanisms.push(&p.mechanism);
+        }
+    }
+    let series_of = |f: fn(&Point) -> f64| {
+        let mut out = Vec::new();
+        for &n in &ses {
+            for m in &mechanisms {
+                let mut pts: Vec<(f64, f64)> = med
+                    .iter()
+                    .filter(|p| p.mechanism == *m && p.ses == Some(n))
+                    .map(|p| (p.offered_cps, f(p)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if !pts.is_empty() {
+                    out.push((label(m, n), pts));
+                }
+            }
+        }
+        out
+    };
+    let where_ = r
+        .cpu_quota_percent
+        .map_or_else(|| "emulated".to_string(), |q| format!("CPU quota {q}%"));
+    let mut goodput = series_of(|p| p.goodput_steady_cps);
+    let mut xs: Vec<f64> = med.iter().map(|p| p.offered_cps).collect();
+    xs.sort_by(f64::total_cmp);
+    goodput.push((
+        "capacity".to_string(),
+        xs.iter().map(|x| (*x, r.capacity_cps)).collect(),
+    ));
+    plot::chart(
+        out,
+        "goodput",
+        &format!(
+            "UDP, SEs -> RE ({where_}, capacity {:.0} calls/s): steady goodput (200 OK within 10 s) vs offered",
+            r.capacity_cps
+        ),
+        "offered calls/s",
+        "calls/s",
+        &goodput,
+    )?;
+    plot::chart(
+        out,
+        "pdd",
+        &format!("UDP, SEs -> RE ({where_}): PDD p99 (INVITE to 200 OK) vs offered"),
+        "offered calls/s",
+        "PDD p99, ms",
+        &series_of(|p| p.pdd_p99_ms),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mechanisms_name_their_servers_and_later_ones_are_refused_clearly() {
+        assert_eq!(Mechanism::parse("none").expect("none").re_overload, "none");
+        let occ = Mechanism::parse("occ").expect("occ");
+        assert_eq!(
+            (occ.re_overload, occ.se_args),
+            ("occ", &["--feedback=none"][..])
+        );
+        let loss = Mechanism::parse("loss").expect("loss");
+        assert_eq!(loss.se_args, &["--feedback=loss"][..]);
+        let rate = Mechanism::parse("rate+udp_invite_recv_buffer=16384").expect("rate");
+        assert_eq!(rate.se_args, &["--feedback=rate"][..]);
+        let text = rate.re_config.expect("config");
+        let c = holdline_server::ServerConfig::from_toml("re.toml", &text).expect("valid");
+        assert_eq!(c.overload.udp_invite_recv_buffer, 16_384);
+        assert!(Mechanism::parse("loss+nonsense").is_err());
+        for m in NOT_YET {
+            let e = Mechanism::parse(m).expect_err(m).to_string();
+            assert!(e.contains("not implemented yet"), "{e}");
+        }
+        let e = Mechanism::parse("bogus").expect_err("unknown").to_string();
+        assert!(e.contains("unknown mechanism") && e.contains("loss"), "{e}");
+    }
+
+    #[test]
+    fn the_re_of_loss_answers_feedback() {
+        let text = Mechanism::parse("loss")
+            .expect("loss")
+            .re_config
+            .expect("config");
+        let c = holdline_server::ServerConfig::from_toml("re.toml", &text).expect("valid");
+        assert!(c.overload.answers_feedback());
+        assert_eq!(c.overload.local, "occ");
+    }
+
+    #[test]
+    fn labelled_metrics_are_summed_over_workers() {
+        let text = "holdline_feedback_rejected_total{worker=\"0\",reason=\"loss_throttle\"} 7\n\
+                    holdline_feedback_rejected_total{worker=\"1\",reason=\"loss_throttle\"} 3\n\
+                    holdline_feedback_rejected_total{worker=\"0\",reason=\"rate_throttle\"} 5\n\
+                    holdline_feedback_rejected_total_x{worker=\"0\",reason=\"loss_throttle\"} 9\n";
+        let name = "holdline_feedback_rejected_total";
+        assert_eq!(
+            metric_where(text, name, &["reason=\"loss_throttle\""]),
+            10.0
+        );
+        assert_eq!(metric_where(text, name, &[]), 15.0);
+        assert_eq!(metric_where("", name, &[]), 0.0);
+    }
+
+    #[test]
+    fn medians_group_by_mechanism_ses_and_load() {
+        let p = |m: &str, ses: u32, g: f64, run: u32| Point {
+            experiment: "feedback".into(),
+            mechanism: m.into(),
+            ses: Some(ses),
+            load_factor: 5.0,
+            offered_cps: 750.0,
+            capacity_cps: 150.0,
+            throughput_cps: g,
+            goodput_cps: g,
+            goodput_steady_cps: g,
+            goodput_of_capacity: g / 150.0,
+            pdd_p50_ms: 1.0,
+            pdd_p99_ms: 2.0,
+            retrans_invite: 0,
+            retrans_200: 0,
+            fairness: (ses > 1).then_some(1.0),
+            per_se_goodput_cps: vec![g],
+            calls_attempted: 10,
+            calls_ok: 10,
+            r503: 0,
+            r_other: 0,
+            timeouts: 0,
+            se_throttled: run.into(),
+            se_local_rejected: 0,
+            re_rejected: 0,
+            re_rejected_all: 0,
+            re_answers: 0,
+            re_gate_exempt: 0,
+            se_reports: 0,
+            re_loss_percent: None,
+            re_acceptance: 1.0,
+            re_cpu_s: 1.0,
+            re_busy: 0.5,
+            run,
+        };
+        let pts = [
+            p("loss", 1, 100.0, 0),
+            p("loss", 3, 10.0, 0),
+            p("loss", 1, 140.0, 1),
+            p("loss", 1, 120.0, 2),
+        ];
+        let m = medians(&pts);
+        assert_eq!(m.len(), 2);
+        let (one, n, lo, hi) = &m[0];
+        assert_eq!(
+            (one.goodput_steady_cps, *n, *lo, *hi),
+            (120.0, 3, 100.0, 140.0)
+        );
+        assert_eq!(one.se_throttled, 1);
+        assert_eq!(m[1].0.fairness, Some(1.0));
+        assert_eq!(label("loss", 3), "RFC 7339 loss, 3 SEs");
+        assert_eq!(label("occ", 1), "local OCC, 1 SE");
+    }
+}
