@@ -22,7 +22,7 @@
 //!
 //! Measured per point: offered load, steady goodput (200 OK within 10 s, over the last three
 //! quarters of the load window), throughput (ACKs at the UAS in the load window), PDD, INVITE
-//! and 200 OK retransmissions, the 503s by who sent them (the SEs' `loss_throttle`, the RE's
+//! and 200 OK retransmissions, the 503s by who sent them (the SEs' `loss_throttle`/`rate_throttle`, the RE's
 //! local `occupancy` rejections, scraped from their metrics), the feedback's overhead
 //! (answers the RE sent, reports the SEs took), the RE's CPU (`/proc`) and Jain's index over
 //! the goodput of the SEs' UACs. Output in `--out DIR`: `results.json`, `points.csv`,
@@ -147,8 +147,8 @@ pub struct Point {
     pub r_other: u64,
     /// Calls that timed out or were cut by the drain limit.
     pub timeouts: u64,
-    /// New INVITEs the SEs rejected because of the RE's loss answers
-    /// (`holdline_feedback_rejected_total{reason="loss_throttle"}`).
+    /// New INVITEs the SEs rejected because of the RE's answers
+    /// (`holdline_feedback_rejected_total{reason="loss_throttle"|"rate_throttle"}`).
     pub se_throttled: u64,
     /// New INVITEs the SEs rejected by their own local control (`reason="occupancy"`).
     pub se_local_rejected: u64,
@@ -528,10 +528,8 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         r503: sum(&["totals", "r503"]),
         r_other: sum(&["totals", "r_fail_other"]),
         timeouts: sum(&["totals", "timeouts"]),
-        se_throttled: se_sum(
-            "holdline_feedback_rejected_total",
-            &["reason=\"loss_throttle\""],
-        ),
+        // Loss (RFC 7339) and rate (RFC 7415) throttling alike.
+        se_throttled: se_sum("holdline_feedback_rejected_total", &["_throttle\""]),
         se_local_rejected: se_sum(
             "holdline_overload_rejected_total",
             &["reason=\"occupancy\""],

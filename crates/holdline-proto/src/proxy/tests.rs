@@ -2458,14 +2458,19 @@ fn without_an_offer_nothing_is_added_or_reported() {
 }
 
 fn invite_offering(branch: &str, call: &str, via_params: &str) -> Vec<u8> {
+    invite_from(1, branch, call, via_params)
+}
+
+/// A new INVITE from user agent `client` with `via_params` after the Via's branch and rport.
+fn invite_from(client: u8, branch: &str, call: &str, via_params: &str) -> Vec<u8> {
     let via = format!(
         "SIP/2.0/UDP {};branch={branch};rport{via_params}",
-        ua_addr(1)
+        ua_addr(client)
     );
     request(
         "INVITE",
         "sip:bob@far.example.net",
-        ua_addr(1),
+        ua_addr(client),
         branch,
         1,
         &[("Via", &via), ("Call-ID", call)],
@@ -2597,19 +2602,11 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     .into_iter()
     .enumerate()
     {
-        let branch = format!("z9hG4bKr{i}");
-        let via = format!(
-            "SIP/2.0/UDP {};branch={branch};rport{params}",
-            ua_addr(client)
-        );
-        let call = format!("r{i}@test");
-        let inv = request(
-            "INVITE",
-            "sip:bob@far.example.net",
-            ua_addr(client),
-            &branch,
-            1,
-            &[("Via", &via), ("Call-ID", &call)],
+        let inv = invite_from(
+            client,
+            &format!("z9hG4bKr{i}"),
+            &format!("r{i}@test"),
+            params,
         );
         assert!(!e.handle_admitting(
             ms(1),
@@ -2646,18 +2643,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     assert_eq!(e.take_feedback_tally(), crate::FeedbackTally::default());
     // No rate control now: rate clients get an idle rate answer.
     e.set_overload_answer(Some(answer(crate::RateAnswer::Idle)));
-    let via = format!(
-        "SIP/2.0/UDP {};branch=z9hG4bKr9;rport;oc;oc-algo=\"rate\"",
-        ua_addr(1)
-    );
-    let inv = request(
-        "INVITE",
-        "sip:bob@far.example.net",
-        ua_addr(1),
-        "z9hG4bKr9",
-        1,
-        &[("Via", &via), ("Call-ID", "r9@test")],
-    );
+    let inv = invite_from(1, "z9hG4bKr9", "r9@test", ";oc;oc-algo=\"rate\"");
     e.handle(ms(2), &inv, udp(ua_addr(1)), Transport::Udp);
     let out = drain_to(&mut e, ms(2));
     let idle = out
@@ -2671,18 +2657,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     );
     // Rate not answered at all: a rate-only client gets nothing, and is not exempt.
     e.set_overload_answer(Some(answer(crate::RateAnswer::Off)));
-    let via = format!(
-        "SIP/2.0/UDP {};branch=z9hG4bKr10;rport;oc;oc-algo=\"rate\"",
-        ua_addr(1)
-    );
-    let inv = request(
-        "INVITE",
-        "sip:bob@far.example.net",
-        ua_addr(1),
-        "z9hG4bKr10",
-        1,
-        &[("Via", &via), ("Call-ID", "r10@test")],
-    );
+    let inv = invite_from(1, "z9hG4bKr10", "r10@test", ";oc;oc-algo=\"rate\"");
     let mut asked = 0;
     e.handle_admitting(
         ms(3),
