@@ -71,8 +71,8 @@ pub use controller::{Controller, ControllerFactory};
 pub use defer::{DeferConfig, DeferQueue, DeferStats, Release};
 pub use flood::{FloodConfig, FloodGuard, FloodStats, Verdict};
 pub use hop::{
-    Accept, HopClient, HopClientConfig, RateServer, RateServerConfig, TargetControl, loss_percent,
-    rate_share,
+    Accept, HopClient, HopClientConfig, HopMeasure, HopServer, HopServerConfig, TargetControl,
+    loss_percent, rate_share,
 };
 pub use none::{NoControl, NoControlConfig};
 pub use occ::{Occ, OccConfig};

@@ -518,7 +518,10 @@ impl Endpoint {
     ///
     /// `admit` is asked at most once per message and only for new INVITEs: requests of calls
     /// already admitted (ACK, BYE, CANCEL, anything with a To tag), other requests and every
-    /// response are never put to it.
+    /// response are never put to it. Its argument says whether the INVITE's upstream client
+    /// takes this proxy's overload answer and the answer exempts it
+    /// ([`OverloadAnswer::exempt`]): the driver then skips its controller, but may still reject
+    /// for reasons of its own (an INVITE that waited too long to be read).
     ///
     /// The ACK of such a rejection (RFC 3261 §17.1.1.3: the caller acknowledges a non-2xx
     /// final response hop by hop) is recognised by the rejection's To tag and absorbed here
@@ -534,7 +537,7 @@ impl Endpoint {
         bytes: &[u8],
         from: Peer,
         local: Transport,
-        admit: &mut dyn FnMut() -> Option<GateRejection>,
+        admit: &mut dyn FnMut(bool) -> Option<GateRejection>,
         forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
     ) -> bool {
         // Parsed once: the gate's classification and the handling share the index.
@@ -552,11 +555,13 @@ impl Endpoint {
                             self.rate_clients.insert(from.addr);
                         }
                     }
-                    if algo.is_some() && self.answer.is_some_and(|a| a.exempt) {
-                        self.stats.gate_exempt += 1;
-                    } else if let Some(r) = admit() {
+                    let exempt = algo.is_some() && self.answer.is_some_and(|a| a.exempt);
+                    if let Some(r) = admit(exempt) {
                         self.reject_at_gate(msg, from, r);
                         return true;
+                    }
+                    if exempt {
+                        self.stats.gate_exempt += 1;
                     }
                 }
                 Some(Method::Ack) if self.is_gate_ack(msg) => {

@@ -59,7 +59,8 @@
 //! smart_forwarding_hold_ms = 20    # ... for at least this long (0: at once, the paper's rule)
 //! # defer_new_invites = true       # TCP: new INVITEs wait for idle time, their connection
 //!                                  # unread meanwhile (default: on unless local = "none")
-//! defer_max_wait_ms = 250          # ... and get 503 when none comes within this
+//! defer_max_wait_ms = 250          # ... and get 503 when none comes within this (over
+//!                                  # UDP: when they waited this long in their socket)
 //! # udp_invite_socket = true       # UDP: new INVITEs come in on sockets of their own, read
 //!                                  # after everything else (default: on unless local = "none")
 //! udp_invite_recv_buffer = 262144  # ... whose receive buffer is this small (bytes)
@@ -67,7 +68,8 @@
 //! # feedback = "loss"              # hop-by-hop control (RFC 7339/7415), client role: none |
 //!                                  # loss | rate | "loss,rate" (default loss unless local = "none")
 //! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
-//!                                  # with occ and queue-delay)
+//!                                  # with occ)
+//! feedback_target_delay_ms = 100   # ... steering new INVITEs' queueing delay to this
 //! feedback_validity_ms = 500       # ... oc-validity of the answers
 //! feedback_answer_rate = true      # ... also to RFC 7415 rate clients
 //! feedback_rate_tolerance = 4.0    # RFC 7415 client: back-to-back INVITEs after a pause
@@ -391,7 +393,11 @@ pub struct OverloadSettings {
     pub defer_new_invites: Option<bool>,
     /// The longest a deferred new INVITE waits for idle time before it is answered `503`
     /// (reason `defer_timeout`), ms: bounds how long its connection, and the ACKs and BYEs
-    /// behind it, are held when the server never becomes idle.
+    /// behind it, are held when the server never becomes idle. Over UDP with INVITE sockets,
+    /// the longest a new INVITE may have waited in its socket (kernel receive time to read)
+    /// before it is answered `503` the same way, whatever the gate or an upstream's
+    /// exemption would say: its caller has retransmitted by then, and serving it late only
+    /// makes a slow call and a long queue.
     pub defer_max_wait_ms: u64,
     /// UDP: the kernel steers datagrams that start with `INVITE ` to sockets of their own
     /// (a reuseport program), which a worker reads only when it has read everything else: an
@@ -420,11 +426,16 @@ pub struct OverloadSettings {
     /// `oc-algo="loss,rate"`, which Kamailio 5.6.3 cannot parse (it drops the request: "bad
     /// header field [,rate\""): offer two only towards next hops known to take it.
     pub feedback: Option<String>,
-    /// Server role: answer upstream clients that offer `oc` with this server's own load (the
-    /// local controller's acceptance fraction as a loss percentage), and let their new
-    /// INVITEs skip the local gate while the fraction is above its floor. Absent: on when the
-    /// local controller has an acceptance fraction (`occ`, `queue-delay`).
+    /// Server role: answer upstream clients that offer `oc` with this server's own load (a
+    /// loss percentage, or a share of a rate, from its occupancy and the queueing delay of new
+    /// INVITEs: see `holdline_overload::HopServer`), and let their new INVITEs skip the local
+    /// gate. Needs the occupancy that local `occ` measures. Absent: on with `occ`.
     pub feedback_answer: Option<bool>,
+    /// Server role: the queueing delay of new INVITEs steered to, ms. Default 100 (measured:
+    /// 20 ms cut a server whose calls take 6 ms each to 0.82–0.93 of its capacity, below the
+    /// queueing its own Poisson arrivals cause at 90% occupancy; 100 ms kept 0.92–0.99, and is
+    /// far below T1, so no INVITE is retransmitted for it).
+    pub feedback_target_delay_ms: u32,
     /// `oc-validity` of the server role's answers, ms. Default 500 (RFC 7339's default).
     pub feedback_validity_ms: u32,
     /// Server role: also answer RFC 7415 rate-based clients (those preferring `rate`) with an
@@ -461,6 +472,7 @@ impl Default for OverloadSettings {
             feedback_answer: None,
             feedback_validity_ms: 500,
             feedback_answer_rate: true,
+            feedback_target_delay_ms: 100,
             feedback_rate_tolerance: 4.0,
         }
     }
@@ -499,6 +511,18 @@ impl OverloadSettings {
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after_s
             .map(|s| Duration::from_secs(u64::from(s)))
+    }
+
+    /// UDP: how long a new INVITE may wait in its INVITE socket before it is answered 503
+    /// whatever the gate says (`defer_max_wait_ms`), and the 503s' Retry-After; `None` without
+    /// INVITE sockets or control.
+    pub fn invite_max_wait(&self) -> Option<(Duration, Option<Duration>)> {
+        (self.separates_udp_invites() && self.local != "none").then(|| {
+            (
+                Duration::from_millis(self.defer_max_wait_ms),
+                self.retry_after(),
+            )
+        })
     }
 
     /// The deferral of new INVITEs over TCP, if on.
@@ -570,20 +594,19 @@ impl OverloadSettings {
         Ok(Some(cfg))
     }
 
-    /// The RFC 7415 server role's estimator, when rate is answered.
-    pub fn rate_server(&self) -> Option<holdline_overload::RateServerConfig> {
-        (self.answers_feedback() && self.feedback_answer_rate).then(|| {
-            holdline_overload::RateServerConfig {
+    /// The server role's estimator, when upstream clients are answered.
+    pub fn server_role(&self) -> Option<holdline_overload::HopServerConfig> {
+        self.answers_feedback()
+            .then(|| holdline_overload::HopServerConfig {
                 target_occupancy: self.target_occupancy,
-                ..holdline_overload::RateServerConfig::default()
-            }
-        })
+                target_delay: Duration::from_millis(u64::from(self.feedback_target_delay_ms)),
+                ..holdline_overload::HopServerConfig::default()
+            })
     }
 
     /// Whether the server role answers upstream clients (see `feedback_answer`).
     pub fn answers_feedback(&self) -> bool {
-        self.feedback_answer
-            .unwrap_or(matches!(self.local.as_str(), "occ" | "queue-delay"))
+        self.feedback_answer.unwrap_or(self.local == "occ")
     }
 
     /// The forward-gate controller (TCP smart forwarding), if on; or the key and why not.
@@ -1106,6 +1129,9 @@ impl ServerConfig {
         self.overload.controller()?;
         self.overload.forward_controller()?;
         self.overload.feedback_client()?;
+        if self.overload.feedback_target_delay_ms == 0 {
+            return err("overload.feedback_target_delay_ms", "must be positive");
+        }
         if self.overload.feedback_validity_ms == 0 {
             return err(
                 "overload.feedback_validity_ms",

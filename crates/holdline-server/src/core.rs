@@ -18,14 +18,16 @@ pub trait WorkerCore: Send {
     /// tag, not a retransmission of one already admitted) is put to `admit` first and, if it
     /// answers with a rejection, answered with it statelessly. Returns whether the message was
     /// rejected. `forward` is asked, for a new INVITE about to be sent to a next hop, whether
-    /// it may go there (TCP smart forwarding). The default (engines without a gate) handles
-    /// everything.
+    /// it may go there (TCP smart forwarding). `admit`'s argument: the INVITE's upstream
+    /// client takes the overload answer and is exempt from the local controller (see
+    /// `holdline_proto::Endpoint::handle_admitting`). The default (engines without a gate)
+    /// handles everything.
     fn handle_admitting(
         &mut self,
         now: Instant,
         bytes: &[u8],
         from: Peer,
-        admit: &mut dyn FnMut() -> Option<Rejection>,
+        admit: &mut dyn FnMut(bool) -> Option<Rejection>,
         forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
     ) -> bool {
         let _ = (admit, forward);

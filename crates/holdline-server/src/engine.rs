@@ -265,7 +265,7 @@ impl WorkerCore for Engine {
         now: Instant,
         bytes: &[u8],
         from: Peer,
-        admit: &mut dyn FnMut() -> Option<Rejection>,
+        admit: &mut dyn FnMut(bool) -> Option<Rejection>,
         forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
     ) -> bool {
         let rejected = self.endpoint.handle_admitting(
@@ -273,7 +273,7 @@ impl WorkerCore for Engine {
             bytes,
             from,
             from.transport,
-            &mut || admit().map(gate_rejection),
+            &mut |exempt| admit(exempt).map(gate_rejection),
             &mut |dest| forward(dest).map(gate_rejection),
         );
         self.drain_events();

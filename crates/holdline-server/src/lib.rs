@@ -297,6 +297,7 @@ impl Server {
                     .unwrap_or(config.overload.emulate_cost_us),
             ),
             defer: config.overload.defer_config(),
+            invite_max_wait: config.overload.invite_max_wait(),
             flood: config.flood.guard_config(engine::random_seed()),
             trusted: config.trusted.iter().map(|t| t.0).collect(),
         };
@@ -362,15 +363,13 @@ impl Server {
                     ),
                     None => None,
                 },
-                config
-                    .overload
-                    .answers_feedback()
-                    .then_some(config.overload.feedback_validity_ms),
-                match config.overload.rate_server() {
-                    Some(c) => Some(
-                        holdline_overload::RateServer::new(c)
+                match config.overload.server_role() {
+                    Some(c) => Some(worker::ServerRole::new(
+                        holdline_overload::HopServer::new(c)
                             .map_err(|e| StartError::Config(format!("overload: {e}")))?,
-                    ),
+                        config.overload.feedback_validity_ms,
+                        config.overload.feedback_answer_rate,
+                    )),
                     None => None,
                 },
             );

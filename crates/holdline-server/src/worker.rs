@@ -15,8 +15,8 @@ use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
     Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Feedback, FloodConfig,
-    FloodGuard, Lane, RateServer, Rejection, RejectionBudget, Release, Signal, Split, TargetId,
-    Verdict, Work,
+    FloodGuard, HopMeasure, HopServer, Lane, RejectReason, Rejection, RejectionBudget, Release,
+    Signal, Split, TargetId, Verdict, Work,
 };
 use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
 use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
@@ -52,6 +52,10 @@ const ACCEPT_BUDGET: usize = 64;
 pub(crate) enum Handoff {
     /// A message for a call the receiver owns.
     Inbound { bytes: Vec<u8>, from: Peer },
+    /// A datagram that waited too long in an INVITE socket, for a call the receiver owns: a
+    /// new INVITE is answered `503` ([`Settings::invite_max_wait`]); a retransmission of an
+    /// admitted one goes its normal way.
+    Stale { bytes: Vec<u8>, from: Peer },
     /// Bytes to write on a connection the receiver owns.
     Outbound { bytes: Vec<u8>, to: Peer },
     /// A new INVITE for a call the receiver owns, read over TCP at or before `since`: it
@@ -114,6 +118,11 @@ pub(crate) struct Settings {
     pub(crate) emulate_reject_cost: Duration,
     /// TCP: new INVITEs wait for idle time, their connection unread meanwhile (`None`: off).
     pub(crate) defer: Option<DeferConfig>,
+    /// UDP: a new INVITE that waited longer than this in its INVITE socket (kernel receive
+    /// time to read) is answered `503` (reason `defer_timeout`), whatever the gate would say:
+    /// its caller has retransmitted by now, and serving it late makes a call set up in
+    /// seconds and holds the queue. `None`: off.
+    pub(crate) invite_max_wait: Option<(Duration, Option<Duration>)>,
     /// Per-source flood protection (`None`: off), and the sources it exempts.
     pub(crate) flood: Option<FloodConfig>,
     pub(crate) trusted: Vec<IpNet>,
@@ -204,26 +213,51 @@ pub(crate) struct Worker {
     handled: u64,
     /// Hop-by-hop overload control, client role (RFC 7339 / RFC 7415), at the forward gate.
     hop: Option<Box<dyn Controller>>,
-    /// Server role: the `oc-validity` of the answers, when this worker answers.
-    answer_validity_ms: Option<u32>,
-    /// Server role, RFC 7415: the rate estimator, when rate is answered, and when it was last
-    /// updated.
-    rate_server: Option<RateServer>,
-    rate_updated: StdInstant,
-    /// Since when the loss answer has been at the floor ([`EXEMPT_BELOW_LOSS`]).
-    floor_since: Option<StdInstant>,
+    /// Hop-by-hop overload control, server role, when this worker answers.
+    server_role: Option<ServerRole>,
+    /// New INVITEs answered 503 because they waited too long in their INVITE socket.
+    stale_invites: u64,
 }
 
-/// The server role's loss answer at or above which upstream clients that take it may be put
-/// to the local gate again: the local controller's acceptance is at its floor (OCC's is 1%).
-const EXEMPT_BELOW_LOSS: u8 = 98;
+/// The server role of hop-by-hop overload control in a worker: the estimator and what it is
+/// fed between two control intervals.
+pub(crate) struct ServerRole {
+    /// The estimator (pure, in `holdline-overload`).
+    pub(crate) estimator: HopServer,
+    /// `oc-validity` of the answers, ms.
+    pub(crate) validity_ms: u32,
+    /// Whether rate-based clients are answered too.
+    pub(crate) answer_rate: bool,
+    /// When the estimator was last updated.
+    updated: StdInstant,
+    /// Since when the loss answer has been at its ceiling.
+    floor_since: Option<StdInstant>,
+    /// Queueing delays of new INVITEs read from the INVITE sockets since the last update:
+    /// sum in seconds, count.
+    invite_delay: (f64, u64),
+}
 
-/// How long the answer must have stayed at the floor before those clients are put to the
-/// gate: a compliant client cuts its load within one answer's round trip, but the server may
-/// stay saturated for a while draining what was queued before (its INVITE socket's buffer),
-/// which is no sign of a client ignoring the answers. Past this, the clients are not reducing
-/// their load as asked, and the gate protects the server itself (a client that advertises
-/// `oc` and ignores the answers gets no free pass).
+impl ServerRole {
+    /// A server role answering with `validity_ms`, rate clients too with `answer_rate`.
+    pub(crate) fn new(estimator: HopServer, validity_ms: u32, answer_rate: bool) -> Self {
+        Self {
+            estimator,
+            validity_ms,
+            answer_rate,
+            updated: StdInstant::now(),
+            floor_since: None,
+            invite_delay: (0.0, 0),
+        }
+    }
+}
+
+/// How long the server role's loss answer must have stayed at its ceiling (the estimator's
+/// acceptance at its floor, 1%) before upstream clients that take it are put to the local gate
+/// again: a compliant client cuts its load within one answer's round trip, but the server
+/// may stay saturated for a while draining what was queued before (its INVITE socket's
+/// buffer), which is no sign of a client ignoring the answers. Past this, the clients are not
+/// reducing their load as asked, and the gate protects the server itself (a client that
+/// advertises `oc` and ignores the answers gets no free pass).
 const EXEMPT_FLOOR_GRACE: Duration = Duration::from_secs(1);
 
 /// A next hop's overload answer as the hop-by-hop client's signal.
@@ -359,10 +393,8 @@ impl Worker {
             pool: HashMap::new(),
             next_seq: 1,
             hop: None,
-            answer_validity_ms: None,
-            rate_server: None,
-            rate_updated: StdInstant::now(),
-            floor_since: None,
+            server_role: None,
+            stale_invites: 0,
             recv: Some(RecvBatch::new(32, slot)),
             tx_buf: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
@@ -380,17 +412,15 @@ impl Worker {
         &self.shared.stats[self.index]
     }
 
-    /// Gives the worker its hop-by-hop client (forward gate) and, with `answer_validity_ms`,
-    /// the server role (before [`register`](Self::register)).
+    /// Gives the worker its hop-by-hop client (forward gate) and server role (before
+    /// [`register`](Self::register)).
     pub(crate) fn set_feedback(
         &mut self,
         hop: Option<Box<dyn Controller>>,
-        answer_validity_ms: Option<u32>,
-        rate_server: Option<RateServer>,
+        server_role: Option<ServerRole>,
     ) {
         self.hop = hop;
-        self.answer_validity_ms = answer_validity_ms;
-        self.rate_server = rate_server;
+        self.server_role = server_role;
     }
 
     /// Gives the worker its INVITE sockets and the budget of time its rejections may take
@@ -564,6 +594,15 @@ impl Worker {
         if let Some((f, _)) = &self.forward {
             crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
         }
+        if self.settings.invite_max_wait.is_some() {
+            let _ = std::fmt::Write::write_fmt(
+                &mut text,
+                format_args!(
+                    "holdline_overload_stale_invites_total {}\n",
+                    self.stale_invites
+                ),
+            );
+        }
         if let Some(h) = &self.hop {
             let snap = h.snapshot();
             crate::metrics::render_overload("holdline_feedback", &snap, &mut text);
@@ -669,12 +708,14 @@ impl Worker {
                     }
                     // The queueing delay the controllers see is that of admitted calls'
                     // messages: new INVITEs on sockets of their own wait by design.
-                    if let Some(stamp) = batch
-                        .get(0)
-                        .and_then(|d| d.received_at)
-                        .filter(|_| !invites)
-                    {
-                        self.report_queue_delay(now, stamp, batch.len());
+                    if let Some(stamp) = batch.get(0).and_then(|d| d.received_at) {
+                        if !invites {
+                            self.report_queue_delay(now, stamp, batch.len());
+                        } else if let Some(role) = self.server_role.as_mut() {
+                            // The server role steers the wait of new INVITEs (see HopServer).
+                            role.invite_delay.0 += age_of(stamp).as_secs_f64();
+                            role.invite_delay.1 += 1;
+                        }
                     }
                     for k in 0..n {
                         let Some(d) = batch.get(k) else { continue };
@@ -691,7 +732,12 @@ impl Worker {
                         if d.payload.iter().all(|&b| b == b'\r' || b == b'\n') {
                             continue; // keep-alive datagram
                         }
-                        self.dispatch(now, d.payload, peer);
+                        let stale = invites
+                            && self
+                                .settings
+                                .invite_max_wait
+                                .is_some_and(|(w, _)| d.received_at.is_some_and(|t| age_of(t) > w));
+                        self.dispatch(now, d.payload, peer, stale);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -723,7 +769,10 @@ impl Worker {
     }
 
     /// Routes one received message to the worker that owns its call.
-    fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+    ///
+    /// `stale`: an INVITE-socket datagram that waited too long (see
+    /// [`Settings::invite_max_wait`]).
+    fn dispatch(&mut self, now: Instant, bytes: &[u8], from: Peer, stale: bool) {
         // Flood protection: requests (not responses) from sources that are not trusted.
         if let Some(guard) = self.flood.as_mut()
             && !bytes.starts_with(b"SIP/")
@@ -745,21 +794,27 @@ impl Worker {
         } else {
             owner_of(bytes, &self.settings.limits, n).unwrap_or(self.index)
         };
-        self.deliver(now, owner, bytes, from);
+        self.deliver(now, owner, bytes, from, stale);
     }
 
     /// Handles a message whose call `owner` owns: here, or handed off to it.
-    fn deliver(&mut self, now: Instant, owner: usize, bytes: &[u8], from: Peer) {
+    fn deliver(&mut self, now: Instant, owner: usize, bytes: &[u8], from: Peer, stale: bool) {
         self.handled += 1;
         let s = &self.shared.stats[self.index];
         s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
         if owner == self.index {
-            self.handle_local(now, bytes, from, None);
+            if stale {
+                self.handle_stale(now, bytes, from);
+            } else {
+                self.handle_local(now, bytes, from, None);
+            }
             return;
         }
-        let msg = Handoff::Inbound {
-            bytes: bytes.to_vec(),
-            from,
+        let bytes = bytes.to_vec();
+        let msg = if stale {
+            Handoff::Stale { bytes, from }
+        } else {
+            Handoff::Inbound { bytes, from }
         };
         self.hand_to(owner, msg);
     }
@@ -788,37 +843,42 @@ impl Worker {
         now
     }
 
-    /// The server role's answer from the local controller's new acceptance fraction.
+    /// The server role's answer for the next interval, from what this one measured.
     fn update_answer(&mut self) {
-        let Some(validity_ms) = self.answer_validity_ms else {
+        let Some(role) = self.server_role.as_mut() else {
             return;
         };
-        let snap = self.controller.snapshot();
-        let loss = holdline_overload::loss_percent(snap.acceptance);
-        let now = StdInstant::now();
-        let exempt = if loss < EXEMPT_BELOW_LOSS {
-            self.floor_since = None;
-            true
-        } else {
-            now - *self.floor_since.get_or_insert(now) < EXEMPT_FLOOR_GRACE
-        };
+        let occupancy = self.controller.snapshot().occupancy;
         let tally = self.core.take_feedback_tally();
-        let elapsed = now - std::mem::replace(&mut self.rate_updated, now);
-        let rate = match self.rate_server.as_mut() {
-            None => RateAnswer::Off,
-            Some(r) => match r.update(snap.occupancy, tally.rate_invites, elapsed) {
-                None => RateAnswer::Idle,
-                Some(total) => {
-                    RateAnswer::Total(total.ceil().clamp(1.0, f64::from(u32::MAX)) as u32)
-                }
-            },
+        let now = StdInstant::now();
+        let elapsed = now - std::mem::replace(&mut role.updated, now);
+        let (sum, n) = std::mem::take(&mut role.invite_delay);
+        role.estimator.update(&HopMeasure {
+            occupancy,
+            invite_delay: (n > 0).then(|| Duration::from_secs_f64(sum / n as f64)),
+            rate_arrivals: tally.rate_invites,
+            elapsed,
+        });
+        let exempt = if role.estimator.at_floor() {
+            now - *role.floor_since.get_or_insert(now) < EXEMPT_FLOOR_GRACE
+        } else {
+            role.floor_since = None;
+            true
         };
-        self.core.set_overload_answer(Some(OverloadAnswer {
-            loss_percent: loss,
-            validity_ms,
+        let rate = match (role.answer_rate, role.estimator.rate()) {
+            (false, _) => RateAnswer::Off,
+            (true, None) => RateAnswer::Idle,
+            (true, Some(total)) => {
+                RateAnswer::Total(total.ceil().clamp(1.0, f64::from(u32::MAX)) as u32)
+            }
+        };
+        let answer = OverloadAnswer {
+            loss_percent: role.estimator.loss_percent(),
+            validity_ms: role.validity_ms,
             exempt,
             rate,
-        }));
+        };
+        self.core.set_overload_answer(Some(answer));
     }
 
     /// Gives the next hops' overload answers the engine collected to the hop-by-hop client.
@@ -878,7 +938,13 @@ impl Worker {
 
     /// Handles one message of a call this worker owns: new INVITEs pass the admission gate
     /// first (a rejected one is answered `503` at once, statelessly).
-    fn handle_local(&mut self, now: Instant, bytes: &[u8], from: Peer, forced: Option<Rejection>) {
+    fn handle_local(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        from: Peer,
+        forced: Option<Rejection>,
+    ) -> bool {
         let t = StdInstant::now();
         // One loop iteration can take long under load (hundreds of messages): the
         // controller's interval also closes between messages.
@@ -892,9 +958,9 @@ impl Worker {
             now,
             bytes,
             from,
-            &mut || {
+            &mut |exempt| {
                 forced.or_else(|| {
-                    if admit_all {
+                    if admit_all || exempt {
                         return None;
                     }
                     match controller.admit(fresh, &Admission::new_invite()) {
@@ -973,6 +1039,18 @@ impl Worker {
         self.stats().record_processing(spent);
         self.take_feedback(fresh);
         self.drain_transmits(now);
+        rejected
+    }
+
+    /// [`handle_local`](Self::handle_local) for an INVITE-socket datagram that waited too
+    /// long: a new INVITE is answered 503 (and counted), anything else goes its way.
+    fn handle_stale(&mut self, now: Instant, bytes: &[u8], from: Peer) {
+        let forced = self.settings.invite_max_wait.map(|(_, retry_after)| {
+            Rejection::service_unavailable(RejectReason::DeferTimeout, retry_after)
+        });
+        if self.handle_local(now, bytes, from, forced) && forced.is_some() {
+            self.stale_invites += 1;
+        }
     }
 
     fn drain_handoffs(&mut self, now: Instant) {
@@ -983,6 +1061,11 @@ impl Worker {
                     self.handled += 1;
                     self.stats().handoffs_in.fetch_add(1, Relaxed);
                     self.handle_local(now, &bytes, from, None);
+                }
+                Ok(Handoff::Stale { bytes, from }) => {
+                    self.handled += 1;
+                    self.stats().handoffs_in.fetch_add(1, Relaxed);
+                    self.handle_stale(now, &bytes, from);
                 }
                 Ok(Handoff::Outbound { bytes, to }) => {
                     if let Some(id) = to.conn {
@@ -1303,7 +1386,7 @@ impl Worker {
                         msg.clear();
                         msg.extend_from_slice(&c.io.buffered()[..len]);
                         c.io.consume(len);
-                        self.dispatch(now, &msg, peer);
+                        self.dispatch(now, &msg, peer, false);
                         self.scratch = msg;
                         if turn.elapsed() >= TCP_TURN {
                             // The rest after the other sources had their turn.
@@ -1357,7 +1440,7 @@ impl Worker {
             let d = match release {
                 Release::Admit(d) => {
                     // Its owner is known from the deferral: no second parse for it.
-                    self.deliver(now, d.owner, &d.bytes, d.from);
+                    self.deliver(now, d.owner, &d.bytes, d.from, false);
                     // Busy again until a poll finds nothing; and the handling took time, so
                     // what waits behind it is judged against the clock after it (an INVITE
                     // overdue by then is rejected now, not admitted at the next idle pass).

@@ -1820,7 +1820,7 @@ fn gate_rejects_a_new_invite_statelessly_with_503() {
         &invite("z9hG4bKg1"),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut || {
+        &mut |_| {
             asked += 1;
             Some(REJECT)
         },
@@ -1862,7 +1862,7 @@ fn gate_puts_retry_after_when_configured() {
         &invite("z9hG4bKg2"),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut || Some(r),
+        &mut |_| Some(r),
         &mut |_| None,
     ));
     let out = drain(&mut e);
@@ -1884,15 +1884,18 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
     let from = udp(ua_addr(1));
     // Admit one INVITE: it creates a server transaction.
     let inv = invite("z9hG4bKg3");
-    assert!(
-        !e.handle_admitting(ms(0), &inv, from, Transport::Udp, &mut || None, &mut |_| {
-            None
-        })
-    );
+    assert!(!e.handle_admitting(
+        ms(0),
+        &inv,
+        from,
+        Transport::Udp,
+        &mut |_| None,
+        &mut |_| { None }
+    ));
     assert!(!e.transactions().is_empty());
     drain(&mut e);
     let mut asked = 0;
-    let mut gate = || {
+    let mut gate = |_| {
         asked += 1;
         Some(REJECT)
     };
@@ -2000,7 +2003,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &inv,
         from,
         Transport::Udp,
-        &mut || Some(REJECT),
+        &mut |_| Some(REJECT),
         &mut |_| None
     ));
     let out = drain(&mut e);
@@ -2011,7 +2014,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &inv,
         from,
         Transport::Udp,
-        &mut || Some(REJECT),
+        &mut |_| Some(REJECT),
         &mut |_| None
     ));
     assert_eq!(header(&drain(&mut e)[0], HeaderName::To), Some(to.clone()));
@@ -2030,7 +2033,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &ack,
         from,
         Transport::Udp,
-        &mut || {
+        &mut |_| {
             asked += 1;
             None
         },
@@ -2056,7 +2059,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &other,
         from,
         Transport::Udp,
-        &mut || None,
+        &mut |_| None,
         &mut |_| None
     ));
     assert_eq!(e.stats().gate_acks_absorbed, 1);
@@ -2084,7 +2087,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         &invite("z9hG4bKgk"),
         from,
         Transport::Udp,
-        &mut || Some(REJECT),
+        &mut |_| Some(REJECT),
         &mut |_| None
     ));
     let to = header(&drain(&mut reader)[0], HeaderName::To).expect("To");
@@ -2096,11 +2099,14 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         1,
         &[("To", &to)],
     );
-    assert!(
-        owner.handle_admitting(ms(1), &ack, from, Transport::Udp, &mut || None, &mut |_| {
-            None
-        })
-    );
+    assert!(owner.handle_admitting(
+        ms(1),
+        &ack,
+        from,
+        Transport::Udp,
+        &mut |_| None,
+        &mut |_| { None }
+    ));
     assert!(drain(&mut owner).is_empty(), "absorbed, not forwarded");
     assert_eq!(owner.stats().gate_acks_absorbed, 1);
     // A server with another key does not take the tag for its own.
@@ -2109,7 +2115,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         &ack,
         from,
         Transport::Udp,
-        &mut || None,
+        &mut |_| None,
         &mut |_| None
     ));
     assert_eq!(stranger.stats().gate_acks_absorbed, 0);
@@ -2140,7 +2146,7 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
         &invite("z9hG4bKf1"),
         from,
         Transport::Udp,
-        &mut || None,
+        &mut |_| None,
         &mut |dest| {
             asked.push(dest.addr);
             Some(REJECT)
@@ -2176,7 +2182,7 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
         &[("To", "<sip:bob@example.com>;tag=b")],
     );
     for m in [reinvite, bye] {
-        e.handle_admitting(ms(2), &m, from, Transport::Udp, &mut || None, &mut |_| {
+        e.handle_admitting(ms(2), &m, from, Transport::Udp, &mut |_| None, &mut |_| {
             asked += 1;
             Some(REJECT)
         });
@@ -2501,7 +2507,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         &invite_offering("z9hG4bKs1", "s1@test", ";oc;oc-algo=\"loss,rate\""),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut || {
+        &mut |_| {
             asked += 1;
             Some(REJECT)
         },
@@ -2535,7 +2541,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         &invite_offering("z9hG4bKs2", "s2@test", ""),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut || {
+        &mut |_| {
             asked += 1;
             Some(REJECT)
         },
@@ -2613,7 +2619,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
             &inv,
             udp(ua_addr(client)),
             Transport::Udp,
-            &mut || Some(REJECT),
+            &mut |_| Some(REJECT),
             &mut |_| None,
         ));
         sent += 1;
@@ -2664,7 +2670,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
         &inv,
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut || {
+        &mut |_| {
             asked += 1;
             None
         },
