@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
-use crate::generator::{spawn_pinned, spawn_pinned_in};
+use crate::generator::{GENERATOR_CORE, spawn_pinned, spawn_pinned_in};
+use crate::server::{Transport, wait_bound};
 
 pub(crate) fn check_tools() -> Result<()> {
     let ok = Command::new("taskset")
@@ -105,6 +106,39 @@ pub(crate) fn spawn_in(
     log: &Path,
 ) -> Result<Proc> {
     spawn_pinned_in(core, cgroup_procs, exe, args, log).map(Proc)
+}
+
+/// `holdline load uas` on the generator core, listening on 127.0.0.1:`port` over
+/// `transport`, writing `TAG-uas.json` (and `TAG-uas.csv` with `csv`) and its log
+/// `TAG-uas.log` in `runs`, stopping by itself after `max_time_s`; returned once it listens.
+pub(crate) fn start_uas(
+    exe: &Path,
+    runs: &Path,
+    tag: &str,
+    port: u16,
+    transport: Transport,
+    csv: bool,
+    max_time_s: f64,
+) -> Result<Proc> {
+    let log = runs.join(format!("{tag}-uas.log"));
+    let mut args = vec![
+        "load".to_owned(),
+        "uas".to_owned(),
+        format!("--transport={}", transport.name()),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--json={}", runs.join(format!("{tag}-uas.json")).display()),
+        format!("--max-time={max_time_s}"),
+        "--progress=off".to_owned(),
+    ];
+    if csv {
+        args.push(format!(
+            "--csv={}",
+            runs.join(format!("{tag}-uas.csv")).display()
+        ));
+    }
+    let mut uas = spawn(GENERATOR_CORE, exe, &args, &log)?;
+    wait_bound(&mut uas.0, port, Some(transport), "holdline load uas", &log)?;
+    Ok(uas)
 }
 
 /// `GET /metrics` (bounded).

@@ -38,7 +38,7 @@ use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
 use crate::plot;
 use crate::procfs;
-use crate::runner::{Proc, check_tools, holdline_exe, lab_main, machine, scrape, spawn};
+use crate::runner::{Proc, check_tools, holdline_exe, lab_main, machine, scrape, spawn, start_uas};
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
 /// The rate of a run without `--rate`, and of `--quick`'s one point, calls per second.
@@ -395,29 +395,7 @@ fn run_point_once(exe: &Path, runs: &Path, config: &Path, spec: &Spec) -> Result
     )?;
     wait_metrics(&mut server, metrics_port, &serve_log)?;
 
-    let uas_json = runs.join(format!("{tag}-uas.json"));
-    let uas_log = runs.join(format!("{tag}-uas.log"));
-    let mut uas = spawn(
-        GENERATOR_CORE,
-        exe,
-        &[
-            "load".into(),
-            "uas".into(),
-            format!("--transport={t}"),
-            format!("--listen=127.0.0.1:{uas_port}"),
-            format!("--json={}", uas_json.display()),
-            format!("--max-time={}", limit + 3.0),
-            "--progress=off".into(),
-        ],
-        &uas_log,
-    )?;
-    wait_bound(
-        &mut uas.0,
-        uas_port,
-        Some(spec.transport),
-        "holdline load uas",
-        &uas_log,
-    )?;
+    let mut uas = start_uas(exe, runs, tag, uas_port, spec.transport, false, limit + 3.0)?;
 
     let uac_json = runs.join(format!("{tag}-uac.json"));
     let uac_csv = runs.join(format!("{tag}-uac.csv"));

@@ -48,7 +48,7 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     Proc, SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape,
-    spawn, steady, window_sum,
+    spawn, start_uas, steady, window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -340,30 +340,8 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     // UAS (core 0).
     let uas_json = runs.join(format!("{tag}-uas.json"));
     let uas_csv = runs.join(format!("{tag}-uas.csv"));
-    let uas_log = runs.join(format!("{tag}-uas.log"));
     let uas_started = Instant::now();
-    let mut uas = spawn(
-        GENERATOR_CORE,
-        exe,
-        &[
-            "load".into(),
-            "uas".into(),
-            "--transport=tcp".into(),
-            format!("--listen=127.0.0.1:{uas_port}"),
-            format!("--json={}", uas_json.display()),
-            format!("--csv={}", uas_csv.display()),
-            format!("--max-time={}", limit + 3.0),
-            "--progress=off".into(),
-        ],
-        &uas_log,
-    )?;
-    wait_bound(
-        &mut uas.0,
-        uas_port,
-        Some(Transport::Tcp),
-        "holdline load uas",
-        &uas_log,
-    )?;
+    let mut uas = start_uas(exe, runs, tag, uas_port, Transport::Tcp, true, limit + 3.0)?;
 
     // RE (core 1).
     let sf = matches!(spec.mechanism, "ics" | "ecs");

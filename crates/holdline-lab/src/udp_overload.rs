@@ -33,7 +33,7 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, median, metric, scrape,
-    spawn, spawn_in, steady,
+    spawn, spawn_in, start_uas, steady,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -372,26 +372,14 @@ fn run_point_once(
     let limit = spec.duration_s + spec.drain_s + 5.0;
     let uas_json = runs.join(format!("{}-uas.json", spec.tag));
     let uac_json = runs.join(format!("{}-uac.json", spec.tag));
-    let uas_log = runs.join(format!("{}-uas.log", spec.tag));
-    let mut uas = spawn(
-        GENERATOR_CORE,
+    let mut uas = start_uas(
         exe,
-        &[
-            "load".into(),
-            "uas".into(),
-            format!("--listen=127.0.0.1:{uas_port}"),
-            format!("--json={}", uas_json.display()),
-            format!("--max-time={}", limit + 2.0),
-            "--progress=off".into(),
-        ],
-        &uas_log,
-    )?;
-    wait_bound(
-        &mut uas.0,
+        runs,
+        &spec.tag,
         uas_port,
-        Some(Transport::Udp),
-        "holdline load uas",
-        &uas_log,
+        Transport::Udp,
+        false,
+        limit + 2.0,
     )?;
     let cpu0 = procfs::tree_cpu_us(server.0.id());
     let t0 = Instant::now();

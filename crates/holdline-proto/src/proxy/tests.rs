@@ -2500,21 +2500,22 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         exempt: true,
         rate: crate::RateAnswer::Off,
     }));
-    let mut asked = 0;
-    // A client that offered oc: not put to the gate, and answered in the 100 Trying.
+    // The driver's gate: rejects what is not exempt (as an overloaded server's would).
+    let mut asked = Vec::new();
+    // A client that offered oc: exempt from the gate, and answered in the 100 Trying.
     let rejected = e.handle_admitting(
         ms(10),
         &invite_offering("z9hG4bKs1", "s1@test", ";oc;oc-algo=\"loss,rate\""),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |_| {
-            asked += 1;
-            Some(REJECT)
+        &mut |exempt| {
+            asked.push(exempt);
+            (!exempt).then_some(REJECT)
         },
         &mut |_| None,
     );
     assert!(!rejected);
-    assert_eq!((asked, e.stats().gate_exempt), (0, 1));
+    assert_eq!((asked.as_slice(), e.stats().gate_exempt), (&[true][..], 1));
     let out = drain_to(&mut e, ms(10));
     let trying = out
         .iter()
@@ -2541,14 +2542,15 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         &invite_offering("z9hG4bKs2", "s2@test", ""),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |_| {
-            asked += 1;
-            Some(REJECT)
+        &mut |exempt| {
+            asked.push(exempt);
+            (!exempt).then_some(REJECT)
         },
         &mut |_| None,
     );
     assert!(rejected);
-    assert_eq!(asked, 1);
+    assert_eq!(asked, [true, false]);
+    assert_eq!(e.stats().gate_exempt, 1);
     let out = drain_to(&mut e, ms(20));
     assert_eq!(status_of(&out[0].1), 503);
     assert_eq!(oc_params(&top_via(&out[0].1)), None);
@@ -2619,7 +2621,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
             &inv,
             udp(ua_addr(client)),
             Transport::Udp,
-            &mut |_| Some(REJECT),
+            &mut |exempt| (!exempt).then_some(REJECT),
             &mut |_| None,
         ));
         sent += 1;
@@ -2664,19 +2666,19 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     // Rate not answered at all: a rate-only client gets nothing, and is not exempt.
     e.set_overload_answer(Some(answer(crate::RateAnswer::Off)));
     let inv = invite_from(1, "z9hG4bKr10", "r10@test", ";oc;oc-algo=\"rate\"");
-    let mut asked = 0;
+    let mut asked = Vec::new();
     e.handle_admitting(
         ms(3),
         &inv,
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |_| {
-            asked += 1;
+        &mut |exempt| {
+            asked.push(exempt);
             None
         },
         &mut |_| None,
     );
-    assert_eq!(asked, 1);
+    assert_eq!(asked, [false]);
     let out = drain_to(&mut e, ms(3));
     let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
     assert_eq!(oc_params(&top_via(&t.1)), None);
