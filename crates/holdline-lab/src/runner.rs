@@ -141,6 +141,58 @@ pub(crate) fn start_uas(
     Ok(uas)
 }
 
+/// The load a set of UACs offers together (see [`start_uacs`]).
+pub(crate) struct UacLoad {
+    /// Calls per second, all UACs together (split evenly).
+    pub rate: f64,
+    /// Seconds of load.
+    pub duration_s: f64,
+    /// Seconds of drain after it.
+    pub drain_s: f64,
+    /// A call counts as goodput when its 200 OK came within this.
+    pub goodput_window_s: f64,
+    /// Each UAC stops by itself after this.
+    pub max_time_s: f64,
+}
+
+/// One `holdline load uac` per port in `targets` on the generator core, over `transport`,
+/// offering an even share of `load` each (seeds 1, 2, …); reports `TAG-uacI.json` and
+/// `TAG-uacI.csv`, logs `TAG-uacI.log` in `runs`.
+pub(crate) fn start_uacs(
+    exe: &Path,
+    runs: &Path,
+    tag: &str,
+    targets: &[u16],
+    transport: Transport,
+    load: &UacLoad,
+) -> Result<Vec<Proc>> {
+    let share = load.rate / targets.len().max(1) as f64;
+    let mut uacs = Vec::with_capacity(targets.len());
+    for (i, port) in targets.iter().enumerate() {
+        let args: Vec<String> = vec![
+            "load".into(),
+            "uac".into(),
+            format!("--transport={}", transport.name()),
+            format!("--target=127.0.0.1:{port}"),
+            format!("--rate={share}"),
+            format!("--duration={}", load.duration_s),
+            format!("--drain={}", load.drain_s),
+            format!("--goodput-window={}", load.goodput_window_s),
+            format!("--max-time={}", load.max_time_s),
+            format!("--seed={}", i + 1),
+            format!(
+                "--json={}",
+                runs.join(format!("{tag}-uac{i}.json")).display()
+            ),
+            format!("--csv={}", runs.join(format!("{tag}-uac{i}.csv")).display()),
+            "--progress=off".into(),
+        ];
+        let log = runs.join(format!("{tag}-uac{i}.log"));
+        uacs.push(spawn(GENERATOR_CORE, exe, &args, &log)?);
+    }
+    Ok(uacs)
+}
+
 /// `GET /metrics` (bounded).
 pub(crate) fn scrape(port: u16) -> String {
     let Ok(mut s) = TcpStream::connect_timeout(

@@ -47,8 +47,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    Proc, SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, metric, scrape,
-    spawn, start_uas, steady, window_sum,
+    Proc, SweepArgs, UacLoad, cdf_points, check_tools, holdline_exe, lab_main, machine, metric,
+    scrape, spawn, start_uacs, start_uas, steady, window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -389,29 +389,15 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     let t0 = Instant::now();
     // Where the load window falls on the UAS's clock.
     let offset = t0.saturating_duration_since(uas_started).as_secs_f64();
-    let mut uacs = Vec::with_capacity(m);
-    for (i, (_, port, _)) in ses.iter().enumerate() {
-        let args: Vec<String> = vec![
-            "load".into(),
-            "uac".into(),
-            "--transport=tcp".into(),
-            format!("--target=127.0.0.1:{port}"),
-            format!("--rate={}", spec.rate / m as f64),
-            format!("--duration={}", spec.duration_s),
-            format!("--drain={}", spec.drain_s),
-            format!("--goodput-window={GOODPUT_WINDOW_S}"),
-            format!("--max-time={limit}"),
-            format!("--seed={}", i + 1),
-            format!(
-                "--json={}",
-                runs.join(format!("{tag}-uac{i}.json")).display()
-            ),
-            format!("--csv={}", runs.join(format!("{tag}-uac{i}.csv")).display()),
-            "--progress=off".into(),
-        ];
-        let log = runs.join(format!("{tag}-uac{i}.log"));
-        uacs.push(spawn(GENERATOR_CORE, exe, &args, &log)?);
-    }
+    let targets: Vec<u16> = ses.iter().map(|(_, port, _)| *port).collect();
+    let load = UacLoad {
+        rate: spec.rate,
+        duration_s: spec.duration_s,
+        drain_s: spec.drain_s,
+        goodput_window_s: GOODPUT_WINDOW_S,
+        max_time_s: limit,
+    };
+    let mut uacs = start_uacs(exe, runs, tag, &targets, Transport::Tcp, &load)?;
     let mut overran = None;
     for (i, u) in uacs.iter_mut().enumerate() {
         let left = Duration::from_secs_f64(limit + 5.0).saturating_sub(t0.elapsed());

@@ -1554,8 +1554,13 @@ impl Endpoint {
         let Some(rest) = buf.get(start..) else {
             return size;
         };
-        // Cheap pre-check: no `;oc` anywhere, nothing to do.
-        if !rest
+        // Cheap pre-check, on the header section only (not the body): no `;oc`, nothing to
+        // do, and no parse.
+        let head = rest
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(rest, |end| &rest[..end]);
+        if !head
             .windows(3)
             .any(|w| w[0] == b';' && w[1..].eq_ignore_ascii_case(b"oc"))
         {
