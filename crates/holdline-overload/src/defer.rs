@@ -145,6 +145,11 @@ impl<T> DeferQueue<T> {
         })
     }
 
+    /// When the oldest waiting item was queued (`None` when empty).
+    pub fn oldest_since(&self) -> Option<Instant> {
+        self.items.front().map(|&(since, _)| since)
+    }
+
     /// Items waiting.
     pub fn len(&self) -> usize {
         self.items.len()

@@ -16,7 +16,8 @@ use crate::admission::TargetId;
 /// | [`Busy`](Self::Busy) | time a worker spent outside `poll` | CPU model service time | OCC |
 /// | [`Occupancy`](Self::Occupancy) | busy fraction over a window | CPU model | OCC, (RFC 7339 server) |
 /// | [`QueueLength`](Self::QueueLength) | inbound queue length | queue model | queue limit, bang-bang |
-/// | [`QueueDelay`](Self::QueueDelay) | receive-to-dequeue time of a message | queue model | queue delay, (RFC 7415 server) |
+/// | [`QueueDelay`](Self::QueueDelay) | receive-to-dequeue time of a message | queue model | queue delay, OCC's queue gate, (RFC 7415 server) |
+/// | [`NewRequestDelay`](Self::NewRequestDelay) | receive-to-dequeue time of a new INVITE on its own socket | queue model | OCC's queue gate |
 /// | [`Backlog`](Self::Backlog) | SIOCOUTQ + own per-connection queue | TCP model | smart forwarding |
 /// | [`Feedback`](Self::Feedback) | `oc` Via parameters of responses | same | (RFC 7339/7415 clients, window client) |
 /// | [`Forwarded`](Self::Forwarded) / [`Completed`](Self::Completed) | client INVITE transactions | same | (windows, DEOC) |
@@ -43,6 +44,11 @@ pub enum Signal {
     /// the kernel's receive timestamp, so that time in the socket buffer counts) to the start
     /// of its processing.
     QueueDelay(Duration),
+    /// The queueing delay of a new INVITE (a request outside any dialog) that waited in a queue
+    /// of its own (the server's INVITE sockets, read only when the messages of admitted calls
+    /// are done): from its receipt to the start of its processing. Separate from
+    /// [`QueueDelay`](Self::QueueDelay), which controllers read as the delay of admitted work.
+    NewRequestDelay(Duration),
     /// The backlog of the connection that carries new INVITEs to `target` (TCP smart
     /// forwarding). Report it just before asking about a new INVITE for `target` at
     /// [`Gate::Forward`](crate::Gate::Forward) (the server reads SIOCOUTQ then), or whenever it

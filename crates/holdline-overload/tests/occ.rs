@@ -10,6 +10,14 @@ use support::{Model, Stats};
 const SEC: Duration = Duration::from_secs(1);
 const CAPACITY: f64 = 1000.0;
 
+/// OCC as the paper has it: occupancy alone, no queue gate.
+fn paper() -> OccConfig {
+    OccConfig {
+        queue_gate: None,
+        ..OccConfig::default()
+    }
+}
+
 fn occ(config: OccConfig, seed: u64) -> Occ {
     Occ::new(config, Instant::ZERO, Rng::seed_from_u64(seed)).unwrap()
 }
@@ -22,9 +30,9 @@ fn settle(c: &mut Occ, m: &mut Model, ratio: f64, secs: u64, tail: u64) -> Stats
 
 #[test]
 fn converges_to_target_over_load_ratio_under_constant_overload() {
-    // Offered R × capacity, rejections free: OCC holds ρ at 0.9, so f → 0.9 / R.
+    // Offered R × capacity, rejections free: the paper's OCC holds ρ at 0.9, so f → 0.9 / R.
     for (ratio, seed) in [(2.0, 1), (5.0, 2), (10.0, 3)] {
-        let mut c = occ(OccConfig::default(), seed);
+        let mut c = occ(paper(), seed);
         let mut m = Model::new(CAPACITY, 0.0, seed);
         let s = settle(&mut c, &mut m, ratio, 30, 10);
         let expected = 0.9 / ratio;
@@ -46,7 +54,7 @@ fn converges_to_target_over_load_ratio_under_constant_overload() {
 #[test]
 fn rejection_cost_lowers_the_fixed_point() {
     // Rejections cost 1 % of a call: ρ = 10 f + 10 (1 − f) 0.01 = 0.9 → f = 0.8 / 9.9.
-    let mut c = occ(OccConfig::default(), 4);
+    let mut c = occ(paper(), 4);
     let mut m = Model::new(CAPACITY, 0.01, 4);
     let s = settle(&mut c, &mut m, 10.0, 30, 10);
     let expected = 0.8 / 9.9;
@@ -59,7 +67,7 @@ fn rejection_cost_lowers_the_fixed_point() {
 fn plain_occ_step_response_builds_seconds_of_backlog() {
     // The paper's OCC can cut f by at most ρ_target per interval (ρ ≤ 1): a step to 10× load
     // admits several seconds of work before f is low enough (documented in occ.rs).
-    let mut c = occ(OccConfig::default(), 5);
+    let mut c = occ(paper(), 5);
     let mut m = Model::new(CAPACITY, 0.0, 5);
     let s = m.run(&mut c, 10.0 * CAPACITY, 15 * SEC);
     assert!(s.max_delay > 4 * SEC, "max delay {:?}", s.max_delay);
@@ -69,10 +77,50 @@ fn plain_occ_step_response_builds_seconds_of_backlog() {
 }
 
 #[test]
+fn the_queue_gate_keeps_the_papers_answer_to_overload() {
+    // Under constant overload a queue shows and the gate lets the paper's cut work: the same
+    // acceptance and goodput as the paper's rule, within a few percent.
+    for ratio in [2.0, 10.0] {
+        let run = |config: OccConfig| {
+            let mut c = occ(config, 5);
+            let mut m = Model::new(CAPACITY, 0.0, 5);
+            settle(&mut c, &mut m, ratio, 40, 20)
+        };
+        let (gated, paper) = (run(OccConfig::default()), run(paper()));
+        let (g, p) = (gated.good as f64 / 20.0, paper.good as f64 / 20.0);
+        assert!(
+            g > 0.97 * p && g > 0.85 * CAPACITY,
+            "R = {ratio}: {g}/s against {p}/s"
+        );
+        assert!(
+            gated.max_delay < Duration::from_millis(500),
+            "R = {ratio}: {:?}",
+            gated.max_delay
+        );
+    }
+}
+
+#[test]
+fn below_capacity_only_the_paper_rule_rejects() {
+    // 85% of capacity, Poisson: single 100 ms intervals are often more than 90% busy, but
+    // calls wait a few milliseconds at most. The paper's rule cuts after every busy interval.
+    let run = |config: OccConfig| {
+        let mut c = occ(config, 9);
+        let mut m = Model::new(CAPACITY, 0.0, 9);
+        let s = m.run(&mut c, 0.85 * CAPACITY, 30 * SEC);
+        s.rejected as f64 / s.offered as f64
+    };
+    let paper = run(paper());
+    let gated = run(OccConfig::default());
+    assert!(paper > 0.01, "the paper's rule rejected {paper:.4}");
+    assert!(gated < 0.001, "the gated rule rejected {gated:.4}");
+}
+
+#[test]
 fn queue_growth_extension_cuts_a_step_at_once() {
     let config = OccConfig {
         queue_growth: true,
-        ..OccConfig::default()
+        ..paper()
     };
     let mut c = occ(config, 6);
     let mut m = Model::new(CAPACITY, 0.0, 6);

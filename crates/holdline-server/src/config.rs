@@ -47,6 +47,8 @@
 //! target_occupancy = 0.9           # occ
 //! interval_ms = 100                # occ, queue-delay
 //! queue_growth = false             # occ: a growing queue counts as occupancy above 1
+//! queue_gate_ms = 20               # occ: cut acceptance only while messages or new INVITEs
+//!                                  # wait longer than this on average (0: occupancy alone)
 //! target_delay_ms = 20             # queue-delay
 //! queue_limit = 100                # queue-limit, bang-bang (messages waiting)
 //! # retry_after_s = 5              # Retry-After in the 503s; default none
@@ -355,6 +357,10 @@ pub struct OverloadSettings {
     /// OCC: count the growth of the measured queueing delay as occupancy beyond 1, so that a
     /// sudden overload is cut within a few intervals (holdline's extension of OCC).
     pub queue_growth: bool,
+    /// OCC's queue gate, ms: acceptance is cut only in intervals whose mean queueing delay
+    /// (of admitted calls' messages, or of new INVITEs in their own sockets) exceeds this; a
+    /// busy interval without a queue is no overload. 0: occupancy alone (the paper's rule).
+    pub queue_gate_ms: u64,
     /// queue-delay's target queueing delay, ms.
     pub target_delay_ms: u64,
     /// queue-limit / bang-bang: reject new INVITEs while this many messages wait in the
@@ -454,6 +460,7 @@ impl Default for OverloadSettings {
             target_occupancy: 0.9,
             interval_ms: 100,
             queue_growth: false,
+            queue_gate_ms: 20,
             target_delay_ms: 20,
             queue_limit: 100,
             queue_resume: None,
@@ -666,6 +673,7 @@ impl OverloadSettings {
             match field {
                 "target_occupancy" => "overload.target_occupancy",
                 "interval" => "overload.interval_ms",
+                "queue_gate" => "overload.queue_gate_ms",
                 "target_delay" => "overload.target_delay_ms",
                 "limit" => "overload.queue_limit",
                 "resume" => "overload.queue_resume",
@@ -678,6 +686,8 @@ impl OverloadSettings {
                 c.interval = interval;
                 c.target_occupancy = self.target_occupancy;
                 c.queue_growth = self.queue_growth;
+                c.queue_gate =
+                    (self.queue_gate_ms > 0).then(|| Duration::from_millis(self.queue_gate_ms));
                 c.retry_after = retry_after;
                 ControllerConfig::Occupancy(c)
             }

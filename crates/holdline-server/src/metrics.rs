@@ -53,10 +53,56 @@ reasons!(Close {
     Shutdown => "shutdown",
 });
 
-/// Upper bounds of the processing-time histogram buckets, µs.
-pub const BUCKETS_US: [u64; 14] = [
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000,
+/// Upper bounds of the latency histograms' buckets, µs.
+pub const BUCKETS_US: [u64; 18] = [
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000,
+    250_000, 1_000_000,
 ];
+
+/// A latency histogram with the [`BUCKETS_US`] bounds, written by one worker.
+#[derive(Debug, Default)]
+pub(crate) struct Histogram {
+    counts: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    /// Counts one observation.
+    pub(crate) fn record(&self, d: Duration) {
+        let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+        let b = BUCKETS_US
+            .iter()
+            .position(|&le| us <= le)
+            .unwrap_or(BUCKETS_US.len());
+        self.counts[b].fetch_add(1, Relaxed);
+        self.sum_ns
+            .fetch_add(d.as_nanos().min(u128::from(u64::MAX)) as u64, Relaxed);
+    }
+
+    /// Appends the Prometheus lines of this histogram, `labels` (e.g. `worker="0"`) on each.
+    fn render(&self, name: &str, labels: &str, out: &mut String) {
+        let mut cum = 0;
+        for (b, le) in BUCKETS_US.iter().enumerate() {
+            cum += self.counts[b].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels},le=\"{:.6}\"}} {cum}",
+                *le as f64 / 1e6
+            );
+        }
+        cum += self.counts[BUCKETS_US.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
+        let _ = writeln!(
+            out,
+            "{name}_sum{{{labels}}} {:.9}",
+            self.sum_ns.load(Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cum}");
+    }
+}
+
+/// Picks one of a worker's histograms.
+type PickHistogram = fn(&WorkerStats) -> &Histogram;
 
 /// The counters of one worker.
 #[derive(Debug, Default)]
@@ -77,8 +123,15 @@ pub(crate) struct WorkerStats {
     pub(crate) pongs: AtomicU64,
     pub(crate) busy_ns: AtomicU64,
     pub(crate) loop_ns: AtomicU64,
-    pub(crate) hist: [AtomicU64; BUCKETS_US.len() + 1],
-    pub(crate) hist_sum_ns: AtomicU64,
+    /// Handling one message (parse, transaction, proxy logic, building what it sends).
+    pub(crate) processing: Histogram,
+    /// Kernel receive to read, for the messages of admitted calls and everything but new
+    /// INVITEs on their own sockets (one sample per receive batch or TCP read).
+    pub(crate) queue_delay: Histogram,
+    /// Kernel receive to read for new INVITEs on their own sockets (one sample per batch).
+    pub(crate) invite_queue_delay: Histogram,
+    /// The busy part of one event-loop iteration: what everything waiting behind it waits.
+    pub(crate) loop_busy: Histogram,
     /// The core's own lines, rendered by the worker on request.
     pub(crate) core_text: Mutex<(u64, String)>,
     pub(crate) core_ready: Condvar,
@@ -97,13 +150,7 @@ impl WorkerStats {
         self.closes[why as usize].fetch_add(1, Relaxed);
     }
     pub(crate) fn record_processing(&self, d: Duration) {
-        let us = d.as_micros() as u64;
-        let b = BUCKETS_US
-            .iter()
-            .position(|&le| us <= le)
-            .unwrap_or(BUCKETS_US.len());
-        self.hist[b].fetch_add(1, Relaxed);
-        self.hist_sum_ns.fetch_add(d.as_nanos() as u64, Relaxed);
+        self.processing.record(d);
     }
 }
 
@@ -287,30 +334,34 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             s.busy_ns.load(Relaxed) as f64 / total
         );
     });
-    let name = "holdline_processing_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Time a core takes to handle one message.\n# TYPE {name} histogram"
-    );
-    each(&mut out, &|i, s, out| {
-        let mut cum = 0;
-        for (b, le) in BUCKETS_US.iter().enumerate() {
-            cum += s.hist[b].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{worker=\"{i}\",le=\"{:.6}\"}} {cum}",
-                *le as f64 / 1e6
-            );
-        }
-        cum += s.hist[BUCKETS_US.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{worker=\"{i}\",le=\"+Inf\"}} {cum}");
-        let _ = writeln!(
-            out,
-            "{name}_sum{{worker=\"{i}\"}} {:.9}",
-            s.hist_sum_ns.load(Relaxed) as f64 / 1e9
-        );
-        let _ = writeln!(out, "{name}_count{{worker=\"{i}\"}} {cum}");
-    });
+    let histograms: [(&str, &str, PickHistogram); 4] = [
+        (
+            "holdline_processing_seconds",
+            "Time a core takes to handle one message.",
+            |s| &s.processing,
+        ),
+        (
+            "holdline_queue_delay_seconds",
+            "Kernel receive to read: messages of admitted calls and all but new INVITEs on their own sockets (one sample per receive batch or TCP read).",
+            |s| &s.queue_delay,
+        ),
+        (
+            "holdline_invite_queue_delay_seconds",
+            "Kernel receive to read: new INVITEs on their own sockets (one sample per receive batch).",
+            |s| &s.invite_queue_delay,
+        ),
+        (
+            "holdline_loop_busy_seconds",
+            "Busy part of one event-loop iteration (a stall delays everything behind it).",
+            |s| &s.loop_busy,
+        ),
+    ];
+    for (name, help, hist) in histograms {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        each(&mut out, &|i, s, out| {
+            hist(s).render(name, &format!("worker=\"{i}\""), out);
+        });
+    }
     let deadline = std::time::Instant::now() + wait;
     for (i, (s, g0)) in shared.stats.iter().zip(gens).enumerate() {
         let Ok(mut guard) = s.core_text.lock() else {

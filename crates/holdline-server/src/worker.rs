@@ -560,6 +560,7 @@ impl Worker {
                 self.render_core_metrics();
             }
             let t2 = StdInstant::now();
+            self.stats().loop_busy.record(t2 - t1);
             let busy = self.busy_since(t2);
             self.controller.on_signal(now, Signal::Busy(busy));
             let s = self.stats();
@@ -711,10 +712,17 @@ impl Worker {
                     if let Some(stamp) = batch.get(0).and_then(|d| d.received_at) {
                         if !invites {
                             self.report_queue_delay(now, stamp, batch.len());
-                        } else if let Some(role) = self.server_role.as_mut() {
-                            // The server role steers the wait of new INVITEs (see HopServer).
-                            role.invite_delay.0 += age_of(stamp).as_secs_f64();
-                            role.invite_delay.1 += 1;
+                        } else {
+                            let wait = age_of(stamp);
+                            self.stats().invite_queue_delay.record(wait);
+                            // Local control's queue gate sees how long new INVITEs wait...
+                            self.controller
+                                .on_signal(now, Signal::NewRequestDelay(wait));
+                            // ... and the server role steers that wait (see HopServer).
+                            if let Some(role) = self.server_role.as_mut() {
+                                role.invite_delay.0 += wait.as_secs_f64();
+                                role.invite_delay.1 += 1;
+                            }
                         }
                     }
                     for k in 0..n {
@@ -760,6 +768,7 @@ impl Worker {
     /// that implies.
     fn report_queue_delay(&mut self, now: Instant, stamp: u64, count: usize) {
         let delay = age_of(stamp);
+        self.stats().queue_delay.record(delay);
         self.controller.on_signal(now, Signal::QueueDelay(delay));
         if self.service_ns > 0.0 {
             let len = delay.as_nanos() as f64 / self.service_ns + count as f64;
@@ -1436,7 +1445,18 @@ impl Worker {
     /// that waited too long are rejected with 503 here, statelessly, without the controller.
     /// Their connections are read again.
     fn run_deferred(&mut self, mut now: Instant, mut idle: bool) {
-        while let Some(release) = self.deferred.poll(now, idle) {
+        loop {
+            let since = self.deferred.oldest_since();
+            let Some(release) = self.deferred.poll(now, idle) else {
+                break;
+            };
+            if let Some(since) = since {
+                // Local control's queue gate: how long new INVITEs wait for idle time.
+                self.controller.on_signal(
+                    now,
+                    Signal::NewRequestDelay(now.saturating_duration_since(since)),
+                );
+            }
             let d = match release {
                 Release::Admit(d) => {
                     // Its owner is known from the deferral: no second parse for it.

@@ -437,6 +437,8 @@ fn metrics_endpoint_and_shutdown_hook() {
         "holdline_messages_in_total{worker=\"0\",transport=\"udp\"}",
         "holdline_drops_total{worker=\"1\",reason=\"handoff_full\"} 0",
         "holdline_processing_seconds_bucket{worker=\"0\",le=\"+Inf\"}",
+        "holdline_queue_delay_seconds_bucket{worker=\"1\",le=\"0.001000\"}",
+        "holdline_invite_queue_delay_seconds_count{worker=\"0\"}",
         "holdline_worker_busy_ratio{worker=\"1\"}",
         "holdline_connections_open{worker=\"0\"} 0",
         "holdline_testcore_requests_total{worker=\"0\"}",
@@ -447,6 +449,11 @@ fn metrics_endpoint_and_shutdown_hook() {
     assert_eq!(metric_sum(&text, "holdline_testcore_unparsable_total"), 1);
     assert_eq!(metric_sum(&text, "holdline_messages_in_total"), 2);
     assert_eq!(metric_sum(&text, "holdline_processing_seconds_count"), 2);
+    // Every loop iteration that did work is one observation; the datagrams made some.
+    assert!(metric_sum(&text, "holdline_loop_busy_seconds_count") >= 1);
+    // Receive timestamps (on Linux) give one queue-delay sample per batch read.
+    #[cfg(target_os = "linux")]
+    assert!(metric_sum(&text, "holdline_queue_delay_seconds_count") >= 1);
     assert!(http_get(maddr, "/nope").starts_with("HTTP/1.0 404"));
     let flushed = Arc::new(AtomicBool::new(false));
     let f = flushed.clone();
