@@ -13,6 +13,7 @@ use crate::occ::OccConfig;
 use crate::queue_delay::QueueDelayConfig;
 use crate::queue_limit::QueueLimitConfig;
 use crate::smart_forwarding::SmartForwardingConfig;
+use crate::window::DelayWindowConfig;
 
 /// Every admission / overload control algorithm of holdline's design, by name.
 ///
@@ -73,8 +74,8 @@ pub enum Algorithm {
     /// [`Completed`](crate::Signal::Completed). Decision at [`Gate::Forward`]: admit while the
     /// target's outstanding INVITE transactions are below its window (reason `WindowFull`).
     WindowClient,
-    /// Planned: `delay-window`, the window without explicit feedback of seed 004 (Homayouni
-    /// et al.): per target, a window of active transactions; on each completion, if the mean
+    /// `delay-window`, the window without explicit feedback of seed 004
+    /// ([`DelayWindow`](crate::DelayWindow)): per target, a window of active transactions; on each completion, if the mean
     /// of recent transaction delays ≥ `Z_th + ε·δ` the window drops to 1 and `WIN_th` halves,
     /// else it grows by 1 below `WIN_th` and by `1/W` above. Inputs: `Forwarded`, `Completed`
     /// (delay, outcome). Decision at [`Gate::Forward`] (reason `WindowFull`).
@@ -98,13 +99,13 @@ impl Algorithm {
         Self::Occupancy,
         Self::QueueDelay,
         Self::SmartForwarding,
-        Self::LossServer,
         Self::LossClient,
-        Self::RateServer,
         Self::RateClient,
+        Self::DelayWindow,
+        Self::LossServer,
+        Self::RateServer,
         Self::WindowServer,
         Self::WindowClient,
-        Self::DelayWindow,
         Self::Deoc,
     ];
 
@@ -140,6 +141,7 @@ impl Algorithm {
                 | Self::SmartForwarding
                 | Self::LossClient
                 | Self::RateClient
+                | Self::DelayWindow
         )
     }
 
@@ -245,6 +247,8 @@ pub enum ControllerConfig {
     /// [`Algorithm::LossClient`] or [`Algorithm::RateClient`] (one client applies either
     /// answer; see [`HopClientConfig::accept`]).
     HopClient(HopClientConfig),
+    /// [`Algorithm::DelayWindow`].
+    DelayWindow(DelayWindowConfig),
 }
 
 impl ControllerConfig {
@@ -267,6 +271,7 @@ impl ControllerConfig {
                 accept: Accept::Rate,
                 ..HopClientConfig::default()
             })),
+            Algorithm::DelayWindow => Ok(Self::DelayWindow(DelayWindowConfig::default())),
             other => Err(ConfigError::NotImplemented(other)),
         }
     }
@@ -279,6 +284,7 @@ impl ControllerConfig {
             Self::QueueDelay(c) => c,
             Self::SmartForwarding(c) => c,
             Self::HopClient(c) => c,
+            Self::DelayWindow(c) => c,
         }
     }
 }

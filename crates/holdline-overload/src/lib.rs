@@ -61,6 +61,7 @@ pub mod queue_limit;
 mod signal;
 pub mod smart_forwarding;
 mod snapshot;
+pub mod window;
 
 pub use admission::{
     Admission, Class, Decision, Gate, RejectReason, Rejection, SERVICE_UNAVAILABLE, TargetId,
@@ -81,3 +82,4 @@ pub use queue_limit::{QueueLimit, QueueLimitConfig};
 pub use signal::{Feedback, Lane, Outcome, Signal};
 pub use smart_forwarding::{SmartForwarding, SmartForwardingConfig, Split};
 pub use snapshot::{RejectCounts, Snapshot};
+pub use window::{DelayWindow, DelayWindowConfig, TargetWindow};

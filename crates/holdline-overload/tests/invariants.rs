@@ -30,7 +30,7 @@ fn implemented() -> Vec<(Algorithm, Box<dyn Controller>)> {
             )
         })
         .collect();
-    assert_eq!(list.len(), 8, "every implemented algorithm is covered");
+    assert_eq!(list.len(), 9, "every implemented algorithm is covered");
     list
 }
 
@@ -42,6 +42,7 @@ fn reasons(a: Algorithm) -> &'static [RejectReason] {
         Algorithm::SmartForwarding => &[RejectReason::TargetBacklog],
         Algorithm::LossClient => &[RejectReason::LossThrottle, RejectReason::RateThrottle],
         Algorithm::RateClient => &[RejectReason::RateThrottle],
+        Algorithm::DelayWindow => &[RejectReason::WindowFull],
         _ => &[],
     }
 }
@@ -99,7 +100,10 @@ fn overload_signals(r: &mut Rng, interval: Duration) -> Vec<Signal> {
             from: t,
             feedback: Feedback::Window { window: 0, seq: 0 },
         });
-        v.push(Signal::Forwarded { target: t });
+        // More sent than completed: windows fill up.
+        for _ in 0..4 {
+            v.push(Signal::Forwarded { target: t });
+        }
         v.push(Signal::Completed {
             target: t,
             outcome: Outcome::Final(503),

@@ -1,0 +1,546 @@
+//! `delay-window`: seed 004's window of active transactions, without explicit feedback.
+//!
+//! An upstream proxy keeps, per next hop (target), a window `W` of INVITE transactions it
+//! may have outstanding there; a new call is forwarded only while the target has fewer than
+//! `⌊W⌋` outstanding, else it is answered `503` upstream (reason
+//! [`WindowFull`](crate::RejectReason::WindowFull)). The only signal is the delay of the
+//! transactions themselves, so the downstream server needs no overload control of its own —
+//! any SIP server, Kamailio or another vendor's, is protected. When a transaction ends, its
+//! delay enters the recent-delay statistics, then (seed 004, the pseudo-code of l. 65):
+//!
+//! ```text
+//! if Z_avg ≥ Z_th + ε·δ:   WIN_th ← max(W / 2, 1);  W ← 1
+//! else if W < WIN_th:      W ← W + 1               (slow start)
+//! else:                    W ← W + 1 / W           (congestion avoidance)
+//! ```
+//!
+//! The paper leaves most of this open (`../shared/seeds/NOTES.md`, "004"); holdline's
+//! choices, each a setting:
+//!
+//! | what | holdline | the paper |
+//! | --- | --- | --- |
+//! | transaction delay | INVITE sent → its final response; a transaction without one (Timer B) counts with the delay the driver reports | not said |
+//! | `Z_avg` | EWMA of the delays, weight `avg_weight` = 1/8 (TCP's SRTT weight) | "average of recent delays", how many not said |
+//! | `δ` | EWMA *standard deviation* of the delays (weight `dev_weight` = 1/4): `Z_th + ε·δ` must be a delay, and a variance is in s² | "variance" (l. 67), then "1.2" (l. 73) |
+//! | `ε` | 3 | 3 (l. 67) |
+//! | `Z_th` | `threshold` if set, else `threshold_factor` (4) × the smallest delay seen, at least `threshold_floor` (20 ms) | never given |
+//! | initial `W`, `WIN_th` | 4 and 64 | not said |
+//! | the call that does not fit | `503` upstream, at once | not said |
+//! | prose vs pseudo-code | the pseudo-code (l. 65); the prose of l. 63 and l. 83 contradicts it | — |
+//!
+//! `Z_avg` and `δ` are per target and move only when a transaction ends: after a collapse to
+//! `W = 1` the average comes down with the first fast completions, so the window reopens
+//! within a few transactions once the downstream's queue is gone. Only new INVITEs are ever
+//! held back; the requests of admitted calls pass in every state. The table of targets is
+//! bounded (`max_targets`): when full, the target with nothing outstanding that was used
+//! longest ago is forgotten.
+//!
+//! Inputs: [`Signal::Forwarded`], [`Signal::Completed`], [`Signal::TargetGone`]. Gate:
+//! [`Gate::Forward`](crate::Gate::Forward).
+
+use std::collections::HashMap;
+
+use holdline_base::{Duration, Instant};
+
+use crate::admission::{Admission, Decision, RejectReason, TargetId};
+use crate::algorithm::{Algorithm, ConfigError, check_range};
+use crate::common::{Counters, decides, secs};
+use crate::controller::{Controller, ControllerFactory};
+use crate::signal::Signal;
+use crate::snapshot::Snapshot;
+
+/// The configuration of a [`DelayWindow`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DelayWindowConfig {
+    /// `ε`, how many deviations above `Z_th` the average may go (≥ 0). Default 3 (seed 004,
+    /// l. 67).
+    pub epsilon: f64,
+    /// `Z_th` itself; `None`: derived from the smallest delay seen (see `threshold_factor`).
+    /// Default `None`.
+    pub threshold: Option<Duration>,
+    /// With `threshold = None`: `Z_th` = this × the smallest transaction delay seen to the
+    /// target (its unloaded delay), finite and ≥ 1. Default 4.
+    pub threshold_factor: f64,
+    /// With `threshold = None`: the smallest `Z_th` (delays on a LAN are sub-millisecond; a
+    /// multiple of one would read scheduling noise as overload). Default 20 ms.
+    pub threshold_floor: Duration,
+    /// The EWMA weight of a new delay in `Z_avg`, in `(0, 1]`. Default 1/8.
+    pub avg_weight: f64,
+    /// The EWMA weight of a new squared deviation in `δ²`, in `(0, 1]`. Default 1/4.
+    pub dev_weight: f64,
+    /// The window of a target not seen before, ≥ 1. Default 4.
+    pub initial_window: f64,
+    /// `WIN_th` of a target not seen before, ≥ 1. Default 64.
+    pub initial_threshold: f64,
+    /// The largest window, ≥ `initial_window`. Default 10,000.
+    pub max_window: f64,
+    /// Most targets with state. Default 1,024.
+    pub max_targets: usize,
+    /// `Retry-After` of the 503s. Default `None`.
+    pub retry_after: Option<Duration>,
+}
+
+impl Default for DelayWindowConfig {
+    fn default() -> Self {
+        Self {
+            epsilon: 3.0,
+            threshold: None,
+            threshold_factor: 4.0,
+            threshold_floor: Duration::from_millis(20),
+            avg_weight: 0.125,
+            dev_weight: 0.25,
+            initial_window: 4.0,
+            initial_threshold: 64.0,
+            max_window: 10_000.0,
+            max_targets: 1024,
+            retry_after: None,
+        }
+    }
+}
+
+impl ControllerFactory for DelayWindowConfig {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::DelayWindow
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_range("epsilon", self.epsilon, 0.0, 1e6, "between 0 and 1e6")?;
+        check_range(
+            "threshold_factor",
+            self.threshold_factor,
+            1.0,
+            1e6,
+            "between 1 and 1e6",
+        )?;
+        check_range(
+            "avg_weight",
+            self.avg_weight,
+            f64::MIN_POSITIVE,
+            1.0,
+            "greater than 0, at most 1",
+        )?;
+        check_range(
+            "dev_weight",
+            self.dev_weight,
+            f64::MIN_POSITIVE,
+            1.0,
+            "greater than 0, at most 1",
+        )?;
+        check_range("max_window", self.max_window, 1.0, 1e9, "between 1 and 1e9")?;
+        check_range(
+            "initial_window",
+            self.initial_window,
+            1.0,
+            self.max_window,
+            "at least 1, at most max_window",
+        )?;
+        check_range(
+            "initial_threshold",
+            self.initial_threshold,
+            1.0,
+            1e9,
+            "between 1 and 1e9",
+        )?;
+        if self.max_targets == 0 {
+            return Err(ConfigError::OutOfRange {
+                field: "max_targets",
+                value: 0.0,
+                expected: "at least 1",
+            });
+        }
+        Ok(())
+    }
+
+    fn build(
+        &self,
+        now: Instant,
+        _rng: holdline_base::Rng,
+    ) -> Result<Box<dyn Controller>, ConfigError> {
+        Ok(Box::new(DelayWindow::new(self.clone(), now)?))
+    }
+}
+
+/// One target's window and delay statistics.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TargetWindow {
+    /// `W`, the window.
+    pub window: f64,
+    /// `WIN_th`.
+    pub threshold: f64,
+    /// INVITE transactions outstanding.
+    pub outstanding: u32,
+    /// `Z_avg`, seconds (`None` before the first completion).
+    pub avg_delay: Option<f64>,
+    /// `δ`, seconds.
+    pub deviation: f64,
+    /// The smallest delay seen, seconds.
+    pub min_delay: Option<f64>,
+    /// Collapses to `W = 1` so far.
+    pub collapses: u64,
+    last_used: Instant,
+}
+
+impl TargetWindow {
+    fn new(config: &DelayWindowConfig, now: Instant) -> Self {
+        Self {
+            window: config.initial_window,
+            threshold: config.initial_threshold,
+            outstanding: 0,
+            avg_delay: None,
+            deviation: 0.0,
+            min_delay: None,
+            collapses: 0,
+            last_used: now,
+        }
+    }
+
+    /// Whether one more transaction fits.
+    pub fn has_room(&self) -> bool {
+        f64::from(self.outstanding) < self.window.floor()
+    }
+}
+
+/// Seed 004's feedback-free window (see the [module documentation](self)).
+#[derive(Clone, Debug)]
+pub struct DelayWindow {
+    config: DelayWindowConfig,
+    targets: HashMap<TargetId, TargetWindow>,
+    latest: Instant,
+    counters: Counters,
+}
+
+impl DelayWindow {
+    /// A controller with a validated `config` and no target yet.
+    pub fn new(config: DelayWindowConfig, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            targets: HashMap::new(),
+            latest: now,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The state of `target`, if it has any.
+    pub fn target(&self, target: TargetId) -> Option<&TargetWindow> {
+        self.targets.get(&target)
+    }
+
+    /// Every target with state.
+    pub fn targets(&self) -> impl Iterator<Item = (TargetId, &TargetWindow)> + '_ {
+        self.targets.iter().map(|(&k, v)| (k, v))
+    }
+
+    /// `Z_th` for a target whose smallest delay so far is `min_delay` (seconds).
+    fn threshold_for(&self, min_delay: Option<f64>) -> f64 {
+        match self.config.threshold {
+            Some(t) => secs(t),
+            None => (self.config.threshold_factor * min_delay.unwrap_or(0.0))
+                .max(secs(self.config.threshold_floor)),
+        }
+    }
+
+    fn clock(&mut self, now: Instant) -> Instant {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
+    /// The state of `target`, made (and room made for it) if needed.
+    fn entry(&mut self, target: TargetId, now: Instant) -> &mut TargetWindow {
+        if !self.targets.contains_key(&target) && self.targets.len() >= self.config.max_targets {
+            let victim = self
+                .targets
+                .iter()
+                .min_by_key(|(_, t)| (t.outstanding > 0, t.last_used))
+                .map(|(&k, _)| k);
+            if let Some(k) = victim {
+                self.targets.remove(&k);
+            }
+        }
+        let config = &self.config;
+        let t = self
+            .targets
+            .entry(target)
+            .or_insert_with(|| TargetWindow::new(config, now));
+        t.last_used = now;
+        t
+    }
+
+    fn completed(&mut self, now: Instant, target: TargetId, delay: Duration) {
+        let z = secs(delay);
+        let (avg_w, dev_w, eps, max_window) = (
+            self.config.avg_weight,
+            self.config.dev_weight,
+            self.config.epsilon,
+            self.config.max_window,
+        );
+        let min_before = self.targets.get(&target).and_then(|t| t.min_delay);
+        let min_delay = Some(min_before.map_or(z, |m| m.min(z)));
+        let z_th = self.threshold_for(min_delay);
+        let t = self.entry(target, now);
+        t.outstanding = t.outstanding.saturating_sub(1);
+        t.min_delay = min_delay;
+        let avg = match t.avg_delay {
+            None => {
+                t.deviation = 0.0;
+                z
+            }
+            Some(a) => {
+                let diff = z - a;
+                let var = (1.0 - dev_w) * t.deviation * t.deviation + dev_w * diff * diff;
+                t.deviation = var.sqrt();
+                a + avg_w * diff
+            }
+        };
+        t.avg_delay = Some(avg);
+        if avg >= z_th + eps * t.deviation {
+            t.threshold = (t.window / 2.0).max(1.0);
+            t.window = 1.0;
+            t.collapses += 1;
+        } else if t.window < t.threshold {
+            t.window = (t.window + 1.0).min(max_window);
+        } else {
+            t.window = (t.window + 1.0 / t.window).min(max_window);
+        }
+    }
+}
+
+impl Controller for DelayWindow {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::DelayWindow
+    }
+
+    fn admit(&mut self, now: Instant, req: &Admission) -> Decision {
+        if !decides(self.gate(), req) {
+            return Decision::Admit;
+        }
+        let Some(target) = req.target else {
+            return Decision::Admit;
+        };
+        let now = self.clock(now);
+        if self.entry(target, now).has_room() {
+            self.counters.admit()
+        } else {
+            self.counters
+                .reject(RejectReason::WindowFull, self.config.retry_after)
+        }
+    }
+
+    fn on_signal(&mut self, now: Instant, signal: Signal) {
+        let now = self.clock(now);
+        match signal {
+            Signal::Forwarded { target } => {
+                let t = self.entry(target, now);
+                t.outstanding = t.outstanding.saturating_add(1);
+            }
+            Signal::Completed { target, delay, .. } => self.completed(now, target, delay),
+            Signal::TargetGone(target) => {
+                self.targets.remove(&target);
+            }
+            _ => {}
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::new(Algorithm::DelayWindow);
+        s.throttled_targets = Some(self.targets.values().filter(|t| !t.has_room()).count());
+        s.admitted = self.counters.admitted;
+        s.rejected = self.counters.rejected;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::Class;
+
+    const A: TargetId = TargetId(1);
+
+    fn window(config: DelayWindowConfig) -> DelayWindow {
+        DelayWindow::new(config, Instant::ZERO).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn ask(c: &mut DelayWindow, target: TargetId) -> bool {
+        c.admit(Instant::ZERO, &Admission::forward(Class::NewInvite, target))
+            .is_admit()
+    }
+
+    fn complete(c: &mut DelayWindow, target: TargetId, ms: u64) {
+        c.on_signal(
+            Instant::ZERO,
+            Signal::Completed {
+                target,
+                outcome: crate::signal::Outcome::Final(200),
+                delay: Duration::from_millis(ms),
+            },
+        );
+    }
+
+    fn send(c: &mut DelayWindow, target: TargetId) -> bool {
+        let ok = ask(c, target);
+        if ok {
+            c.on_signal(Instant::ZERO, Signal::Forwarded { target });
+        }
+        ok
+    }
+
+    #[test]
+    fn the_window_bounds_outstanding_transactions() {
+        let mut c = window(DelayWindowConfig::default());
+        for _ in 0..4 {
+            assert!(send(&mut c, A));
+        }
+        assert!(!send(&mut c, A), "initial window 4");
+        let s = c.snapshot();
+        assert_eq!(s.rejected.get(RejectReason::WindowFull), 1);
+        assert_eq!(s.throttled_targets, Some(1));
+        // Another target has its own window; other messages always pass.
+        assert!(send(&mut c, TargetId(2)));
+        assert!(
+            c.admit(Instant::ZERO, &Admission::forward(Class::InDialog, A))
+                .is_admit()
+        );
+        complete(&mut c, A, 5);
+        assert_eq!(c.target(A).map(|t| t.outstanding), Some(3));
+        // 5 ms < 20 ms floor: slow start, W 4 → 5; two places free now.
+        assert_eq!(c.target(A).map(|t| t.window), Some(5.0));
+        assert!(send(&mut c, A));
+        assert!(send(&mut c, A));
+        assert!(!send(&mut c, A));
+    }
+
+    #[test]
+    fn slow_start_then_congestion_avoidance() {
+        let config = DelayWindowConfig {
+            initial_window: 1.0,
+            initial_threshold: 3.0,
+            ..DelayWindowConfig::default()
+        };
+        let mut c = window(config);
+        let mut w = vec![];
+        for _ in 0..4 {
+            assert!(send(&mut c, A));
+            complete(&mut c, A, 1);
+            w.push(c.target(A).map_or(0.0, |t| t.window));
+        }
+        // 1 → 2 → 3 (slow start below WIN_th = 3), then + 1/W.
+        assert_eq!(&w[..2], &[2.0, 3.0]);
+        assert!((w[2] - (3.0 + 1.0 / 3.0)).abs() < 1e-12);
+        assert!((w[3] - (w[2] + 1.0 / w[2])).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_delay_above_the_threshold_collapses_the_window_and_halves_win_th() {
+        let mut c = window(DelayWindowConfig {
+            initial_window: 10.0,
+            ..DelayWindowConfig::default()
+        });
+        for _ in 0..10 {
+            assert!(send(&mut c, A));
+        }
+        // Unloaded: 2 ms each; Z_th = max(4 × 2 ms, 20 ms) = 20 ms.
+        complete(&mut c, A, 2);
+        assert!(
+            c.target(A)
+                .is_some_and(|t| t.collapses == 0 && t.window == 11.0)
+        );
+        // One 1 s delay: Z_avg = 2 + (1000 − 2)/8 ≈ 127 ms; δ = sqrt(¼ · 998²) ≈ 499 ms:
+        // 127 < 20 + 3 · 499: no collapse yet (one outlier is variance, not load).
+        complete(&mut c, A, 1000);
+        assert!(c.target(A).is_some_and(|t| t.collapses == 0));
+        // The delay stays at 1 s: the average climbs and the deviation decays until the
+        // average passes Z_th + 3δ — at the 15th slow completion (0.865 ≥ 0.02 + 3 × 0.278).
+        let mut collapsed_at = None;
+        let mut before = 0.0;
+        for n in 2..=20 {
+            c.on_signal(Instant::ZERO, Signal::Forwarded { target: A });
+            before = c.target(A).map_or(0.0, |t| t.window);
+            complete(&mut c, A, 1000);
+            if c.target(A).is_some_and(|t| t.collapses > 0) {
+                collapsed_at = Some(n);
+                break;
+            }
+        }
+        assert_eq!(collapsed_at, Some(15), "{:?}", c.target(A));
+        let t = c.target(A).copied().unwrap_or_else(|| panic!("state"));
+        assert_eq!(t.window, 1.0);
+        assert_eq!(t.threshold, before / 2.0, "{t:?}");
+    }
+
+    #[test]
+    fn a_fixed_threshold_and_timeouts() {
+        let mut c = window(DelayWindowConfig {
+            threshold: Some(Duration::from_millis(100)),
+            epsilon: 0.0,
+            ..DelayWindowConfig::default()
+        });
+        assert!(send(&mut c, A));
+        // A transaction that timed out (Timer B, 32 s) is as slow as it gets.
+        c.on_signal(
+            Instant::ZERO,
+            Signal::Completed {
+                target: A,
+                outcome: crate::signal::Outcome::Timeout,
+                delay: Duration::from_secs(32),
+            },
+        );
+        assert_eq!(c.target(A).map(|t| t.window), Some(1.0));
+        assert!(send(&mut c, A));
+        assert!(!send(&mut c, A));
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_targets_can_go() {
+        let mut c = window(DelayWindowConfig {
+            max_targets: 2,
+            ..DelayWindowConfig::default()
+        });
+        assert!(send(&mut c, A));
+        assert!(ask(&mut c, TargetId(2)));
+        assert!(ask(&mut c, TargetId(3)));
+        // Target 2 had nothing outstanding: it went, A (one outstanding) stayed.
+        assert!(c.target(A).is_some());
+        assert!(c.target(TargetId(2)).is_none());
+        c.on_signal(Instant::ZERO, Signal::TargetGone(A));
+        assert!(c.target(A).is_none());
+        // Completions of a forgotten target do not underflow.
+        complete(&mut c, A, 1);
+        assert_eq!(c.target(A).map(|t| t.outstanding), Some(0));
+    }
+
+    #[test]
+    fn invalid_configs() {
+        let bad = [
+            DelayWindowConfig {
+                epsilon: -1.0,
+                ..DelayWindowConfig::default()
+            },
+            DelayWindowConfig {
+                threshold_factor: 0.5,
+                ..DelayWindowConfig::default()
+            },
+            DelayWindowConfig {
+                avg_weight: 0.0,
+                ..DelayWindowConfig::default()
+            },
+            DelayWindowConfig {
+                initial_window: 0.5,
+                ..DelayWindowConfig::default()
+            },
+            DelayWindowConfig {
+                max_window: 2.0,
+                initial_window: 4.0,
+                ..DelayWindowConfig::default()
+            },
+            DelayWindowConfig {
+                max_targets: 0,
+                ..DelayWindowConfig::default()
+            },
+        ];
+        for config in bad {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
+        assert_eq!(DelayWindowConfig::default().validate(), Ok(()));
+    }
+}
