@@ -329,6 +329,19 @@ pub(crate) fn check_range(
     }
 }
 
+/// Checks `n ≥ 1` (a table bound, a count).
+pub(crate) fn check_nonzero(field: &'static str, n: usize) -> Result<(), ConfigError> {
+    if n == 0 {
+        Err(ConfigError::OutOfRange {
+            field,
+            value: 0.0,
+            expected: "at least 1",
+        })
+    } else {
+        Ok(())
+    }
+}
+
 /// Checks `d > 0`.
 pub(crate) fn check_positive(
     field: &'static str,

@@ -44,7 +44,7 @@ use std::collections::HashMap;
 use holdline_base::{Duration, Instant, Rng};
 
 use crate::admission::{Admission, Decision, RejectReason, TargetId};
-use crate::algorithm::{Algorithm, ConfigError, check_range};
+use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_range};
 use crate::common::{Counters, decides};
 use crate::controller::{Controller, ControllerFactory};
 use crate::signal::{Feedback, Signal};
@@ -114,14 +114,7 @@ impl ControllerFactory for HopClientConfig {
             1e6,
             "0 to 1,000,000 target intervals",
         )?;
-        if self.max_targets == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "max_targets",
-                value: 0.0,
-                expected: "at least 1",
-            });
-        }
-        Ok(())
+        check_nonzero("max_targets", self.max_targets)
     }
 
     fn build(&self, now: Instant, rng: Rng) -> Result<Box<dyn Controller>, ConfigError> {

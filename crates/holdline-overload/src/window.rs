@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use holdline_base::{Duration, Instant};
 
 use crate::admission::{Admission, Decision, RejectReason, TargetId};
-use crate::algorithm::{Algorithm, ConfigError, check_range};
+use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_range};
 use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
 use crate::signal::Signal;
@@ -141,14 +141,7 @@ impl ControllerFactory for DelayWindowConfig {
             1e9,
             "between 1 and 1e9",
         )?;
-        if self.max_targets == 0 {
-            return Err(ConfigError::OutOfRange {
-                field: "max_targets",
-                value: 0.0,
-                expected: "at least 1",
-            });
-        }
-        Ok(())
+        check_nonzero("max_targets", self.max_targets)
     }
 
     fn build(
