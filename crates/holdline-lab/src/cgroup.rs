@@ -6,6 +6,25 @@ use crate::error::{LabError, Result};
 
 /// Root of the cgroup v1 CPU controller.
 const CPU_ROOT: &str = "/sys/fs/cgroup/cpu";
+/// The kernel's smallest `cpu.cfs_quota_us` and `cpu.cfs_period_us` (1 ms): smaller values
+/// are refused with `EINVAL`.
+pub(crate) const MIN_QUOTA_US: u64 = 1000;
+/// The kernel's largest `cpu.cfs_period_us` (1 s).
+pub(crate) const MAX_PERIOD_US: u64 = 1_000_000;
+
+/// The period and quota of a `percent`% CPU quota with a period of `period_us`: the period
+/// itself when its quota is at least [`MIN_QUOTA_US`], else the smallest period whose quota
+/// is (at 25%: 4,000 µs for a requested 1,000 µs). Returns `(period_us, quota_us)`.
+pub(crate) fn feasible_quota(period_us: u64, percent: u64) -> (u64, u64) {
+    let percent = percent.clamp(1, 100);
+    let period = period_us.clamp(MIN_QUOTA_US, MAX_PERIOD_US);
+    let quota = period * percent / 100;
+    if quota >= MIN_QUOTA_US {
+        return (period, quota);
+    }
+    let period = (MIN_QUOTA_US * 100).div_ceil(percent);
+    (period, period * percent / 100)
+}
 
 /// A CPU cgroup created for a run and removed when dropped.
 #[derive(Debug)]
@@ -58,5 +77,19 @@ impl Drop for CpuGroup {
                 self.path.display()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quota_under_the_kernels_minimum_gets_a_longer_period() {
+        assert_eq!(feasible_quota(10_000, 25), (10_000, 2_500));
+        assert_eq!(feasible_quota(1_000, 25), (4_000, 1_000));
+        assert_eq!(feasible_quota(1_000, 100), (1_000, 1_000));
+        assert_eq!(feasible_quota(3_000, 30), (3_334, 1_000));
+        assert_eq!(feasible_quota(5_000, 25), (5_000, 1_250));
     }
 }

@@ -1,5 +1,6 @@
 //! One measured step: `holdline load` (UAS and UAC, or REGISTER) pinned to the generator
-//! core against a running server, with the server's CPU time over the load window.
+//! core against a running server, with the server's CPU time (user and system) over the load
+//! window and, for a sustained step, the server's memory and CPU sampled every second.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
+use crate::procfs::{self, CpuSplit};
 use crate::server::{self, DOMAIN, Running, Transport};
+use crate::soak::{UacSecond, uac_rows};
 
 /// Core the generator processes run on.
 pub(crate) const GENERATOR_CORE: &str = "0";
@@ -18,6 +21,10 @@ pub(crate) const GENERATOR_CORE: &str = "0";
 pub(crate) const P99_LIMIT_MS: f64 = 100.0;
 /// A server core busier than this fraction counts as saturated.
 pub(crate) const SATURATED: f64 = 0.85;
+/// Sampling period of a sustained step.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// A sustained step prints a progress line every this many samples.
+const PROGRESS_EVERY_SAMPLES: usize = 10;
 
 /// What a step offers.
 #[derive(Debug, Clone, Copy)]
@@ -41,8 +48,12 @@ impl Load {
 /// The measured outcome of one step (one row of `steps.csv`).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Step {
-    /// Part of the bench: capacity, cost, quota-capacity, overload.
+    /// Part of the bench: capacity, sustain, cost, quota-capacity, overload.
     pub section: String,
+    /// Which run of the measurement (`--repeat`), from 0.
+    pub run: usize,
+    /// `cpu.cfs_period_us` of the CPU quota the server ran under (quota steps only).
+    pub cfs_period_us: Option<u64>,
     /// Server configuration name.
     pub server: String,
     /// calls-udp, calls-tcp or register-udp.
@@ -65,14 +76,20 @@ pub(crate) struct Step {
     pub p50_ms: f64,
     /// PDD (calls) or REGISTER latency p99, ms.
     pub p99_ms: f64,
+    /// PDD (calls) or REGISTER latency p99.9, ms.
+    pub p999_ms: f64,
     /// 200 OK retransmissions sent by the UAS.
     pub retrans_200: u64,
     /// INVITE (or REGISTER) retransmissions sent by the UAC.
     pub retrans_invite: u64,
     /// 503 responses received.
     pub r503: u64,
-    /// Server CPU time over the load window, µs (all its processes).
+    /// Server CPU time over the load window, µs (all its processes): user + system.
     pub server_cpu_us: u64,
+    /// Its user part (utime), µs.
+    pub server_user_us: u64,
+    /// Its system part (stime), µs.
+    pub server_sys_us: u64,
     /// Load window, s (first arrival to the generator's exit).
     pub window_s: f64,
     /// Server core busy over the window (1.0 = one core).
@@ -197,11 +214,62 @@ pub(crate) struct Plan {
     pub duration_s: f64,
     /// Longest wait for calls in progress after the last arrival.
     pub drain_s: f64,
+    /// Sample the server's memory and CPU every second and keep the UAC's per-second counts
+    /// (a sustained step).
+    pub sample: bool,
+}
+
+/// One sample of the server's process tree during a sustained step.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ServerSample {
+    /// Seconds since the UAC started (0: right before).
+    pub t_s: f64,
+    /// `VmRSS` summed over the server's processes, MiB.
+    pub rss_mb: f64,
+    /// `Pss` summed over the server's processes, MiB (shared pages counted once).
+    pub pss_mb: Option<f64>,
+    /// Server CPU time since the first sample, s (user + system).
+    pub cpu_s: f64,
+    /// Its user part, s.
+    pub user_s: f64,
+    /// Its system part, s.
+    pub sys_s: f64,
+    /// Processes in the server's tree.
+    pub processes: usize,
+}
+
+impl ServerSample {
+    fn take(pid: u32, t_s: f64, cpu_start: CpuSplit) -> (Self, CpuSplit) {
+        let (cpu, mem) = procfs::tree_sample(pid);
+        let d = cpu.since(cpu_start);
+        let sample = Self {
+            t_s,
+            rss_mb: mem.rss_kb as f64 / 1024.0,
+            pss_mb: mem.pss_kb.map(|k| k as f64 / 1024.0),
+            cpu_s: d.total_us() as f64 / 1e6,
+            user_s: d.user_us as f64 / 1e6,
+            sys_s: d.sys_us as f64 / 1e6,
+            processes: mem.processes,
+        };
+        (sample, cpu)
+    }
+}
+
+/// A step's outcome with, for a sustained step, its samples.
+#[derive(Debug, Clone)]
+pub(crate) struct StepRun {
+    /// The step's figures.
+    pub step: Step,
+    /// The server sampled every second (empty unless [`Plan::sample`]).
+    pub samples: Vec<ServerSample>,
+    /// The UAC's per-second counts (empty unless [`Plan::sample`] and a call load).
+    pub per_second: Vec<UacSecond>,
 }
 
 /// Runs one step against a server that listens on `server_port` and forwards calls to
 /// `uas_port`. Reads the server's CPU time right before the load and right after the
-/// generator exits (before the server is stopped).
+/// generator exits (before the server is stopped); with [`Plan::sample`] also every second
+/// in between, with its memory.
 pub(crate) fn run_step(
     exe: &Path,
     work: &Path,
@@ -210,11 +278,13 @@ pub(crate) fn run_step(
     server_port: u16,
     uas_port: u16,
     plan: Plan,
-) -> Result<(Step, Value)> {
+) -> Result<StepRun> {
     let uac_json = work.join(format!("{tag}-uac.json"));
     let uas_json = work.join(format!("{tag}-uas.json"));
+    let uac_csv = work.join(format!("{tag}-uac.csv"));
     let _ = std::fs::remove_file(&uac_json);
     let _ = std::fs::remove_file(&uas_json);
+    let _ = std::fs::remove_file(&uac_csv);
     let limit = plan.duration_s + plan.drain_s + 3.0;
     let common = |json: &PathBuf| -> Vec<String> {
         vec![
@@ -277,12 +347,35 @@ pub(crate) fn run_step(
         "--drain".into(),
         format!("{}", plan.drain_s),
     ]);
-    let cpu0 = server.cpu_us();
+    if plan.sample {
+        args.extend(["--csv".into(), uac_csv.display().to_string()]);
+    }
+    let pid = server.pid();
+    let mut samples = Vec::new();
+    let cpu0 = if plan.sample {
+        // The first sample's CPU counters start the series: its own CPU figures are 0.
+        let (mut first, cpu) = ServerSample::take(pid, 0.0, CpuSplit::default());
+        (first.cpu_s, first.user_s, first.sys_s) = (0.0, 0.0, 0.0);
+        samples.push(first);
+        cpu
+    } else {
+        server.cpu_split()
+    };
     let t0 = Instant::now();
     let mut uac = spawn_load(exe, &args, &work.join(format!("{tag}-uac.log")))?;
-    let exited = wait_bounded(&mut uac, Duration::from_secs_f64(limit + 5.0));
+    let exited = if plan.sample {
+        wait_sampling(&mut uac, limit + 5.0, t0, tag, pid, cpu0, &mut samples)
+    } else {
+        wait_bounded(&mut uac, Duration::from_secs_f64(limit + 5.0))
+    };
     let window_s = t0.elapsed().as_secs_f64();
-    let cpu1 = server.cpu_us();
+    let cpu1 = if plan.sample {
+        let (last, cpu) = ServerSample::take(pid, window_s, cpu0);
+        samples.push(last);
+        cpu
+    } else {
+        server.cpu_split()
+    };
     let mut uas_report = Value::Null;
     if let Some(mut u) = uas {
         terminate(&u);
@@ -295,9 +388,14 @@ pub(crate) fn run_step(
         )));
     }
     let uac_report = read_json(&uac_json)?;
-    let server_cpu_us = cpu1.saturating_sub(cpu0);
+    let per_second = match plan.load {
+        Load::Calls(_) if plan.sample => uac_rows(&uac_csv)?,
+        _ => Vec::new(),
+    };
+    let cpu = cpu1.since(cpu0);
+    let server_cpu_us = cpu.total_us();
     let load_s = num(&uac_report, &["load_duration_s"]).max(1e-3);
-    let (attempted, ok, failed, goodput, p50, p99, retrans_req, offered) = match plan.load {
+    let (attempted, ok, failed, goodput, p50, p99, p999, retrans_req, offered) = match plan.load {
         Load::Calls(_) => {
             let attempted = count(&uac_report, &["totals", "attempted"]);
             (
@@ -309,6 +407,7 @@ pub(crate) fn run_step(
                 num(&uac_report, &["goodput_cps"]),
                 num(&uac_report, &["pdd_p50_ms"]),
                 num(&uac_report, &["pdd_p99_ms"]),
+                num(&uac_report, &["latency", "pdd", "p999_ms"]),
                 count(&uac_report, &["totals", "retrans_invite"]),
                 num(&uac_report, &["offered_cps"]),
             )
@@ -323,6 +422,7 @@ pub(crate) fn run_step(
                 num(&uac_report, &["register_rps"]),
                 num(&uac_report, &["latency", "register", "p50_ms"]),
                 num(&uac_report, &["latency", "register", "p99_ms"]),
+                num(&uac_report, &["latency", "register", "p999_ms"]),
                 count(&uac_report, &["totals", "retrans_other"]),
                 sent as f64 / load_s,
             )
@@ -334,6 +434,8 @@ pub(crate) fn run_step(
         attempted > 0 && failed == 0 && ok == attempted && p99 <= P99_LIMIT_MS && kept_schedule;
     let step = Step {
         section: String::new(),
+        run: 0,
+        cfs_period_us: None,
         server: String::new(),
         load: plan.load.name().into(),
         rate: plan.rate,
@@ -345,10 +447,13 @@ pub(crate) fn run_step(
         goodput,
         p50_ms: p50,
         p99_ms: p99,
+        p999_ms: p999,
         retrans_200: count(&uas_report, &["totals", "retrans_200"]),
         retrans_invite: retrans_req,
         r503: count(&uac_report, &["totals", "r503"]),
         server_cpu_us,
+        server_user_us: cpu.user_us,
+        server_sys_us: cpu.sys_us,
         window_s,
         server_busy: server_cpu_us as f64 / 1e6 / window_s.max(1e-3),
         cpu_us_per_op: if ok > 0 {
@@ -358,5 +463,67 @@ pub(crate) fn run_step(
         },
         clean,
     };
-    Ok((step, uac_report))
+    Ok(StepRun {
+        step,
+        samples,
+        per_second,
+    })
+}
+
+/// Waits for the UAC at most `limit_s` seconds (then kills it), sampling the server `pid`
+/// every second into `samples` and printing a progress line every ten. True if the UAC
+/// exited by itself.
+fn wait_sampling(
+    uac: &mut Child,
+    limit_s: f64,
+    t0: Instant,
+    tag: &str,
+    pid: u32,
+    cpu0: CpuSplit,
+    samples: &mut Vec<ServerSample>,
+) -> bool {
+    let deadline = t0 + Duration::from_secs_f64(limit_s);
+    let mut next = t0 + SAMPLE_EVERY;
+    loop {
+        match uac.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let _ = uac.kill();
+            let _ = uac.wait();
+            return false;
+        }
+        if now >= next {
+            let t_s = t0.elapsed().as_secs_f64();
+            let (s, _) = ServerSample::take(pid, t_s, cpu0);
+            samples.push(s);
+            if samples.len() % PROGRESS_EVERY_SAMPLES == 1 {
+                let prev_cpu = samples
+                    .len()
+                    .checked_sub(PROGRESS_EVERY_SAMPLES + 1)
+                    .and_then(|i| samples.get(i))
+                    .map_or((0.0, 0.0), |p| (p.t_s, p.cpu_s));
+                if let Some(s) = samples.last() {
+                    let busy = (s.cpu_s - prev_cpu.1) / (s.t_s - prev_cpu.0).max(1e-3);
+                    eprintln!(
+                        "bench: {tag}: t={:>4.0} s  RSS {:>7.1} MB  PSS {}  server core {:>3.0}% over the last {:.0} s",
+                        s.t_s,
+                        s.rss_mb,
+                        s.pss_mb
+                            .map_or_else(|| "n/a".to_string(), |p| format!("{p:>7.1} MB")),
+                        busy * 100.0,
+                        s.t_s - prev_cpu.0
+                    );
+                }
+            }
+            // The next tick on the 1 s grid (ticks missed by a slow read are skipped).
+            while next <= Instant::now() {
+                next += SAMPLE_EVERY;
+            }
+        }
+        // Bounded poll of the UAC's exit between samples.
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

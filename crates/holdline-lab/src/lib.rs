@@ -1,8 +1,9 @@
 //! holdline's lab: measurements that run real processes on this machine.
 //!
 //! [`bench`] is `holdline bench`: holdline against Kamailio, each pinned to one core, driven
-//! by `holdline load` on the other core, for capacity, CPU cost per call and overload curves
-//! under a cgroup CPU quota. The `holdline` binary calls [`bench::run`].
+//! by `holdline load` on the other core, for capacity, sustained load at that capacity, CPU
+//! cost per call and overload curves under a cgroup CPU quota. The `holdline` binary calls
+//! [`bench::run`].
 //!
 //! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`], [`tcp_overload`],
 //! [`feedback`]).
@@ -20,6 +21,8 @@ mod report;
 mod runner;
 mod server;
 mod soak;
+mod stats;
+mod sustain;
 pub mod tcp_overload;
 pub mod udp_overload;
 

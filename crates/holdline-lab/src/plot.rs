@@ -37,12 +37,13 @@ fn font() -> Result<()> {
 }
 
 /// One colour per server in every plot (holdline blue, Kamailio red, holdline with overload
-/// control off green), lighter for the REGISTER series; one per mechanism in the lab's plots,
+/// control off green), lighter for the REGISTER series and for `bench`'s sustained TCP
+/// series ("holdline tcp"); one per mechanism in the lab's plots,
 /// and for `tcp-overload`'s and `feedback`'s series ("ICS+BM+SF, 3 SEs") one hue per
 /// mechanism, lighter with more SEs.
 fn color_for(name: &str) -> RGBColor {
     let n = name.to_ascii_lowercase();
-    let register = n.contains("register");
+    let register = n.contains("register") || n.contains(" tcp");
     for (prefix, (r, g, b)) in [
         ("no control,", (214u8, 39u8, 40u8)),
         ("ics+", (0, 94, 184)),

@@ -1,4 +1,5 @@
-//! CPU time of process trees from `/proc/PID/stat` (utime + stime, all threads).
+//! CPU time and memory of process trees from `/proc` (`/proc/PID/stat`: utime and stime, all
+//! threads; `/proc/PID/status`: `VmRSS`; `/proc/PID/smaps_rollup`: `Pss`).
 
 use std::collections::HashMap;
 
@@ -9,22 +10,23 @@ fn clk_tck() -> u64 {
     if t > 0 { t as u64 } else { 100 }
 }
 
-/// Parent PID and utime+stime (ticks) of one process, if it exists.
-fn stat(pid: u32) -> Option<(u32, u64)> {
+/// Parent PID, utime and stime (ticks) of one process, if it exists.
+fn stat(pid: u32) -> Option<(u32, u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
+    parse_stat_times(&text)
 }
 
-/// Parses a `/proc/PID/stat` line into (ppid, utime + stime). The command name (field 2) is
-/// in parentheses and may hold spaces and parentheses, so fields are counted after the last `)`.
-pub(crate) fn parse_stat(text: &str) -> Option<(u32, u64)> {
+/// Parses a `/proc/PID/stat` line into (ppid, utime, stime), in clock ticks. The command
+/// name (field 2) is in parentheses and may hold spaces and parentheses, so fields are
+/// counted after the last `)`.
+pub(crate) fn parse_stat_times(text: &str) -> Option<(u32, u64, u64)> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(3) ppid(4) ... utime(14) stime(15), i.e. indexes 0, 1, 11, 12.
     let ppid = f.get(1)?.parse().ok()?;
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((ppid, utime + stime))
+    Some((ppid, utime, stime))
 }
 
 /// Every PID currently in `/proc` with its parent.
@@ -33,7 +35,7 @@ fn parents() -> HashMap<u32, u32> {
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for e in dir.flatten() {
             if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok())
-                && let Some((ppid, _)) = stat(pid)
+                && let Some((ppid, ..)) = stat(pid)
             {
                 map.insert(pid, ppid);
             }
@@ -55,16 +57,117 @@ pub(crate) fn tree(root: u32) -> Vec<u32> {
     out
 }
 
-/// CPU time (utime + stime) in microseconds of `root` and every descendant alive now.
-/// Kamailio's workers are children of its main process: they are summed here, read while
-/// they run (the main process's cutime only counts reaped children).
-pub(crate) fn tree_cpu_us(root: u32) -> u64 {
-    let ticks: u64 = tree(root)
+/// CPU time of a process tree, split into user and system time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CpuSplit {
+    /// utime summed over the processes, µs.
+    pub user_us: u64,
+    /// stime summed over the processes, µs.
+    pub sys_us: u64,
+}
+
+impl CpuSplit {
+    /// user + system, µs.
+    pub(crate) fn total_us(self) -> u64 {
+        self.user_us + self.sys_us
+    }
+
+    /// The CPU time spent since `earlier` (0 where a counter went backwards: a process of
+    /// the tree exited between the two reads).
+    pub(crate) fn since(self, earlier: Self) -> Self {
+        Self {
+            user_us: self.user_us.saturating_sub(earlier.user_us),
+            sys_us: self.sys_us.saturating_sub(earlier.sys_us),
+        }
+    }
+}
+
+/// The CPU time of `pids` (those alive now).
+fn cpu_of(pids: &[u32]) -> CpuSplit {
+    let (u, s) = pids
         .iter()
         .filter_map(|&p| stat(p))
-        .map(|(_, t)| t)
-        .sum();
-    ticks * 1_000_000 / clk_tck()
+        .fold((0u64, 0u64), |(u, s), (_, pu, ps)| (u + pu, s + ps));
+    let tck = clk_tck();
+    CpuSplit {
+        user_us: u * 1_000_000 / tck,
+        sys_us: s * 1_000_000 / tck,
+    }
+}
+
+/// CPU time (utime and stime) of `root` and every descendant alive now. Kamailio's workers
+/// are children of its main process: they are summed here, read while they run (the main
+/// process's cutime only counts reaped children).
+pub(crate) fn tree_cpu_split(root: u32) -> CpuSplit {
+    cpu_of(&tree(root))
+}
+
+/// CPU time (utime + stime) in microseconds of `root` and every descendant alive now (see
+/// [`tree_cpu_split`]).
+pub(crate) fn tree_cpu_us(root: u32) -> u64 {
+    tree_cpu_split(root).total_us()
+}
+
+/// The value in kB of the line `field` (e.g. `VmRSS:`) of a `/proc/PID/status` or
+/// `/proc/PID/smaps_rollup` text.
+pub(crate) fn kb_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+/// `VmRSS` of a `/proc/PID/status` text, kB.
+pub(crate) fn vm_rss_kb(status: &str) -> Option<u64> {
+    kb_field(status, "VmRSS:")
+}
+
+/// Memory of a process tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TreeMemory {
+    /// `VmRSS` summed over the processes, kB (pages shared between processes, such as
+    /// Kamailio's shared memory, count once per process that touched them).
+    pub rss_kb: u64,
+    /// `Pss` (proportional set size: a shared page split among its users) summed over the
+    /// processes, kB; `None` when a `smaps_rollup` could not be read.
+    pub pss_kb: Option<u64>,
+    /// Processes in the tree.
+    pub processes: usize,
+}
+
+/// CPU time and memory of `root` and every descendant alive now (one walk of `/proc`).
+pub(crate) fn tree_sample(root: u32) -> (CpuSplit, TreeMemory) {
+    let pids = tree(root);
+    let cpu = cpu_of(&pids);
+    let mut mem = TreeMemory {
+        rss_kb: 0,
+        pss_kb: Some(0),
+        processes: 0,
+    };
+    for &p in &pids {
+        let Some(rss) = std::fs::read_to_string(format!("/proc/{p}/status"))
+            .ok()
+            .as_deref()
+            .and_then(vm_rss_kb)
+        else {
+            // Gone, or a kernel thread without memory.
+            continue;
+        };
+        mem.rss_kb += rss;
+        mem.processes += 1;
+        let pss = std::fs::read_to_string(format!("/proc/{p}/smaps_rollup"))
+            .ok()
+            .as_deref()
+            .and_then(|t| kb_field(t, "Pss:"));
+        mem.pss_kb = match (mem.pss_kb, pss) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+    if mem.processes == 0 {
+        mem.pss_kb = None;
+    }
+    (cpu, mem)
 }
 
 #[cfg(test)]
@@ -74,12 +177,21 @@ mod tests {
     #[test]
     fn stat_line_with_spaces_and_parens_in_the_name() {
         let line = "1234 (kam (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 37 12 0 0 20 0 1 0 5 0 0";
-        assert_eq!(parse_stat(line), Some((1, 49)));
-        assert_eq!(parse_stat("1 (x) S"), None);
+        assert_eq!(parse_stat_times(line), Some((1, 37, 12)));
+        assert_eq!(parse_stat_times("1 (x) S"), None);
     }
 
     #[test]
-    fn own_process_tree_has_cpu_time() {
+    fn reads_kb_fields() {
+        let status = "Name:\tholdline\nVmPeak:\t  100 kB\nVmRSS:\t   12345 kB\nThreads:\t3\n";
+        assert_eq!(vm_rss_kb(status), Some(12345));
+        assert_eq!(vm_rss_kb("Name:\tx\n"), None);
+        let rollup = "55d0-7ffd ---p 00000000 00:00 0  [rollup]\nRss:  2048 kB\nPss:  1024 kB\n";
+        assert_eq!(kb_field(rollup, "Pss:"), Some(1024));
+    }
+
+    #[test]
+    fn own_process_tree_has_cpu_time_and_memory() {
         let me = std::process::id();
         // Burn a little CPU so the figure cannot be zero.
         let mut x = 1u64;
@@ -90,5 +202,14 @@ mod tests {
         assert!(x != 0);
         assert!(tree(me).contains(&me));
         assert!(tree_cpu_us(me) >= 10_000, "50 ms of busy loop shows");
+        let split = tree_cpu_split(me);
+        assert!(split.user_us > 0, "{split:?}");
+        assert_eq!(split.total_us(), split.user_us + split.sys_us);
+        let (cpu, mem) = tree_sample(me);
+        assert!(cpu.total_us() >= 10_000);
+        assert!(mem.rss_kb > 0 && mem.processes >= 1, "{mem:?}");
+        if let Some(pss) = mem.pss_kb {
+            assert!(pss > 0 && pss <= mem.rss_kb, "{mem:?}");
+        }
     }
 }

@@ -229,9 +229,9 @@ impl Running {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// CPU time so far of the server and all its processes, in microseconds.
-    pub(crate) fn cpu_us(&self) -> u64 {
-        procfs::tree_cpu_us(self.pid())
+    /// CPU time so far of the server and all its processes, user and system.
+    pub(crate) fn cpu_split(&self) -> procfs::CpuSplit {
+        procfs::tree_cpu_split(self.pid())
     }
 
     /// Stops the server (bounded) and reaps it.

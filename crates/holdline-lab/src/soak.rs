@@ -504,7 +504,7 @@ fn sample(pid: u32, port: u16, t_s: f64) -> Result<Sample> {
     let status_path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&status_path)
         .map_err(|e| LabError::io(format!("read {status_path}"), e))?;
-    let rss_kb = vm_rss_kb(&status).ok_or_else(|| {
+    let rss_kb = procfs::vm_rss_kb(&status).ok_or_else(|| {
         LabError::Process(format!("{status_path}: no VmRSS line (the server exited?)"))
     })?;
     let cpu_us = procfs::tree_cpu_us(pid);
@@ -522,15 +522,6 @@ fn sample(pid: u32, port: u16, t_s: f64) -> Result<Sample> {
             .filter(|(name, _)| TXN_PREFIXES.iter().any(|p| name.starts_with(p)))
             .collect(),
     })
-}
-
-/// `VmRSS` of a `/proc/PID/status` text, kB.
-fn vm_rss_kb(status: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
 }
 
 /// Every metric of a Prometheus text exposition, by name, summed over its labels.
@@ -594,7 +585,7 @@ fn progress(tag: &str, s: &Sample) {
 }
 
 /// The rows of a `holdline load` per-second CSV (the columns the soak needs).
-fn uac_rows(csv: &Path) -> Result<Vec<UacSecond>> {
+pub(crate) fn uac_rows(csv: &Path) -> Result<Vec<UacSecond>> {
     let bad = |reason: String| LabError::Report {
         path: csv.to_owned(),
         reason,
@@ -664,7 +655,7 @@ fn windows(rows: &[UacSecond], duration: f64) -> Vec<Window> {
 }
 
 /// Least-squares slope of `(x, y)` (`None` with fewer than 3 points or no spread in x).
-fn slope(points: &[(f64, f64)]) -> Option<f64> {
+pub(crate) fn slope(points: &[(f64, f64)]) -> Option<f64> {
     if points.len() < 3 {
         return None;
     }
@@ -868,13 +859,6 @@ fn write(out: &Path, r: &Results) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_vm_rss() {
-        let status = "Name:\tholdline\nVmPeak:\t  100 kB\nVmRSS:\t   12345 kB\nThreads:\t3\n";
-        assert_eq!(vm_rss_kb(status), Some(12345));
-        assert_eq!(vm_rss_kb("Name:\tx\n"), None);
-    }
 
     #[test]
     fn metric_families_sum_labels_and_keep_only_present_ones() {
