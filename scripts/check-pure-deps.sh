@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
+# Crates the design requires to stay pure: an own clippy.toml would silently exempt them.
+for crate in holdline-base holdline-sip holdline-proto holdline-agent holdline-overload \
+  holdline-metrics holdline-netmodel holdline-sim; do
+  if [ -f "crates/$crate/clippy.toml" ]; then
+    echo "crate $crate must stay pure but ships its own clippy.toml"; status=1
+  fi
+done
 for dir in crates/*/; do
   crate=$(basename "$dir")
   [ -f "$dir/clippy.toml" ] && continue

@@ -21,9 +21,11 @@ use std::sync::Arc;
 
 use holdline_base::{Instant, Peer, Rng, Transmit, Transport};
 use holdline_sip::{
-    EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport,
+    EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport, Span,
     build_response,
 };
+
+use crate::auth::{AuthDecision, Authenticator, ChallengeReason, Role};
 
 use crate::location::{Binding, LocationStore};
 use crate::proxy::{
@@ -136,6 +138,13 @@ impl DropReason {
 pub enum EndpointEvent {
     /// A message was dropped (also counted in [`EndpointStats::drops`]).
     Dropped(DropReason),
+    /// A request carried wrong credentials (a wrong password, or an unknown user of a served
+    /// domain): the driver counts these per source and throttles the source past a limit.
+    /// Also counted in [`AuthStats::failed`].
+    AuthFailed {
+        /// Where the request came from.
+        from: Peer,
+    },
     /// A next hop answered this proxy's overload-control offer (RFC 7339 / RFC 7415) in a
     /// response that matched one of its client transactions. Only with
     /// [`ProxyConfig::overload_offer`](crate::ProxyConfig::overload_offer).
@@ -222,6 +231,28 @@ impl MethodCounters {
     }
 }
 
+/// Digest authentication's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AuthStats {
+    /// `401` challenges sent (REGISTER).
+    pub challenges_401: u64,
+    /// `407` challenges sent (proxied requests).
+    pub challenges_407: u64,
+    /// Requests authenticated.
+    pub ok: u64,
+    /// Wrong credentials: wrong password or unknown user ([`EndpointEvent::AuthFailed`]).
+    pub failed: u64,
+    /// Right credentials with an expired (or forgotten) nonce: challenged with `stale=true`.
+    pub stale: u64,
+    /// Right credentials with a nonce count used before: refused as a replay.
+    pub replayed: u64,
+    /// Credentials for our realm that were malformed or carried a nonce we did not issue.
+    pub invalid: u64,
+    /// Right credentials for another user than the one the request acts for: `403`.
+    pub forbidden: u64,
+}
+
 /// The endpoint's counters (monotonic unless noted).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -272,6 +303,8 @@ pub struct EndpointStats {
     /// Requests refused (403) by the relay policy: for a next hop this proxy does not serve,
     /// from a source it does not trust.
     pub relay_denied: u64,
+    /// Digest authentication.
+    pub auth: AuthStats,
 }
 
 impl EndpointStats {
@@ -323,6 +356,8 @@ pub struct Endpoint {
     config: ProxyConfig,
     txns: Transactions,
     registrar: Registrar,
+    /// Digest authentication, when configured.
+    auth: Option<Authenticator>,
     store: Arc<dyn LocationStore>,
     rng: Rng,
     calls: BTreeMap<ServerTxnId, Call>,
@@ -388,6 +423,7 @@ impl Endpoint {
         Self {
             txns: Transactions::new(config.txn),
             registrar: Registrar::new(config.registrar),
+            auth: config.auth.clone().map(Authenticator::new),
             rng: Rng::seed_from_u64(config.branch_seed),
             config,
             store,
@@ -1053,10 +1089,14 @@ impl Endpoint {
             return;
         }
         let host = plan.ruri.host_bytes().unwrap_or_default();
-        if method == Method::Register
+        let for_registrar = method == Method::Register
             && plan.next_route.is_none()
-            && (self.config.serves(host) || is_me_uri(&self.config, &plan.ruri))
-        {
+            && (self.config.serves(host) || is_me_uri(&self.config, &plan.ruri));
+        // Challenged or refused: answered already.
+        let Ok(consumed) = self.authenticate(now, sid, msg, for_registrar, from) else {
+            return;
+        };
+        if for_registrar {
             let mut out = Vec::with_capacity(512);
             self.registrar
                 .handle_register(now, msg, from, &*self.store, &mut out);
@@ -1077,7 +1117,8 @@ impl Endpoint {
             return;
         }
         let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
-        let mut targets = match self.targets(now, plan, true, &from, in_dialog) {
+        let authenticated = consumed.is_some();
+        let mut targets = match self.targets(now, plan, true, &from, in_dialog, authenticated) {
             Ok(t) => t,
             Err((code, reason)) => {
                 self.respond(now, sid, msg, code, reason, &[]);
@@ -1134,7 +1175,7 @@ impl Endpoint {
                 std::str::from_utf8(&token).unwrap_or("x")
             );
             let result = self
-                .forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local)
+                .forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, consumed)
                 .ok()
                 .map(|bytes| self.txns.send_request(now, bytes, t.dest));
             match result {
@@ -1171,10 +1212,85 @@ impl Endpoint {
         self.maybe_finish(now, sid);
     }
 
+    /// Digest authentication of a new request (RFC 3261 §22), when configured: a REGISTER
+    /// for the registrar (`for_registrar`) is checked as its To user (401), an out-of-dialog
+    /// request whose From is a user of a served domain, from a source not trusted, as its
+    /// From user (407); other requests pass. `Ok(Some(line))`: authenticated, `line` holds
+    /// the credentials consumed; `Ok(None)`: not subject to authentication; `Err(())`: the
+    /// request was answered (challenge or 403).
+    fn authenticate(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        msg: &Message<'_>,
+        for_registrar: bool,
+        from: Peer,
+    ) -> Result<Option<Span>, ()> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let role = if for_registrar {
+            Role::Registrar
+        } else {
+            let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
+            let ip = from.addr.ip();
+            let from_served = msg
+                .from()
+                .is_ok_and(|f| f.uri.host_bytes().is_some_and(|h| self.config.serves(h)));
+            if in_dialog || !from_served || auth.config().trusted.iter().any(|n| n.contains(ip)) {
+                return Ok(None);
+            }
+            Role::Proxy
+        };
+        let who = if for_registrar { msg.to() } else { msg.from() };
+        let Ok(who) = who else {
+            return Ok(None);
+        };
+        let user = who.uri.user_unescaped().unwrap_or_default();
+        let domain = who.uri.host_bytes().unwrap_or_default();
+        let decision = auth.check(now, msg, role, &user, domain);
+        let reason = match decision {
+            AuthDecision::Accept { consumed } => {
+                self.stats.auth.ok += 1;
+                return Ok(Some(consumed));
+            }
+            AuthDecision::Forbidden => {
+                self.stats.auth.forbidden += 1;
+                self.respond(now, sid, msg, 403, "Forbidden", &[]);
+                return Err(());
+            }
+            AuthDecision::Challenge(r) => r,
+        };
+        let salt = self.rng.next_u64();
+        let challenges = auth.challenges(now, salt, domain, reason.stale());
+        let a = &mut self.stats.auth;
+        match reason {
+            ChallengeReason::NoCredentials => {}
+            ChallengeReason::Malformed | ChallengeReason::InvalidNonce => a.invalid += 1,
+            ChallengeReason::WrongCredentials => a.failed += 1,
+            ChallengeReason::Stale | ChallengeReason::Forgotten => a.stale += 1,
+            ChallengeReason::Replayed => a.replayed += 1,
+        }
+        match role {
+            Role::Registrar => a.challenges_401 += 1,
+            Role::Proxy => a.challenges_407 += 1,
+        }
+        if reason == ChallengeReason::WrongCredentials {
+            self.push_event(EndpointEvent::AuthFailed { from });
+        }
+        let extra: Vec<(&str, &[u8])> = challenges
+            .iter()
+            .map(|c| (role.challenge_header(), c.as_slice()))
+            .collect();
+        self.respond(now, sid, msg, role.status(), role.reason(), &extra);
+        Err(())
+    }
+
     /// §16.5: the targets of a request and their next hops. With `fork`, a served domain
     /// gives every binding; without it, only the best one (stateless ACK forwarding). A
     /// target that is one of the proxy's own sockets is dropped (the request would come
-    /// straight back); when that leaves none, `482`.
+    /// straight back); when that leaves none, `482`. `authenticated`: the request's sender
+    /// proved to be a user of a served domain (it may relay).
     fn targets(
         &mut self,
         now: Instant,
@@ -1182,6 +1298,7 @@ impl Endpoint {
         fork: bool,
         from: &Peer,
         in_dialog: bool,
+        authenticated: bool,
     ) -> Result<Vec<Target>, (u16, &'static str)> {
         let (mut targets, found_by) = self.all_targets(now, plan, fork)?;
         // The relay policy: the location service and configured routes always; a dialog
@@ -1191,7 +1308,7 @@ impl Endpoint {
             FoundBy::Location | FoundBy::StaticRoute => true,
             FoundBy::Route | FoundBy::Literal => plan.own_route && in_dialog,
         };
-        if !relays && !self.config.relay.trusts(from.addr.ip()) {
+        if !relays && !authenticated && !self.config.relay.trusts(from.addr.ip()) {
             self.stats.relay_denied += 1;
             return Err((403, "Forbidden"));
         }
@@ -1294,7 +1411,9 @@ impl Endpoint {
         Ok((vec![Target { uri: ruri, dest }], found_by))
     }
 
-    /// §16.6 steps 1–8: the copy of `msg` sent to `dest` with `branch`.
+    /// §16.6 steps 1–8: the copy of `msg` sent to `dest` with `branch`. `consumed`: the
+    /// line of the credentials this proxy consumed, removed (RFC 3261 §22.3).
+    #[allow(clippy::too_many_arguments)]
     fn forward_copy(
         &self,
         msg: &Message<'_>,
@@ -1303,10 +1422,14 @@ impl Endpoint {
         dest: Peer,
         branch: &str,
         local: Transport,
+        consumed: Option<Span>,
     ) -> Result<Vec<u8>, EditError> {
         let mut ed = Editor::new(msg);
         for span in &plan.remove {
             ed.replace(*span, b"")?;
+        }
+        if let Some(span) = consumed {
+            ed.replace(span, b"")?;
         }
         let uri = target_uri.unwrap_or(plan.ruri.as_bytes());
         if Some(uri) != msg.request_uri_bytes() {
@@ -1491,7 +1614,7 @@ impl Endpoint {
             return;
         }
         let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
-        let targets = match self.targets(now, plan, !is_ack, &from, in_dialog) {
+        let targets = match self.targets(now, plan, !is_ack, &from, in_dialog, false) {
             Ok(t) => t,
             Err((code, reason)) => {
                 if is_ack {
@@ -1504,7 +1627,7 @@ impl Endpoint {
         };
         let branch = stateless_branch(msg);
         for t in targets {
-            match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local) {
+            match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, None) {
                 Ok(bytes) => {
                     self.stats.stateless += 1;
                     self.out.push_back((t.dest, bytes));

@@ -41,6 +41,7 @@
 //! typed errors.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod endpoint;
 pub mod location;
 pub mod memstore;
@@ -48,8 +49,12 @@ pub mod proxy;
 pub mod registrar;
 pub mod txn;
 
+pub use auth::{
+    AuthConfig, AuthDecision, Authenticator, ChallengeReason, DigestAlgorithm, HexHash,
+    NonceCounts, Role, SharedUsers, UserDirectory, UserEntry, Users, UsersFileError,
+};
 pub use endpoint::{
-    DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
+    AuthStats, DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
     MethodCounters, OverloadAnswer, RateAnswer,
 };
 pub use location::{Binding, LocationStore};

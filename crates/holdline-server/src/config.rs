@@ -20,6 +20,18 @@
 //! cooldown_ms = 10000              # ... beyond which the source is ignored this long
 //! slots = 65536                    # sources tracked per worker
 //!
+//! [auth]                           # digest authentication; off without users_file
+//! users_file = "users.txt"         # `holdline user add --file users.txt alice@example.com`
+//! # realm = "example.com"          # default: the domain of the request's user
+//! nonce_lifetime_s = 300           # older nonces get stale=true
+//! # secret_file = "nonce.key"      # nonces valid across restarts (created if absent);
+//!                                  # default: random per process
+//! algorithms = ["SHA-256", "MD5"]  # one challenge each, in this order
+//! nonce_counts = 65536             # nonces whose nc is remembered (replay protection)
+//! failure_limit = 20               # failed authentications per source and window ...
+//! failure_window_ms = 10000
+//! failure_cooldown_ms = 60000      # ... beyond which the source is ignored this long
+//!
 //! [limits]
 //! max_message_size = 65535
 //! max_connections = 10000
@@ -834,6 +846,121 @@ pub struct ServerConfig {
     pub tcp_buffers: Vec<TcpBuffers>,
     /// Per-source flood protection.
     pub flood: FloodSettings,
+    /// Digest authentication.
+    pub auth: AuthSettings,
+}
+
+/// Digest authentication (`[auth]`, RFC 3261 §22 with RFC 7616 and RFC 8760): on when
+/// `users_file` is set. REGISTERs for served domains are challenged with 401, out-of-dialog
+/// requests from users of served domains (From) with 407 unless their source is `trusted`.
+/// Failed authentications are counted per source (trusted sources exempt) and a source past
+/// `failure_limit` within `failure_window_ms` is ignored for `failure_cooldown_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// The users file (`user@domain MD5-HA1 SHA-256-HA1` per line; `holdline user add`
+    /// writes it), reloaded on SIGHUP. Absent (default): no authentication.
+    pub users_file: Option<PathBuf>,
+    /// The realm of every challenge. Default: the domain of the user the request acts for
+    /// (To of a REGISTER, From otherwise), in lowercase. The HA1s must be computed with it.
+    pub realm: Option<String>,
+    /// How long a nonce is good for, seconds; older ones get `stale=true`. Default 300.
+    pub nonce_lifetime_s: u64,
+    /// A file whose bytes (at least 16) key the nonces' MAC, so that nonces stay valid across
+    /// restarts and between servers sharing it; created with 32 random bytes if absent.
+    /// Default: a random key per process.
+    pub secret_file: Option<PathBuf>,
+    /// The digest algorithms offered, one challenge each, in this order: `SHA-256`, `MD5`.
+    /// Default both, SHA-256 first (clients that read only the first challenge, such as
+    /// SIPp 3.6, need `MD5` first).
+    pub algorithms: Vec<String>,
+    /// How many nonces' counts are remembered for replay protection (shared by the workers;
+    /// the one seen longest ago goes first). Default 65,536.
+    pub nonce_counts: usize,
+    /// Most failed authentications per source and window; 0: no throttling. Default 20.
+    pub failure_limit: u32,
+    /// The window of `failure_limit`, ms. Default 10,000.
+    pub failure_window_ms: u64,
+    /// How long a source past `failure_limit` is ignored, ms. Default 60,000.
+    pub failure_cooldown_ms: u64,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            users_file: None,
+            realm: None,
+            nonce_lifetime_s: 300,
+            secret_file: None,
+            algorithms: vec!["SHA-256".into(), "MD5".into()],
+            nonce_counts: 65_536,
+            failure_limit: 20,
+            failure_window_ms: 10_000,
+            failure_cooldown_ms: 60_000,
+        }
+    }
+}
+
+impl AuthSettings {
+    /// Whether authentication is on.
+    pub fn enabled(&self) -> bool {
+        self.users_file.is_some()
+    }
+
+    /// The algorithms offered, in order.
+    pub fn algorithms(&self) -> Result<Vec<holdline_proto::DigestAlgorithm>, (String, String)> {
+        let mut out = Vec::new();
+        for a in &self.algorithms {
+            let alg =
+                holdline_proto::DigestAlgorithm::from_name(a.as_bytes()).ok_or_else(|| {
+                    (
+                        "auth.algorithms".to_owned(),
+                        format!("`{a}`: expected \"SHA-256\" or \"MD5\""),
+                    )
+                })?;
+            if !out.contains(&alg) {
+                out.push(alg);
+            }
+        }
+        if out.is_empty() {
+            return Err((
+                "auth.algorithms".to_owned(),
+                "at least one algorithm is required".to_owned(),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Checks the values.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: &str| Err((k.to_owned(), m.to_owned()));
+        self.algorithms()?;
+        if self.nonce_lifetime_s == 0 {
+            return err("auth.nonce_lifetime_s", "must be positive");
+        }
+        if self.nonce_counts == 0 {
+            return err("auth.nonce_counts", "must be at least 1");
+        }
+        if self.realm.as_deref().is_some_and(|r| {
+            r.is_empty()
+                || r.bytes()
+                    .any(|b| b < 0x20 || b == 0x7f || b == b'"' || b == b'\\')
+        }) {
+            return err(
+                "auth.realm",
+                "must be non-empty, without quotes, backslashes or control characters",
+            );
+        }
+        if self.failure_limit > 0 {
+            if self.failure_window_ms == 0 {
+                return err("auth.failure_window_ms", "must be positive");
+            }
+            if self.failure_cooldown_ms == 0 {
+                return err("auth.failure_cooldown_ms", "must be positive");
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Per-source flood protection (`[flood]`, the job of Kamailio's pike module): a source that
@@ -876,6 +1003,7 @@ impl FloodSettings {
             cooldown: Duration::from_millis(self.cooldown_ms),
             slots: self.slots,
             key,
+            ..holdline_overload::FloodConfig::default()
         })
     }
 }
@@ -911,6 +1039,7 @@ impl Default for ServerConfig {
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),
+            auth: AuthSettings::default(),
         }
     }
 }
@@ -1079,6 +1208,7 @@ impl ServerConfig {
                 return err("flood.slots", "must be at least 2");
             }
         }
+        self.auth.validate()?;
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
         }
@@ -1756,6 +1886,40 @@ send_buffer = 16384
                 window: Duration::from_millis(50),
             }
         );
+    }
+
+    #[test]
+    fn auth_section() {
+        let c = ServerConfig::from_toml("x.toml", "").expect("default");
+        assert!(!c.auth.enabled(), "off by default");
+        let text = "[auth]\nusers_file = \"u.txt\"\nrealm = \"example.com\"\n\
+                    algorithms = [\"MD5\"]\nfailure_limit = 5\n";
+        let c = ServerConfig::from_toml("x.toml", text).expect("parses");
+        assert!(c.auth.enabled());
+        assert_eq!(
+            c.auth.algorithms(),
+            Ok(vec![holdline_proto::DigestAlgorithm::Md5])
+        );
+        assert_eq!((c.auth.failure_limit, c.auth.nonce_lifetime_s), (5, 300));
+        for (text, line, key) in [
+            ("[auth]\nalgorithms = [\"SHA-1\"]\n", 2, "auth.algorithms"),
+            ("[auth]\nalgorithms = []\n", 2, "auth.algorithms"),
+            (
+                "[auth]\n\nnonce_lifetime_s = 0\n",
+                3,
+                "auth.nonce_lifetime_s",
+            ),
+            ("[auth]\nrealm = \"a\\\"b\"\n", 2, "auth.realm"),
+            (
+                "[auth]\nfailure_window_ms = 0\n",
+                2,
+                "auth.failure_window_ms",
+            ),
+            ("[auth]\nuser_file = \"u\"\n", 2, "auth.user_file"),
+        ] {
+            let e = ServerConfig::from_toml("a.toml", text).expect_err(text);
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub trait WorkerCore: Send {
     fn poll_feedback(&mut self) -> Option<(Peer, holdline_sip::OcReport)> {
         None
     }
+    /// The source address of the next request that failed authentication (wrong password or
+    /// unknown user), for the worker's per-source throttle. Engines without authentication
+    /// have none.
+    fn poll_auth_failure(&mut self) -> Option<std::net::IpAddr> {
+        None
+    }
     /// Fires every timer due at or before `now`.
     fn handle_timeout(&mut self, now: Instant);
     /// Appends the next message to send to `buf` and describes it.

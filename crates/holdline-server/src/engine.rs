@@ -181,6 +181,9 @@ pub struct Engine {
     purged: u64,
     /// Overload answers of next hops not yet taken by the worker ([`WorkerCore::poll_feedback`]).
     feedback: std::collections::VecDeque<(Peer, OcReport)>,
+    /// Sources of failed authentications not yet taken by the worker
+    /// ([`WorkerCore::poll_auth_failure`]).
+    auth_failures: std::collections::VecDeque<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -200,6 +203,7 @@ impl Engine {
             next_purge: (index == 0).then_some(Instant::ZERO),
             purged: 0,
             feedback: std::collections::VecDeque::new(),
+            auth_failures: std::collections::VecDeque::new(),
         }
     }
 
@@ -212,10 +216,14 @@ impl Engine {
         // Drops are already counted in the stats; answers of next hops go to the worker's
         // hop-by-hop client (a few per message at most: the worker takes them after each).
         while let Some(e) = self.endpoint.poll_event() {
-            if let EndpointEvent::Feedback { from, report } = e
-                && self.feedback.len() < MAX_FEEDBACK
-            {
-                self.feedback.push_back((from, report));
+            match e {
+                EndpointEvent::Feedback { from, report } if self.feedback.len() < MAX_FEEDBACK => {
+                    self.feedback.push_back((from, report));
+                }
+                EndpointEvent::AuthFailed { from } if self.auth_failures.len() < MAX_FEEDBACK => {
+                    self.auth_failures.push_back(from.addr.ip());
+                }
+                _ => {}
             }
         }
     }
@@ -292,6 +300,10 @@ impl WorkerCore for Engine {
         self.feedback.pop_front()
     }
 
+    fn poll_auth_failure(&mut self) -> Option<std::net::IpAddr> {
+        self.auth_failures.pop_front()
+    }
+
     fn handle_timeout(&mut self, now: Instant) {
         self.endpoint.handle_timeout(now);
         if let Some(t) = self.next_purge.filter(|t| *t <= now) {
@@ -352,6 +364,25 @@ impl WorkerCore for Engine {
         let _ = writeln!(out, "holdline_sip_forwarded_total {}", s.forwarded);
         let _ = writeln!(out, "holdline_sip_to_own_socket_total {}", s.to_own_socket);
         let _ = writeln!(out, "holdline_sip_relay_denied_total {}", s.relay_denied);
+        if self.endpoint.config().auth.is_some() {
+            let a = &s.auth;
+            let _ = writeln!(
+                out,
+                "holdline_auth_challenges_total{{code=\"401\"}} {}\n\
+                 holdline_auth_challenges_total{{code=\"407\"}} {}",
+                a.challenges_401, a.challenges_407
+            );
+            for (result, n) in [
+                ("ok", a.ok),
+                ("failed", a.failed),
+                ("stale", a.stale),
+                ("replayed", a.replayed),
+                ("invalid", a.invalid),
+                ("forbidden", a.forbidden),
+            ] {
+                let _ = writeln!(out, "holdline_auth_total{{result=\"{result}\"}} {n}");
+            }
+        }
         let _ = writeln!(
             out,
             "holdline_feedback_answers_total {}\n\

@@ -23,6 +23,7 @@
 //!
 //! A worker's engine implements [`WorkerCore`]; [`TestCore`] is a trivial one for tests.
 
+mod auth;
 mod config;
 mod core;
 mod engine;
@@ -46,8 +47,9 @@ use holdline_overload::RejectionBudget;
 use holdline_sip::Limits;
 use mio::{Poll, Waker};
 
+pub use crate::auth::{AuthRuntime, AuthSetupError, load_auth, read_users};
 pub use crate::config::{
-    BufferSizes, ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides,
+    AuthSettings, BufferSizes, ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides,
     RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, default_data_dir,
 };
 pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
@@ -109,6 +111,30 @@ pub struct ShutdownReport {
 /// A hook run once all workers have stopped.
 pub type ShutdownHook = Box<dyn FnOnce() + Send>;
 
+/// A hook run on SIGHUP (e.g. reloading the users file).
+pub type ReloadHook = Box<dyn Fn() + Send>;
+
+/// The per-source guard's settings: `[flood]`, and the failed-authentication limits of
+/// `[auth]` (the same table counts both; with `[flood]` off but authentication on, only
+/// failures are limited).
+fn flood_config(config: &ServerConfig, key: u64) -> Option<holdline_overload::FloodConfig> {
+    let a = &config.auth;
+    let throttle = a.enabled() && a.failure_limit > 0;
+    let mut f = match config.flood.guard_config(key) {
+        Some(f) => f,
+        None if throttle => holdline_overload::FloodConfig {
+            limit: u32::MAX,
+            key,
+            ..holdline_overload::FloodConfig::default()
+        },
+        None => return None,
+    };
+    f.auth_limit = if throttle { a.failure_limit } else { 0 };
+    f.auth_window = Duration::from_millis(a.failure_window_ms.max(1));
+    f.auth_cooldown = Duration::from_millis(a.failure_cooldown_ms.max(1));
+    Some(f)
+}
+
 /// A running server.
 pub struct Server {
     shared: Arc<Shared>,
@@ -116,6 +142,7 @@ pub struct Server {
     bound: Vec<Listener>,
     metrics: Option<MetricsServer>,
     hooks: Vec<ShutdownHook>,
+    reload_hooks: Vec<ReloadHook>,
     grace: Duration,
     store: StoreSpec,
 }
@@ -298,7 +325,7 @@ impl Server {
             ),
             defer: config.overload.defer_config(),
             invite_max_wait: config.overload.invite_max_wait(),
-            flood: config.flood.guard_config(engine::random_seed()),
+            flood: flood_config(config, engine::random_seed()),
             trusted: config.trusted.iter().map(|t| t.0).collect(),
         };
         let overload = config
@@ -404,6 +431,7 @@ impl Server {
             bound,
             metrics,
             hooks: Vec::new(),
+            reload_hooks: Vec::new(),
             grace: config.shutdown_grace(),
             store,
         })
@@ -447,19 +475,32 @@ impl Server {
         self.hooks.push(hook);
     }
 
-    /// Waits for SIGINT or SIGTERM, then shuts down. Prints `ready` on stderr once the
-    /// signal handlers are installed.
+    /// Registers a hook run on every SIGHUP (while [`run`](Self::run) waits).
+    pub fn on_reload(&mut self, hook: ReloadHook) {
+        self.reload_hooks.push(hook);
+    }
+
+    /// Waits for SIGINT or SIGTERM, then shuts down; on SIGHUP runs the reload hooks and
+    /// waits on. Prints `ready` on stderr once the signal handlers are installed.
     pub fn run(self) -> io::Result<ShutdownReport> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-        tracing::info!("ready; SIGINT or SIGTERM stops the server");
-        eprintln!("holdline: ready (SIGINT/SIGTERM to stop)");
-        if let Some(sig) = signals.forever().next() {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+        tracing::info!("ready; SIGINT or SIGTERM stops the server, SIGHUP reloads");
+        eprintln!("holdline: ready (SIGINT/SIGTERM to stop, SIGHUP to reload)");
+        for sig in signals.forever() {
+            if sig == SIGHUP {
+                tracing::info!("SIGHUP: reloading");
+                for hook in &self.reload_hooks {
+                    hook();
+                }
+                continue;
+            }
             tracing::info!(
                 signal = sig,
                 grace_ms = self.grace.as_millis() as u64,
                 "shutting down"
             );
+            break;
         }
         Ok(self.shutdown())
     }

@@ -41,6 +41,7 @@ reasons!(Drop {
     Unsupported => "unsupported_transport",
     Shutdown => "shutdown",
     Flood => "flood",
+    AuthThrottle => "auth_failures",
 });
 
 reasons!(Close {
@@ -109,7 +110,7 @@ type PickHistogram = fn(&WorkerStats) -> &Histogram;
 pub(crate) struct WorkerStats {
     pub(crate) msgs_in: [AtomicU64; 2],
     pub(crate) msgs_out: [AtomicU64; 2],
-    pub(crate) drops: [AtomicU64; 12],
+    pub(crate) drops: [AtomicU64; Drop::ALL.len()],
     pub(crate) closes: [AtomicU64; 7],
     pub(crate) handoffs_out: AtomicU64,
     pub(crate) handoffs_in: AtomicU64,

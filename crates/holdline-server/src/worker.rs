@@ -69,6 +69,9 @@ pub(crate) enum Handoff {
     /// The deferred INVITE of this connection (which the receiver owns) has been handled:
     /// read it again.
     Resume { conn: ConnId },
+    /// A request from `ip` failed authentication at the sender: count it in the receiver's
+    /// flood guard too, so that every worker throttles the source at the same count.
+    AuthFailure { ip: std::net::IpAddr },
 }
 
 /// State every worker and the server share.
@@ -626,8 +629,9 @@ impl Worker {
             let _ = std::fmt::Write::write_fmt(
                 &mut text,
                 format_args!(
-                    "holdline_flood_offenders_total {}\nholdline_flood_evictions_total {}\n",
-                    f.offenders, f.evictions
+                    "holdline_flood_offenders_total {}\nholdline_flood_evictions_total {}\n\
+                     holdline_auth_throttled_sources_total {}\n",
+                    f.offenders, f.evictions, f.auth_offenders
                 ),
             );
         }
@@ -790,11 +794,16 @@ impl Worker {
                 .trusted
                 .iter()
                 .any(|n| n.contains(from.addr.ip()))
-            && guard.check(from.addr.ip(), now) != Verdict::Pass
+            && let verdict @ (Verdict::Offender | Verdict::Blocked | Verdict::Throttled) =
+                guard.check(from.addr.ip(), now)
         {
             let s = self.stats();
             s.msgs_in[transport_idx(from.transport)].fetch_add(1, Relaxed);
-            s.drop(Drop::Flood);
+            s.drop(if verdict == Verdict::Throttled {
+                Drop::AuthThrottle
+            } else {
+                Drop::Flood
+            });
             return;
         }
         let n = self.shared.senders.len();
@@ -1046,9 +1055,29 @@ impl Worker {
             0.99 * self.service_ns + 0.01 * spent.as_nanos() as f64
         };
         self.stats().record_processing(spent);
+        self.take_auth_failures(now);
         self.take_feedback(fresh);
         self.drain_transmits(now);
         rejected
+    }
+
+    /// Failed authentications the engine reported: counted in this worker's flood guard and
+    /// sent to every other worker's (trusted sources exempt), so that a password guesser is
+    /// throttled at the same count whichever workers its requests reach.
+    fn take_auth_failures(&mut self, now: Instant) {
+        while let Some(ip) = self.core.poll_auth_failure() {
+            if self.flood.is_none() || self.settings.trusted.iter().any(|n| n.contains(ip)) {
+                continue;
+            }
+            if let Some(g) = self.flood.as_mut() {
+                g.auth_failure(ip, now);
+            }
+            for w in 0..self.shared.senders.len() {
+                if w != self.index {
+                    self.hand_to(w, Handoff::AuthFailure { ip });
+                }
+            }
+        }
     }
 
     /// [`handle_local`](Self::handle_local) for an INVITE-socket datagram that waited too
@@ -1088,6 +1117,11 @@ impl Worker {
                     self.deferred.push(since, Deferred { bytes, from, owner });
                 }
                 Ok(Handoff::Resume { conn }) => self.resume(now, conn),
+                Ok(Handoff::AuthFailure { ip }) => {
+                    if let Some(g) = self.flood.as_mut() {
+                        g.auth_failure(ip, now);
+                    }
+                }
                 Err(_) => return,
             }
         }

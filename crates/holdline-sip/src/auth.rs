@@ -1,7 +1,9 @@
 //! Authentication headers: credentials (Authorization, Proxy-Authorization) and challenges
 //! (WWW-Authenticate, Proxy-Authenticate), RFC 3261 §22, §25.1 with RFC 7235/7616 syntax.
 
-use crate::scan::{Cursor, unquote};
+use std::borrow::Cow;
+
+use crate::scan::{Cursor, unescape_quoted, unquote};
 use crate::{ParseError, ParseErrorKind};
 
 /// One `name=value` authentication parameter.
@@ -50,6 +52,18 @@ impl<'a> AuthParams<'a> {
         self.iter()
             .find(|p| p.name.eq_ignore_ascii_case(name.as_bytes()))
             .map(|p| p.unquoted())
+    }
+
+    /// The value of the first parameter called `name` (case-insensitive) with its quotes
+    /// stripped and its `\x` escapes resolved (borrowed unless there was an escape).
+    pub fn get_unescaped(&self, name: &str) -> Option<Cow<'a, [u8]>> {
+        let p = self
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name.as_bytes()))?;
+        Some(match unquote(p.value) {
+            (_, true) => Cow::Owned(unescape_quoted(p.value)),
+            (inner, false) => Cow::Borrowed(inner),
+        })
     }
 }
 
@@ -253,6 +267,71 @@ impl<'a> Credentials<'a> {
     pub fn nc(&self) -> Option<&'a [u8]> {
         self.param("nc")
     }
+
+    /// The `nc` parameter's value: exactly 8 hexadecimal digits (RFC 7616 §3.4), else `None`.
+    pub fn nonce_count(&self) -> Option<u32> {
+        let nc = self.nc()?;
+        if nc.len() != 8 || !nc.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(nc).ok()?, 16).ok()
+    }
+
+    /// The `username` parameter with its escapes resolved (`"a\"b"` is `a"b`).
+    pub fn username_unescaped(&self) -> Option<Cow<'a, [u8]>> {
+        self.params.get_unescaped("username")
+    }
+}
+
+/// The parts of a `Digest` challenge (RFC 7616 §3.3) that [`write_digest_challenge`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DigestChallenge<'a> {
+    /// The realm (written as a quoted string, `"` and `\` escaped).
+    pub realm: &'a [u8],
+    /// The nonce (written quoted; must not contain `"` or `\`).
+    pub nonce: &'a [u8],
+    /// The algorithm token (`MD5`, `SHA-256`).
+    pub algorithm: &'a str,
+    /// The `qop` options offered (`auth`), written quoted; empty: none.
+    pub qop: &'a str,
+    /// `stale=true`: the nonce was too old, the credentials were right.
+    pub stale: bool,
+}
+
+/// Appends the value of a WWW-Authenticate / Proxy-Authenticate header for `c`:
+/// `Digest realm="R", nonce="N", algorithm=A, qop="auth"[, stale=true]`. What
+/// [`Challenge::parse`] reads back gives the same realm, nonce, algorithm, qop and stale.
+pub fn write_digest_challenge(out: &mut Vec<u8>, c: &DigestChallenge<'_>) {
+    out.extend_from_slice(b"Digest realm=");
+    write_quoted(out, c.realm);
+    out.extend_from_slice(b", nonce=");
+    write_quoted(out, c.nonce);
+    out.extend_from_slice(b", algorithm=");
+    out.extend_from_slice(c.algorithm.as_bytes());
+    if !c.qop.is_empty() {
+        out.extend_from_slice(b", qop=");
+        write_quoted(out, c.qop.as_bytes());
+    }
+    if c.stale {
+        out.extend_from_slice(b", stale=true");
+    }
+}
+
+/// `"..."` with `"` and `\` escaped; CR, LF and other control bytes are left out (they
+/// cannot appear in a quoted string).
+fn write_quoted(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    for &b in s {
+        match b {
+            b'"' | b'\\' => {
+                out.push(b'\\');
+                out.push(b);
+            }
+            b if b < 0x20 || b == 0x7f => {}
+            b => out.push(b),
+        }
+    }
+    out.push(b'"');
 }
 
 impl<'a> Challenge<'a> {
@@ -354,6 +433,47 @@ mod tests {
         );
         assert_eq!(e(b"Digest a=b, =d").kind, ParseErrorKind::BadParam);
         assert_eq!(e(b"Digest a=<b>").kind, ParseErrorKind::BadParam);
+    }
+
+    #[test]
+    fn nonce_count_and_escaped_username() {
+        let c = Credentials::parse(br#"Digest username="a\"b", nc=0000000a, qop=auth"#)
+            .expect("credentials");
+        assert_eq!(c.nonce_count(), Some(10));
+        assert_eq!(c.username_unescaped().as_deref(), Some(&b"a\"b"[..]));
+        let plain = Credentials::parse(b"Digest username=bob, nc=1").expect("credentials");
+        assert!(matches!(
+            plain.username_unescaped(),
+            Some(Cow::Borrowed(b"bob"))
+        ));
+        assert_eq!(plain.nonce_count(), None, "nc must have 8 digits");
+        let bad = Credentials::parse(b"Digest nc=0000000g").expect("credentials");
+        assert_eq!(bad.nonce_count(), None);
+    }
+
+    #[test]
+    fn written_challenges_parse_back() {
+        let mut out = Vec::new();
+        write_digest_challenge(
+            &mut out,
+            &DigestChallenge {
+                realm: br#"ex"ample\.com"#,
+                nonce: b"0123abcd",
+                algorithm: "SHA-256",
+                qop: "auth",
+                stale: true,
+            },
+        );
+        let c = Challenge::parse(&out).expect("challenge");
+        assert!(c.is_digest());
+        assert_eq!(
+            c.params.get_unescaped("realm").as_deref(),
+            Some(&br#"ex"ample\.com"#[..])
+        );
+        assert_eq!(c.nonce(), Some(&b"0123abcd"[..]));
+        assert_eq!(c.algorithm(), Some(&b"SHA-256"[..]));
+        assert_eq!(c.qop(), Some(&b"auth"[..]));
+        assert!(c.stale());
     }
 
     #[test]

@@ -5,7 +5,10 @@
 
 use holdline_base::Transport;
 
-use crate::{Editor, Frame, Framer, HeaderName, Limits, Message};
+use crate::{
+    Challenge, Credentials, DigestChallenge, Editor, Frame, Framer, HeaderName, Limits, Message,
+    write_digest_challenge,
+};
 
 /// Parses `data` as a datagram and, when it parses, calls every accessor.
 pub fn parse_message(data: &[u8]) {
@@ -139,6 +142,75 @@ fn typed(msg: &Message<'_>) {
     {
         let _ = (ch.realm(), ch.nonce(), ch.stale(), ch.qop(), ch.domain());
     }
+}
+
+/// Parses `data` as the value of an Authorization and of a WWW-Authenticate header and
+/// calls every accessor; when a challenge parses with a realm and a nonce, writes a challenge
+/// with them and checks that it parses back to the same values.
+pub fn auth_header(data: &[u8]) {
+    if let Ok(c) = Credentials::parse(data) {
+        let _ = (
+            c.is_digest(),
+            c.username(),
+            c.username_unescaped(),
+            c.realm(),
+            c.nonce(),
+            c.uri(),
+            c.response(),
+            c.cnonce(),
+            c.nc(),
+            c.nonce_count(),
+            c.qop(),
+            c.algorithm(),
+            c.opaque(),
+        );
+        for p in c.params.iter() {
+            assert!(!p.name.is_empty());
+            let _ = p.unquoted();
+        }
+    }
+    let Ok(ch) = Challenge::parse(data) else {
+        return;
+    };
+    let _ = (
+        ch.stale(),
+        ch.domain(),
+        ch.qop(),
+        ch.algorithm(),
+        ch.opaque(),
+    );
+    let (Some(realm), Some(nonce)) = (ch.params.get_unescaped("realm"), ch.nonce()) else {
+        return;
+    };
+    // A nonce holding a quote or a backslash cannot be written back as it is.
+    if nonce
+        .iter()
+        .any(|&b| b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f)
+        || realm.iter().any(|&b| b < 0x20 || b == 0x7f)
+    {
+        return;
+    }
+    let mut out = Vec::new();
+    write_digest_challenge(
+        &mut out,
+        &DigestChallenge {
+            realm: &realm,
+            nonce,
+            algorithm: "MD5",
+            qop: "auth",
+            stale: ch.stale(),
+        },
+    );
+    let again = match Challenge::parse(&out) {
+        Ok(c) => c,
+        Err(e) => panic!("written challenge does not parse: {e}"),
+    };
+    assert_eq!(
+        again.params.get_unescaped("realm").as_deref(),
+        Some(&realm[..])
+    );
+    assert_eq!(again.nonce(), Some(nonce));
+    assert_eq!(again.stale(), ch.stale());
 }
 
 /// Feeds `data` to a [`Framer`] in chunks whose size the first byte chooses, then whole, and

@@ -53,7 +53,10 @@ mod uri;
 mod via;
 
 pub use addr::NameAddr;
-pub use auth::{AuthParam, AuthParamIter, AuthParams, Challenge, Credentials};
+pub use auth::{
+    AuthParam, AuthParamIter, AuthParams, Challenge, Credentials, DigestChallenge,
+    write_digest_challenge,
+};
 pub use contact::Contact;
 pub use edit::{EditError, Editor};
 pub use error::{ParseError, ParseErrorKind};

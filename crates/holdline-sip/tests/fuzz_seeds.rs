@@ -42,7 +42,10 @@ fn fuzz_seed_corpora_replay() {
     let corpus = root().join("../../fuzz/corpus");
     let parse = files(&corpus.join("parse_message"));
     let frame = files(&corpus.join("frame_stream"));
-    assert!(!parse.is_empty() && !frame.is_empty());
+    let auth = files(&corpus.join("auth_header"));
+    assert!(!parse.is_empty() && !frame.is_empty() && !auth.is_empty());
+    auth.iter()
+        .for_each(|d| holdline_sip::fuzzing::auth_header(d));
     parse
         .iter()
         .for_each(|d| holdline_sip::fuzzing::parse_message(d));

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod load;
+mod sim;
 
 /// mimalloc instead of glibc's malloc: the workers allocate and free message buffers on
 /// every loop, and glibc's per-thread arenas answered that with an `mprotect` call per few
@@ -31,6 +32,8 @@ struct Cli {
 enum Command {
     /// Run the SIP proxy and registrar.
     Serve(ServeArgs),
+    /// Manage the users file of digest authentication (`[auth] users_file`).
+    User(UserArgs),
     /// Generate SIP load or answer calls (uac, uas, register, pair).
     Load(load::LoadArgs),
     /// Compare holdline with Kamailio: capacity, cost per call, overload curves.
@@ -39,7 +42,7 @@ enum Command {
     /// Run a named experiment of the lab.
     Lab(Rest),
     /// Run the discrete-event simulator.
-    Sim(Rest),
+    Sim(sim::SimArgs),
     /// Run the user-space network emulator.
     Netem(Rest),
 }
@@ -112,6 +115,140 @@ struct ServeArgs {
     check_config: Option<PathBuf>,
 }
 
+/// `holdline user`: add, remove or list the users of a users file.
+#[derive(Debug, clap::Args)]
+struct UserArgs {
+    #[command(subcommand)]
+    action: UserAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum UserAction {
+    /// Add a user (or change its password): writes its HA1s for MD5 and SHA-256. The
+    /// password is read from the first line of standard input unless --password is given.
+    Add {
+        /// The users file (created if absent).
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+        /// The user, as user@domain.
+        user: String,
+        /// The password (visible to other users of the machine in the process list: prefer
+        /// standard input).
+        #[arg(long, value_name = "P")]
+        password: Option<String>,
+        /// The realm the server challenges with (`[auth] realm`); default: the domain.
+        #[arg(long, value_name = "REALM")]
+        realm: Option<String>,
+    },
+    /// Remove a user.
+    Remove {
+        /// The users file.
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+        /// The user, as user@domain.
+        user: String,
+    },
+    /// List the users.
+    List {
+        /// The users file.
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+fn user(args: UserArgs) -> ExitCode {
+    match user_command(args.action) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("holdline user: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The users in `file`; an absent file is an empty one when `may_be_absent`.
+fn read_users_file(
+    file: &std::path::Path,
+    may_be_absent: bool,
+) -> anyhow::Result<holdline_proto::Users> {
+    if may_be_absent && !file.exists() {
+        return Ok(holdline_proto::Users::new());
+    }
+    Ok(holdline_server::read_users(file)?)
+}
+
+/// Writes `users` to `file` through a temporary file renamed over it (never half written).
+fn write_users_file(file: &std::path::Path, users: &holdline_proto::Users) -> anyhow::Result<()> {
+    let name = file
+        .file_name()
+        .ok_or_else(|| anyhow::anyhow!("{}: not a file name", file.display()))?;
+    let tmp = file.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
+    std::fs::write(&tmp, users.to_text()).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    Ok(())
+}
+
+fn user_command(action: UserAction) -> anyhow::Result<()> {
+    let split = |u: &str| {
+        holdline_proto::auth::split_user(u)
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .ok_or_else(|| anyhow::anyhow!("`{u}`: expected user@domain"))
+    };
+    match action {
+        UserAction::Add {
+            file,
+            user,
+            password,
+            realm,
+        } => {
+            let (name, domain) = split(&user)?;
+            let password = match password {
+                Some(p) => p,
+                None => {
+                    let mut line = String::new();
+                    std::io::stdin()
+                        .read_line(&mut line)
+                        .map_err(|e| anyhow::anyhow!("reading the password: {e}"))?;
+                    line.trim_end_matches(['\r', '\n']).to_owned()
+                }
+            };
+            if password.is_empty() {
+                anyhow::bail!("empty password");
+            }
+            // The server's default realm: the domain in lowercase, without a trailing dot.
+            let realm = realm.unwrap_or_else(|| domain.trim_end_matches('.').to_ascii_lowercase());
+            let mut users = read_users_file(&file, true)?;
+            let entry = holdline_proto::UserEntry::new(
+                name.as_bytes(),
+                realm.as_bytes(),
+                password.as_bytes(),
+            );
+            let replaced = users.insert(&name, &domain, entry);
+            write_users_file(&file, &users)?;
+            eprintln!(
+                "holdline user: {} {user} (realm {realm}) in {}; `kill -HUP` the server to reload",
+                if replaced { "updated" } else { "added" },
+                file.display()
+            );
+        }
+        UserAction::Remove { file, user } => {
+            let (name, domain) = split(&user)?;
+            let mut users = read_users_file(&file, false)?;
+            if !users.remove(&name, &domain) {
+                anyhow::bail!("{user}: not in {}", file.display());
+            }
+            write_users_file(&file, &users)?;
+            eprintln!("holdline user: removed {user} from {}", file.display());
+        }
+        UserAction::List { file } => {
+            for (u, _) in read_users_file(&file, false)?.sorted() {
+                println!("{u}");
+            }
+        }
+    }
+    Ok(())
+}
+
 fn parse_on_off(s: &str) -> Result<bool, String> {
     match s {
         "on" | "true" | "yes" => Ok(true),
@@ -123,10 +260,23 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
 fn serve(args: ServeArgs) -> ExitCode {
     if let Some(file) = &args.check_config {
         return match ServerConfig::from_file(file) {
-            Ok(_) => {
-                println!("{}: ok", file.display());
-                ExitCode::SUCCESS
-            }
+            // The users file too (the secret file is left alone: it may not exist yet).
+            Ok(config) => match config
+                .auth
+                .users_file
+                .as_deref()
+                .map(holdline_server::read_users)
+                .transpose()
+            {
+                Ok(_) => {
+                    println!("{}: ok", file.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::FAILURE
+                }
+            },
             Err(e) => {
                 eprintln!("{e}");
                 ExitCode::FAILURE
@@ -173,16 +323,47 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    let auth = holdline_server::load_auth(&config)?;
     let clock = holdline_io::Clock::new();
     let opened = holdline_server::open_store(&config, &clock)?;
     let store = opened.store.clone();
     let engine_config = config.clone();
     let seq_base = holdline_server::seq_base(&clock);
+    let engine_auth = auth.clone();
     let mut server = Server::start_with(&config, clock, move |i, bound| {
         let mut proxy = holdline_server::proxy_config(&engine_config, bound, i);
         proxy.overload_seq_base = seq_base;
+        // seq_base counts 10 µs units: the wall clock at the engines' zero, in ms.
+        proxy.auth = engine_auth.as_ref().map(|a| a.proxy_auth(seq_base / 100));
         Box::new(holdline_server::Engine::new(proxy, store.clone(), i))
     })?;
+    match &auth {
+        Some(a) => {
+            eprintln!(
+                "holdline: authentication on: {} users from {} (SIGHUP reloads), algorithms {}, nonce lifetime {} s, failures throttled at {} per {} ms",
+                a.user_count(),
+                a.users_file().display(),
+                config.auth.algorithms.join(","),
+                config.auth.nonce_lifetime_s,
+                config.auth.failure_limit,
+                config.auth.failure_window_ms
+            );
+            let a = a.clone();
+            server.on_reload(Box::new(move || match a.reload() {
+                Ok(n) => {
+                    tracing::info!(users = n, file = %a.users_file().display(), "users reloaded");
+                    eprintln!("holdline: users reloaded: {n} users");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "users file not reloaded; the previous users stay");
+                    eprintln!("holdline: users file not reloaded ({e}); the previous users stay");
+                }
+            }));
+        }
+        None => eprintln!(
+            "holdline: authentication off ([auth] users_file): REGISTERs for served domains are accepted from anyone"
+        ),
+    }
     eprintln!("holdline: data directory {}", config.data_dir().display());
     match (&opened.path, &opened.persistent) {
         (Some(path), Some(p)) => {
@@ -269,10 +450,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::User(args) => user(args),
         Command::Load(args) => load::main(args),
         Command::Bench(rest) => holdline_lab::bench::run(rest.args),
         Command::Lab(rest) => holdline_lab::lab::run(rest.args),
-        Command::Sim(_) => not_yet("sim"),
+        Command::Sim(args) => sim::main(args),
         Command::Netem(_) => not_yet("netem"),
     }
 }

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use holdline_base::{Duration, Transport};
 use holdline_sip::{Limits, OcOffer};
 
+use crate::auth::AuthConfig;
 use crate::registrar::RegistrarConfig;
 use crate::txn::TxnConfig;
 
@@ -209,6 +210,11 @@ pub struct ProxyConfig {
     /// transactions are reported as [`EndpointEvent::Feedback`](crate::EndpointEvent).
     /// Default `None`: nothing offered.
     pub overload_offer: Option<OcOffer>,
+    /// Digest authentication (RFC 3261 §22): with settings, REGISTERs for served domains are
+    /// challenged with 401, and out-of-dialog requests from users of served domains (From)
+    /// with 407 unless they come from a [`AuthConfig::trusted`] source. Default `None`: no
+    /// authentication.
+    pub auth: Option<AuthConfig>,
     /// `oc-seq` of the server role's answers: the wall-clock time at holdline_base's `Instant::ZERO`, in units of 10 µs since the Unix epoch, so that answers
     /// increase across workers and restarts. Default 0 (the driver fills it in).
     pub overload_seq_base: u64,
@@ -235,6 +241,7 @@ impl Default for ProxyConfig {
             limits: Limits::DEFAULT,
             relay: RelayPolicy::default(),
             overload_offer: None,
+            auth: None,
             overload_seq_base: 0,
         }
     }

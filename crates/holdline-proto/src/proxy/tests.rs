@@ -2683,3 +2683,336 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
     assert_eq!(oc_params(&top_via(&t.1)), None);
 }
+
+// ---------------------------------------------------------------- tests: authentication
+
+fn auth_config(trusted: Vec<IpNet>) -> ProxyConfig {
+    use crate::auth::{AuthConfig, UserEntry, Users};
+    let mut users = Users::new();
+    users.insert(
+        "alice",
+        "example.com",
+        UserEntry::new(b"alice", b"example.com", b"pw"),
+    );
+    let mut a = AuthConfig::new(Arc::new(users), [9; 32]);
+    a.trusted = trusted;
+    let mut c = config();
+    c.auth = Some(a);
+    c
+}
+
+/// The credentials answering the `alg` challenge (a `kind` header) of `challenge` as `user`
+/// with `password`, for `method` and `uri`, with nonce count `nc`.
+#[allow(clippy::too_many_arguments)]
+fn answer_challenge(
+    challenge: &[u8],
+    kind: HeaderName,
+    alg: &str,
+    user: &str,
+    password: &str,
+    method: &str,
+    uri: &str,
+    nc: u32,
+) -> String {
+    use crate::auth::{DigestAlgorithm, digest_response};
+    let m = parse(challenge);
+    let ch = m
+        .values(kind)
+        .filter_map(|v| holdline_sip::Challenge::parse(v.bytes).ok())
+        .find(|c| c.algorithm() == Some(alg.as_bytes()))
+        .expect("a challenge of that algorithm");
+    let realm = String::from_utf8(ch.realm().expect("realm").to_vec()).expect("utf-8");
+    let nonce = String::from_utf8(ch.nonce().expect("nonce").to_vec()).expect("utf-8");
+    let a = DigestAlgorithm::from_name(alg.as_bytes()).expect("algorithm");
+    let ha1 = a.ha1(user.as_bytes(), realm.as_bytes(), password.as_bytes());
+    let nc = format!("{nc:08x}");
+    let r = digest_response(
+        a,
+        ha1.as_bytes(),
+        nonce.as_bytes(),
+        Some((nc.as_bytes(), b"abc", b"auth")),
+        method.as_bytes(),
+        uri.as_bytes(),
+    );
+    format!(
+        "Digest username=\"{user}\", realm=\"{realm}\", nonce=\"{nonce}\", uri=\"{uri}\", \
+         response=\"{r}\", algorithm={alg}, qop=auth, nc={nc}, cnonce=\"abc\""
+    )
+}
+
+fn auth_register(user: &str, branch: &str, cseq: u32, extra: &[(&str, &str)]) -> Vec<u8> {
+    let to = format!("<sip:{user}@example.com>");
+    let from = format!("{to};tag=r1");
+    let contact = format!("<sip:{user}@{}>", ua_addr(1));
+    let mut headers = vec![
+        ("To", to.as_str()),
+        ("From", from.as_str()),
+        ("Contact", contact.as_str()),
+        ("Call-ID", "reg-auth@test"),
+        ("Expires", "600"),
+    ];
+    headers.extend_from_slice(extra);
+    request(
+        "REGISTER",
+        "sip:example.com",
+        ua_addr(1),
+        branch,
+        cseq,
+        &headers,
+    )
+}
+
+#[test]
+fn register_is_challenged_with_401_then_accepted() {
+    let mut net = Net::new(auth_config(Vec::new()), vec![alice()]);
+    let r = answer_to(&mut net, auth_register("alice", "z9hG4bKra1", 1, &[]));
+    assert_eq!(status_of(&r), 401, "{}", String::from_utf8_lossy(&r));
+    let m = parse(&r);
+    let algs: Vec<String> = m
+        .values(HeaderName::WwwAuthenticate)
+        .filter_map(|v| holdline_sip::Challenge::parse(v.bytes).ok())
+        .map(|c| String::from_utf8_lossy(c.algorithm().unwrap_or_default()).into_owned())
+        .collect();
+    assert_eq!(algs, ["SHA-256", "MD5"], "SHA-256 first, then MD5");
+    // Both algorithms, on the same nonce with increasing nonce counts.
+    for (nc, alg) in [(1, "MD5"), (2, "SHA-256")] {
+        let creds = answer_challenge(
+            &r,
+            HeaderName::WwwAuthenticate,
+            alg,
+            "alice",
+            "pw",
+            "REGISTER",
+            "sip:example.com",
+            nc,
+        );
+        let branch = format!("z9hG4bKra2{alg}");
+        let ok = answer_to(
+            &mut net,
+            auth_register("alice", &branch, 1 + nc, &[("Authorization", &creds)]),
+        );
+        assert_eq!(
+            status_of(&ok),
+            200,
+            "{alg}: {}",
+            String::from_utf8_lossy(&ok)
+        );
+    }
+    let a = net.proxy.stats().auth;
+    assert_eq!((a.challenges_401, a.ok, a.failed), (1, 2, 0));
+}
+
+/// A response with what legitimately differs between two answers masked: the nonce, the To
+/// tag, and `user` (the only difference of the two requests) replaced.
+fn masked(resp: &[u8], user: &str) -> String {
+    let text = String::from_utf8_lossy(resp).replace(user, "USER");
+    let mut out = String::new();
+    for line in text.split("\r\n") {
+        let mut l = line.to_owned();
+        for key in ["nonce=\"", ";tag="] {
+            if let Some(i) = l.find(key) {
+                let start = i + key.len();
+                let end = l[start..]
+                    .find(['"', ';', '>', ','])
+                    .map_or(l.len(), |e| start + e);
+                l.replace_range(start..end, "X");
+            }
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn an_unknown_user_gets_the_same_answer_as_a_wrong_password() {
+    let mut net = Net::new(auth_config(Vec::new()), vec![alice()]);
+    let first = answer_to(&mut net, auth_register("alice", "z9hG4bKu1", 1, &[]));
+    let wrong = answer_challenge(
+        &first,
+        HeaderName::WwwAuthenticate,
+        "MD5",
+        "alice",
+        "guess",
+        "REGISTER",
+        "sip:example.com",
+        1,
+    );
+    let unknown = answer_challenge(
+        &first,
+        HeaderName::WwwAuthenticate,
+        "MD5",
+        "mallory",
+        "guess",
+        "REGISTER",
+        "sip:example.com",
+        2,
+    );
+    let r1 = answer_to(
+        &mut net,
+        auth_register("alice", "z9hG4bKu2", 2, &[("Authorization", &wrong)]),
+    );
+    let r2 = answer_to(
+        &mut net,
+        auth_register("mallory", "z9hG4bKu3", 3, &[("Authorization", &unknown)]),
+    );
+    assert_eq!(status_of(&r1), 401);
+    assert_eq!(
+        masked(&r1, "alice")
+            .replace("z9hG4bKu2", "B")
+            .replace("CSeq: 2", "CSeq: N"),
+        masked(&r2, "mallory")
+            .replace("z9hG4bKu3", "B")
+            .replace("CSeq: 3", "CSeq: N"),
+    );
+    assert_eq!(net.proxy.stats().auth.failed, 2);
+}
+
+#[test]
+fn wrong_credentials_are_reported_with_their_source() {
+    let store = Arc::new(MemStore::default());
+    let mut e = Endpoint::new(auth_config(Vec::new()), store);
+    let src = udp(ua_addr(1));
+    e.handle(
+        ms(1),
+        &auth_register("alice", "z9hG4bKw1", 1, &[]),
+        src,
+        Transport::Udp,
+    );
+    let mut buf = Vec::new();
+    let t = e.poll_transmit(ms(1), &mut buf).expect("401");
+    let challenge = buf[..t.size].to_vec();
+    assert_eq!(e.poll_event(), None, "a challenge alone is no failure");
+    let wrong = answer_challenge(
+        &challenge,
+        HeaderName::WwwAuthenticate,
+        "SHA-256",
+        "alice",
+        "nope",
+        "REGISTER",
+        "sip:example.com",
+        1,
+    );
+    e.handle(
+        ms(2),
+        &auth_register("alice", "z9hG4bKw2", 2, &[("Authorization", &wrong)]),
+        src,
+        Transport::Udp,
+    );
+    assert_eq!(
+        e.poll_event(),
+        Some(crate::EndpointEvent::AuthFailed { from: src })
+    );
+}
+
+#[test]
+fn an_invite_from_a_user_gets_407_then_is_relayed_without_its_credentials() {
+    let uri = "sip:carol@10.0.0.9";
+    // Without authentication an untrusted source may not relay there.
+    let net = relay_attempt(config(), "INVITE", uri, &[]);
+    assert_eq!(net.ua(1).responses(403, "INVITE").len(), 1);
+    let mut net = Net::new(
+        auth_config(Vec::new()),
+        vec![alice(), Ua::new(9, Script::answers(5, 10, 200))],
+    );
+    let r = answer_to(
+        &mut net,
+        request("INVITE", uri, ua_addr(1), "z9hG4bKi1", 1, &[]),
+    );
+    assert_eq!(status_of(&r), 407, "{}", String::from_utf8_lossy(&r));
+    assert!(header(&r, HeaderName::ProxyAuthenticate).is_some());
+    let creds = answer_challenge(
+        &r,
+        HeaderName::ProxyAuthenticate,
+        "MD5",
+        "alice",
+        "pw",
+        "INVITE",
+        uri,
+        1,
+    );
+    // Another proxy's credentials pass untouched.
+    let theirs =
+        "Digest username=\"a\", realm=\"upstream.example\", nonce=\"n\", uri=\"u\", response=\"r\"";
+    net.send(
+        1,
+        request(
+            "INVITE",
+            uri,
+            ua_addr(1),
+            "z9hG4bKi2",
+            2,
+            &[
+                ("Proxy-Authorization", &creds),
+                ("Proxy-Authorization", theirs),
+            ],
+        ),
+    );
+    net.run_until(ms(200));
+    let got = net.ua(9).requests("INVITE");
+    assert_eq!(got.len(), 1, "relayed once authenticated");
+    let fwd = parse(&got[0]);
+    let left: Vec<&[u8]> = fwd
+        .values(HeaderName::ProxyAuthorization)
+        .map(|v| v.bytes)
+        .collect();
+    assert_eq!(left, [theirs.as_bytes()], "ours consumed, theirs kept");
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    let a = net.proxy.stats().auth;
+    assert_eq!((a.challenges_407, a.ok), (1, 1));
+    assert_eq!(net.proxy.stats().relay_denied, 0);
+}
+
+#[test]
+fn in_dialog_requests_trusted_sources_and_foreign_users_are_not_challenged() {
+    let uri = "sip:carol@10.0.0.9";
+    // In-dialog (To tag): not challenged (the relay policy answers it here).
+    let net = relay_attempt(
+        auth_config(Vec::new()),
+        "BYE",
+        uri,
+        &[("To", "<sip:carol@10.0.0.9>;tag=x")],
+    );
+    assert!(net.ua(1).responses(407, "BYE").is_empty());
+    // A trusted source.
+    let net = relay_attempt(
+        auth_config(vec!["10.0.0.0/24".parse().expect("cidr")]),
+        "INVITE",
+        "sip:bob@example.com",
+        &[],
+    );
+    assert!(net.ua(1).responses(407, "INVITE").is_empty());
+    assert_eq!(net.ua(1).responses(404, "INVITE").len(), 1);
+    // From a user of a domain the proxy does not serve.
+    let net = relay_attempt(
+        auth_config(Vec::new()),
+        "INVITE",
+        "sip:bob@example.com",
+        &[("From", "<sip:eve@elsewhere.example>;tag=e")],
+    );
+    assert!(net.ua(1).responses(407, "INVITE").is_empty());
+    assert_eq!(net.proxy.stats().auth.challenges_407, 0);
+}
+
+#[test]
+fn registering_another_users_address_is_forbidden() {
+    let mut net = Net::new(auth_config(Vec::new()), vec![alice()]);
+    let first = answer_to(&mut net, auth_register("bob", "z9hG4bKf1", 1, &[]));
+    assert_eq!(status_of(&first), 401);
+    let creds = answer_challenge(
+        &first,
+        HeaderName::WwwAuthenticate,
+        "MD5",
+        "alice",
+        "pw",
+        "REGISTER",
+        "sip:example.com",
+        1,
+    );
+    let r = answer_to(
+        &mut net,
+        auth_register("bob", "z9hG4bKf2", 2, &[("Authorization", &creds)]),
+    );
+    assert_eq!(status_of(&r), 403);
+    assert_eq!(net.proxy.stats().auth.forbidden, 1);
+}

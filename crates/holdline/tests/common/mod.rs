@@ -114,6 +114,26 @@ impl Holdline {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// Waits (bounded) for a stderr line after startup starting with `prefix`; returns it.
+    pub fn wait_line(&self, prefix: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no line `{prefix}` within {limit:?} ({e:?})"),
+            }
+        }
+    }
+
     /// The first startup line starting with `prefix`.
     pub fn startup_line(&self, prefix: &str) -> Option<&str> {
         self.startup.lines().find(|l| l.starts_with(prefix))

@@ -1,0 +1,51 @@
+//! holdline's discrete-event simulator: networks of SIP servers running holdline's own code
+//! under a virtual clock.
+//!
+//! Every server is a real [`holdline_proto::Endpoint`] (the code `holdline serve` runs, parsing
+//! and building real message bytes) with a real `holdline-overload` controller; callers and
+//! callees are `holdline-agent` user agents (the load generator's logic); links are
+//! `holdline-netmodel` models. The simulator adds what the real machine provides: time (a
+//! virtual clock that jumps to the next event), the network, and each server's CPU and
+//! receive queues.
+//!
+//! ```text
+//!   UAC agents ──link──> [ main queue    ] ─┐  CPU: one message at a time, service time
+//!   (one per step)       [ INVITE queue  ] ─┴─> per kind; Busy / QueueDelay / QueueLength /
+//!                          bounded, drop-tail    NewRequestDelay -> controller; gate asks it
+//!                                                       │ Endpoint::handle_admitting
+//!                                   UAS agent <──link───┘ transmits leave when service ends
+//! ```
+//!
+//! - [`engine::EventQueue`]: a binary heap of `(time, sequence)`; ties leave in scheduling
+//!   order, so a run is a function of the scenario and its seed.
+//! - [`scenario::Scenario`]: the TOML scenario file.
+//! - [`world::World`]: one run; [`run_scenario`] runs them all and [`report::Results`]
+//!   aggregates them (mean and 95% confidence interval per point).
+//!
+//! Pure: no clock, no thread, no socket, no system randomness; the binary (`holdline sim`)
+//! reads files, prints progress and writes results.
+#![forbid(unsafe_code)]
+
+pub mod engine;
+pub mod report;
+pub mod scenario;
+pub mod world;
+
+pub use report::{Estimate, Point, Results, series_csv};
+pub use scenario::{Scenario, ScenarioError};
+pub use world::{RunOutput, SimError, World, run_seed};
+
+/// Runs `runs` runs of `sc` one after the other; `progress(run, simulated_second)` is called
+/// once per simulated second.
+pub fn run_scenario(
+    sc: &Scenario,
+    runs: u64,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<Vec<RunOutput>, SimError> {
+    let mut out = Vec::new();
+    for r in 0..runs {
+        let w = World::new(sc, r)?;
+        out.push(w.run(|t| progress(r, t)));
+    }
+    Ok(out)
+}

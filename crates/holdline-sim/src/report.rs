@@ -1,0 +1,265 @@
+//! Aggregation over runs: mean and 95% confidence interval per point, and the result file's
+//! JSON (deterministic: no wall-clock value goes in).
+
+use serde::Serialize;
+
+use crate::scenario::Scenario;
+use crate::world::{RunOutput, SeriesRow, ServerCounters};
+
+/// Mean and 95% confidence interval (Student's t) of one measure over runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Estimate {
+    /// The mean.
+    pub mean: f64,
+    /// Half-width of the 95% confidence interval (0 with one run).
+    pub ci95: f64,
+    /// Lowest run.
+    pub min: f64,
+    /// Highest run.
+    pub max: f64,
+}
+
+/// Two-sided 97.5% quantiles of Student's t for 1..=30 degrees of freedom.
+const T975: [f64; 30] = [
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+    2.052, 2.048, 2.045, 2.042,
+];
+
+impl Estimate {
+    /// The estimate of `xs` (empty: all zero).
+    pub fn of(xs: &[f64]) -> Self {
+        let n = xs.len();
+        if n == 0 {
+            return Self {
+                mean: 0.0,
+                ci95: 0.0,
+                min: 0.0,
+                max: 0.0,
+            };
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let ci95 = if n > 1 {
+            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            let t = T975.get(n - 2).copied().unwrap_or(1.96);
+            t * (var / n as f64).sqrt()
+        } else {
+            0.0
+        };
+        Self {
+            mean,
+            ci95,
+            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+/// One point of the results: one step of one UAC population, over every run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Point {
+    /// The UAC population.
+    pub population: String,
+    /// The step's index in its profile.
+    pub step: usize,
+    /// The step's factor of `capacity_cps`, if it was given as one.
+    pub load_factor: Option<f64>,
+    /// The step's nominal rate, calls per second.
+    pub rate_cps: f64,
+    /// Seconds each run's point covers (the step minus `settle_s`).
+    pub window_s: f64,
+    /// Calls offered per second.
+    pub offered_cps: Estimate,
+    /// Calls set up end to end per second: the ACK of their 200 OK reached the UAS (counted
+    /// at every UAS by arrival time over the point's window).
+    pub throughput_cps: Estimate,
+    /// Calls of this step the UAC finished without failure (200 OK, ACK, BYE and its 200 OK)
+    /// per second.
+    pub calls_ok_cps: Estimate,
+    /// 200 OKs within the goodput window per second.
+    pub goodput_cps: Estimate,
+    /// 503s received per second.
+    pub rejected_cps: Estimate,
+    /// Other final failures and timeouts per second (e.g. the 500 a stateful proxy sends
+    /// upstream for a lone downstream 503, RFC 3261 §16.7).
+    pub failed_other_cps: Estimate,
+    /// INVITE retransmissions per second.
+    pub retrans_invite_cps: Estimate,
+    /// Median post-dial delay (first INVITE to 200 OK), milliseconds.
+    pub pdd_p50_ms: Estimate,
+    /// 99th percentile of the post-dial delay, milliseconds.
+    pub pdd_p99_ms: Estimate,
+}
+
+/// A server's totals, mean over runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerTotals {
+    /// The server.
+    pub server: String,
+    /// Messages handled.
+    pub handled: Estimate,
+    /// New INVITEs admitted by its gate.
+    pub admitted: Estimate,
+    /// New INVITEs rejected at its gate.
+    pub rejected: Estimate,
+    /// Messages dropped at its full queues.
+    pub queue_drops: Estimate,
+    /// CPU busy seconds.
+    pub busy_s: Estimate,
+}
+
+/// The results of all runs of a scenario (`results.json`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Results {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The scenario's seed.
+    pub seed: u64,
+    /// The runs' seeds.
+    pub run_seeds: Vec<u64>,
+    /// Load phase, seconds.
+    pub duration_s: f64,
+    /// Reference capacity, calls per second.
+    pub capacity_cps: Option<f64>,
+    /// One per step of each UAC population.
+    pub points: Vec<Point>,
+    /// One per server.
+    pub servers: Vec<ServerTotals>,
+    /// SIP messages sent over links per run (mean).
+    pub messages_per_run: f64,
+    /// Messages lost or dropped by links per run (mean).
+    pub link_drops_per_run: f64,
+}
+
+impl Results {
+    /// Aggregates `runs` of `sc`.
+    pub fn from_runs(sc: &Scenario, runs: &[RunOutput]) -> Self {
+        let mut points = Vec::new();
+        if let Some(first) = runs.first() {
+            for (i, s) in first.steps.iter().enumerate() {
+                let col = |f: &dyn Fn(&crate::world::StepOutcome) -> f64| {
+                    let xs: Vec<f64> = runs.iter().filter_map(|r| r.steps.get(i)).map(f).collect();
+                    Estimate::of(&xs)
+                };
+                let factor = sc
+                    .uac
+                    .iter()
+                    .find(|u| u.name == s.population)
+                    .and_then(|u| u.steps.get(s.step))
+                    .and_then(|st| st.factor);
+                points.push(Point {
+                    population: s.population.clone(),
+                    step: s.step,
+                    load_factor: factor,
+                    rate_cps: s.rate_cps,
+                    window_s: s.window_s,
+                    offered_cps: col(&|p| p.offered_cps),
+                    throughput_cps: col(&|p| p.throughput_cps),
+                    calls_ok_cps: col(&|p| p.calls_ok_cps),
+                    goodput_cps: col(&|p| p.goodput_cps),
+                    rejected_cps: col(&|p| p.rejected_cps),
+                    failed_other_cps: col(&|p| p.failed_other_cps),
+                    retrans_invite_cps: col(&|p| p.retrans_invite_cps),
+                    pdd_p50_ms: col(&|p| p.pdd_p50_ms),
+                    pdd_p99_ms: col(&|p| p.pdd_p99_ms),
+                });
+            }
+        }
+        let mut servers = Vec::new();
+        if let Some(first) = runs.first() {
+            for (i, (name, _)) in first.servers.iter().enumerate() {
+                let col = |f: &dyn Fn(&ServerCounters) -> f64| {
+                    let xs: Vec<f64> = runs
+                        .iter()
+                        .filter_map(|r| r.servers.get(i))
+                        .map(|(_, c)| f(c))
+                        .collect();
+                    Estimate::of(&xs)
+                };
+                servers.push(ServerTotals {
+                    server: name.clone(),
+                    handled: col(&|c| c.handled as f64),
+                    admitted: col(&|c| c.admitted as f64),
+                    rejected: col(&|c| c.rejected as f64),
+                    queue_drops: col(&|c| (c.queue_drops + c.invite_queue_drops) as f64),
+                    busy_s: col(&|c| c.busy_ns as f64 / 1e9),
+                });
+            }
+        }
+        let mean = |f: &dyn Fn(&RunOutput) -> f64| {
+            if runs.is_empty() {
+                0.0
+            } else {
+                runs.iter().map(f).sum::<f64>() / runs.len() as f64
+            }
+        };
+        Self {
+            scenario: sc.name.clone(),
+            seed: sc.seed,
+            run_seeds: runs.iter().map(|r| r.seed).collect(),
+            duration_s: sc.duration_s,
+            capacity_cps: sc.capacity_cps,
+            points,
+            servers,
+            messages_per_run: mean(&|r| r.messages as f64),
+            link_drops_per_run: mean(&|r| r.link_drops as f64),
+        }
+    }
+
+    /// Pretty JSON, byte-identical for identical runs.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// The per-second time series of every run as CSV.
+pub fn series_csv(runs: &[RunOutput]) -> String {
+    let mut s = String::from(
+        "run,t_s,server,offered,goodput,completed,calls_ok,r503,admitted,rejected,queue,invite_queue,queue_drops,busy,occupancy,acceptance\n",
+    );
+    for (i, r) in runs.iter().enumerate() {
+        for row in &r.series {
+            push_row(&mut s, i, row);
+        }
+    }
+    s
+}
+
+fn push_row(s: &mut String, run: usize, r: &SeriesRow) {
+    use std::fmt::Write;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.4}"));
+    let _ = writeln!(
+        s,
+        "{run},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{},{}",
+        r.t_s,
+        r.server,
+        r.offered,
+        r.goodput,
+        r.completed,
+        r.calls_ok,
+        r.r503,
+        r.admitted,
+        r.rejected,
+        r.queue,
+        r.invite_queue,
+        r.queue_drops,
+        r.busy,
+        opt(r.occupancy),
+        opt(r.acceptance),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn confidence_interval_of_known_samples() {
+        let e = Estimate::of(&[1.0, 2.0, 3.0]);
+        assert_eq!(e.mean, 2.0);
+        // s = 1, n = 3: 4.303 / sqrt(3).
+        assert!((e.ci95 - 4.303 / 3f64.sqrt()).abs() < 1e-9);
+        assert_eq!(Estimate::of(&[5.0]).ci95, 0.0);
+        assert_eq!((e.min, e.max), (1.0, 3.0));
+    }
+}
