@@ -30,6 +30,7 @@ mod machine;
 mod net;
 mod rng;
 mod time;
+pub mod toml_loc;
 
 pub use core::time::Duration;
 pub use machine::Machine;
