@@ -148,7 +148,7 @@ pub struct Point {
     /// Calls that timed out or were cut by the drain limit.
     pub timeouts: u64,
     /// New INVITEs the SEs rejected because of the RE's answers
-    /// (`holdline_feedback_rejected_total{reason="loss_throttle"|"rate_throttle"}`).
+    /// (`holdline_feedback_rejected_total{reason="loss_throttle"|"rate_throttle"|"window_full"}`).
     pub se_throttled: u64,
     /// New INVITEs the SEs rejected by their own local control (`reason="occupancy"`).
     pub se_local_rejected: u64,
@@ -231,7 +231,8 @@ pub fn main(args: Vec<String>) -> ExitCode {
 
 /// How the servers of one mechanism are started.
 ///
-/// A name is a base mechanism (`none`, `occ`, `loss`, `rate`) with options `+KEY=VALUE`, each a
+/// A name is a base mechanism (`none`, `occ`, `loss`, `rate`, or `delay-window`, seed 004's
+/// window at the SEs in front of an RE without control) with options `+KEY=VALUE`, each a
 /// line of the RE's `[overload]` section, e.g. `loss+udp_invite_recv_buffer=16384`.
 #[derive(Debug, PartialEq, Eq)]
 struct Mechanism {
@@ -269,6 +270,13 @@ impl Mechanism {
                 re_config: Some(answer.to_owned()),
                 se_args: &["--feedback=rate"],
             },
+            // Seed 004's window without feedback: the RE has no control of its own and
+            // knows nothing of it; each SE keeps a window of outstanding INVITEs towards it.
+            "delay-window" => Self {
+                re_overload: "none",
+                re_config: None,
+                se_args: &["--feedback=window"],
+            },
             "window" => {
                 return Err(LabError::Precondition(format!(
                     "mechanism `{name}` is not implemented yet: the RE answers loss (RFC 7339) \
@@ -277,7 +285,7 @@ impl Mechanism {
             }
             other => {
                 return Err(LabError::Precondition(format!(
-                    "unknown mechanism `{other}` (known: {}; later: {})",
+                    "unknown mechanism `{other}` (known: {}, delay-window; later: {})",
                     MECHANISMS.join(", "),
                     NOT_YET.join(", ")
                 )));
@@ -495,7 +503,11 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         r_other: sum(&["totals", "r_fail_other"]),
         timeouts: sum(&["totals", "timeouts"]),
         // Loss (RFC 7339) and rate (RFC 7415) throttling alike.
-        se_throttled: se_sum("holdline_feedback_rejected_total", &["_throttle\""]),
+        se_throttled: se_sum("holdline_feedback_rejected_total", &["_throttle\""])
+            + se_sum(
+                "holdline_feedback_rejected_total",
+                &["reason=\"window_full\""],
+            ),
         se_local_rejected: se_sum(
             "holdline_overload_rejected_total",
             &["reason=\"occupancy\""],
@@ -1067,6 +1079,11 @@ mod tests {
         );
         let loss = Mechanism::parse("loss").expect("loss");
         assert_eq!(loss.se_args, &["--feedback=loss"][..]);
+        let w = Mechanism::parse("delay-window").expect("delay-window");
+        assert_eq!(
+            (w.re_overload, w.se_args),
+            ("none", &["--feedback=window"][..])
+        );
         let rate = Mechanism::parse("rate+udp_invite_recv_buffer=16384").expect("rate");
         assert_eq!(rate.se_args, &["--feedback=rate"][..]);
         let text = rate.re_config.expect("config");

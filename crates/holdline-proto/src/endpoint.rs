@@ -19,7 +19,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
-use holdline_base::{Instant, Peer, Rng, Transmit, Transport};
+use holdline_base::{Duration, Instant, Peer, Rng, Transmit, Transport};
 use holdline_sip::{
     EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport, Span,
     build_response,
@@ -153,6 +153,25 @@ pub enum EndpointEvent {
         from: Peer,
         /// Its answer.
         report: OcReport,
+    },
+    /// An INVITE was forwarded to `to`: one more of its transactions outstanding there. Only
+    /// with [`ProxyConfig::branch_events`](crate::ProxyConfig::branch_events).
+    BranchStarted {
+        /// The next hop.
+        to: Peer,
+    },
+    /// The client transaction of an INVITE forwarded to `to` ended (with a final response,
+    /// or without one). Only with [`ProxyConfig::branch_events`](crate::ProxyConfig::branch_events).
+    BranchEnded {
+        /// The next hop.
+        to: Peer,
+        /// The final response's status; 408 and 503 are the proxy's own when
+        /// `timed_out` or the transport failed.
+        status: u16,
+        /// No final response came (Timer B or C, or the transaction ended without one).
+        timed_out: bool,
+        /// From sending the INVITE to its end.
+        delay: Duration,
     },
 }
 
@@ -335,6 +354,10 @@ struct Branch {
     cancel_sent: bool,
     /// Timer C (before a CANCEL) or the give-up timer after it.
     timer_at: Option<Instant>,
+    /// Where it was sent.
+    dest: Peer,
+    /// When it was sent.
+    sent: Instant,
 }
 
 /// A response context (§16.2): one per proxied request.
@@ -1195,8 +1218,13 @@ impl Endpoint {
                             cancel_wanted: false,
                             cancel_sent: false,
                             timer_at,
+                            dest: t.dest,
+                            sent: now,
                         },
                     );
+                    if invite && self.config.branch_events {
+                        self.push_event(EndpointEvent::BranchStarted { to: t.dest });
+                    }
                     if let Some(call) = self.calls.get_mut(&sid) {
                         call.branches.push(cid);
                         call.pending += 1;
@@ -1519,13 +1547,7 @@ impl Endpoint {
             BranchState::Calling => b.cancel_wanted = true,
             BranchState::Proceeding => {
                 b.cancel_sent = true;
-                let at = now
-                    + self
-                        .config
-                        .txn
-                        .t1
-                        .max(holdline_base::Duration::from_millis(1))
-                        * 64;
+                let at = now + self.config.txn.t1.max(Duration::from_millis(1)) * 64;
                 b.timer_at = Some(at);
                 self.timers.push(Reverse((at, cid)));
                 match self.txns.cancel(now, cid) {
@@ -1827,6 +1849,15 @@ impl Endpoint {
         b.state = BranchState::Done;
         b.timer_at = None;
         let sid = b.server;
+        if b.invite && self.config.branch_events {
+            let e = EndpointEvent::BranchEnded {
+                to: b.dest,
+                status,
+                timed_out: bytes.is_none() && status == 408,
+                delay: now.saturating_duration_since(b.sent),
+            };
+            self.push_event(e);
+        }
         if let Some(call) = self.calls.get_mut(&sid) {
             call.pending = call.pending.saturating_sub(1);
         }

@@ -80,7 +80,9 @@
 //! udp_invite_recv_buffer = 262144  # ... whose receive buffer is this small (bytes)
 //! rejection_budget = 0.1           # ... and 503s take at most this share of the time
 //! # feedback = "loss"              # hop-by-hop control (RFC 7339/7415), client role: none |
-//!                                  # loss | rate | "loss,rate" (default loss unless local = "none")
+//!                                  # loss | rate | "loss,rate" (default loss unless local = "none"),
+//!                                  # or window: seed 004's window without feedback
+//! window_threshold_ms = 0          # ... its delay threshold (0: 4 x the smallest delay, >= 20 ms)
 //! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
 //!                                  # with occ)
 //! feedback_target_delay_ms = 100   # ... steering new INVITEs' queueing delay to this
@@ -445,6 +447,9 @@ pub struct OverloadSettings {
     /// `oc-algo="loss,rate"`, which Kamailio 5.6.3 cannot parse (it drops the request: "bad
     /// header field [,rate\""): offer two only towards next hops known to take it.
     pub feedback: Option<String>,
+    /// With `feedback = "window"`: the window's delay threshold `Z_th`, ms; 0 (default):
+    /// four times the smallest transaction delay seen to the next hop, at least 20 ms.
+    pub window_threshold_ms: u64,
     /// Server role: answer upstream clients that offer `oc` with this server's own load (a
     /// loss percentage, or a share of a rate, from its occupancy and the queueing delay of new
     /// INVITEs: see `holdline_overload::HopServer`), and let their new INVITEs skip the local
@@ -474,6 +479,7 @@ impl Default for OverloadSettings {
             interval_ms: 100,
             queue_growth: false,
             queue_gate_ms: 20,
+            window_threshold_ms: 0,
             target_delay_ms: 20,
             queue_limit: 100,
             queue_resume: None,
@@ -563,7 +569,7 @@ impl OverloadSettings {
             None if self.local == "none" => "none",
             None => "loss",
         };
-        if spec.trim() == "none" {
+        if matches!(spec.trim(), "none" | "window") {
             return Ok(Vec::new());
         }
         let mut algos = Vec::new();
@@ -575,7 +581,7 @@ impl OverloadSettings {
                     return Err((
                         "overload.feedback".to_owned(),
                         format!(
-                            "`{other}`: expected none, or loss and/or rate separated by a comma"
+                            "`{other}`: expected none, window, or loss and/or rate separated by a comma"
                         ),
                     ));
                 }
@@ -612,6 +618,27 @@ impl OverloadSettings {
         holdline_overload::ControllerFactory::validate(&cfg)
             .map_err(|e| ("overload.feedback_rate_tolerance".to_owned(), e.to_string()))?;
         Ok(Some(cfg))
+    }
+
+    /// Seed 004's feedback-free window towards next hops (`feedback = "window"`), if on.
+    pub fn window_client(&self) -> Option<holdline_overload::DelayWindowConfig> {
+        (self.feedback.as_deref().map(str::trim) == Some("window")).then(|| {
+            holdline_overload::DelayWindowConfig {
+                threshold: (self.window_threshold_ms > 0)
+                    .then(|| Duration::from_millis(self.window_threshold_ms)),
+                retry_after: self.retry_after(),
+                ..holdline_overload::DelayWindowConfig::default()
+            }
+        })
+    }
+
+    /// The controller at the forward gate for next hops' load: the RFC 7339 / RFC 7415
+    /// client or seed 004's window (they exclude each other), if either is on.
+    pub fn hop_controller(&self) -> Result<Option<ControllerConfig>, (String, String)> {
+        if let Some(w) = self.window_client() {
+            return Ok(Some(ControllerConfig::DelayWindow(w)));
+        }
+        Ok(self.feedback_client()?.map(ControllerConfig::HopClient))
     }
 
     /// The server role's estimator, when upstream clients are answered.
@@ -1538,8 +1565,26 @@ stateless = true
         assert!(!c.overload.answers_feedback());
         let h = c.overload.feedback_client().expect("valid").expect("on");
         assert_eq!((h.accept, h.rate_tolerance), (Accept::Both, 9.0));
+        // Seed 004's window: no offer, the window controller at the forward gate.
+        let c = ServerConfig::from_toml(
+            "w.toml",
+            "[overload]\nfeedback = \"window\"\nwindow_threshold_ms = 50\n",
+        )
+        .expect("ok");
+        assert_eq!(c.overload.feedback_algos(), Ok(vec![]));
+        assert_eq!(c.overload.feedback_client(), Ok(None));
+        let w = c.overload.window_client().expect("on");
+        assert_eq!(w.threshold, Some(Duration::from_millis(50)));
+        assert!(matches!(
+            c.overload.hop_controller(),
+            Ok(Some(ControllerConfig::DelayWindow(_)))
+        ));
+        assert!(ServerConfig::default().overload.window_client().is_none());
         for (text, key) in [
-            ("[overload]\nfeedback = \"window\"\n", "overload.feedback"),
+            (
+                "[overload]\nfeedback = \"window,loss\"\n",
+                "overload.feedback",
+            ),
             (
                 "[overload]\nfeedback = \"loss,loss\"\n",
                 "overload.feedback",

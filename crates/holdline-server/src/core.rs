@@ -44,9 +44,10 @@ pub trait WorkerCore: Send {
     fn take_feedback_tally(&mut self) -> holdline_proto::FeedbackTally {
         holdline_proto::FeedbackTally::default()
     }
-    /// The next overload answer a next hop sent (RFC 7339 / RFC 7415 client role), with where
-    /// it came from, to give to the hop-by-hop client. Engines without one have none.
-    fn poll_feedback(&mut self) -> Option<(Peer, holdline_sip::OcReport)> {
+    /// The next event for the hop-by-hop client at the forward gate: an overload answer a
+    /// next hop sent (RFC 7339 / RFC 7415 client role), or the start or end of an INVITE's
+    /// client transaction (seed 004's window). Engines without one have none.
+    fn poll_hop_event(&mut self) -> Option<HopEvent> {
         None
     }
     /// The source address of the next request that failed authentication (wrong password or
@@ -179,4 +180,24 @@ impl WorkerCore for TestCore {
         );
         let _ = writeln!(out, "holdline_testcore_dropped_total {}", self.dropped);
     }
+}
+
+/// What the engine tells the worker's hop-by-hop client ([`WorkerCore::poll_hop_event`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HopEvent {
+    /// A next hop's overload answer, from a response to one of our client transactions.
+    Feedback(Peer, holdline_sip::OcReport),
+    /// An INVITE was forwarded to this next hop.
+    Started(Peer),
+    /// The client transaction of an INVITE forwarded to `to` ended.
+    Ended {
+        /// The next hop.
+        to: Peer,
+        /// Its final status (408 when `timed_out`).
+        status: u16,
+        /// No final response came.
+        timed_out: bool,
+        /// From sending the INVITE to the end.
+        delay: std::time::Duration,
+    },
 }

@@ -14,9 +14,10 @@ use holdline_proto::{
     OverloadAnswer, ProxyConfig, StaticRoute,
 };
 use holdline_sip::Limits;
-use holdline_sip::OcReport;
+
 use holdline_store::{MemoryStore, PersistentStore, StoreError};
 
+use crate::core::HopEvent;
 use crate::{Listener, ServerConfig, StoreSpec, WorkerCore};
 
 /// How often worker 0 removes expired bindings from the store.
@@ -113,6 +114,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     // validate() checked the setting.
     let algos = config.overload.feedback_algos().unwrap_or_default();
     p.overload_offer = (!algos.is_empty()).then(|| holdline_sip::OcOffer::new(&algos));
+    p.branch_events = config.overload.window_client().is_some();
     // The server sets the base of its own clock (`seq_base`); now is close to it.
     p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();
@@ -179,8 +181,9 @@ pub struct Engine {
     store: Arc<dyn LocationStore>,
     next_purge: Option<Instant>,
     purged: u64,
-    /// Overload answers of next hops not yet taken by the worker ([`WorkerCore::poll_feedback`]).
-    feedback: std::collections::VecDeque<(Peer, OcReport)>,
+    /// Events for the hop-by-hop client not yet taken by the worker
+    /// ([`WorkerCore::poll_hop_event`]).
+    feedback: std::collections::VecDeque<HopEvent>,
     /// Sources of failed authentications not yet taken by the worker
     /// ([`WorkerCore::poll_auth_failure`]).
     auth_failures: std::collections::VecDeque<std::net::IpAddr>,
@@ -218,7 +221,23 @@ impl Engine {
         while let Some(e) = self.endpoint.poll_event() {
             match e {
                 EndpointEvent::Feedback { from, report } if self.feedback.len() < MAX_FEEDBACK => {
-                    self.feedback.push_back((from, report));
+                    self.feedback.push_back(HopEvent::Feedback(from, report));
+                }
+                EndpointEvent::BranchStarted { to } if self.feedback.len() < MAX_FEEDBACK => {
+                    self.feedback.push_back(HopEvent::Started(to));
+                }
+                EndpointEvent::BranchEnded {
+                    to,
+                    status,
+                    timed_out,
+                    delay,
+                } if self.feedback.len() < MAX_FEEDBACK => {
+                    self.feedback.push_back(HopEvent::Ended {
+                        to,
+                        status,
+                        timed_out,
+                        delay,
+                    });
                 }
                 EndpointEvent::AuthFailed { from } if self.auth_failures.len() < MAX_FEEDBACK => {
                     self.auth_failures.push_back(from.addr.ip());
@@ -296,7 +315,7 @@ impl WorkerCore for Engine {
         self.endpoint.take_feedback_tally()
     }
 
-    fn poll_feedback(&mut self) -> Option<(Peer, OcReport)> {
+    fn poll_hop_event(&mut self) -> Option<HopEvent> {
         self.feedback.pop_front()
     }
 

@@ -52,7 +52,7 @@ pub use crate::config::{
     AuthSettings, BufferSizes, ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides,
     RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, default_data_dir,
 };
-pub use crate::core::{CoreFactory, TestCore, WorkerCore, default_core_factory};
+pub use crate::core::{CoreFactory, HopEvent, TestCore, WorkerCore, default_core_factory};
 pub use crate::engine::{
     Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config, seq_base,
 };
@@ -338,7 +338,7 @@ impl Server {
             .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         let hop = config
             .overload
-            .feedback_client()
+            .hop_controller()
             .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         let mut workers = Vec::with_capacity(n);
         for (i, (((poll, rx), (u, t)), invites)) in polls

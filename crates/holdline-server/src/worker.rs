@@ -15,15 +15,15 @@ use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
     Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Feedback, FloodConfig,
-    FloodGuard, HopMeasure, HopServer, Lane, RejectReason, Rejection, RejectionBudget, Release,
-    Signal, Split, TargetId, Verdict, Work,
+    FloodGuard, HopMeasure, HopServer, Lane, Outcome, RejectReason, Rejection, RejectionBudget,
+    Release, Signal, Split, TargetId, Verdict, Work,
 };
 use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
 use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use crate::core::WorkerCore;
+use crate::core::{HopEvent, WorkerCore};
 use crate::metrics::{Close, Drop, WorkerStats, transport_idx};
 use crate::shard::owner_of;
 
@@ -899,18 +899,37 @@ impl Worker {
         self.core.set_overload_answer(Some(answer));
     }
 
-    /// Gives the next hops' overload answers the engine collected to the hop-by-hop client.
+    /// Gives what the engine collected for the hop-by-hop client to it: next hops' overload
+    /// answers, and the starts and ends of forwarded INVITEs' transactions.
     fn take_feedback(&mut self, now: Instant) {
-        while let Some((from, report)) = self.core.poll_feedback() {
-            if let Some(hop) = self.hop.as_mut() {
-                hop.on_signal(
-                    now,
-                    Signal::Feedback {
-                        from: target_of(from.addr),
-                        feedback: feedback_of(report),
+        while let Some(e) = self.core.poll_hop_event() {
+            let Some(hop) = self.hop.as_mut() else {
+                continue;
+            };
+            let signal = match e {
+                HopEvent::Feedback(from, report) => Signal::Feedback {
+                    from: target_of(from.addr),
+                    feedback: feedback_of(report),
+                },
+                HopEvent::Started(to) => Signal::Forwarded {
+                    target: target_of(to.addr),
+                },
+                HopEvent::Ended {
+                    to,
+                    status,
+                    timed_out,
+                    delay,
+                } => Signal::Completed {
+                    target: target_of(to.addr),
+                    outcome: if timed_out {
+                        Outcome::Timeout
+                    } else {
+                        Outcome::Final(status)
                     },
-                );
-            }
+                    delay,
+                },
+            };
+            hop.on_signal(now, signal);
         }
     }
 

@@ -107,8 +107,9 @@ struct ServeArgs {
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     udp_invite_socket: Option<bool>,
     /// Hop-by-hop overload control (RFC 7339 / RFC 7415), client role: the algorithms offered
-    /// to next hops and applied to their answers (default: loss unless --overload none).
-    #[arg(long, value_name = "none|loss|rate|loss,rate")]
+    /// to next hops and applied to their answers (default: loss unless --overload none); or
+    /// `window`: seed 004's window of outstanding INVITEs per next hop, without feedback.
+    #[arg(long, value_name = "none|loss|rate|loss,rate|window")]
     feedback: Option<String>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
@@ -418,12 +419,20 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         {
             let algos = config.overload.feedback_algos().unwrap_or_default();
             let names: Vec<&str> = algos.iter().map(|a| a.as_str()).collect();
-            match (names.is_empty(), config.overload.answers_feedback()) {
-                (true, false) => String::new(),
-                (true, true) => ", feedback answered".to_owned(),
-                (false, false) => format!(", feedback offered ({})", names.join(",")),
-                (false, true) => format!(", feedback offered ({}) and answered", names.join(",")),
-            }
+            let window = if config.overload.window_client().is_some() {
+                ", delay window towards next hops"
+            } else {
+                ""
+            };
+            window.to_owned()
+                + &match (names.is_empty(), config.overload.answers_feedback()) {
+                    (true, false) => String::new(),
+                    (true, true) => ", feedback answered".to_owned(),
+                    (false, false) => format!(", feedback offered ({})", names.join(",")),
+                    (false, true) => {
+                        format!(", feedback offered ({}) and answered", names.join(","))
+                    }
+                }
         },
         if config.overload.emulate_cost_us > 0 {
             format!(

@@ -52,30 +52,41 @@ struct Run {
 }
 
 fn chain(se_feedback: &str) -> Run {
+    chain_with(se_feedback, &[])
+}
+
+/// [`chain`] with extra arguments for the RE (its defaults when empty).
+fn chain_with(se_feedback: &str, re_extra: &[String]) -> Run {
     let (se, re, uas) = (free_port(), free_port(), free_port());
     let (se_metrics, re_metrics) = (free_port(), free_port());
-    let re_server = Holdline::start(&[
-        s("--listen"),
-        format!("udp:127.0.0.1:{re}"),
-        s("--route"),
-        format!("*=udp:127.0.0.1:{uas}"),
-        s("--store"),
-        s("memory"),
-        s("--workers"),
-        s("1"),
-        s("--metrics"),
-        format!("127.0.0.1:{re_metrics}"),
-        // About 2 ms per message, 6 messages per call: ~80 calls/s. Rejections cost only
-        // their real work.
-        s("--emulate-cost-us"),
-        s("2000"),
-        s("--emulate-reject-cost-us"),
-        s("0"),
-    ]);
+    let re_server = Holdline::start(
+        &[
+            s("--listen"),
+            format!("udp:127.0.0.1:{re}"),
+            s("--route"),
+            format!("*=udp:127.0.0.1:{uas}"),
+            s("--store"),
+            s("memory"),
+            s("--workers"),
+            s("1"),
+            s("--metrics"),
+            format!("127.0.0.1:{re_metrics}"),
+            // About 2 ms per message, 6 messages per call: ~80 calls/s. Rejections cost only
+            // their real work.
+            s("--emulate-cost-us"),
+            s("2000"),
+            s("--emulate-reject-cost-us"),
+            s("0"),
+        ]
+        .into_iter()
+        .chain(re_extra.iter().cloned())
+        .collect::<Vec<_>>(),
+    );
     assert!(
-        re_server
-            .startup
-            .contains("feedback offered (loss) and answered"),
+        !re_extra.is_empty()
+            || re_server
+                .startup
+                .contains("feedback offered (loss) and answered"),
         "{}",
         re_server.startup
     );
@@ -204,4 +215,26 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
     );
     assert_eq!((se_throttled, exempt), (0.0, 0.0), "{}", off.se);
     assert!(re_local > 0.0, "{}", off.re);
+
+    // Seed 004's window at the SE in front of an RE without any control: no feedback at all,
+    // the SE holds back what does not fit its window of outstanding INVITEs towards the RE.
+    let w = chain_with("window", &[s("--overload"), s("none")]);
+    let window_full = metric(
+        &w.se,
+        "holdline_feedback_rejected_total",
+        &["reason=\"window_full\""],
+    );
+    let re_rejected = metric(&w.re, "holdline_overload_rejected_total", &[]);
+    let re_answers = metric(&w.re, "holdline_feedback_answers_total", &[]);
+    let summary = format!(
+        "window: SE window_full {window_full}, RE rejected {re_rejected}, RE answers \
+         {re_answers}; uac {} attempted {} ok {} 503",
+        w.attempted, w.ok, w.r503
+    );
+    eprintln!("{summary}");
+    assert!(window_full > 0.0, "{summary}\n{}", w.se);
+    // Nothing offered, nothing answered, nothing rejected at the RE: every 503 is the SE's.
+    assert_eq!((re_rejected, re_answers), (0.0, 0.0), "{summary}");
+    assert!((w.r503 as f64) <= window_full, "{summary}");
+    assert!(w.ok > 0, "{summary}");
 }

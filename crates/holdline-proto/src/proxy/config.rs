@@ -218,6 +218,12 @@ pub struct ProxyConfig {
     /// `oc-seq` of the server role's answers: the wall-clock time at holdline_base's `Instant::ZERO`, in units of 10 µs since the Unix epoch, so that answers
     /// increase across workers and restarts. Default 0 (the driver fills it in).
     pub overload_seq_base: u64,
+    /// Report every client transaction of an INVITE the proxy forwards: its start
+    /// ([`EndpointEvent::BranchStarted`](crate::EndpointEvent)) and its end with the status
+    /// and the delay from sending the INVITE ([`EndpointEvent::BranchEnded`](crate::EndpointEvent)),
+    /// for sending-side controllers that count outstanding transactions (seed 004's window).
+    /// Default `false`.
+    pub branch_events: bool,
 }
 
 impl Default for ProxyConfig {
@@ -241,6 +247,7 @@ impl Default for ProxyConfig {
             limits: Limits::DEFAULT,
             relay: RelayPolicy::default(),
             overload_offer: None,
+            branch_events: false,
             auth: None,
             overload_seq_base: 0,
         }

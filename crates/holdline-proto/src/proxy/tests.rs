@@ -3016,3 +3016,92 @@ fn registering_another_users_address_is_forbidden() {
     assert_eq!(status_of(&r), 403);
     assert_eq!(net.proxy.stats().auth.forbidden, 1);
 }
+
+#[test]
+fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
+    let mut c = routed_config();
+    c.branch_events = true;
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    let events = |e: &mut Endpoint| {
+        let mut v = Vec::new();
+        while let Some(ev) = e.poll_event() {
+            v.push(ev);
+        }
+        v
+    };
+    // Answered: started at 0, ended by the next hop's 486 at 30 ms.
+    e.handle(
+        ms(0),
+        &far_invite("z9hG4bKb1"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
+    let fwd = drain_to(&mut e, ms(0))
+        .into_iter()
+        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+        .map(|(_, b)| b)
+        .expect("forwarded");
+    assert_eq!(
+        events(&mut e),
+        [crate::EndpointEvent::BranchStarted {
+            to: udp(ua_addr(5))
+        }]
+    );
+    let mut busy = Vec::new();
+    build_response(
+        &parse(&fwd),
+        486,
+        "Busy Here",
+        Some(b"t1"),
+        &[],
+        b"",
+        &mut busy,
+    );
+    e.handle(ms(30), &busy, udp(ua_addr(5)), Transport::Udp);
+    assert_eq!(
+        events(&mut e),
+        [crate::EndpointEvent::BranchEnded {
+            to: udp(ua_addr(5)),
+            status: 486,
+            timed_out: false,
+            delay: Duration::from_millis(30),
+        }]
+    );
+    // Never answered: Timer B ends it as a timeout, 64·T1 after it was sent.
+    e.handle(
+        ms(100),
+        &far_invite("z9hG4bKb2"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
+    let _ = drain_to(&mut e, ms(100));
+    assert_eq!(events(&mut e).len(), 1);
+    let mut now = ms(100);
+    let mut ended = None;
+    while ended.is_none() && now < ms(100_000) {
+        now = e
+            .poll_timeout()
+            .unwrap_or(now + Duration::from_millis(500))
+            .max(now);
+        e.handle_timeout(now);
+        let _ = drain_to(&mut e, now);
+        ended = events(&mut e).into_iter().find_map(|ev| match ev {
+            crate::EndpointEvent::BranchEnded {
+                timed_out, delay, ..
+            } => Some((timed_out, delay)),
+            _ => None,
+        });
+    }
+    let (timed_out, delay) = ended.expect("the branch ended");
+    assert!(timed_out);
+    assert!(delay >= Duration::from_secs(32), "{delay:?}");
+    // Without the setting, nothing is reported.
+    let mut quiet = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
+    quiet.handle(
+        ms(0),
+        &far_invite("z9hG4bKb3"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
+    assert!(quiet.poll_event().is_none());
+}
