@@ -14,7 +14,7 @@ mod error;
 pub mod feedback;
 mod generator;
 pub mod lab;
-mod plot;
+pub mod plot;
 pub mod ports;
 mod procfs;
 mod report;

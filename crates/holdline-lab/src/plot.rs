@@ -127,7 +127,8 @@ fn color_for(name: &str) -> RGBColor {
     }
 }
 
-type Series = (String, Vec<(f64, f64)>);
+/// One named line of a chart: `(name, [(x, y)])`.
+pub type Series = (String, Vec<(f64, f64)>);
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -191,7 +192,7 @@ fn draw<DB: DrawingBackend>(
 }
 
 /// Writes `DIR/NAME.svg` and `DIR/NAME.png`: one line with points per series.
-pub(crate) fn chart(
+pub fn chart(
     dir: &Path,
     name: &str,
     title: &str,

@@ -8,8 +8,8 @@ use std::time::Instant as StdInstant;
 
 use anyhow::Context as _;
 use clap::Subcommand;
+use holdline_lab::plot::{Series, chart};
 use holdline_sim::{Results, RunOutput, Scenario, World, series_csv};
-use plotters::prelude::*;
 
 /// `holdline sim`.
 #[derive(Debug, clap::Args)]
@@ -199,119 +199,38 @@ fn points_csv(r: &Results) -> String {
     s
 }
 
-/// Fonts tried for the plots' text (as `holdline-lab`'s plots).
-const FONTS: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
-];
-
-type Series = (&'static str, RGBColor, Vec<(f64, f64)>);
-
 /// `timeseries.svg/png`: offered, goodput, admitted and rejected per second of run 0 (the
-/// first server's gate), for load-step plots.
+/// first server's gate), for load-step plots (drawn by `holdline-lab`'s chart).
 fn plot(dir: &Path, sc: &Scenario, runs: &[RunOutput]) -> Result<(), String> {
-    let bytes = FONTS
-        .iter()
-        .find_map(|p| std::fs::read(p).ok())
-        .ok_or("no TTF font found: install the Debian package fonts-dejavu-core")?;
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| "the TTF font could not be read".to_string())?;
     let Some(run) = runs.first() else {
         return Ok(());
     };
     let first = run.servers.first().map(|s| s.0.clone()).unwrap_or_default();
     let rows: Vec<_> = run.series.iter().filter(|r| r.server == first).collect();
-    let pick = |f: &dyn Fn(&holdline_sim::world::SeriesRow) -> f64| -> Vec<(f64, f64)> {
-        rows.iter().map(|r| (r.t_s as f64, f(r))).collect()
+    let pick = |name: &str, f: &dyn Fn(&holdline_sim::world::SeriesRow) -> f64| {
+        (
+            name.to_owned(),
+            rows.iter().map(|r| (r.t_s as f64, f(r))).collect(),
+        )
     };
     let series: Vec<Series> = vec![
-        (
-            "offered",
-            RGBColor(127, 127, 127),
-            pick(&|r| r.offered as f64),
-        ),
-        (
-            "goodput (200 OK within window)",
-            RGBColor(0, 94, 184),
-            pick(&|r| r.goodput as f64),
-        ),
-        (
-            "throughput (ACK at the UAS)",
-            RGBColor(148, 103, 189),
-            pick(&|r| r.completed as f64),
-        ),
-        (
-            "admitted at the gate",
-            RGBColor(44, 160, 44),
-            pick(&|r| r.admitted as f64),
-        ),
-        ("503s", RGBColor(214, 39, 40), pick(&|r| r.rejected as f64)),
+        pick("offered", &|r| r.offered as f64),
+        pick("goodput (200 OK within window)", &|r| r.goodput as f64),
+        pick("throughput (ACK at the UAS)", &|r| r.completed as f64),
+        pick("admitted at the gate", &|r| r.admitted as f64),
+        pick("503s", &|r| r.rejected as f64),
     ];
     let title = format!(
         "{}: calls per second (run 1, server {first})",
         if sc.name.is_empty() { "sim" } else { &sc.name }
     );
-    let svg = dir.join("timeseries.svg");
-    draw(
-        &SVGBackend::new(&svg, (900, 560)).into_drawing_area(),
+    chart(
+        dir,
+        "timeseries",
         &title,
-        &series,
-    )?;
-    let png = dir.join("timeseries.png");
-    draw(
-        &BitMapBackend::new(&png, (900, 560)).into_drawing_area(),
-        &title,
+        "simulated time (s)",
+        "per second",
         &series,
     )
-}
-
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, plotters::coord::Shift>,
-    title: &str,
-    series: &[Series],
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (xmax, ymax) = series
-        .iter()
-        .flat_map(|s| s.2.iter())
-        .fold((1.0f64, 1.0f64), |(x, y), &(a, b)| (x.max(a), y.max(b)));
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(65)
-        .build_cartesian_2d(0.0..xmax * 1.02, 0.0..ymax * 1.1)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("simulated time (s)")
-        .y_desc("per second")
-        .label_style(("sans-serif", 14))
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (name, color, points) in series {
-        let color = *color;
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().copied(),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| e.to_string())?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())
 }
