@@ -25,6 +25,14 @@ use crate::stats::median_json;
 /// The RSS slope is fitted over the samples after this many seconds of load.
 pub(crate) const SLOPE_FROM_S: f64 = 32.0;
 
+/// A sustained step *holds* its rate when at least this share of its calls completed
+/// (issue 14: ≥ 99.9% for 60 s). A rate that does not hold is retried lower (see
+/// [`BACKOFF`]): the bench's sustained capacity is the highest rate that held.
+pub(crate) const HELD_RATIO: f64 = 0.999;
+
+/// Each retry of a sustained step offers this fraction of the rate that did not hold.
+pub(crate) const BACKOFF: f64 = 0.9;
+
 /// One server held at one found capacity for the sustained phase.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct SustainRow {
@@ -38,6 +46,11 @@ pub(crate) struct SustainRow {
     pub rate: f64,
     /// Whether that capacity was a lower bound ("≥").
     pub capacity_lower_bound: bool,
+    /// Which try at this server and transport, from 0: try `n` offers the found capacity
+    /// times [`BACKOFF`]`^n`.
+    pub attempt: usize,
+    /// At least [`HELD_RATIO`] of the calls completed.
+    pub held: bool,
     /// Seconds of offered load.
     pub duration_s: f64,
     /// Rate the generator actually offered, calls/s.
@@ -114,7 +127,12 @@ fn slope_after(points: impl Iterator<Item = (f64, f64)>, duration_s: f64) -> Opt
 
 impl SustainRow {
     /// The row of a sustained step (`run.step` has its section, server and run set).
-    pub(crate) fn new(run: StepRun, transport: &str, capacity_lower_bound: bool) -> Self {
+    pub(crate) fn new(
+        run: StepRun,
+        transport: &str,
+        capacity_lower_bound: bool,
+        attempt: usize,
+    ) -> Self {
         let StepRun {
             step,
             samples,
@@ -124,23 +142,26 @@ impl SustainRow {
         let pss: Option<Vec<f64>> = samples.iter().map(|s| s.pss_mb).collect();
         let pss = pss.filter(|v| !v.is_empty());
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let completion_ratio = if step.attempted > 0 {
+            step.ok as f64 / step.attempted as f64
+        } else {
+            0.0
+        };
         Self {
             run: step.run,
             server: step.server.clone(),
             transport: transport.into(),
             rate: step.rate,
             capacity_lower_bound,
+            attempt,
+            held: completion_ratio >= HELD_RATIO,
             duration_s: step.duration_s,
             offered_cps: step.offered_rate,
             attempted: step.attempted,
             completed: step.ok,
             failed: step.failed,
             r503: step.r503,
-            completion_ratio: if step.attempted > 0 {
-                step.ok as f64 / step.attempted as f64
-            } else {
-                0.0
-            },
+            completion_ratio,
             rss_start_mb: rss.first().copied().unwrap_or(0.0),
             rss_end_mb: rss.last().copied().unwrap_or(0.0),
             rss_max_mb: max(&rss),
@@ -186,8 +207,19 @@ impl SustainRow {
     }
 }
 
-/// The median row of every server × transport over the runs (without samples), with the
-/// number of runs and the completion ratio's min and max.
+/// Whether `r` is the last try of its server, transport and run (the one that held, or the
+/// last that did not).
+pub(crate) fn is_final(r: &SustainRow, rows: &[SustainRow]) -> bool {
+    !rows.iter().any(|o| {
+        o.run == r.run
+            && o.server == r.server
+            && o.transport == r.transport
+            && o.attempt > r.attempt
+    })
+}
+
+/// The median row of every server × transport over the runs (without samples; each run's
+/// final try only), with the number of runs and the completion ratio's min and max.
 pub(crate) fn medians(rows: &[SustainRow]) -> Vec<Value> {
     let mut keys: Vec<(&str, &str)> = Vec::new();
     for r in rows {
@@ -199,7 +231,7 @@ pub(crate) fn medians(rows: &[SustainRow]) -> Vec<Value> {
         .map(|(server, transport)| {
             let mine: Vec<&SustainRow> = rows
                 .iter()
-                .filter(|r| r.server == server && r.transport == transport)
+                .filter(|r| r.server == server && r.transport == transport && is_final(r, rows))
                 .collect();
             let figs: Vec<Value> = mine.iter().map(|r| r.figures_json()).collect();
             let refs: Vec<&Value> = figs.iter().collect();
@@ -229,7 +261,7 @@ fn opt(x: Option<f64>) -> String {
 /// `sustain.csv`: one row per server × transport × run.
 pub(crate) fn rows_csv(rows: &[SustainRow]) -> String {
     let mut out = String::from(
-        "run,server,transport,rate,capacity_lower_bound,duration_s,offered_cps,attempted,completed,failed,r503,\
+        "run,server,transport,rate,capacity_lower_bound,attempt,held,duration_s,offered_cps,attempted,completed,failed,r503,\
          completion_ratio,rss_start_mb,rss_end_mb,rss_max_mb,rss_slope_mb_per_min,pss_start_mb,pss_end_mb,\
          pss_max_mb,pss_slope_mb_per_min,server_cpu_us,server_user_us,server_sys_us,server_busy,\
          cpu_us_per_call,pdd_p50_ms,pdd_p99_ms,pdd_p999_ms,retrans_invite,retrans_200,clean\n",
@@ -237,12 +269,14 @@ pub(crate) fn rows_csv(rows: &[SustainRow]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{:.1},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.3},{:.3},{},{},{}",
+            "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.3},{:.3},{},{},{}",
             r.run,
             r.server,
             r.transport,
             r.rate,
             r.capacity_lower_bound,
+            r.attempt,
+            r.held,
             r.duration_s,
             r.offered_cps,
             r.attempted,
@@ -448,9 +482,11 @@ mod tests {
             },
             "udp",
             true,
+            0,
         );
         assert_eq!(row.run, 1);
         assert!((row.completion_ratio - 0.999).abs() < 1e-12);
+        assert!(row.held, "99.9% completed holds");
         assert_eq!(row.rss_start_mb, 100.0);
         assert!((row.rss_end_mb - 134.9).abs() < 1e-9);
         assert!((row.rss_max_mb - 134.9).abs() < 1e-9);
@@ -476,7 +512,7 @@ mod tests {
     #[test]
     fn a_short_row_has_no_slope_and_medians_merge_runs() {
         let samples: Vec<ServerSample> = (0..=6).map(|t| sample(f64::from(t), 50.0)).collect();
-        let mk = |run: usize, ok: u64| {
+        let mk = |run: usize, ok: u64, attempt: usize| {
             let mut st = step(ok, 5000);
             st.run = run;
             st.duration_s = 5.0;
@@ -488,9 +524,19 @@ mod tests {
                 },
                 "tcp",
                 false,
+                attempt,
             )
         };
-        let rows = vec![mk(0, 5000), mk(1, 4000), mk(2, 4500)];
+        // Run 0 did not hold at first (4,990 of 5,000) and was retried; only its final try
+        // enters the medians.
+        let rows = vec![
+            mk(0, 4990, 0),
+            mk(0, 5000, 1),
+            mk(1, 4000, 0),
+            mk(2, 4500, 0),
+        ];
+        assert!(!rows[0].held && rows[1].held && !rows[2].held);
+        assert!(!is_final(&rows[0], &rows) && is_final(&rows[1], &rows));
         assert_eq!(rows[0].rss_slope_mb_per_min, None);
         let m = medians(&rows);
         assert_eq!(m.len(), 1);

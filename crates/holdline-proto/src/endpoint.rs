@@ -972,7 +972,7 @@ impl Endpoint {
             }
         };
         if method == Method::Ack {
-            match self.txns.handle_request(now, msg.buffer(), from) {
+            match self.txns.handle_parsed_request(now, msg, from) {
                 RequestOutcome::PassThrough => self.forward_stateless(now, msg, &plan, from, local),
                 RequestOutcome::AckAbsorbed(_) | RequestOutcome::Retransmission(_) => {
                     self.stats.retransmissions_absorbed += 1;
@@ -991,7 +991,7 @@ impl Endpoint {
             self.stateless_request(now, msg, &plan, from, local);
             return;
         }
-        match self.txns.handle_request(now, msg.buffer(), from) {
+        match self.txns.handle_parsed_request(now, msg, from) {
             RequestOutcome::New(sid) => {
                 self.stats.server_transactions += 1;
                 self.on_new_request(now, sid, method, msg, &plan, from, local, forward);
@@ -1664,7 +1664,7 @@ impl Endpoint {
     fn on_response(&mut self, now: Instant, msg: &Message<'_>, from: Peer) {
         let Some(status) = msg.status() else { return };
         self.stats.responses_in[usize::from(status / 100 - 1).min(5)] += 1;
-        match self.txns.handle_response(now, msg.buffer(), from) {
+        match self.txns.handle_parsed_response(now, msg, from) {
             ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg, from),
             ResponseOutcome::Absorbed(_) => {}
             ResponseOutcome::Stray => self.stray_response(msg, status),

@@ -227,6 +227,11 @@ pub struct Message<'a> {
     content_length: Option<u32>,
     headers: SmallVec<[Header; 20]>,
     first: [u16; HEADER_NAME_COUNT],
+    /// The top Via, parsed the first time [`top_via`](Self::top_via) is asked for it: a
+    /// proxy looks at it some five times per message (transaction key, response address,
+    /// the gate, loop detection, the forwarded copy), and parsing it was the largest single
+    /// item of a call's user-space CPU (issue 14's profile: 25 Via parses per call).
+    pub(crate) top_via: std::cell::Cell<Option<Result<crate::Via<'a>, ParseError>>>,
 }
 
 impl<'a> Message<'a> {
@@ -268,6 +273,7 @@ impl<'a> Message<'a> {
             content_length: None,
             headers: SmallVec::new(),
             first: [NONE; HEADER_NAME_COUNT],
+            top_via: std::cell::Cell::new(None),
         };
         let body_start = msg.index_headers(next, limits)?;
         if let Some(nul) = memchr(0, &buf[start_offset..msg.headers_end as usize]) {

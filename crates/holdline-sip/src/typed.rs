@@ -32,6 +32,16 @@ impl<'a> Message<'a> {
     /// Errors: [`ParseErrorKind::MissingHeader`] without Via, `BadHeader(Via)` when it is
     /// empty or malformed.
     pub fn top_via(&self) -> Result<Via<'a>, ParseError> {
+        if let Some(v) = self.top_via.get() {
+            return v;
+        }
+        let v = self.parse_top_via();
+        self.top_via.set(Some(v));
+        v
+    }
+
+    /// [`top_via`](Self::top_via) without the cache.
+    fn parse_top_via(&self) -> Result<Via<'a>, ParseError> {
         const KIND: HeaderName = HeaderName::Via;
         let h = self.required_header(KIND)?;
         let at = h.value_span().start as usize;
@@ -211,6 +221,19 @@ mod tests {
             Ok(m) => m,
             Err(e) => panic!("{e}"),
         }
+    }
+
+    /// The top Via is parsed once and the same value (or the same error) comes back after.
+    #[test]
+    fn top_via_is_cached_with_its_error() {
+        let ok = parse(b"OPTIONS sip:a SIP/2.0\r\nVia: SIP/2.0/UDP h:5;branch=z9hG4bKx\r\n\r\n");
+        let first = ok.top_via().expect("via");
+        assert_eq!(ok.top_via().expect("via"), first);
+        assert_eq!(first.port, Some(5));
+        let bad = parse(b"OPTIONS sip:a SIP/2.0\r\nVia: nonsense\r\n\r\n");
+        let e = bad.top_via().expect_err("bad Via");
+        assert_eq!(bad.top_via().expect_err("bad Via"), e);
+        assert_eq!(e, bad.parse_top_via().expect_err("uncached"));
     }
 
     const INVITE: &[u8] = b"INVITE sip:bob@biloxi.example.com;transport=tcp SIP/2.0\r\n\

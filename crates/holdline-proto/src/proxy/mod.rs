@@ -353,7 +353,7 @@ impl<'a> RoutePlan<'a> {
     /// RFC lists is left out (it changes at every hop, so a looped request would never match)
     /// and the remaining Routes are added, so that a request spiralling through this proxy
     /// along a loose-routed path is not mistaken for a loop.
-    pub(crate) fn loop_hash(&self, msg: &Message<'a>) -> u64 {
+    pub(crate) fn loop_hash(&self, msg: &Message<'_>) -> u64 {
         let mut h = Fnv::new();
         h.field(msg.request_uri_bytes().unwrap_or_default());
         h.field(msg.to().ok().and_then(|t| t.tag()).unwrap_or_default());

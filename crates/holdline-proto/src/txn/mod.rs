@@ -452,6 +452,18 @@ pub struct Transactions {
     refused: u64,
 }
 
+/// The status code of a response whose start line begins `SIP/2.0 NNN ` with `NNN` in
+/// 100–699, without parsing the rest; `None` for anything else (the caller parses it).
+fn quick_status(response: &[u8]) -> Option<u16> {
+    let rest = response.strip_prefix(b"SIP/2.0 ")?;
+    match rest {
+        [a @ b'1'..=b'6', b @ b'0'..=b'9', c @ b'0'..=b'9', b' ', ..] => {
+            Some(u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0'))
+        }
+        _ => None,
+    }
+}
+
 fn malformed_at(kind: ParseErrorKind, offset: usize) -> ParseError {
     ParseError::new(kind, offset)
 }
@@ -626,19 +638,29 @@ impl Transactions {
     /// matched one absorb it. Queues retransmitted responses for
     /// [`poll_transmit`](Self::poll_transmit).
     pub fn handle_request(&mut self, now: Instant, bytes: &[u8], from: Peer) -> RequestOutcome {
-        let msg = match Message::parse(bytes, &self.config.limits) {
-            Ok(m) => m,
-            Err(e) => return RequestOutcome::Malformed(e),
-        };
+        match Message::parse(bytes, &self.config.limits) {
+            Ok(m) => self.handle_parsed_request(now, &m, from),
+            Err(e) => RequestOutcome::Malformed(e),
+        }
+    }
+
+    /// [`handle_request`](Self::handle_request) for a request the caller has parsed already
+    /// (with this table's [`limits`](TxnConfig::limits)): a proxy parses each message once.
+    pub fn handle_parsed_request(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        from: Peer,
+    ) -> RequestOutcome {
         let mut scratch = std::mem::take(&mut self.scratch);
-        let reply_to = response_peer(&msg, from);
-        let outcome = match self.request_key(&msg, &mut scratch) {
+        let reply_to = response_peer(msg, from);
+        let outcome = match self.request_key(msg, &mut scratch) {
             Ok((method, prefix_len)) => {
                 let key = self.hash(&scratch);
                 match self.server_keys.get(&key) {
                     Some(id) => self.matched_request(now, id, method, reply_to),
                     None if method == Method::Ack => RequestOutcome::PassThrough,
-                    None => self.new_server(&msg, key, &scratch, method, prefix_len, reply_to),
+                    None => self.new_server(msg, key, &scratch, method, prefix_len, reply_to),
                 }
             }
             Err(e) => RequestOutcome::Malformed(e),
@@ -826,17 +848,25 @@ impl Transactions {
         id: ServerTxnId,
         response: Vec<u8>,
     ) -> Result<(), TxnError> {
-        let (status, to_tag) = {
-            let msg =
-                Message::parse(&response, &self.config.limits).map_err(TxnError::Malformed)?;
-            let status = msg.status().ok_or(TxnError::NotAResponse)?;
-            let to_tag: Vec<u8> = msg
+        // The status from the start line; the whole response is parsed only when it must be
+        // (a status line that is not plain `SIP/2.0 NNN `, or an INVITE's final response, whose
+        // To tag keys the ACK): responses come from the TU, which built or parsed them.
+        let status = match quick_status(&response) {
+            Some(s) => s,
+            None => Message::parse(&response, &self.config.limits)
+                .map_err(TxnError::Malformed)?
+                .status()
+                .ok_or(TxnError::NotAResponse)?,
+        };
+        let limits = self.config.limits;
+        let to_tag = |response: &[u8]| -> Result<Vec<u8>, TxnError> {
+            let msg = Message::parse(response, &limits).map_err(TxnError::Malformed)?;
+            Ok(msg
                 .to()
                 .ok()
                 .and_then(|t| t.tag())
                 .unwrap_or_default()
-                .to_vec();
-            (status, to_tag)
+                .to_vec())
         };
         let t1 = self.config.eff_t1();
         let t1x64 = self.config.t1x64();
@@ -855,6 +885,7 @@ impl Transactions {
                 self.out.push_back(Out::Owned(t.peer, response));
             }
             (true, ServerState::Proceeding) if success => {
+                let to_tag = to_tag(&response)?;
                 t.state = ServerState::Accepted;
                 self.lingering += 1;
                 t.linger = true;
@@ -869,6 +900,7 @@ impl Transactions {
                 self.out.push_back(Out::Owned(t.peer, response));
             }
             (true, ServerState::Proceeding) => {
+                let to_tag = to_tag(&response)?;
                 t.state = ServerState::Completed;
                 keep(&mut self.kept, &mut t.response, response.into_boxed_slice());
                 if !reliable {
@@ -1035,10 +1067,19 @@ impl Transactions {
     /// Matches it to a client transaction by top Via branch and CSeq method (§17.1.3): a
     /// response to a CANCEL never matches the INVITE's transaction.
     pub fn handle_response(&mut self, now: Instant, bytes: &[u8], from: Peer) -> ResponseOutcome {
-        let msg = match Message::parse(bytes, &self.config.limits) {
-            Ok(m) => m,
-            Err(e) => return ResponseOutcome::Malformed(e),
-        };
+        match Message::parse(bytes, &self.config.limits) {
+            Ok(m) => self.handle_parsed_response(now, &m, from),
+            Err(e) => ResponseOutcome::Malformed(e),
+        }
+    }
+
+    /// [`handle_response`](Self::handle_response) for a response the caller has parsed already.
+    pub fn handle_parsed_response(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        from: Peer,
+    ) -> ResponseOutcome {
         let Some(status) = msg.status() else {
             return ResponseOutcome::Malformed(malformed_at(
                 ParseErrorKind::BadStartLine,
@@ -1063,7 +1104,7 @@ impl Transactions {
         let Some(id) = found else {
             return ResponseOutcome::Stray;
         };
-        let outcome = self.client_response(now, id, status, &msg, from);
+        let outcome = self.client_response(now, id, status, msg, from);
         self.prune_timers();
         outcome
     }

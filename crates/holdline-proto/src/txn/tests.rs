@@ -1591,3 +1591,24 @@ fn the_lingering_count_is_exact_over_tcp_too() {
     }
     assert_eq!((t.len(), t.stats().lingering), (0, 0));
 }
+
+#[test]
+fn quick_status_reads_plain_status_lines_only() {
+    assert_eq!(quick_status(b"SIP/2.0 180 Ringing\r\n"), Some(180));
+    assert_eq!(quick_status(b"SIP/2.0 699 X\r\n"), Some(699));
+    for other in [
+        &b"SIP/2.0 700 X\r\n"[..],
+        b"SIP/2.0 18 X\r\n",
+        b"SIP/2.0 2000 OK\r\n",
+        b"SIP/2.0 200",
+        b"INVITE sip:a SIP/2.0\r\n",
+        b"sip/2.0 200 OK\r\n",
+    ] {
+        assert_eq!(
+            quick_status(other),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(other)
+        );
+    }
+}
