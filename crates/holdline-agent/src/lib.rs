@@ -282,6 +282,15 @@ impl Agent {
         self.timers.len()
     }
 
+    /// The addresses (`user@domain`) of the users of the registration role that a 2xx
+    /// answered at least once: the registrations the registrar acknowledged.
+    pub fn acked_registrations(&self) -> Vec<String> {
+        match (&self.reg, &self.cfg.register) {
+            (Some(r), Some(c)) => r.acked().map(|i| c.users.address(i)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the agent has nothing more to do: arrivals over and every call and
     /// registration finished; a UAS (with or without `--register`) is done only once it has
     /// answered its call limit, and never by itself without one.

@@ -20,6 +20,8 @@ struct User {
     timer_f: Option<Instant>,
     refresh_at: Option<Instant>,
     retried_423: bool,
+    /// A 2xx answered one of this user's REGISTERs.
+    acked: bool,
 }
 
 /// The registration role.
@@ -64,6 +66,15 @@ impl Reg {
 
     pub(crate) fn is_done(&self) -> bool {
         self.arrivals.is_done() && self.outstanding == 0
+    }
+
+    /// The users (by number) a 2xx answered at least once.
+    pub(crate) fn acked(&self) -> impl Iterator<Item = u64> + '_ {
+        self.users
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| u.acked)
+            .map(|(i, _)| i as u64)
     }
 
     fn peer(&self, cx: &Ctx<'_>) -> Peer {
@@ -193,6 +204,7 @@ impl Reg {
         u.pending = false;
         u.timer_e = None;
         u.timer_f = None;
+        u.acked |= (200..300).contains(&code);
         cx.rec
             .record_register(code, cx.now.saturating_duration_since(u.t_sent));
         if code == 423

@@ -73,6 +73,9 @@ pub struct LoadConfig {
     pub target_uas: bool,
     /// Free-form facts copied into the report's `meta`.
     pub meta: serde_json::Value,
+    /// At the end, write here the address of every user a 2xx answered a REGISTER for (one
+    /// per line): what the registrar acknowledged, to check against its store after a crash.
+    pub acked_file: Option<PathBuf>,
 }
 
 /// Why a run could not start or continue.
@@ -509,6 +512,17 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
     }
     if tty {
         eprintln!();
+    }
+    if let Some(path) = &cfg.acked_file {
+        let mut text = String::new();
+        for a in agent.acked_registrations() {
+            text.push_str(&a);
+            text.push('\n');
+        }
+        std::fs::write(path, text).map_err(|source| LoadError::Csv {
+            path: path.clone(),
+            source,
+        })?;
     }
     let mut meta = cfg.meta.clone();
     if let Some(obj) = meta.as_object_mut() {

@@ -324,6 +324,20 @@ pub struct EndpointStats {
     pub relay_denied: u64,
     /// Digest authentication.
     pub auth: AuthStats,
+    /// REGISTER responses held until the location store committed their change.
+    pub register_commit_waits: u64,
+    /// Of those, the ones answered `500` because the commit took longer than
+    /// [`ProxyConfig::commit_timeout`].
+    pub register_commit_timeouts: u64,
+}
+
+/// A REGISTER's 200 waiting for the store's commit (see [`Endpoint::handle_committed`]).
+#[derive(Debug)]
+struct HeldResponse {
+    ticket: u64,
+    sid: ServerTxnId,
+    response: Vec<u8>,
+    deadline: Instant,
 }
 
 impl EndpointStats {
@@ -398,6 +412,8 @@ pub struct Endpoint {
     /// New INVITEs from rate-answered clients since the last tally, and those clients.
     rate_invites: u64,
     rate_clients: std::collections::HashSet<std::net::SocketAddr>,
+    /// REGISTER 200s waiting for the store's commit, in ticket order.
+    held: VecDeque<HeldResponse>,
     /// How many rate-answered clients the previous tally saw.
     rate_clients_before: usize,
 }
@@ -462,6 +478,7 @@ impl Endpoint {
             offer_params,
             rate_invites: 0,
             rate_clients: std::collections::HashSet::new(),
+            held: VecDeque::new(),
             rate_clients_before: 0,
         }
     }
@@ -702,8 +719,63 @@ impl Endpoint {
         self.out.push_back((to, out));
     }
 
+    /// The store committed something (its commit listener fired, or the driver polls): sends
+    /// every held REGISTER response whose change is now on disk
+    /// ([`LocationStore::committed`]). Also done by [`handle_timeout`](Self::handle_timeout).
+    pub fn handle_committed(&mut self, now: Instant) {
+        self.release_held(now);
+        self.after(now);
+    }
+
+    /// REGISTER responses waiting for the store's commit.
+    pub fn held_responses(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Sends the held responses that are committed; answers `500` to those past their
+    /// deadline.
+    fn release_held(&mut self, now: Instant) {
+        if self.held.is_empty() {
+            return;
+        }
+        let committed = self.store.committed();
+        while let Some(h) = self.held.front() {
+            let timed_out = h.deadline <= now;
+            if h.ticket > committed && !timed_out {
+                break;
+            }
+            let Some(h) = self.held.pop_front() else {
+                break;
+            };
+            let response = if h.ticket <= committed {
+                h.response
+            } else {
+                self.stats.register_commit_timeouts += 1;
+                let Ok(ok) = Message::parse(&h.response, &self.config.limits) else {
+                    self.drop_msg(DropReason::Internal);
+                    continue;
+                };
+                let mut out = Vec::with_capacity(h.response.len());
+                build_response(
+                    &ok,
+                    500,
+                    "Location Store Not Committed",
+                    None,
+                    &[("Retry-After", b"5")],
+                    b"",
+                    &mut out,
+                );
+                out
+            };
+            if self.txns.respond(now, h.sid, response).is_err() {
+                self.drop_msg(DropReason::Internal);
+            }
+        }
+    }
+
     /// Fires every timer due at or before `now`: the transaction layer's and Timer C.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.release_held(now);
         self.txns.handle_timeout(now);
         while let Some(&Reverse((at, cid))) = self.timers.peek() {
             if at > now {
@@ -749,7 +821,21 @@ impl Endpoint {
     /// When [`handle_timeout`](Self::handle_timeout) must next be called, if ever.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ours = self.timers.peek().map(|Reverse((at, _))| *at);
+        // A held REGISTER response whose commit has happened is due at once: a driver woken
+        // by the store's commit listener finds it here without a call of its own.
+        if self
+            .held
+            .front()
+            .is_some_and(|h| h.ticket <= self.store.committed())
+        {
+            return Some(Instant::ZERO);
+        }
+        let timer_c = self.timers.peek().map(|Reverse((at, _))| *at);
+        let held = self.held.front().map(|h| h.deadline);
+        let ours = match (timer_c, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (self.txns.poll_timeout(), ours) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1121,8 +1207,24 @@ impl Endpoint {
         };
         if for_registrar {
             let mut out = Vec::with_capacity(512);
-            self.registrar
-                .handle_register(now, msg, from, &*self.store, &mut out);
+            let r = self
+                .registrar
+                .register(now, msg, from, &*self.store, &mut out);
+            // A 200 that changed the store promises the change: with a store that can say
+            // when it is on disk, the response waits for that (group commit).
+            if r.changed
+                && let Some(ticket) = self.store.commit_ticket()
+                && self.store.committed() < ticket
+            {
+                self.stats.register_commit_waits += 1;
+                self.held.push_back(HeldResponse {
+                    ticket,
+                    sid,
+                    response: out,
+                    deadline: now + self.config.commit_timeout,
+                });
+                return;
+            }
             if self.txns.respond(now, sid, out).is_err() {
                 self.drop_msg(DropReason::Internal);
             }

@@ -60,4 +60,4 @@ pub use endpoint::{
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{IpNet, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
-pub use registrar::{Registrar, RegistrarConfig};
+pub use registrar::{Registered, Registrar, RegistrarConfig};

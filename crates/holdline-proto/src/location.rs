@@ -33,7 +33,9 @@ pub struct Binding {
 /// Address-of-record keys are canonical bytes built by the registrar (`user@host`, host in
 /// lower case, no port unless non-default, no parameters). Implementations must be cheap to
 /// read from many threads at once; writes may be persisted behind the caller's back (write-
-/// behind), but a lookup after a `modify` always sees the modification.
+/// behind), but a lookup after a `modify` always sees the modification. A store that can say
+/// when a change is on disk issues [`commit_ticket`](LocationStore::commit_ticket)s: the
+/// registrar holds a REGISTER's 200 until its change is committed (`durability = "commit"`).
 pub trait LocationStore: Send + Sync {
     /// Appends to `out` the bindings of `aor` that have not expired at `now`, and returns how
     /// many it appended.
@@ -49,6 +51,22 @@ pub trait LocationStore: Send + Sync {
 
     /// The number of bindings currently stored (expired ones not yet purged included).
     fn len(&self) -> usize;
+
+    /// The ticket to wait on before promising that the changes this thread's `modify` calls
+    /// made so far are durable: they are once [`committed`](Self::committed) reaches it.
+    /// `None` when the store makes no such promise — in memory only, or a persistent store
+    /// in write-behind mode — so a change is as durable as it will get once `modify`
+    /// returns. Asking for a ticket may start a commit (group commit: one commit covers
+    /// every change made before it started). Call it after the `modify`.
+    fn commit_ticket(&self) -> Option<u64> {
+        None
+    }
+
+    /// The highest ticket whose changes are durable ([`u64::MAX`] for a store that issues
+    /// none). Never decreases.
+    fn committed(&self) -> u64 {
+        u64::MAX
+    }
 
     /// Whether no binding is stored.
     fn is_empty(&self) -> bool {

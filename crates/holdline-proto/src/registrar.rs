@@ -48,6 +48,15 @@ use holdline_sip::{Contact, HeaderName, Host, Message, Method, Scheme, Uri, perc
 
 use crate::location::{Binding, LocationStore};
 
+/// What [`Registrar::register`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registered {
+    /// The status code of the response written.
+    pub status: u16,
+    /// Whether the store was changed (the response is a 200 promising the change).
+    pub changed: bool,
+}
+
 /// Configuration of a [`Registrar`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegistrarConfig {
@@ -201,13 +210,32 @@ impl Registrar {
         store: &dyn LocationStore,
         out: &mut Vec<u8>,
     ) -> u16 {
+        self.register(now, req, source, store, out).status
+    }
+
+    /// [`handle_register`](Self::handle_register), also saying whether the store was changed
+    /// (a 200 to a REGISTER with Contacts): such a 200 promises a stored binding, so with a
+    /// store that issues [commit tickets](LocationStore::commit_ticket) it must wait for
+    /// the commit.
+    pub fn register(
+        &self,
+        now: Instant,
+        req: &Message<'_>,
+        source: Peer,
+        store: &dyn LocationStore,
+        out: &mut Vec<u8>,
+    ) -> Registered {
         let tag = to_tag(req);
         let mut contacts = ContactList::default();
-        match self.process(now, req, source, store, &mut contacts) {
+        let mut changed = false;
+        match self.process(now, req, source, store, &mut contacts, &mut changed) {
             Ok(()) => {
                 let headers = contacts.headers();
                 holdline_sip::build_response(req, 200, "OK", Some(&tag), &headers, b"", out);
-                200
+                Registered {
+                    status: 200,
+                    changed,
+                }
             }
             Err(r) => {
                 let extra: Vec<(&str, &[u8])> = r
@@ -217,7 +245,10 @@ impl Registrar {
                     .into_iter()
                     .collect();
                 holdline_sip::build_response(req, r.code, r.reason, Some(&tag), &extra, b"", out);
-                r.code
+                Registered {
+                    status: r.code,
+                    changed: false,
+                }
             }
         }
     }
@@ -229,6 +260,7 @@ impl Registrar {
         source: Peer,
         store: &dyn LocationStore,
         contacts: &mut ContactList,
+        changed: &mut bool,
     ) -> Result<(), Reject> {
         if req.method() != Some(Method::Register) {
             return Err(Reject::new(405, "Method Not Allowed").with("Allow", b"REGISTER".to_vec()));
@@ -265,6 +297,7 @@ impl Registrar {
                         contacts.fill(bindings, now);
                     }
                 });
+                *changed = outcome.is_ok();
                 outcome
             }
         }

@@ -135,6 +135,29 @@ fn flood_config(config: &ServerConfig, key: u64) -> Option<holdline_overload::Fl
     Some(f)
 }
 
+/// See [`Server::wake_handle`].
+#[derive(Clone)]
+pub struct WakeHandle(std::sync::Weak<Shared>);
+
+impl std::fmt::Debug for WakeHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeHandle")
+            .field("running", &(self.0.strong_count() > 0))
+            .finish()
+    }
+}
+
+impl WakeHandle {
+    /// Wakes every worker of the server, if it is still running.
+    pub fn wake_all(&self) {
+        if let Some(shared) = self.0.upgrade() {
+            for w in &shared.wakers {
+                let _ = w.wake();
+            }
+        }
+    }
+}
+
 /// A running server.
 pub struct Server {
     shared: Arc<Shared>,
@@ -458,6 +481,13 @@ impl Server {
     /// The store in effect.
     pub fn store(&self) -> &StoreSpec {
         &self.store
+    }
+
+    /// A handle that wakes every worker (e.g. from the location store's commit listener, so
+    /// that REGISTER responses held for a commit leave at once). It does not keep the server
+    /// alive.
+    pub fn wake_handle(&self) -> WakeHandle {
+        WakeHandle(Arc::downgrade(&self.shared))
     }
 
     /// The number of workers.

@@ -80,7 +80,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use memory::MemoryStore;
-pub use persistent::{LoadReport, PersistentConfig, PersistentStore, StoreStats};
+pub use persistent::{
+    CommitListener, Durability, LoadReport, PersistentConfig, PersistentStore, StoreStats,
+};
 pub use record::DecodeError;
 
 /// The errors of [`PersistentStore`]. Every variant names the database file.

@@ -36,6 +36,22 @@ pub struct PersistentConfig {
     /// without waiting for `flush_interval`. A transaction takes every address-of-record
     /// changed so far, so it may hold more. Default 1,000. A value of 0 is treated as 1.
     pub max_batch: usize,
+    /// What a caller of [`LocationStore::modify`] may promise. Default [`Durability::Commit`].
+    pub durability: Durability,
+}
+
+/// When a change counts as stored (`[store] durability` in the server's configuration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// A change is stored once committed: [`LocationStore::commit_ticket`] gives the batch
+    /// that commits it and starts that batch at once (no `flush_interval` wait); the
+    /// registrar answers 200 only when [`LocationStore::committed`] reaches it. Every change
+    /// queued while a commit runs goes into the next one (group commit).
+    #[default]
+    Commit,
+    /// A change is written behind the caller's back within `flush_interval` plus two
+    /// commits; a crash loses what is inside that window (acknowledged changes included).
+    WriteBehind,
 }
 
 impl Default for PersistentConfig {
@@ -43,6 +59,7 @@ impl Default for PersistentConfig {
         Self {
             flush_interval: Duration::from_millis(100),
             max_batch: 1_000,
+            durability: Durability::Commit,
         }
     }
 }
@@ -166,8 +183,16 @@ struct Shared {
     batches_written: AtomicU64,
     records_written: AtomicU64,
     write_errors: AtomicU64,
+    /// The id of the last batch that committed (a copy of `WriterState::last_ok` readable
+    /// without the lock): [`LocationStore::committed`].
+    committed: AtomicU64,
+    /// Called by the writer after each batch that committed, with its id.
+    listener: Mutex<Option<CommitListener>>,
     hooks: Hooks,
 }
+
+/// See [`PersistentStore::set_commit_listener`].
+pub type CommitListener = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// A [`LocationStore`] kept in memory and persisted behind the caller's back to an embedded
 /// [redb](https://docs.rs/redb) database: the server's default. See the crate documentation
@@ -224,6 +249,8 @@ impl PersistentStore {
             batches_written: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            listener: Mutex::new(None),
             hooks,
         });
         let report = load(&db, &shared).map_err(|source| StoreError::Db {
@@ -283,6 +310,13 @@ impl PersistentStore {
         }
     }
 
+    /// Has `listener` called, on the writer thread, after each batch that committed, with
+    /// the batch's id (the new [`committed`](LocationStore::committed)): a server wakes the
+    /// workers holding responses for it. Replaces any listener set before.
+    pub fn set_commit_listener(&self, listener: CommitListener) {
+        *self.shared.listener.lock() = Some(listener);
+    }
+
     /// What was found in the database at open.
     pub fn load_report(&self) -> &LoadReport {
         &self.report
@@ -326,6 +360,32 @@ impl LocationStore for PersistentStore {
 
     fn len(&self) -> usize {
         self.shared.mem.len()
+    }
+
+    /// With [`Durability::Commit`]: the batch after the one started last. Every batch takes
+    /// the addresses-of-record marked before it starts and writes their state as of its
+    /// write, so that batch (or, if the batch started last took the change, that one first)
+    /// commits every change made before this call; asking for it starts it without waiting
+    /// for `flush_interval`.
+    fn commit_ticket(&self) -> Option<u64> {
+        if self.shared.config.durability != Durability::Commit {
+            return None;
+        }
+        let t = &*self.shared.tracker;
+        let mut st = t.state.lock();
+        let target = st.started + 1;
+        if st.flush_target < target {
+            st.flush_target = target;
+            t.work.notify_one();
+        }
+        Some(target)
+    }
+
+    fn committed(&self) -> u64 {
+        match self.shared.config.durability {
+            Durability::Commit => self.shared.committed.load(Ordering::Acquire),
+            Durability::WriteBehind => u64::MAX,
+        }
     }
 }
 
@@ -460,6 +520,7 @@ fn run_writer(shared: &Shared, db: &Database) {
                 }
                 st.last_ok = id;
                 st.failing = false;
+                shared.committed.store(id, Ordering::Release);
             }
             Err(e) => {
                 shared.write_errors.fetch_add(1, Ordering::Relaxed);
@@ -473,7 +534,15 @@ fn run_writer(shared: &Shared, db: &Database) {
                 st = t.state.lock();
             }
         }
+        let ok = st.last_ok == id;
         t.done.notify_all();
+        drop(st);
+        if ok {
+            let listener = shared.listener.lock().clone();
+            if let Some(f) = listener {
+                f(id);
+            }
+        }
         if shutdown {
             return;
         }

@@ -236,6 +236,10 @@ struct RegisterArgs {
     /// After the last arrival, wait at most S seconds for answers.
     #[arg(long, value_name = "S", default_value_t = 40.0)]
     drain: f64,
+    /// At the end, write the address of every user whose REGISTER got a 2xx to FILE, one
+    /// per line (what the registrar acknowledged; compare it with the store after a crash).
+    #[arg(long, value_name = "FILE")]
+    acked: Option<PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -388,6 +392,7 @@ fn load_config(
         socket_buffer: Some(c.socket_buffer),
         coalesce: Duration::from_micros(c.coalesce_us),
         target_uas: false,
+        acked_file: None,
         meta: serde_json::json!({
             "mode": mode,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -461,7 +466,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
                 contact: None,
             });
-            let l = load_config(
+            let mut l = load_config(
                 cfg,
                 &a.common,
                 localhost,
@@ -469,6 +474,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 a.drain,
                 "register",
             )?;
+            l.acked_file = a.acked;
             Ok((l, a.common.json))
         }
         Mode::Pair(a) => {

@@ -338,6 +338,12 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         proxy.auth = engine_auth.as_ref().map(|a| a.proxy_auth(seq_base / 100));
         Box::new(holdline_server::Engine::new(proxy, store.clone(), i))
     })?;
+    if let Some(p) = &opened.persistent {
+        // REGISTER 200s wait for their commit (durability = commit): wake the workers
+        // holding them as soon as a batch is on disk.
+        let wake = server.wake_handle();
+        p.set_commit_listener(std::sync::Arc::new(move |_| wake.wake_all()));
+    }
     match &auth {
         Some(a) => {
             eprintln!(

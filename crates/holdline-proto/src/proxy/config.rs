@@ -184,6 +184,12 @@ pub struct ProxyConfig {
     /// final response (reset by every provisional other than 100). Default 3 minutes
     /// (the RFC's minimum).
     pub timer_c: Duration,
+    /// How long a REGISTER's 200 may wait for the location store to commit its change
+    /// ([`LocationStore::commit_ticket`](crate::LocationStore::commit_ticket)) before the
+    /// REGISTER is answered `500` with `Retry-After` instead (the change stays in memory and
+    /// is still written; the client is told it was not promised). Default 2 s: a healthy
+    /// commit takes milliseconds.
+    pub commit_timeout: Duration,
     /// The most branches one request is forked to. Default 16.
     pub max_branches: usize,
     /// Seed of the per-transaction part of the branches this proxy generates. Draw it from
@@ -239,6 +245,7 @@ impl Default for ProxyConfig {
             record_route: true,
             static_routes: Vec::new(),
             timer_c: Duration::from_secs(180),
+            commit_timeout: Duration::from_secs(2),
             max_branches: 16,
             branch_seed: 0,
             gate_key: 0,

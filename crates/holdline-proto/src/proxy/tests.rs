@@ -3105,3 +3105,126 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
     );
     assert!(quiet.poll_event().is_none());
 }
+
+// ---------------------------------------------------------------- durable registrations
+
+/// A store that issues commit tickets and commits only when the test says so.
+#[derive(Default)]
+struct CommitStore {
+    inner: MemStore,
+    /// The batch a ticket asked now would wait for.
+    next: std::sync::atomic::AtomicU64,
+    committed: std::sync::atomic::AtomicU64,
+}
+
+impl CommitStore {
+    /// Commits everything ticketed so far.
+    fn commit(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.next.load(SeqCst);
+        self.committed.store(n, SeqCst);
+    }
+}
+
+impl LocationStore for CommitStore {
+    fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
+        self.inner.lookup(aor, now, out)
+    }
+    fn modify(&self, aor: &[u8], now: Instant, f: &mut dyn FnMut(&mut Vec<Binding>)) {
+        self.inner.modify(aor, now, f);
+    }
+    fn purge_expired(&self, now: Instant) -> usize {
+        self.inner.purge_expired(now)
+    }
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn commit_ticket(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let c = self.committed.load(SeqCst);
+        self.next.store(c + 1, SeqCst);
+        Some(c + 1)
+    }
+    fn committed(&self) -> u64 {
+        self.committed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn sent_statuses(ep: &mut Endpoint, now: Instant) -> Vec<u16> {
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(t) = ep.poll_transmit(now, &mut buf) {
+        out.push(status_of(&buf[..t.size]));
+        buf.clear();
+    }
+    out
+}
+
+fn register_from(last: u8, user: &str, branch: &str, contact: bool) -> Vec<u8> {
+    let to = format!("<sip:{user}@example.com>");
+    let c = if contact {
+        format!("<sip:{user}@{}>", ua_addr(last))
+    } else {
+        String::new()
+    };
+    request(
+        "REGISTER",
+        "sip:example.com",
+        ua_addr(last),
+        branch,
+        1,
+        &[
+            ("To", &to),
+            ("From", &format!("{to};tag=r{last}")),
+            ("Contact", &c),
+            ("Call-ID", &format!("reg-{user}")),
+            ("Expires", "3600"),
+        ],
+    )
+}
+
+/// With a store that issues commit tickets, the 200 to a REGISTER that changed a binding
+/// leaves only once the change is committed (its retransmissions are absorbed meanwhile); a
+/// query is answered at once; a commit that does not come in time gets a 500 with
+/// Retry-After.
+#[test]
+fn a_register_200_waits_for_the_store_commit() {
+    let store = Arc::new(CommitStore::default());
+    let mut ep = Endpoint::new(config(), Arc::clone(&store) as Arc<dyn LocationStore>);
+    let t0 = ms(0);
+    let reg = register_from(1, "bob", "z9hG4bKd1", true);
+    ep.handle(t0, &reg, udp(ua_addr(1)), Transport::Udp);
+    assert_eq!(sent_statuses(&mut ep, t0), Vec::<u16>::new(), "held");
+    assert_eq!(ep.held_responses(), 1);
+    assert_eq!(store.len(), 1, "served from memory at once");
+    ep.handle(ms(500), &reg, udp(ua_addr(1)), Transport::Udp);
+    assert_eq!(sent_statuses(&mut ep, ms(500)), Vec::<u16>::new());
+    store.commit();
+    ep.handle_committed(ms(501));
+    assert_eq!(sent_statuses(&mut ep, ms(501)), vec![200]);
+    assert_eq!(ep.held_responses(), 0);
+
+    let query = register_from(2, "bob", "z9hG4bKq1", false);
+    ep.handle(ms(600), &query, udp(ua_addr(2)), Transport::Udp);
+    assert_eq!(
+        sent_statuses(&mut ep, ms(600)),
+        vec![200],
+        "a query changes nothing"
+    );
+
+    let late = register_from(3, "carol", "z9hG4bKl1", true);
+    ep.handle(ms(700), &late, udp(ua_addr(3)), Transport::Udp);
+    assert_eq!(sent_statuses(&mut ep, ms(700)), Vec::<u16>::new());
+    let deadline = ep.poll_timeout().expect("the held response has a deadline");
+    assert_eq!(deadline, ms(700) + Duration::from_secs(2));
+    ep.handle_timeout(deadline);
+    let mut buf = Vec::new();
+    let t = ep.poll_transmit(deadline, &mut buf).expect("an answer");
+    assert_eq!(status_of(&buf[..t.size]), 500);
+    assert_eq!(
+        header(&buf[..t.size], HeaderName::RetryAfter).as_deref(),
+        Some("5")
+    );
+    assert_eq!(ep.stats().register_commit_waits, 2);
+    assert_eq!(ep.stats().register_commit_timeouts, 1);
+}

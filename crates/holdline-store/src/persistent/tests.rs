@@ -59,6 +59,7 @@ fn manual() -> PersistentConfig {
     PersistentConfig {
         flush_interval: Duration::from_secs(3_600),
         max_batch: usize::MAX,
+        ..PersistentConfig::default()
     }
 }
 
@@ -390,6 +391,7 @@ fn modify_never_waits_for_the_disk() {
     let config = PersistentConfig {
         flush_interval: Duration::from_secs(3_600),
         max_batch: 1,
+        ..PersistentConfig::default()
     };
     let t0 = Instant::ZERO;
     let far = t0 + Duration::from_secs(3_600);
@@ -442,6 +444,7 @@ fn concurrent_modifies_are_all_persisted() {
     let config = PersistentConfig {
         flush_interval: Duration::from_millis(1),
         max_batch: 16,
+        ..PersistentConfig::default()
     };
     {
         let s = PersistentStore::open_with(&path, t0, wall(0), config).expect("open");
@@ -464,4 +467,62 @@ fn concurrent_modifies_are_all_persisted() {
     let s = open(&path, t0, wall(0));
     assert_eq!(s.load_report().loaded, 2_000);
     assert_eq!(s.load_report().aors, 50);
+}
+
+/// With `durability = commit` a ticket starts its batch at once (the flush interval here is an
+/// hour), is not committed while that batch is held before the disk, and changes made
+/// meanwhile share the next batch (group commit); the listener sees each commit.
+#[test]
+fn a_commit_ticket_is_committed_only_once_its_batch_is_on_disk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("location.redb");
+    let gate = Gate::closed();
+    let hooks = Hooks {
+        gate: Some(Arc::clone(&gate)),
+    };
+    let t0 = Instant::ZERO;
+    let far = t0 + Duration::from_secs(3_600);
+    let s = PersistentStore::open_hooked(&path, t0, wall(0), manual(), hooks).expect("open");
+    let (tx, rx) = std::sync::mpsc::channel();
+    s.set_commit_listener(Arc::new(move |id| {
+        let _ = tx.send(id);
+    }));
+    assert_eq!(s.committed(), 0);
+    set(&s, "a@x", t0, vec![binding("a", far, None)]);
+    let first = s.commit_ticket().expect("commit mode issues tickets");
+    gate.wait_arrivals(1);
+    assert!(s.committed() < first, "held before the disk");
+    set(&s, "b@x", t0, vec![binding("b", far, None)]);
+    let second = s.commit_ticket().expect("ticket");
+    set(&s, "c@x", t0, vec![binding("c", far, None)]);
+    assert_eq!(s.commit_ticket(), Some(second), "one batch for both");
+    assert_eq!(second, first + 1);
+    gate.open();
+    let mut seen = Vec::new();
+    while seen.last() != Some(&second) {
+        seen.push(rx.recv().expect("the listener hears every commit"));
+    }
+    assert_eq!(seen, vec![first, second]);
+    assert!(s.committed() >= second);
+    let stats = s.stats();
+    assert_eq!((stats.batches_written, stats.records_written), (2, 3));
+    assert_eq!(stats.pending, 0);
+    drop(s);
+    let s = open(&path, t0, wall(0));
+    assert_eq!(s.load_report().loaded, 3);
+}
+
+#[test]
+fn write_behind_issues_no_tickets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = PersistentConfig {
+        durability: Durability::WriteBehind,
+        ..manual()
+    };
+    let s = PersistentStore::open_with(dir.path().join("l.redb"), Instant::ZERO, wall(0), config)
+        .expect("open");
+    set(&s, "a@x", Instant::ZERO, Vec::new());
+    assert_eq!(s.commit_ticket(), None);
+    assert_eq!(s.committed(), u64::MAX);
+    assert_eq!(s.stats().batches_written, 0, "nothing started a batch");
 }
