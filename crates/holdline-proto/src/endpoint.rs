@@ -39,7 +39,7 @@ use crate::txn::{
 };
 
 /// The To tag prefix of the gate's stateless rejections.
-const GATE_TAG_PREFIX: &[u8] = b"ol";
+pub(crate) const GATE_TAG_PREFIX: &[u8] = b"ol";
 /// Its length: the prefix and 16 hex digits of a keyed hash.
 const GATE_TAG_LEN: usize = 18;
 
@@ -1889,6 +1889,16 @@ impl Endpoint {
         let Some(b) = self.branches.get_mut(&cid) else {
             if (200..300).contains(&status) {
                 self.forward_by_via(&popped);
+            } else if status < 200 {
+                // A provisional on a branch this proxy no longer follows (its call ended
+                // while the INVITE was still Calling): nobody runs Timer C for it, so CANCEL
+                // it now; the transaction ends with the final or 64·T1 after the CANCEL
+                // (RFC 3261 §9.1). Without this, it stayed in Proceeding forever (found by
+                // the endpoint fuzzer, issue 23).
+                if let Ok(c) = self.txns.cancel(now, cid) {
+                    self.stats.client_transactions += 1;
+                    self.cancels.insert(c);
+                }
             }
             return;
         };

@@ -43,6 +43,7 @@
 
 pub mod auth;
 pub mod endpoint;
+pub mod fuzzing;
 pub mod location;
 pub mod memstore;
 pub mod proxy;

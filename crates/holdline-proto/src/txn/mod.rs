@@ -525,6 +525,24 @@ impl Transactions {
         self.len() * TXN_OVERHEAD_BYTES + self.kept
     }
 
+    /// One line per live transaction (side, method class, state, transport, timers): for
+    /// diagnostics and the fuzzers' leak reports, not for the hot path.
+    pub fn describe(&self) -> Vec<String> {
+        let servers = self.servers.iter().map(|t| {
+            format!(
+                "server invite={} {:?} {:?} retx_at={:?} end_at={:?}",
+                t.invite, t.state, t.peer.transport, t.timers.retx_at, t.timers.end_at
+            )
+        });
+        let clients = self.clients.iter().map(|t| {
+            format!(
+                "client invite={} {:?} {:?} retx_at={:?} end_at={:?}",
+                t.invite, t.state, t.peer.transport, t.timers.retx_at, t.timers.end_at
+            )
+        });
+        servers.chain(clients).collect()
+    }
+
     /// Counters and sizes.
     pub fn stats(&self) -> TxnStats {
         TxnStats {
@@ -1059,7 +1077,21 @@ impl Transactions {
         let peer = t.peer;
         let cancel = build_in_txn_request(&t.bytes, b"CANCEL", None, &self.config.limits)
             .map_err(TxnError::Malformed)?;
-        self.send_request(now, cancel, peer)
+        let cancel_id = self.send_request(now, cancel, peer)?;
+        // RFC 3261 §9.1: without a final response to the INVITE within 64·T1 of the CANCEL,
+        // the INVITE transaction counts as cancelled and is destroyed. A `Proceeding` INVITE
+        // client transaction has no timer of its own (Timer B stopped at the provisional), so
+        // without this one a next hop that never sends the final (487 or other) kept it, and
+        // its call, forever (found by the endpoint fuzzer, issue 23).
+        let at = now + self.config.t1x64();
+        if let Some(t) = self.clients.get_mut(invite.0)
+            && t.state == ClientState::Proceeding
+            && t.timers.end_at.is_none_or(|e| e > at)
+        {
+            t.timers.end_at = Some(at);
+            push_end(&mut self.ends, EndQueue::Live, at, TxnId::Client(invite));
+        }
+        Ok(cancel_id)
     }
 
     /// Processes a response that arrived from `from` (client side, RFC 3261 §17.1).
@@ -1135,11 +1167,14 @@ impl Transactions {
         let success = (200..300).contains(&status);
         match t.state {
             ClientState::Calling | ClientState::Trying | ClientState::Proceeding if provisional => {
-                t.state = ClientState::Proceeding;
-                if t.invite {
-                    // Timers A and B stop; the TU guards the rest (Timer C in a proxy).
+                if t.invite && t.state == ClientState::Calling {
+                    // Timers A and B stop; the TU guards the rest (Timer C in a proxy). A
+                    // later provisional keeps the timer a CANCEL set (§9.1): clearing it
+                    // again left a cancelled INVITE to a next hop that keeps ringing alive
+                    // forever (found by the endpoint fuzzer, issue 23).
                     t.timers = Timers::default();
                 }
+                t.state = ClientState::Proceeding;
                 ResponseOutcome::ForTu(cid)
             }
             ClientState::Calling | ClientState::Proceeding if t.invite && success => {

@@ -60,6 +60,14 @@ impl<T> Slab<T> {
     }
 
     /// The number of entries.
+    /// Every live entry, in slot order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .filter_map(|s| s.value.as_ref())
+    }
+
     pub(super) fn len(&self) -> usize {
         self.len
     }

@@ -1612,3 +1612,38 @@ fn quick_status_reads_plain_status_lines_only() {
         );
     }
 }
+
+/// RFC 3261 §9.1: a cancelled INVITE whose final never comes is destroyed 64·T1 after the
+/// CANCEL (with a timeout for the TU), not kept forever in `Proceeding`.
+#[test]
+fn a_cancelled_invite_without_a_final_ends_64_t1_after_the_cancel() {
+    let mut p = Pair::new(Transport::Udp);
+    let invite = request("INVITE", "z9hG4bKcan9", 5, Transport::Udp);
+    let inv = p.send(invite.clone());
+    p.run_until(ms(10));
+    let s_inv = p.server.last_new();
+    p.respond(s_inv, response(&invite, 180, Some("b")));
+    p.run_until(ms(20));
+    p.client.txns.cancel(p.now, inv).expect("cancel");
+    p.flush();
+    // The next hop answers the CANCEL but never the INVITE.
+    p.run_until(ms(30));
+    let s_can = p.server.last_new();
+    let cancel_bytes = p.server.requests.last().expect("cancel").2.clone();
+    p.respond(s_can, response(&cancel_bytes, 200, Some("b")));
+    p.run_until(ms(20 + 32_000 - 1));
+    assert_eq!(
+        p.client.txns.client_state(inv),
+        Some(ClientState::Proceeding)
+    );
+    p.run_until(ms(20 + 32_000));
+    assert_eq!(p.client.txns.client_state(inv), None);
+    assert!(
+        p.client
+            .events
+            .iter()
+            .any(|(t, e)| *t == ms(20 + 32_000) && *e == TxnEvent::ClientTimeout(inv)),
+        "{:?}",
+        p.client.events
+    );
+}
