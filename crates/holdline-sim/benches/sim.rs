@@ -11,27 +11,7 @@ use holdline_sim::{Scenario, World};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn scenario(local: &str, factor: f64) -> Scenario {
-    let text = format!(
-        r#"
-duration_s = 5
-drain_s = 1
-capacity_cps = 1000
-[[servers]]
-name = "proxy"
-local = "{local}"
-service_us = 166.667
-[[uas]]
-name = "uas"
-[[uac]]
-name = "uac"
-target = "proxy"
-steps = [{{ at_s = 0, factor = {factor} }}]
-[[routes]]
-server = "proxy"
-to = "uas"
-"#
-    );
-    match Scenario::from_toml("bench.toml", &text) {
+    match holdline_sim::bench_scenario(local, factor, 5.0) {
         Ok(s) => s,
         Err(e) => panic!("bench scenario: {e}"),
     }

@@ -49,3 +49,30 @@ pub fn run_scenario(
     }
     Ok(out)
 }
+
+/// The speed benchmark's scenario (`cargo bench -p holdline-sim`, `holdline sim bench`): one
+/// proxy with 1 ms of CPU per call (capacity ≈ 1,000 calls/s) offered `factor` × its
+/// capacity for `seconds` simulated seconds, controller `local`.
+pub fn bench_scenario(local: &str, factor: f64, seconds: f64) -> Result<Scenario, ScenarioError> {
+    let text = format!(
+        r#"
+duration_s = {seconds}
+drain_s = 1
+capacity_cps = 1000
+[[servers]]
+name = "proxy"
+local = "{local}"
+service_us = 166.667
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{{ at_s = 0, factor = {factor} }}]
+[[routes]]
+server = "proxy"
+to = "uas"
+"#
+    );
+    Scenario::from_toml("bench.toml", &text)
+}

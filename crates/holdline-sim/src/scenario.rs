@@ -124,6 +124,57 @@ pub struct ServerSpec {
     /// `rejection_budget`). Default 0.1.
     #[serde(default = "budget_default")]
     pub rejection_budget: f64,
+    /// The main receive queue bounded in bytes as Linux counts a UDP socket's receive buffer
+    /// (`SO_RCVBUF`: each datagram takes its `truesize`, see [`truesize`]) instead of in
+    /// messages (`queue`). The kernel's default is 212,992. Default: none (`queue` applies).
+    #[serde(default)]
+    pub recv_buffer: Option<usize>,
+    /// The INVITE queue bounded in bytes the same way (the server's
+    /// `udp_invite_recv_buffer` of 262,144, which Linux doubles: 524,288). Default: none
+    /// (`invite_queue_bound` applies).
+    #[serde(default)]
+    pub invite_recv_buffer: Option<usize>,
+    /// Datagrams read per receive call (the worker's `recvmmsg` batch). Default 32.
+    #[serde(default = "batch_default")]
+    pub batch: usize,
+    /// Receive calls per readiness of the main queue before the worker turns to its other
+    /// work (the worker's `UDP_BUDGET`). Default 8.
+    #[serde(default = "read_batches_default")]
+    pub read_batches: usize,
+    /// Queue discipline: `holdline` (the worker: admitted calls' messages first, new INVITEs
+    /// in their own queue when `invite_queue`) or `paper` (seed 003's servers: one FIFO
+    /// queue, a new INVITE about to be rejected is rejected as soon as it arrives — "early
+    /// rejection" — and its 503 costs `service_us` like any message). Default `holdline`.
+    #[serde(default = "discipline_default")]
+    pub discipline: String,
+    /// How long the worker, waiting in `poll`, takes to start when a datagram arrives
+    /// (scheduler wake-up), microseconds. Default 0.
+    #[serde(default)]
+    pub wakeup_us: f64,
+}
+
+/// The memory a datagram of `len` payload bytes takes in a UDP socket's receive buffer on
+/// Linux (its `truesize`), measured on loopback with Linux 6.x: the number of datagrams of
+/// each size a 212,992-byte buffer holds is 166 from 198 to 645 bytes, 92 up to 1,669 and 48
+/// above (up to 197 bytes it held 256, a limit other than the buffer's; SIP messages are
+/// larger).
+pub fn truesize(len: usize) -> usize {
+    match len {
+        0..=197 => 768,
+        198..=645 => 1280,
+        646..=1669 => 2304,
+        _ => 4352,
+    }
+}
+
+fn batch_default() -> usize {
+    32
+}
+fn read_batches_default() -> usize {
+    8
+}
+fn discipline_default() -> String {
+    "holdline".into()
 }
 
 fn occ() -> String {
@@ -156,7 +207,7 @@ impl ServerSpec {
 
     /// Whether new INVITEs have a queue of their own.
     pub fn has_invite_queue(&self) -> bool {
-        self.invite_queue.unwrap_or(self.local != "none")
+        self.discipline != "paper" && self.invite_queue.unwrap_or(self.local != "none")
     }
 }
 
@@ -191,10 +242,17 @@ pub struct UacSpec {
     /// Call holding time (fixed), milliseconds: BYE this long after the ACK. Default 0.
     #[serde(default)]
     pub hold_ms: f64,
+    /// `fixed` (every call held `hold_ms`) or `exp` (exponentially distributed with mean
+    /// `hold_ms`, seed 003's holding time). Default `fixed`.
+    #[serde(default = "fixed")]
+    pub hold: String,
     /// The load profile: steps in time order, the first at 0.
     pub steps: Vec<StepSpec>,
 }
 
+fn fixed() -> String {
+    "fixed".into()
+}
 fn domain() -> String {
     "example.com".into()
 }
@@ -431,7 +489,11 @@ impl Scenario {
                 return bad(format!("servers[{i}].local"), &m);
             }
             let us = |v: f64| v.is_finite() && (0.0..=1e6).contains(&v);
-            if !us(s.service_us) || s.invite_us.is_some_and(|v| !us(v)) || !us(s.reject_us) {
+            if !us(s.service_us)
+                || s.invite_us.is_some_and(|v| !us(v))
+                || !us(s.reject_us)
+                || !us(s.wakeup_us)
+            {
                 return bad(
                     format!("servers[{i}].service_us"),
                     "service times must be 0 to 1000000 µs",
@@ -447,6 +509,24 @@ impl Scenario {
                 return bad(
                     format!("servers[{i}].queue"),
                     "queue bounds must be at least 1",
+                );
+            }
+            if s.recv_buffer == Some(0) || s.invite_recv_buffer == Some(0) {
+                return bad(
+                    format!("servers[{i}].recv_buffer"),
+                    "receive buffers must be at least 1 byte",
+                );
+            }
+            if !(1..=1024).contains(&s.batch) || !(1..=1024).contains(&s.read_batches) {
+                return bad(
+                    format!("servers[{i}].batch"),
+                    "batch sizes must be 1 to 1024",
+                );
+            }
+            if s.discipline != "holdline" && s.discipline != "paper" {
+                return bad(
+                    format!("servers[{i}].discipline"),
+                    "must be holdline or paper",
                 );
             }
             if !(s.rejection_budget > 0.0 && s.rejection_budget <= 1.0) {
@@ -471,6 +551,9 @@ impl Scenario {
             }
             if !(u.hold_ms.is_finite() && u.hold_ms >= 0.0) {
                 return bad(format!("uac[{i}].hold_ms"), "must be zero or more");
+            }
+            if u.hold != "fixed" && u.hold != "exp" {
+                return bad(format!("uac[{i}].hold"), "must be fixed or exp");
             }
             if u.domain.is_empty() || u.domain.contains(['{', '}', ' ', '@']) {
                 return bad(format!("uac[{i}].domain"), "is not a host name");

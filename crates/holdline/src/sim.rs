@@ -22,6 +22,48 @@ pub(crate) struct SimArgs {
 enum SimCommand {
     /// Run a scenario file: results.json, timeseries.csv, points.csv and plots in --out.
     Run(RunArgs),
+    /// Predict a `holdline lab udp-overload` run: simulate each of its (mechanism, load)
+    /// points with a scenario of the same server and compare throughput and PDD p50.
+    Agree(AgreeArgs),
+    /// Simulator speed: simulated SIP messages per second of wall time on one thread.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct AgreeArgs {
+    /// The lab's `results.json` (real points).
+    #[arg(long)]
+    real: PathBuf,
+    /// The scenario modelling the lab's server (one server, one UAS, one UAC); its `local`
+    /// and load steps are set per point.
+    #[arg(long, default_value = "lab/sim/udp-overload.toml")]
+    scenario: PathBuf,
+    /// Seconds of load per point (default: the lab's, from its points).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Simulated runs per point.
+    #[arg(long, default_value_t = 3)]
+    runs: u64,
+    /// Extra load factors for the simulated curve (besides the lab's).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0.5,0.8,1,1.5,2,3,5,7,10"
+    )]
+    curve: Vec<f64>,
+    /// Threads.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// Output directory: agreement.csv, agreement.json, throughput.svg/png, pdd.svg/png.
+    #[arg(long, default_value = "sim-agree")]
+    out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// Simulated seconds per case.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -43,11 +85,22 @@ struct RunArgs {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Sweep: run the scenario with every server's `local` set to each of these
+    /// (comma-separated), ...
+    #[arg(long, value_delimiter = ',')]
+    local: Vec<String>,
+    /// ... and every load step's rate multiplied by each of these; one directory per point,
+    /// `sweep.csv`/`sweep.json` (network-wide totals per run, mean and 95% CI) and
+    /// `sweep-goodput.svg/png`, `sweep-pdd.svg/png`.
+    #[arg(long, value_delimiter = ',')]
+    scale: Vec<f64>,
 }
 
 pub(crate) fn main(args: SimArgs) -> ExitCode {
     let result = match args.command {
         SimCommand::Run(a) => run(&a),
+        SimCommand::Agree(a) => agree(&a),
+        SimCommand::Bench(a) => bench(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -64,6 +117,9 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
     let mut sc = Scenario::from_toml(&file, &text)?;
     if let Some(s) = a.seed {
         sc.seed = s;
+    }
+    if !a.local.is_empty() || !a.scale.is_empty() {
+        return sweep(a, &sc);
     }
     let runs = a.runs.unwrap_or(sc.runs).max(1);
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -233,4 +289,553 @@ fn plot(dir: &Path, sc: &Scenario, runs: &[RunOutput]) -> Result<(), String> {
         &series,
     )
     .map_err(|e| e.to_string())
+}
+
+/// One real point of the lab (the median of its repeats).
+#[derive(Clone, Debug)]
+struct RealPoint {
+    mechanism: String,
+    load_factor: f64,
+    rate: f64,
+    throughput: f64,
+    pdd_p50: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The lab's points, the median of each (mechanism, load) over its runs, and its load
+/// duration.
+fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).context("results.json")?;
+    let pts = v["points"]
+        .as_array()
+        .context("no `points` in results.json")?;
+    let f = |p: &serde_json::Value, k: &str| p[k].as_f64().unwrap_or(0.0);
+    let mut keys: Vec<(String, f64, f64)> = Vec::new();
+    let mut durations = Vec::new();
+    for p in pts {
+        let m = p["mechanism"].as_str().unwrap_or_default().to_owned();
+        let lf = f(p, "load_factor");
+        if !keys
+            .iter()
+            .any(|(k, l, _)| *k == m && (l - lf).abs() < 1e-9)
+        {
+            keys.push((m, lf, (f(p, "capacity_cps") * lf).round()));
+        }
+        if f(p, "offered_cps") > 0.0 {
+            durations.push(f(p, "calls_attempted") / f(p, "offered_cps"));
+        }
+    }
+    let out = keys
+        .into_iter()
+        .map(|(m, lf, rate)| {
+            let runs: Vec<&serde_json::Value> = pts
+                .iter()
+                .filter(|p| p["mechanism"] == m.as_str() && (f(p, "load_factor") - lf).abs() < 1e-9)
+                .collect();
+            RealPoint {
+                throughput: median(runs.iter().map(|p| f(p, "throughput_cps")).collect()),
+                pdd_p50: median(runs.iter().map(|p| f(p, "pdd_p50_ms")).collect()),
+                mechanism: m,
+                load_factor: lf,
+                rate,
+            }
+        })
+        .collect();
+    Ok((out, (median(durations) * 10.0).round() / 10.0))
+}
+
+/// The scenario of one point: the lab's server with `mechanism`, one step at `rate`.
+fn point_scenario(
+    base: &Scenario,
+    mechanism: &str,
+    rate: f64,
+    duration: f64,
+) -> anyhow::Result<Scenario> {
+    let mut sc = base.clone();
+    let mut parts = mechanism.split('+');
+    let alg = parts.next().unwrap_or_default();
+    let server = sc
+        .servers
+        .first_mut()
+        .context("the scenario has no server")?;
+    server.local = alg.to_owned();
+    for opt in parts {
+        match opt {
+            "invite-socket" => server.invite_queue = Some(true),
+            "no-invite-socket" => server.invite_queue = Some(false),
+            o => anyhow::bail!("mechanism `{mechanism}`: option `{o}` is not simulated"),
+        }
+    }
+    let uac = sc.uac.first_mut().context("the scenario has no UAC")?;
+    uac.steps = vec![holdline_sim::scenario::StepSpec {
+        at_s: 0.0,
+        rate_cps: Some(rate),
+        factor: None,
+    }];
+    sc.duration_s = duration;
+    sc.settle_s = 0.0;
+    Ok(sc)
+}
+
+/// A simulated point: throughput (the lab's definition: every call whose ACK reached the
+/// UAS, drain included, per second of load) and PDD p50 of each run.
+#[derive(Clone, Debug)]
+struct SimPoint {
+    mechanism: String,
+    load_factor: f64,
+    rate: f64,
+    throughput: holdline_sim::Estimate,
+    pdd_p50: holdline_sim::Estimate,
+}
+
+fn simulate(
+    tasks: &[(String, f64, f64)],
+    base: &Scenario,
+    duration: f64,
+    runs: u64,
+    jobs: usize,
+) -> anyhow::Result<Vec<SimPoint>> {
+    let work: Vec<(usize, u64)> = (0..tasks.len())
+        .flat_map(|i| (0..runs).map(move |r| (i, r)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<(usize, u64, f64, f64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs.clamp(1, 64))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<Vec<(usize, u64, f64, f64)>> {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&(i, r)) = work.get(k) else {
+                            return Ok(mine);
+                        };
+                        let (m, _, rate) = &tasks[i];
+                        let sc = point_scenario(base, m, *rate, duration)?;
+                        let out = World::new(&sc, r)?.run(|_| {});
+                        let pdd = out.steps.first().map_or(0.0, |s| s.pdd_p50_ms);
+                        mine.push((i, r, out.completed as f64 / duration, pdd));
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            match h.join() {
+                Ok(v) => all.extend(v?),
+                Err(_) => anyhow::bail!("a simulation thread panicked"),
+            }
+        }
+        Ok(all)
+    })?;
+    Ok(tasks
+        .iter()
+        .enumerate()
+        .map(|(i, (m, lf, rate))| {
+            let mine: Vec<&(usize, u64, f64, f64)> = results.iter().filter(|x| x.0 == i).collect();
+            SimPoint {
+                mechanism: m.clone(),
+                load_factor: *lf,
+                rate: *rate,
+                throughput: holdline_sim::Estimate::of(
+                    &mine.iter().map(|x| x.2).collect::<Vec<_>>(),
+                ),
+                pdd_p50: holdline_sim::Estimate::of(&mine.iter().map(|x| x.3).collect::<Vec<_>>()),
+            }
+        })
+        .collect())
+}
+
+fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
+    let started = StdInstant::now();
+    let (real, lab_duration) = real_points(&a.real)?;
+    anyhow::ensure!(!real.is_empty(), "no points in {}", a.real.display());
+    let duration = a.duration.unwrap_or(lab_duration).max(1.0);
+    let file = a.scenario.display().to_string();
+    let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {file}"))?;
+    let base = Scenario::from_toml(&file, &text)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let capacity = real
+        .iter()
+        .find(|p| p.load_factor > 0.0)
+        .map_or(0.0, |p| p.rate / p.load_factor);
+    // The lab's points, then the extra loads of the curve.
+    let mut tasks: Vec<(String, f64, f64)> = real
+        .iter()
+        .map(|p| (p.mechanism.clone(), p.load_factor, p.rate))
+        .collect();
+    let mut mechanisms: Vec<String> = Vec::new();
+    for p in &real {
+        if !mechanisms.contains(&p.mechanism) {
+            mechanisms.push(p.mechanism.clone());
+        }
+    }
+    for m in &mechanisms {
+        for &lf in &a.curve {
+            if !tasks
+                .iter()
+                .any(|(k, l, _)| k == m && (l - lf).abs() < 1e-9)
+            {
+                tasks.push((m.clone(), lf, (capacity * lf).round()));
+            }
+        }
+    }
+    eprintln!(
+        "sim agree: {} real points, {} simulated points × {} runs of {duration} s load (capacity {capacity:.0} calls/s)",
+        real.len(),
+        tasks.len(),
+        a.runs
+    );
+    let sim = simulate(&tasks, &base, duration, a.runs.max(1), a.jobs)?;
+    let rel = |s: f64, r: f64| if r > 0.0 { (s - r) / r } else { 0.0 };
+    let mut csv = String::from(
+        "mechanism,load_factor,rate_cps,real_throughput_cps,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,throughput_ok,pdd_ok\n",
+    );
+    let mut rows = Vec::new();
+    let (mut n_ok, mut n) = (0, 0);
+    for (r, s) in real.iter().zip(&sim) {
+        let te = rel(s.throughput.mean, r.throughput);
+        let pe = rel(s.pdd_p50.mean, r.pdd_p50);
+        let (tok, pok) = (te.abs() <= 0.10, pe.abs() <= 0.25);
+        n += 1;
+        n_ok += usize::from(tok && pok);
+        csv.push_str(&format!(
+            "{},{},{},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:+.3},{tok},{pok}\n",
+            r.mechanism,
+            r.load_factor,
+            r.rate,
+            r.throughput,
+            s.throughput.mean,
+            s.throughput.ci95,
+            te,
+            r.pdd_p50,
+            s.pdd_p50.mean,
+            s.pdd_p50.ci95,
+            pe
+        ));
+        eprintln!(
+            "{:<12} {:>5.2}x {:>5.0}/s  throughput real {:>6.1} sim {:>6.1} ± {:>4.1} ({:+5.1}%)  PDD p50 real {:>7.1} sim {:>7.1} ms ({:+5.1}%){}",
+            r.mechanism,
+            r.load_factor,
+            r.rate,
+            r.throughput,
+            s.throughput.mean,
+            s.throughput.ci95,
+            te * 100.0,
+            r.pdd_p50,
+            s.pdd_p50.mean,
+            pe * 100.0,
+            if tok && pok { "" } else { "  <- outside" }
+        );
+        rows.push(serde_json::json!({
+            "mechanism": r.mechanism, "load_factor": r.load_factor, "rate_cps": r.rate,
+            "real": {"throughput_cps": r.throughput, "pdd_p50_ms": r.pdd_p50},
+            "sim": {"throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50},
+            "throughput_error": te, "pdd_p50_error": pe,
+            "throughput_ok": tok, "pdd_ok": pok,
+        }));
+    }
+    let curve: Vec<serde_json::Value> = sim
+        .iter()
+        .map(|s| {
+            serde_json::json!({"mechanism": s.mechanism, "load_factor": s.load_factor,
+                "rate_cps": s.rate, "throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50})
+        })
+        .collect();
+    let json = serde_json::json!({
+        "real": a.real.display().to_string(),
+        "scenario": file,
+        "duration_s": duration,
+        "runs": a.runs,
+        "capacity_cps": capacity,
+        "points": rows,
+        "curve": curve,
+        "within": {"points": n, "both_ok": n_ok},
+    });
+    write(
+        &a.out.join("agreement.json"),
+        &serde_json::to_string_pretty(&json)?,
+    )?;
+    write(&a.out.join("agreement.csv"), &csv)?;
+    let mut thr: Vec<Series> = Vec::new();
+    let mut pdd: Vec<Series> = Vec::new();
+    for m in &mechanisms {
+        let mut rp: Vec<(f64, f64)> = real
+            .iter()
+            .filter(|p| &p.mechanism == m)
+            .map(|p| (p.rate, p.throughput))
+            .collect();
+        let mut sp: Vec<(f64, f64)> = sim
+            .iter()
+            .filter(|p| &p.mechanism == m)
+            .map(|p| (p.rate, p.throughput.mean))
+            .collect();
+        let mut rd: Vec<(f64, f64)> = real
+            .iter()
+            .filter(|p| &p.mechanism == m)
+            .map(|p| (p.rate, p.pdd_p50))
+            .collect();
+        let mut sd: Vec<(f64, f64)> = sim
+            .iter()
+            .filter(|p| &p.mechanism == m)
+            .map(|p| (p.rate, p.pdd_p50.mean))
+            .collect();
+        for v in [&mut rp, &mut sp, &mut rd, &mut sd] {
+            v.sort_by(|x, y| x.0.total_cmp(&y.0));
+        }
+        thr.push((format!("{m}: real"), rp));
+        thr.push((format!("{m}: sim"), sp));
+        pdd.push((format!("{m}: real"), rd));
+        pdd.push((format!("{m}: sim"), sd));
+    }
+    chart(
+        &a.out,
+        "throughput",
+        &format!(
+            "udp-overload: real (lab) vs simulated throughput, capacity {capacity:.0} calls/s"
+        ),
+        "offered calls/s",
+        "throughput (ACK at the UAS), calls/s",
+        &thr,
+    )?;
+    chart(
+        &a.out,
+        "pdd",
+        "udp-overload: real (lab) vs simulated PDD p50",
+        "offered calls/s",
+        "PDD p50, ms",
+        &pdd,
+    )?;
+    eprintln!(
+        "{n_ok} of {n} points within 10% (throughput) and 25% (PDD p50); {:.1} s; results in {}",
+        started.elapsed().as_secs_f64(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// `holdline sim bench`: one proxy (1 ms of CPU per call) at 0.9x and 5x with OCC and 5x
+/// without control; simulated messages per second of wall time, one thread.
+fn bench(a: &BenchArgs) -> anyhow::Result<()> {
+    let mut total_msgs = 0u64;
+    let mut total_wall = 0.0;
+    for (name, local, factor) in [
+        ("occ-0.9x", "occ", 0.9),
+        ("occ-5x", "occ", 5.0),
+        ("none-5x", "none", 5.0),
+    ] {
+        let sc = holdline_sim::bench_scenario(local, factor, a.seconds)?;
+        let t0 = StdInstant::now();
+        let out = World::new(&sc, 0)?.run(|_| {});
+        let wall = t0.elapsed().as_secs_f64();
+        total_msgs += out.messages;
+        total_wall += wall;
+        println!(
+            "{name:<9} {:>9} messages ({:>8} parsed by servers) in {wall:.3} s: {:>9.0} messages/s",
+            out.messages,
+            out.servers.iter().map(|s| s.1.handled).sum::<u64>(),
+            out.messages as f64 / wall.max(1e-9)
+        );
+    }
+    println!(
+        "all       {total_msgs:>9} messages in {total_wall:.3} s: {:>9.0} messages/s",
+        total_msgs as f64 / total_wall.max(1e-9)
+    );
+    Ok(())
+}
+
+/// Runs `tasks` (scenario, run index) on `jobs` threads; outputs in task order.
+fn par_runs(tasks: &[(Scenario, u64)], jobs: usize) -> anyhow::Result<Vec<RunOutput>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut all: Vec<(usize, RunOutput)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..jobs.clamp(1, 64))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<Vec<(usize, RunOutput)>> {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((sc, r)) = tasks.get(k) else {
+                            return Ok(mine);
+                        };
+                        mine.push((k, World::new(sc, *r)?.run(|_| {})));
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for h in handles {
+            match h.join() {
+                Ok(v) => all.extend(v?),
+                Err(_) => anyhow::bail!("a simulation thread panicked"),
+            }
+        }
+        Ok(all)
+    })?;
+    all.sort_by_key(|(k, _)| *k);
+    Ok(all.into_iter().map(|(_, o)| o).collect())
+}
+
+/// `holdline sim run --local A,B --scale X,Y`: every (local, scale) point, `runs` runs each.
+fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
+    let started = StdInstant::now();
+    let runs = a.runs.unwrap_or(base.runs).max(1);
+    let locals: Vec<Option<String>> = if a.local.is_empty() {
+        vec![None]
+    } else {
+        a.local.iter().cloned().map(Some).collect()
+    };
+    let scales = if a.scale.is_empty() {
+        vec![1.0]
+    } else {
+        a.scale.clone()
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut points: Vec<(String, f64, Scenario)> = Vec::new();
+    for l in &locals {
+        for &x in &scales {
+            anyhow::ensure!(x.is_finite() && x >= 0.0, "--scale {x}: not a factor");
+            let mut sc = base.clone();
+            if let Some(l) = l {
+                for s in &mut sc.servers {
+                    s.local = l.clone();
+                    s.controller()
+                        .map_err(|e| anyhow::anyhow!("--local {l}: {e}"))?;
+                }
+            }
+            for u in &mut sc.uac {
+                for st in &mut u.steps {
+                    let r = base.step_rate(st);
+                    st.rate_cps = Some(r * x);
+                    st.factor = None;
+                }
+            }
+            let name = l.clone().unwrap_or_else(|| "scenario".into());
+            points.push((name, x, sc));
+        }
+    }
+    let tasks: Vec<(Scenario, u64)> = points
+        .iter()
+        .flat_map(|(_, _, sc)| (0..runs).map(move |r| (sc.clone(), r)))
+        .collect();
+    if !a.quiet {
+        eprintln!(
+            "sim sweep: {} points × {runs} runs = {} runs on {} thread(s)",
+            points.len(),
+            tasks.len(),
+            a.jobs
+        );
+    }
+    let outs = par_runs(&tasks, a.jobs)?;
+    let mut csv = String::from(
+        "local,scale,offered_cps,offered_ci95,goodput_cps,goodput_ci95,throughput_cps,throughput_ci95,rejected_cps,failed_other_cps,pdd_p50_ms,pdd_p50_ci95,messages_per_run\n",
+    );
+    let mut json = Vec::new();
+    let mut good: Vec<Series> = Vec::new();
+    let mut pdd: Vec<Series> = Vec::new();
+    let mut total_msgs = 0u64;
+    for (k, (name, x, sc)) in points.iter().enumerate() {
+        let mine = &outs[k * runs as usize..(k + 1) * runs as usize];
+        let dir = a.out.join(format!("{name}-{x}x"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let results = Results::from_runs(sc, mine);
+        write(&dir.join("results.json"), &results.to_json())?;
+        write(&dir.join("points.csv"), &points_csv(&results))?;
+        // Network-wide per run: sums over populations (a step's throughput is already
+        // network-wide), the PDD median averaged over them.
+        let per_run = |f: &dyn Fn(&holdline_sim::world::StepOutcome) -> f64, sum: bool| {
+            mine.iter()
+                .map(|o| {
+                    let v: Vec<f64> = o.steps.iter().map(f).collect();
+                    let s: f64 = v.iter().sum();
+                    if sum { s } else { s / v.len().max(1) as f64 }
+                })
+                .collect::<Vec<f64>>()
+        };
+        let e = |v: Vec<f64>| holdline_sim::Estimate::of(&v);
+        let offered = e(per_run(&|s| s.offered_cps, true));
+        let goodput = e(per_run(&|s| s.goodput_cps, true));
+        let thr = e(per_run(&|s| s.throughput_cps, false));
+        let rej = e(per_run(&|s| s.rejected_cps, true));
+        let other = e(per_run(&|s| s.failed_other_cps, true));
+        let p50 = e(per_run(&|s| s.pdd_p50_ms, false));
+        let msgs = mine.iter().map(|o| o.messages).sum::<u64>() / runs;
+        total_msgs += mine.iter().map(|o| o.messages).sum::<u64>();
+        csv.push_str(&format!(
+            "{name},{x},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.1},{:.1},{msgs}\n",
+            offered.mean,
+            offered.ci95,
+            goodput.mean,
+            goodput.ci95,
+            thr.mean,
+            thr.ci95,
+            rej.mean,
+            other.mean,
+            p50.mean,
+            p50.ci95
+        ));
+        if !a.quiet {
+            eprintln!(
+                "{name:<12} {x:>5}x  offered {:>7.1}/s  goodput {:>7.1} ± {:>5.1}/s  throughput {:>7.1} ± {:>5.1}/s  503 {:>7.1}/s  PDD p50 {:>8.1} ms",
+                offered.mean, goodput.mean, goodput.ci95, thr.mean, thr.ci95, rej.mean, p50.mean
+            );
+        }
+        for (series, y) in [(&mut good, goodput.mean), (&mut pdd, p50.mean)] {
+            match series.iter_mut().find(|s| &s.0 == name) {
+                Some(s) => s.1.push((offered.mean, y)),
+                None => series.push((name.clone(), vec![(offered.mean, y)])),
+            }
+        }
+        json.push(serde_json::json!({
+            "local": name, "scale": x, "runs": runs, "offered_cps": offered,
+            "goodput_cps": goodput, "throughput_cps": thr, "rejected_cps": rej,
+            "failed_other_cps": other, "pdd_p50_ms": p50, "messages_per_run": msgs,
+        }));
+    }
+    write(&a.out.join("sweep.csv"), &csv)?;
+    write(
+        &a.out.join("sweep.json"),
+        &serde_json::to_string_pretty(&serde_json::json!({
+            "scenario": base.name, "runs": runs, "points": json,
+        }))?,
+    )?;
+    let title = if base.name.is_empty() {
+        "sim"
+    } else {
+        &base.name
+    };
+    chart(
+        &a.out,
+        "sweep-goodput",
+        &format!("{title}: goodput (200 OK within the window, network-wide; mean of {runs} runs)"),
+        "offered calls/s",
+        "goodput, calls/s",
+        &good,
+    )?;
+    chart(
+        &a.out,
+        "sweep-pdd",
+        &format!("{title}: PDD p50 (mean over populations and {runs} runs)"),
+        "offered calls/s",
+        "PDD p50, ms",
+        &pdd,
+    )?;
+    let wall = started.elapsed().as_secs_f64();
+    if !a.quiet {
+        eprintln!(
+            "{} runs in {wall:.1} s ({total_msgs} messages, {:.0} per second of wall time); results in {}",
+            tasks.len(),
+            total_msgs as f64 / wall.max(1e-9),
+            a.out.display()
+        );
+    }
+    Ok(())
 }
