@@ -234,18 +234,20 @@ pub fn main(args: Vec<String>) -> ExitCode {
 /// A name is a base mechanism (`none`, `occ`, `loss`, `rate`, or `delay-window`, seed 004's
 /// window at the SEs in front of an RE without control) with options `+KEY=VALUE`, each a
 /// line of the RE's `[overload]` section, e.g. `loss+udp_invite_recv_buffer=16384`.
+/// `holdline lab window` starts its upstream and downstream servers from the same table.
 #[derive(Debug, PartialEq, Eq)]
-struct Mechanism {
+pub(crate) struct Mechanism {
     /// The RE's `--overload`.
-    re_overload: &'static str,
+    pub(crate) re_overload: &'static str,
     /// The RE's `[overload]` lines (a config file), if any.
-    re_config: Option<String>,
+    pub(crate) re_config: Option<String>,
     /// The SEs' extra arguments.
-    se_args: &'static [&'static str],
+    pub(crate) se_args: &'static [&'static str],
 }
 
 impl Mechanism {
-    fn parse(name: &str) -> Result<Self> {
+    /// The servers' settings of mechanism `name` (see the type's documentation).
+    pub(crate) fn parse(name: &str) -> Result<Self> {
         let mut parts = name.split('+');
         let base = parts.next().unwrap_or_default();
         let answer = "[overload]\nfeedback_answer = true\n";
@@ -323,7 +325,10 @@ struct Spec<'a> {
     group: Option<&'a Path>,
 }
 
-fn server_args(port: u16, metrics: u16, next_hop: u16) -> Vec<String> {
+/// `holdline serve` on UDP 127.0.0.1:`port`, one worker, in-memory store, metrics on
+/// `metrics`, everything routed to UDP 127.0.0.1:`next_hop` (also `holdline lab window`'s
+/// servers).
+pub(crate) fn server_args(port: u16, metrics: u16, next_hop: u16) -> Vec<String> {
     vec![
         "serve".into(),
         format!("--listen=udp:127.0.0.1:{port}"),

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 /// The experiments: name and one line on what each does.
-pub const EXPERIMENTS: [(&str, &str); 4] = [
+pub const EXPERIMENTS: [(&str, &str); 5] = [
     (
         "udp-overload",
         "local control over UDP (seed 003): no control vs 503 on a full queue vs OCC, 0.5x-10x",
@@ -18,17 +18,28 @@ pub const EXPERIMENTS: [(&str, &str); 4] = [
         "hop-by-hop overload control (RFC 7339) over UDP: SEs -> RE, no control vs local OCC vs loss feedback, 0.5x-10x, 1/3/10 SEs",
     ),
     (
+        "window",
+        "seed 004's dual-proxy trapezoid over UDP: UAC -> upstream -> capacity-limited downstream (holdline or Kamailio), no control vs the feedback-free delay window, 0.14x-10x",
+    ),
+    (
         "soak",
         "sustained load for minutes: completed ratio, RSS and transactions over time",
     ),
 ];
 
-fn usage() {
-    eprintln!("usage: holdline lab NAME [--quick] [--out DIR] [options; NAME --help]");
-    eprintln!("experiments:");
+/// The usage and the list of experiments, one line each.
+fn usage_text() -> String {
+    let mut s = String::from(
+        "usage: holdline lab NAME [--quick] [--out DIR] [options; NAME --help]\nexperiments:\n",
+    );
     for (name, what) in EXPERIMENTS {
-        eprintln!("  {name:<14} {what}");
+        s.push_str(&format!("  {name:<14} {what}\n"));
     }
+    s
+}
+
+fn usage() {
+    eprint!("{}", usage_text());
 }
 
 /// Runs `holdline lab ARGS`.
@@ -38,9 +49,10 @@ pub fn run(args: Vec<String>) -> ExitCode {
         Some("udp-overload") => crate::udp_overload::main(it.collect()),
         Some("tcp-overload") => crate::tcp_overload::main(it.collect()),
         Some("feedback") => crate::feedback::main(it.collect()),
+        Some("window") => crate::window::main(it.collect()),
         Some("soak") => crate::soak::main(it.collect()),
-        Some("-h" | "--help") => {
-            usage();
+        Some("-h" | "--help" | "help") => {
+            print!("{}", usage_text());
             ExitCode::SUCCESS
         }
         Some(other) => {

@@ -6,7 +6,7 @@
 //! [`bench::run`].
 //!
 //! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`], [`tcp_overload`],
-//! [`feedback`]).
+//! [`feedback`], [`window`]).
 
 pub mod bench;
 mod cgroup;
@@ -25,5 +25,6 @@ mod stats;
 mod sustain;
 pub mod tcp_overload;
 pub mod udp_overload;
+pub mod window;
 
 pub use error::LabError;

@@ -92,6 +92,12 @@ fn color_for(name: &str) -> RGBColor {
         ("occ", RGBColor(0, 94, 184)),
         ("queue-delay", RGBColor(148, 103, 189)),
         ("capacity", RGBColor(127, 127, 127)),
+        // `window`'s series: the delay window, seed 004's own curves, the upstream proxy.
+        ("window", RGBColor(44, 160, 44)),
+        ("paper: no control", RGBColor(255, 127, 14)),
+        ("paper: window", RGBColor(148, 103, 189)),
+        ("upstream: window", RGBColor(188, 189, 34)),
+        ("upstream", RGBColor(127, 127, 127)),
     ] {
         if n.starts_with(prefix) {
             return c;
