@@ -4,6 +4,7 @@
 //!   UdpSocket ──recv_batch (recvmmsg)──> RecvBatch ──> (bytes, source) per datagram
 //!   SendBatch <── queued (destination, bytes) ──sendmmsg──> UdpSocket
 //!   TcpListener ──accept──> TcpConn: read buffer (append, consume) + bounded write queue
+//!                            (optionally a rustls session between socket and buffers: TLS)
 //!   Clock: std::time::Instant  <──>  holdline_base::Instant (nanoseconds since start)
 //! ```
 //!
@@ -13,7 +14,9 @@
 //! - [`tcp`]: listeners (optionally `SO_REUSEPORT`, one per worker), non-blocking connections
 //!   with a byte-level read buffer (framing is the caller's business) and a write queue
 //!   bounded in bytes: a full queue refuses, it never blocks. [`tcp::siocoutq`] reports the
-//!   bytes the kernel has not sent yet.
+//!   bytes the kernel has not sent yet. [`tcp::TcpConn::start_tls`] puts a rustls session
+//!   (client or server) inside a connection, driven sans-IO style by the same reads and
+//!   flushes; the queue then holds TLS records.
 //! - [`Clock`]: maps the operating system's monotonic clock onto [`holdline_base::Instant`].
 //!
 //! This is the only crate of the workspace allowed `unsafe`: the `libc` calls for batched

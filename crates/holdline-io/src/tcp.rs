@@ -4,6 +4,14 @@
 //! to its framer by looking at [`TcpConn::buffered`] and calling [`TcpConn::consume`].
 //! Writes go through [`TcpConn::enqueue`] (refused when the queue would exceed its bound) and
 //! [`TcpConn::flush`] (writes until the socket would block).
+//!
+//! TLS ([`TcpConn::start_tls`]): a rustls session sits between the socket and the buffers,
+//! driven sans-IO style: what is read from the socket goes to `read_tls` and
+//! `process_new_packets`, the plaintext comes out of the session's reader into the read
+//! buffer; what is enqueued goes into the session's writer and its records (`write_tls`) into
+//! the write queue, so that the queue's bound, [`TcpConn::queued_bytes`] and the kernel's
+//! counters ([`TcpConn::unsent_bytes`]) all count TLS records, as the wire carries them.
+//! Plaintext enqueued before the handshake ends waits beside the queue (counted in it).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -181,6 +189,60 @@ impl std::error::Error for QueueFull {}
 
 const READ_CHUNK: usize = 16 * 1024;
 
+/// The TLS layer of a connection.
+struct Tls {
+    session: rustls::Connection,
+    /// Plaintext enqueued while the handshake runs, written into the session once it is
+    /// over (counted in [`TcpConn::queued`]).
+    early: VecDeque<Vec<u8>>,
+    /// The handshake has completed.
+    established: bool,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("established", &self.established)
+            .field("early", &self.early.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the TLS session of a connection has done so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsState {
+    /// The handshake is still running.
+    Handshaking,
+    /// The handshake has completed.
+    Established,
+}
+
+/// A TLS failure (bad certificate, protocol error, alert from the peer): the error
+/// [`TcpConn::read`] returns, wrapped in an [`io::Error`] of kind `InvalidData`.
+pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref()?.downcast_ref::<rustls::Error>()
+}
+
+/// A reader over the socket for rustls's `read_tls`, with kernel receive times.
+struct SocketReader<'a> {
+    stream: &'a mio::net::TcpStream,
+    stamped: bool,
+    rx_ns: &'a mut Option<u64>,
+}
+
+impl Read for SocketReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.stamped {
+            let (n, ts) = crate::sys::recv_stamped(self.stream.as_raw_fd(), buf)?;
+            *self.rx_ns = ts.or(*self.rx_ns);
+            Ok(n)
+        } else {
+            let mut s = self.stream;
+            s.read(buf)
+        }
+    }
+}
+
 /// A non-blocking TCP connection with a read buffer and a bounded write queue.
 #[derive(Debug)]
 pub struct TcpConn {
@@ -195,6 +257,8 @@ pub struct TcpConn {
     connecting: bool,
     /// Reads ask for kernel receive times.
     stamped: bool,
+    /// The TLS session, when the connection carries TLS.
+    tls: Option<Box<Tls>>,
 }
 
 impl TcpConn {
@@ -216,6 +280,154 @@ impl TcpConn {
             queued: 0,
             connecting,
             stamped,
+            tls: None,
+        }
+    }
+
+    /// Puts a TLS session (client or server side) on this connection, before anything was
+    /// read or written: from now on reads yield plaintext and enqueued bytes leave as TLS
+    /// records. A client session's first flight is queued at once (sent when connected).
+    pub fn start_tls(&mut self, mut session: rustls::Connection) {
+        // The write queue is the bound; the session holds nothing for long.
+        session.set_buffer_limit(None);
+        self.tls = Some(Box::new(Tls {
+            session,
+            early: VecDeque::new(),
+            established: false,
+        }));
+        self.drain_tls();
+    }
+
+    /// Whether the connection carries TLS, and how far its handshake is.
+    pub fn tls_state(&self) -> Option<TlsState> {
+        self.tls.as_ref().map(|t| {
+            if t.established {
+                TlsState::Established
+            } else {
+                TlsState::Handshaking
+            }
+        })
+    }
+
+    /// The TLS session, if any (e.g. for the peer's certificates).
+    pub fn tls_session(&self) -> Option<&rustls::Connection> {
+        self.tls.as_ref().map(|t| &t.session)
+    }
+
+    /// Moves the session's pending records into the write queue.
+    fn drain_tls(&mut self) {
+        let Some(t) = self.tls.as_mut() else {
+            return;
+        };
+        while t.session.wants_write() {
+            let mut records = Vec::new();
+            // Writing into a Vec cannot fail.
+            if t.session.write_tls(&mut records).is_err() || records.is_empty() {
+                break;
+            }
+            self.queued += records.len();
+            self.queue.push_back(records);
+        }
+    }
+
+    /// After the session processed new records: once the handshake is over, what waited for
+    /// it goes into the session.
+    fn after_tls_packets(&mut self) -> io::Result<()> {
+        let Some(t) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        if !t.established && !t.session.is_handshaking() {
+            t.established = true;
+            while let Some(plain) = t.early.pop_front() {
+                self.queued -= plain.len();
+                t.session.writer().write_all(&plain)?;
+            }
+        }
+        self.drain_tls();
+        Ok(())
+    }
+
+    /// [`read`](Self::read) through the TLS session.
+    fn read_tls(&mut self) -> io::Result<ReadOutcome> {
+        let mut out = ReadOutcome::default();
+        let result = self.read_tls_inner(&mut out);
+        // Handshake messages, alerts and what waited for the handshake go out now (an
+        // alert telling the peer why is sent even when the session failed).
+        let after = self.after_tls_packets();
+        let flushed = self.flush();
+        result?;
+        after?;
+        flushed?;
+        Ok(out)
+    }
+
+    fn read_tls_inner(&mut self, out: &mut ReadOutcome) -> io::Result<()> {
+        let Some(t) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            // Plaintext the session holds first, as far as the read buffer has room.
+            loop {
+                let held = self.rbuf.len() - self.rstart;
+                let room = self
+                    .limits
+                    .max_read_buffer
+                    .saturating_sub(held)
+                    .min(READ_CHUNK);
+                if room == 0 {
+                    return Ok(());
+                }
+                let len = self.rbuf.len();
+                self.rbuf.resize(len + room, 0);
+                let r = t.session.reader().read(&mut self.rbuf[len..]);
+                match r {
+                    Ok(0) => {
+                        // close_notify: a clean end.
+                        self.rbuf.truncate(len);
+                        out.eof = true;
+                        return Ok(());
+                    }
+                    Ok(n) => {
+                        self.rbuf.truncate(len + n);
+                        out.bytes += n;
+                    }
+                    Err(e) => {
+                        self.rbuf.truncate(len);
+                        match e.kind() {
+                            io::ErrorKind::WouldBlock => break,
+                            io::ErrorKind::UnexpectedEof => {
+                                out.eof = true;
+                                return Ok(());
+                            }
+                            _ => return Err(e),
+                        }
+                    }
+                }
+            }
+            let mut socket = SocketReader {
+                stream: &self.stream,
+                stamped: self.stamped,
+                rx_ns: &mut out.rx_ns,
+            };
+            match t.session.read_tls(&mut socket) {
+                Ok(0) => {
+                    out.eof = true;
+                    return Ok(());
+                }
+                Ok(_) => {
+                    if let Err(e) = t.session.process_new_packets() {
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                    }
+                }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => {
+                        out.drained = true;
+                        return Ok(());
+                    }
+                    io::ErrorKind::Interrupted => {}
+                    _ => return Err(e),
+                },
+            }
         }
     }
 
@@ -270,7 +482,13 @@ impl TcpConn {
     }
 
     /// Reads until the socket would block, the peer closes, or the read buffer is full.
+    ///
+    /// With TLS: the bytes appended are plaintext; a TLS failure is an error of kind
+    /// `InvalidData` carrying the [`rustls::Error`] ([`tls_error`]).
     pub fn read(&mut self) -> io::Result<ReadOutcome> {
+        if self.tls.is_some() {
+            return self.read_tls();
+        }
         let mut out = ReadOutcome::default();
         if self.rstart > 0 && (self.rstart >= self.rbuf.len() / 2 || self.rstart >= READ_CHUNK) {
             self.rbuf.drain(..self.rstart);
@@ -343,6 +561,19 @@ impl TcpConn {
         if self.queued + bytes.len() > self.limits.max_queue_bytes {
             return Err(QueueFull);
         }
+        if let Some(t) = self.tls.as_mut() {
+            if !t.established {
+                self.queued += bytes.len();
+                t.early.push_back(bytes.to_vec());
+                return Ok(());
+            }
+            // The session's buffer is unbounded (the queue is the bound): this cannot fail.
+            if t.session.writer().write_all(bytes).is_err() {
+                return Err(QueueFull);
+            }
+            self.drain_tls();
+            return Ok(());
+        }
         self.queued += bytes.len();
         self.queue.push_back(bytes.to_vec());
         Ok(())
@@ -375,7 +606,8 @@ impl TcpConn {
         Ok(written)
     }
 
-    /// Bytes queued and not yet handed to the kernel.
+    /// Bytes queued and not yet handed to the kernel (with TLS: records, and the plaintext
+    /// waiting for the handshake).
     pub fn queued_bytes(&self) -> usize {
         self.queued
     }
@@ -396,8 +628,18 @@ impl TcpConn {
         siocoutqnsd(&self.stream)
     }
 
-    /// Closes both directions now (queued bytes are lost).
-    pub fn shutdown(&self) {
+    /// Closes both directions now (queued bytes are lost). With TLS, a `close_notify` alert
+    /// is offered to the socket first (never waited for).
+    pub fn shutdown(&mut self) {
+        if let Some(t) = self.tls.as_mut()
+            && t.established
+        {
+            t.session.send_close_notify();
+            let mut records = Vec::new();
+            while t.session.wants_write() && t.session.write_tls(&mut records).is_ok() {}
+            let mut s = &self.stream;
+            let _ = s.write(&records);
+        }
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }

@@ -9,6 +9,8 @@
 //! relay = "restricted"             # or "open" (an open relay)
 //! trusted = ["127.0.0.0/8", "::1"] # sources that may relay anywhere (default: loopback)
 //! store = "memory"                 # or a directory; default: the data directory
+//! durability = "commit"            # persistent store: a REGISTER's 200 waits for the commit;
+//!                                  # "write-behind": written within 100 ms, a crash loses that
 //! metrics = "127.0.0.1:9060"       # Prometheus text on /metrics; absent: off
 //! log = "info"                     # tracing filter; RUST_LOG wins
 //! shutdown_grace_ms = 2000
@@ -92,8 +94,20 @@
 //!
 //! [[routes]]
 //! domain = "*"
-//! target = "udp:192.0.2.10:5060"
+//! target = "udp:192.0.2.10:5060"  # or tcp:, or tls: (verified against [tls] ca_file)
 //! stateless = false
+//! # server_name = "sip.example.net" # tls: the name its certificate must carry (default:
+//!                                  # the target's IP address)
+//!
+//! [tls]                            # TLS (rustls); see docs/security.md
+//! cert_file = "server.pem"         # the certificate chain of tls: listeners (PEM) ...
+//! key_file = "server.key"          # ... and its private key (PEM: PKCS#8, PKCS#1 or SEC1)
+//! # ca_file = "ca.pem"             # CAs trusted for TLS next hops (and client certificates);
+//!                                  # default: the system's roots
+//! verify_client = false            # tls: listeners require a client certificate that
+//!                                  # ca_file's CAs signed (mutual TLS; needs ca_file)
+//! # client_cert_file = "client.pem" # presented to TLS next hops that ask (mutual TLS) ...
+//! # client_key_file = "client.key" # ... with its private key
 //!
 //! [[tcp_buffers]]                  # buffer minimization (seed 000), per listener ...
 //! listener = "tcp:127.0.0.1:5060"
@@ -117,10 +131,11 @@ use holdline_overload::{Algorithm, ControllerConfig};
 use holdline_proto::{IpNet, RelayPolicy};
 use serde::Deserialize;
 
-/// A socket the server listens on: `udp:IP:PORT` or `tcp:IP:PORT` (IPv6 as `[::1]:5060`).
+/// A socket the server listens on: `udp:IP:PORT`, `tcp:IP:PORT` or `tls:IP:PORT` (IPv6 as
+/// `[::1]:5060`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Listener {
-    /// UDP or TCP.
+    /// UDP, TCP or TLS (over TCP).
     pub transport: Transport,
     /// Address and port (port 0: the system picks one; the server reports the bound port).
     pub addr: SocketAddr,
@@ -131,11 +146,12 @@ impl FromStr for Listener {
     fn from_str(s: &str) -> Result<Self, String> {
         let (t, addr) = s
             .split_once(':')
-            .ok_or_else(|| format!("`{s}`: expected udp:IP:PORT or tcp:IP:PORT"))?;
+            .ok_or_else(|| format!("`{s}`: expected udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT"))?;
         let transport = match t.to_ascii_lowercase().as_str() {
             "udp" => Transport::Udp,
             "tcp" => Transport::Tcp,
-            _ => return Err(format!("`{s}`: transport must be udp or tcp")),
+            "tls" => Transport::Tls,
+            _ => return Err(format!("`{s}`: transport must be udp, tcp or tls")),
         };
         let addr = addr
             .parse()
@@ -227,28 +243,81 @@ pub struct Route {
     /// Forward statelessly (no transaction state).
     #[serde(default)]
     pub stateless: bool,
+    /// With a `tls:` target: the name the next hop's certificate must carry (a DNS name or
+    /// an IP address). Default: the target's IP address.
+    #[serde(default)]
+    pub server_name: Option<String>,
 }
 
 impl FromStr for Route {
     type Err = String;
-    /// `DOMAIN=udp:IP:PORT` or `DOMAIN=tcp:IP:PORT[,stateless]`.
+    /// `DOMAIN=udp:IP:PORT`, `DOMAIN=tcp:IP:PORT[,stateless]` or
+    /// `DOMAIN=tls:IP:PORT[,stateless][,server_name=NAME]`.
     fn from_str(s: &str) -> Result<Self, String> {
         let (domain, rest) = s
             .split_once('=')
             .ok_or_else(|| format!("`{s}`: expected DOMAIN=udp:IP:PORT"))?;
-        let (target, stateless) = match rest.strip_suffix(",stateless") {
-            Some(t) => (t, true),
-            None => (rest, false),
-        };
+        let mut parts = rest.split(',');
+        let target = parts.next().unwrap_or_default();
+        let (mut stateless, mut server_name) = (false, None);
+        for p in parts {
+            match p.split_once('=') {
+                None if p == "stateless" => stateless = true,
+                Some(("server_name", name)) => server_name = Some(name.to_owned()),
+                _ => {
+                    return Err(format!(
+                        "`{s}`: unknown option `{p}` (expected stateless or server_name=NAME)"
+                    ));
+                }
+            }
+        }
         if domain.is_empty() {
             return Err(format!("`{s}`: empty domain"));
         }
-        Ok(Self {
+        let route = Self {
             domain: domain.to_owned(),
             target: target.parse()?,
             stateless,
-        })
+            server_name,
+        };
+        route.check().map_err(|e| format!("`{s}`: {e}"))?;
+        Ok(route)
     }
+}
+
+impl Route {
+    /// Checks what serde cannot: `server_name` only with a TLS target, and a valid name.
+    fn check(&self) -> Result<(), String> {
+        if let Some(name) = &self.server_name {
+            if self.target.transport != Transport::Tls {
+                return Err("server_name needs a tls: target".into());
+            }
+            crate::tls::server_name(name)?;
+        }
+        Ok(())
+    }
+}
+
+/// TLS settings (`[tls]`): the certificate of `tls:` listeners, the CAs next hops' (and
+/// clients') certificates are verified against, the client certificate for mutual TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSettings {
+    /// The certificate chain `tls:` listeners present (PEM, leaf first). Required with a
+    /// `tls:` listener.
+    pub cert_file: Option<PathBuf>,
+    /// The private key of `cert_file` (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+    /// The CA certificates (PEM) trusted to sign next hops' certificates (and clients' with
+    /// `verify_client`). Default: the system's roots (rustls-native-certs).
+    pub ca_file: Option<PathBuf>,
+    /// `tls:` listeners require a client certificate signed by a CA of `ca_file` (mutual
+    /// TLS); a client without one, or with another, is refused in the handshake. Default off.
+    pub verify_client: bool,
+    /// The certificate chain presented to TLS next hops that ask for one (PEM).
+    pub client_cert_file: Option<PathBuf>,
+    /// The private key of `client_cert_file`.
+    pub client_key_file: Option<PathBuf>,
 }
 
 /// TCP buffer sizes for one listener or one next hop (`[[tcp_buffers]]`): seed 000's buffer
@@ -852,6 +921,11 @@ pub struct ServerConfig {
     pub trusted: Vec<TrustedNet>,
     /// Location store; absent: a persistent store in [`data_dir`](Self::data_dir).
     pub store: Option<StoreSpec>,
+    /// What a REGISTER's 200 OK promises with the persistent store: `commit` (default) — the
+    /// change is on disk (the 200 waits for its group commit); `write-behind` — it reaches
+    /// the disk within 100 ms plus two commits, and a crash loses what is inside that window.
+    /// See `docs/registrar.md`.
+    pub durability: String,
     /// Data directory; absent: [`default_data_dir`].
     pub data_dir: Option<PathBuf>,
     /// Address of the Prometheus endpoint (`GET /metrics`); absent: off.
@@ -876,6 +950,8 @@ pub struct ServerConfig {
     pub flood: FloodSettings,
     /// Digest authentication.
     pub auth: AuthSettings,
+    /// TLS.
+    pub tls: TlsSettings,
 }
 
 /// Digest authentication (`[auth]`, RFC 3261 §22 with RFC 7616 and RFC 8760): on when
@@ -1054,6 +1130,7 @@ impl Default for ServerConfig {
             domains: Vec::new(),
             record_route: true,
             relay: "restricted".into(),
+            durability: "commit".into(),
             trusted: IpNet::loopback().into_iter().map(TrustedNet).collect(),
             store: None,
             data_dir: None,
@@ -1068,6 +1145,7 @@ impl Default for ServerConfig {
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),
             auth: AuthSettings::default(),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -1237,6 +1315,9 @@ impl ServerConfig {
             }
         }
         self.auth.validate()?;
+        if !matches!(self.durability.as_str(), "commit" | "write-behind") {
+            return err("durability", "expected \"commit\" or \"write-behind\"");
+        }
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
         }
@@ -1328,8 +1409,11 @@ impl ServerConfig {
             let key = |k: &str| format!("tcp_buffers[{i}].{k}");
             match (&b.listener, &b.next_hop) {
                 (Some(lst), None) => {
-                    if lst.transport != Transport::Tcp {
-                        return err(&key("listener"), &format!("`{lst}` is not a TCP listener"));
+                    if !lst.transport.is_stream() {
+                        return err(
+                            &key("listener"),
+                            &format!("`{lst}` is not a TCP or TLS listener"),
+                        );
                     }
                     if !self.listen.contains(lst) {
                         return err(&key("listener"), &format!("`{lst}` is not in `listen`"));
@@ -1356,6 +1440,12 @@ impl ServerConfig {
                 &format!("empty domain (target {})", r.target),
             );
         }
+        for (i, r) in self.routes.iter().enumerate() {
+            if let Err(e) = r.check() {
+                return err(&format!("routes[{i}].server_name"), &e);
+            }
+        }
+        crate::tls::check(self)?;
         Ok(())
     }
 
@@ -1527,7 +1617,7 @@ stateless = true
         )
         .expect_err("bad listener");
         assert_eq!((e.line, e.key.as_str()), (1, "listen"));
-        assert!(e.message.contains("udp or tcp"), "{e}");
+        assert!(e.message.contains("udp, tcp or tls"), "{e}");
         let e = ServerConfig::from_toml("a.toml", "[limits]\nhandoff_queue = 0\n")
             .expect_err("invalid");
         assert_eq!((e.line, e.key.as_str()), (2, "limits.handoff_queue"));
@@ -1804,6 +1894,17 @@ send_buffer = 16384
             (e.line, e.key.as_str()),
             (2, "overload.udp_invite_recv_buffer")
         );
+    }
+
+    #[test]
+    fn durability_setting() {
+        assert_eq!(ServerConfig::default().durability, "commit");
+        let c =
+            ServerConfig::from_toml("d.toml", "durability = \"write-behind\"\n").expect("parses");
+        assert_eq!(c.durability, "write-behind");
+        let e = ServerConfig::from_toml("d.toml", "workers = 1\ndurability = \"sometimes\"\n")
+            .expect_err("bad durability");
+        assert_eq!((e.line, e.key.as_str()), (2, "durability"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use holdline_proto::{
 };
 use holdline_sip::Limits;
 
-use holdline_store::{MemoryStore, PersistentStore, StoreError};
+use holdline_store::{Durability, MemoryStore, PersistentConfig, PersistentStore, StoreError};
 
 use crate::core::HopEvent;
 use crate::{Listener, ServerConfig, StoreSpec, WorkerCore};
@@ -77,7 +77,20 @@ pub fn open_store(config: &ServerConfig, clock: &Clock) -> Result<OpenedStore, E
                 source,
             })?;
             let path = dir.join(STORE_FILE);
-            let p = Arc::new(PersistentStore::open(&path, clock.now())?);
+            let durability = if config.durability == "write-behind" {
+                Durability::WriteBehind
+            } else {
+                Durability::Commit
+            };
+            let p = Arc::new(PersistentStore::open_with(
+                &path,
+                clock.now(),
+                std::time::SystemTime::now(),
+                PersistentConfig {
+                    durability,
+                    ..PersistentConfig::default()
+                },
+            )?);
             Ok(OpenedStore {
                 store: p.clone(),
                 persistent: Some(p),

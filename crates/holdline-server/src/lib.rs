@@ -7,6 +7,7 @@
 //!      │   received message ─ parse index + Call-ID ─ owner = fnv(Call-ID) % workers
 //!      │   owner == me: core.handle(now, bytes, peer)
 //!      └─> owner != me: bounded channel to the owner + wake it (full: drop, counted)
+//!   (TLS: a rustls session inside the connection, between the socket and the framer)
 //!   core.poll_transmit ─ UDP: this worker's socket (sendmmsg batch)
 //!                      ─ TCP with conn: the connection's owner (ConnId carries it)
 //!                      ─ TCP without conn: this worker's pooled connection to the address
@@ -29,6 +30,7 @@ mod core;
 mod engine;
 mod metrics;
 pub mod shard;
+mod tls;
 mod worker;
 
 use std::io;
@@ -50,7 +52,8 @@ use mio::{Poll, Waker};
 pub use crate::auth::{AuthRuntime, AuthSetupError, load_auth, read_users};
 pub use crate::config::{
     AuthSettings, BufferSizes, ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides,
-    RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, default_data_dir,
+    RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, TlsSettings,
+    default_data_dir,
 };
 pub use crate::core::{CoreFactory, HopEvent, TestCore, WorkerCore, default_core_factory};
 pub use crate::engine::{
@@ -88,8 +91,8 @@ pub enum StartError {
         /// The OS error.
         source: io::Error,
     },
-    /// A transport other than UDP or TCP was configured.
-    #[error("unsupported listener {0} (udp and tcp only)")]
+    /// A transport other than UDP, TCP or TLS was configured.
+    #[error("unsupported listener {0} (udp, tcp and tls only)")]
     Unsupported(Listener),
     /// Polls, wakers or threads could not be created.
     #[error("runtime setup failed: {0}")]
@@ -230,8 +233,12 @@ impl Server {
             max_read_buffer: b.read_buffer,
             max_queue_bytes: l.conn_queue_bytes,
         };
-        // TCP listeners in the order the workers hold them: their read-ahead limits.
+        // TCP and TLS listeners in the order the workers hold them: their read-ahead limits,
+        // and whether they speak TLS.
         let mut listener_limits = Vec::new();
+        let mut listener_tls = Vec::new();
+        let tls = tls::setup(config)
+            .map_err(|(key, message)| StartError::Config(format!("{key}: {message}")))?;
         // Bind: worker 0 first (resolving port 0), the others on the address it got.
         let mut udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
         // New INVITEs over UDP on sockets of their own (one per worker and UDP listener, in
@@ -258,10 +265,11 @@ impl Server {
                         addr = s.local_addr().map_err(err)?;
                         udp[w].push(s);
                     }
-                    Transport::Tcp => {
+                    Transport::Tcp | Transport::Tls => {
                         let b = config.listener_buffers(lst);
                         if w == 0 {
                             listener_limits.push(limits_for(b));
+                            listener_tls.push(lst.transport == Transport::Tls);
                         }
                         let s = TcpListener::bind(addr, &tcp_opts_for(b)).map_err(err)?;
                         addr = s.local_addr().map_err(err)?;
@@ -332,6 +340,8 @@ impl Server {
             conn_limits: limits_for(config.default_buffers()),
             tcp_opts: tcp_opts_for(config.default_buffers()),
             listener_limits,
+            listener_tls,
+            tls,
             next_hops: config
                 .next_hop_buffers()
                 .into_iter()
@@ -579,7 +589,9 @@ fn probe_exclusive(lst: &Listener) -> Result<(), StartError> {
     };
     match lst.transport {
         Transport::Udp => std::net::UdpSocket::bind(lst.addr).map(drop).map_err(err),
-        Transport::Tcp => std::net::TcpListener::bind(lst.addr).map(drop).map_err(err),
+        Transport::Tcp | Transport::Tls => {
+            std::net::TcpListener::bind(lst.addr).map(drop).map_err(err)
+        }
         _ => Ok(()),
     }
 }

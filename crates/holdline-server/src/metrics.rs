@@ -52,6 +52,7 @@ reasons!(Close {
     Framing => "framing_error",
     MaxConnections => "max_connections",
     Shutdown => "shutdown",
+    Tls => "tls_error",
 });
 
 /// Upper bounds of the latency histograms' buckets, µs.
@@ -108,10 +109,13 @@ type PickHistogram = fn(&WorkerStats) -> &Histogram;
 /// The counters of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct WorkerStats {
-    pub(crate) msgs_in: [AtomicU64; 2],
-    pub(crate) msgs_out: [AtomicU64; 2],
+    pub(crate) msgs_in: [AtomicU64; 3],
+    pub(crate) msgs_out: [AtomicU64; 3],
     pub(crate) drops: [AtomicU64; Drop::ALL.len()],
-    pub(crate) closes: [AtomicU64; 7],
+    pub(crate) closes: [AtomicU64; Close::ALL.len()],
+    /// TLS handshakes by side (server, client) and result (completed, failed):
+    /// `[server ok, server failed, client ok, client failed]`.
+    pub(crate) tls_handshakes: [AtomicU64; 4],
     pub(crate) handoffs_out: AtomicU64,
     pub(crate) handoffs_in: AtomicU64,
     pub(crate) conns_accepted: AtomicU64,
@@ -139,8 +143,12 @@ pub(crate) struct WorkerStats {
     pub(crate) core_wanted: AtomicBool,
 }
 
+/// The counters' index of a transport: UDP 0, TCP 1, TLS 2.
 pub(crate) fn transport_idx(t: holdline_base::Transport) -> usize {
-    usize::from(t.is_stream())
+    match t {
+        holdline_base::Transport::Tls => 2,
+        t => usize::from(t.is_stream()),
+    }
 }
 
 impl WorkerStats {
@@ -210,7 +218,7 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
     ] {
         counter(&mut out, name, help);
         each(&mut out, &|i, s, out| {
-            for (t, label) in [(0, "udp"), (1, "tcp")] {
+            for (t, label) in [(0, "udp"), (1, "tcp"), (2, "tls")] {
                 let v = if pick == 0 {
                     &s.msgs_in[t]
                 } else {
@@ -242,7 +250,7 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
     counter(
         &mut out,
         "holdline_connections_closed_total",
-        "TCP connections closed, by reason.",
+        "TCP and TLS connections closed, by reason.",
     );
     each(&mut out, &|i, s, out| {
         for c in Close::ALL {
@@ -251,6 +259,25 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
                 "holdline_connections_closed_total{{worker=\"{i}\",reason=\"{}\"}} {}",
                 c.label(),
                 s.closes[*c as usize].load(Relaxed)
+            );
+        }
+    });
+    counter(
+        &mut out,
+        "holdline_tls_handshakes_total",
+        "TLS handshakes by side (server: accepted connections, client: connections to next hops) and result (a failed one: bad or unverifiable certificate, protocol error; its connection is closed with reason tls_error).",
+    );
+    each(&mut out, &|i, s, out| {
+        for (k, side, result) in [
+            (0, "server", "ok"),
+            (1, "server", "failed"),
+            (2, "client", "ok"),
+            (3, "client", "failed"),
+        ] {
+            let _ = writeln!(
+                out,
+                "holdline_tls_handshakes_total{{worker=\"{i}\",side=\"{side}\",result=\"{result}\"}} {}",
+                s.tls_handshakes[k].load(Relaxed)
             );
         }
     });

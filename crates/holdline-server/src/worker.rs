@@ -11,7 +11,7 @@ use std::time::{Duration, Instant as StdInstant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use holdline_base::{ConnId, Instant, Peer, Transport};
 use holdline_io::Clock;
-use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
+use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions, TlsState};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
     Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Feedback, FloodConfig,
@@ -90,13 +90,14 @@ pub(crate) struct Shared {
     /// without a connection of its own goes over it (a softphone's Contact is often the
     /// ephemeral port of its connection to us: a new connection there is refused). Entries
     /// go when their connection closes.
-    pub(crate) accepted: std::sync::Mutex<HashMap<SocketAddr, ConnId>>,
+    /// Keyed by transport too: a TLS connection never carries what was meant for TCP.
+    pub(crate) accepted: std::sync::Mutex<HashMap<(SocketAddr, Transport), ConnId>>,
 }
 
 impl Shared {
-    /// The open connection a peer at `addr` opened to us, if any.
-    fn accepted_to(&self, addr: SocketAddr) -> Option<ConnId> {
-        self.accepted.lock().ok()?.get(&addr).copied()
+    /// The open connection a peer at `addr` opened to us over `transport`, if any.
+    fn accepted_to(&self, addr: SocketAddr, transport: Transport) -> Option<ConnId> {
+        self.accepted.lock().ok()?.get(&(addr, transport)).copied()
     }
 }
 
@@ -111,6 +112,10 @@ pub(crate) struct Settings {
     pub(crate) tcp_opts: TcpOptions,
     /// Bounds of the connections accepted on each TCP listener (the workers' listener order).
     pub(crate) listener_limits: Vec<ConnLimits>,
+    /// Which of the listeners are TLS listeners (same order).
+    pub(crate) listener_tls: Vec<bool>,
+    /// The rustls configurations, when the server uses TLS.
+    pub(crate) tls: Option<Arc<crate::tls::TlsSetup>>,
     /// Socket options and bounds of the connections to particular next hops.
     pub(crate) next_hops: HashMap<SocketAddr, (TcpOptions, ConnLimits)>,
     pub(crate) idle_timeout: Duration,
@@ -134,6 +139,10 @@ pub(crate) struct Settings {
 struct Conn {
     io: TcpConn,
     id: ConnId,
+    /// TCP, or TLS when a session runs inside `io`.
+    transport: Transport,
+    /// The TLS handshake's end (completed or failed) has been counted.
+    handshake_counted: bool,
     framer: Framer,
     last_activity: Instant,
     full_since: Option<Instant>,
@@ -194,9 +203,9 @@ pub(crate) struct Worker {
     service_ns: f64,
     conns: Slab<Conn>,
     conn_keys: HashMap<ConnId, usize>,
-    /// Outbound connections by next hop and lane (ECS keeps INVITEs on a connection of their
-    /// own).
-    pool: HashMap<(SocketAddr, LaneKey), ConnId>,
+    /// Outbound connections by next hop, transport (TCP or TLS) and lane (ECS keeps INVITEs
+    /// on a connection of their own).
+    pool: HashMap<(SocketAddr, Transport, LaneKey), ConnId>,
     next_seq: u64,
     recv: Option<RecvBatch>,
     sends: Vec<SendBatch>,
@@ -1019,19 +1028,22 @@ impl Worker {
                     return Some(r);
                 }
                 // Smart forwarding: the backlog of the connection the INVITE would go on.
+                // Over TLS the backlog is of TLS records: the kernel's and the queue's.
                 let (ctl, split) = forward.as_mut()?;
-                if dest.transport != Transport::Tcp {
+                if !dest.transport.is_stream() {
                     return None;
                 }
                 let lane = split.invite_lane();
                 let target = target_of(dest.addr);
                 let (unsent, queued) = pool
-                    .get(&(dest.addr, lane_key(lane)))
+                    .get(&(dest.addr, dest.transport, lane_key(lane)))
                     .and_then(|id| conn_keys.get(id))
                     .and_then(|&k| conns.get(k))
-                    // A connection still being set up holds what waits for it: no sign of
-                    // overload yet.
-                    .filter(|c| !c.io.is_connecting())
+                    // A connection still being set up (TCP connect, TLS handshake) holds
+                    // what waits for it: no sign of overload yet.
+                    .filter(|c| {
+                        !c.io.is_connecting() && c.io.tls_state() != Some(TlsState::Handshaking)
+                    })
                     .map_or((0, 0), |c| {
                         (
                             c.io.unsent_bytes().unwrap_or(0) as u64,
@@ -1178,18 +1190,18 @@ impl Worker {
                     self.flush_udp();
                 }
             }
-            Transport::Tcp => {
+            Transport::Tcp | Transport::Tls => {
                 let lane = lane_for(self.forward.as_ref().map(|f| f.1), bytes);
                 let id = match to.conn {
                     Some(id) => id,
-                    None => match self.pool.get(&(to.addr, lane_key(lane))) {
+                    None => match self.pool.get(&(to.addr, to.transport, lane_key(lane))) {
                         Some(id) => *id,
-                        None => match self.shared.accepted_to(to.addr) {
+                        None => match self.shared.accepted_to(to.addr, to.transport) {
                             Some(id) => {
                                 self.stats().conns_reused.fetch_add(1, Relaxed);
                                 id
                             }
-                            None => match self.pooled(now, to.addr, lane) {
+                            None => match self.pooled(now, to.addr, to.transport, lane) {
                                 Some(id) => id,
                                 None => return,
                             },
@@ -1219,10 +1231,17 @@ impl Worker {
         }
     }
 
-    /// This worker's pooled outbound connection to `addr` on `lane`, opened (non-blocking) if
-    /// needed.
-    fn pooled(&mut self, now: Instant, addr: SocketAddr, lane: Lane) -> Option<ConnId> {
-        let key = (addr, lane_key(lane));
+    /// This worker's pooled outbound connection to `addr` over `transport` (TCP or TLS) on
+    /// `lane`, opened (non-blocking) if needed; a TLS one verifies the next hop's certificate
+    /// against the route's `server_name` (else the address).
+    fn pooled(
+        &mut self,
+        now: Instant,
+        addr: SocketAddr,
+        transport: Transport,
+        lane: Lane,
+    ) -> Option<ConnId> {
+        let key = (addr, transport, lane_key(lane));
         if let Some(id) = self.pool.get(&key) {
             return Some(*id);
         }
@@ -1236,8 +1255,28 @@ impl Worker {
             .get(&addr)
             .copied()
             .unwrap_or((self.settings.tcp_opts, self.settings.conn_limits));
+        let session = if transport == Transport::Tls {
+            let Some(tls) = self.settings.tls.as_ref() else {
+                // No TLS configured at all: nothing to verify a next hop with.
+                self.stats().drop(Drop::Unsupported);
+                return None;
+            };
+            match rustls::ClientConnection::new(tls.client.clone(), tls.name_for(addr)) {
+                Ok(c) => Some(rustls::Connection::Client(c)),
+                Err(e) => {
+                    tracing::warn!(%addr, error = %e, "cannot start a TLS session");
+                    self.stats().drop(Drop::ConnectFailed);
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
         match TcpConn::connect(addr, &opts, limits) {
-            Ok(io) => {
+            Ok(mut io) => {
+                if let Some(session) = session {
+                    io.start_tls(session);
+                }
                 let id = self.add_conn(now, io, true)?;
                 self.pool.insert(key, id);
                 self.stats().conns_outbound.fetch_add(1, Relaxed);
@@ -1252,6 +1291,11 @@ impl Worker {
     }
 
     fn add_conn(&mut self, now: Instant, mut io: TcpConn, outbound: bool) -> Option<ConnId> {
+        let transport = if io.tls_state().is_some() {
+            Transport::Tls
+        } else {
+            Transport::Tcp
+        };
         let id = ConnId(((self.index as u64) << 48) | self.next_seq);
         self.next_seq += 1;
         let peer = io.peer_addr();
@@ -1269,6 +1313,8 @@ impl Worker {
         entry.insert(Conn {
             io,
             id,
+            transport,
+            handshake_counted: false,
             framer: Framer::new(self.settings.limits),
             last_activity: now,
             full_since: None,
@@ -1281,7 +1327,7 @@ impl Worker {
         if !outbound {
             self.shared.open_conns.fetch_add(1, Relaxed);
             if let Ok(mut by) = self.shared.accepted.lock() {
-                by.insert(peer, id);
+                by.insert((peer, transport), id);
             }
         }
         Some(id)
@@ -1298,14 +1344,17 @@ impl Worker {
         } else {
             self.shared.open_conns.fetch_sub(1, Relaxed);
             if let Ok(mut by) = self.shared.accepted.lock() {
-                let addr = c.io.peer_addr();
-                if by.get(&addr) == Some(&c.id) {
-                    by.remove(&addr);
+                let key = (c.io.peer_addr(), c.transport);
+                if by.get(&key) == Some(&c.id) {
+                    by.remove(&key);
                 }
             }
         }
         // Count before the peer can see the close.
         let s = self.stats();
+        if c.io.tls_state() == Some(TlsState::Handshaking) && !c.handshake_counted {
+            s.tls_handshakes[usize::from(c.outbound) * 2 + 1].fetch_add(1, Relaxed);
+        }
         s.conns_open.fetch_sub(1, Relaxed);
         s.close(why);
         c.io.shutdown();
@@ -1323,11 +1372,27 @@ impl Worker {
                 .copied()
                 .unwrap_or(self.settings.conn_limits);
             match self.listeners[i].accept(limits) {
-                Ok(io) => {
+                Ok(mut io) => {
                     if self.shared.open_conns.load(Relaxed) >= self.settings.max_connections {
                         self.stats().close(Close::MaxConnections);
                         io.shutdown();
                         continue;
+                    }
+                    if self.settings.listener_tls.get(i).copied().unwrap_or(false) {
+                        let session = self
+                            .settings
+                            .tls
+                            .as_ref()
+                            .and_then(|t| t.server.clone())
+                            .map(rustls::ServerConnection::new);
+                        match session {
+                            Some(Ok(s)) => io.start_tls(rustls::Connection::Server(s)),
+                            _ => {
+                                self.stats().close(Close::Tls);
+                                io.shutdown();
+                                continue;
+                            }
+                        }
                     }
                     if self.add_conn(now, io, false).is_some() {
                         self.stats().conns_accepted.fetch_add(1, Relaxed);
@@ -1398,10 +1463,36 @@ impl Worker {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
             };
-            let Ok(r) = c.io.read() else {
-                self.close(key, Close::Error);
-                return;
+            let r = match c.io.read() {
+                Ok(r) => r,
+                Err(e) => {
+                    let (outbound, peer) = (c.outbound, c.io.peer_addr());
+                    let lost = c.io.queued_bytes() > 0;
+                    let why = match holdline_io::tcp::tls_error(&e) {
+                        Some(tls) => {
+                            // A next hop failing verification is the operator's business; a
+                            // client failing it is routine on a public address.
+                            if outbound {
+                                tracing::warn!(%peer, error = %tls, "TLS failure with a next hop");
+                                if lost {
+                                    self.stats().drop(Drop::ConnectFailed);
+                                }
+                            } else {
+                                tracing::debug!(%peer, error = %tls, "TLS failure with a client");
+                            }
+                            Close::Tls
+                        }
+                        None => Close::Error,
+                    };
+                    self.close(key, why);
+                    return;
+                }
             };
+            if !c.handshake_counted && c.io.tls_state() == Some(TlsState::Established) {
+                c.handshake_counted = true;
+                self.shared.stats[self.index].tls_handshakes[usize::from(c.outbound) * 2]
+                    .fetch_add(1, Relaxed);
+            }
             if r.bytes > 0 {
                 c.last_activity = now;
             }
@@ -1415,7 +1506,7 @@ impl Worker {
                 };
                 let peer = Peer {
                     addr: c.io.peer_addr(),
-                    transport: Transport::Tcp,
+                    transport: c.transport,
                     conn: Some(c.id),
                 };
                 let frame = c.framer.poll(c.io.buffered());
@@ -1600,7 +1691,8 @@ impl Worker {
         }
         c.last_activity = now;
         if bytes != b"\r\n" {
-            self.stats().msgs_out[1].fetch_add(1, Relaxed);
+            self.shared.stats[self.index].msgs_out[transport_idx(c.transport)]
+                .fetch_add(1, Relaxed);
         }
         self.flush_conn(now, key);
     }

@@ -39,7 +39,8 @@ enum Command {
     /// Compare holdline with Kamailio: capacity, cost per call, overload curves.
     #[command(disable_help_flag = true)]
     Bench(Rest),
-    /// Run a named experiment of the lab.
+    /// Run a named experiment of the lab (`holdline lab --help` lists them).
+    #[command(disable_help_flag = true)]
     Lab(Rest),
     /// Run the discrete-event simulator.
     Sim(sim::SimArgs),
@@ -61,7 +62,8 @@ struct ServeArgs {
     /// TOML configuration file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Listen on udp:IP:PORT or tcp:IP:PORT (repeatable; replaces the file's list).
+    /// Listen on udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT (repeatable; replaces the file's
+    /// list; tls needs `[tls] cert_file` and `key_file`).
     #[arg(long, value_name = "TRANSPORT:IP:PORT")]
     listen: Vec<Listener>,
     /// A domain this server is responsible for (repeatable).
@@ -79,7 +81,8 @@ struct ServeArgs {
     /// Record-Route initial dialog-creating requests (default on).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     record_route: Option<bool>,
-    /// Static route DOMAIN=udp:IP:PORT (or tcp:, `*` for any domain; `,stateless` suffix).
+    /// Static route DOMAIN=udp:IP:PORT (or tcp:, tls:; `*` for any domain; `,stateless` and,
+    /// for tls, `,server_name=NAME` suffixes).
     #[arg(long, value_name = "DOMAIN=TRANSPORT:IP:PORT")]
     route: Vec<Route>,
     /// Local overload control: occ (default), queue-delay, queue-limit, bang-bang, or none
