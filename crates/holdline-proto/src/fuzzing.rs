@@ -38,21 +38,26 @@ use crate::proxy::{ListenAddr, ProxyConfig, StaticRoute};
 /// The proxy's one listening address.
 const PROXY: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 100)), 5060);
 
-/// A store that issues commit tickets and commits when the operations say so.
-struct FuzzStore {
+/// An in-memory store that issues commit tickets and commits only when told to
+/// ([`commit`](Self::commit)): the fuzzer's store, and the proxy tests' for held REGISTER
+/// responses.
+#[derive(Default)]
+pub(crate) struct ManualCommitStore {
     inner: MemoryLocationStore,
+    /// The ticket a caller asking now would wait for.
     next: AtomicU64,
     committed: AtomicU64,
 }
 
-impl FuzzStore {
-    fn commit(&self) {
+impl ManualCommitStore {
+    /// Commits everything ticketed so far.
+    pub(crate) fn commit(&self) {
         self.committed
             .store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 }
 
-impl LocationStore for FuzzStore {
+impl LocationStore for ManualCommitStore {
     fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
         self.inner.lookup(aor, now, out)
     }
@@ -201,11 +206,7 @@ fn request(method: &str, ruri: &str, from: Peer, n: u32, to_tag: Option<&str>, m
 
 /// Runs the operations in `data` against one endpoint and checks its invariants.
 pub fn endpoint_ops(data: &[u8]) {
-    let store = Arc::new(FuzzStore {
-        inner: MemoryLocationStore::default(),
-        next: AtomicU64::new(0),
-        committed: AtomicU64::new(0),
-    });
+    let store = Arc::new(ManualCommitStore::default());
     let config = ProxyConfig {
         domains: vec!["example.com".into()],
         listen: vec![

@@ -3108,48 +3108,6 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
 
 // ---------------------------------------------------------------- durable registrations
 
-/// A store that issues commit tickets and commits only when the test says so.
-#[derive(Default)]
-struct CommitStore {
-    inner: MemStore,
-    /// The batch a ticket asked now would wait for.
-    next: std::sync::atomic::AtomicU64,
-    committed: std::sync::atomic::AtomicU64,
-}
-
-impl CommitStore {
-    /// Commits everything ticketed so far.
-    fn commit(&self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        let n = self.next.load(SeqCst);
-        self.committed.store(n, SeqCst);
-    }
-}
-
-impl LocationStore for CommitStore {
-    fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
-        self.inner.lookup(aor, now, out)
-    }
-    fn modify(&self, aor: &[u8], now: Instant, f: &mut dyn FnMut(&mut Vec<Binding>)) {
-        self.inner.modify(aor, now, f);
-    }
-    fn purge_expired(&self, now: Instant) -> usize {
-        self.inner.purge_expired(now)
-    }
-    fn len(&self) -> usize {
-        self.inner.len()
-    }
-    fn commit_ticket(&self) -> Option<u64> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let c = self.committed.load(SeqCst);
-        self.next.store(c + 1, SeqCst);
-        Some(c + 1)
-    }
-    fn committed(&self) -> u64 {
-        self.committed.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
 fn sent_statuses(ep: &mut Endpoint, now: Instant) -> Vec<u16> {
     let mut out = Vec::new();
     let mut buf = Vec::new();
@@ -3189,7 +3147,7 @@ fn register_from(last: u8, user: &str, branch: &str, contact: bool) -> Vec<u8> {
 /// Retry-After.
 #[test]
 fn a_register_200_waits_for_the_store_commit() {
-    let store = Arc::new(CommitStore::default());
+    let store = Arc::new(crate::fuzzing::ManualCommitStore::default());
     let mut ep = Endpoint::new(config(), Arc::clone(&store) as Arc<dyn LocationStore>);
     let t0 = ms(0);
     let reg = register_from(1, "bob", "z9hG4bKd1", true);
