@@ -7,16 +7,22 @@
 //! running in parallel) can take it, and the child fails with "Address already in use". A
 //! port below `net.ipv4.ip_local_port_range` is never handed out implicitly, so only another
 //! explicit picker could take it; the start point is spread by process id, time and a
-//! counter so that parallel pickers do not walk the same ports.
+//! counter so that parallel pickers do not walk the same ports, and a process never hands
+//! out the same port twice (two tests of one test binary, running in parallel, would
+//! otherwise both get a port that is still free when each checks it).
 
+use std::collections::HashSet;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lowest port handed out.
 const FIRST: u16 = 10_000;
 /// Picks made by this process (spreads consecutive picks).
 static PICKS: AtomicU32 = AtomicU32::new(0);
+/// Ports this process has handed out; none is handed out again.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
 /// The kernel's ephemeral port range, `(low, high)`; Linux's default when it cannot be read.
 fn ephemeral_range() -> (u16, u16) {
@@ -77,7 +83,18 @@ pub fn free_port() -> Option<u16> {
         .wrapping_add(PICKS.fetch_add(1, Ordering::Relaxed).wrapping_mul(7_919));
     (0..1_000u32)
         .map(|i| first + ((seed.wrapping_add(i.wrapping_mul(104_729))) % span) as u16)
-        .find(|&p| free(p))
+        .find(|&p| {
+            let mut handed = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+            let handed = handed.get_or_insert_with(HashSet::new);
+            // Reserved before the check so that a parallel pick skips it meanwhile.
+            if !handed.insert(p) {
+                return false;
+            }
+            free(p) || {
+                handed.remove(&p);
+                false
+            }
+        })
 }
 
 #[cfg(test)]
@@ -88,7 +105,7 @@ mod tests {
     #[test]
     fn picks_free_ports_outside_the_ephemeral_range() {
         let (lo, hi) = ephemeral_range();
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
         for _ in 0..50 {
             let p = free_port().expect("a free port");
             assert!(!(lo..=hi).contains(&p), "{p} is ephemeral ({lo}-{hi})");
@@ -97,11 +114,7 @@ mod tests {
             let _t = TcpListener::bind(("127.0.0.1", p)).expect("tcp");
             seen.insert(p);
         }
-        assert!(
-            seen.len() > 40,
-            "picks repeat: {} distinct of 50",
-            seen.len()
-        );
+        assert_eq!(seen.len(), 50, "a port was handed out twice");
     }
 
     #[test]
@@ -109,6 +122,14 @@ mod tests {
         let p = free_port().expect("a free port");
         let _hold = TcpListener::bind(("127.0.0.1", p)).expect("tcp");
         assert!(!free(p));
+        // Not skipped merely as handed out: the check itself must refuse it.
+        if let Some(h) = HANDED_OUT
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            h.remove(&p);
+        }
         for _ in 0..200 {
             assert_ne!(free_port(), Some(p));
         }
