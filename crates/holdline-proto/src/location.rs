@@ -41,6 +41,13 @@ pub trait LocationStore: Send + Sync {
     /// many it appended.
     fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize;
 
+    /// Whether `aor` has a binding that has not expired at `now` (the admission gate's
+    /// question: is a REGISTER a refresh or a new registration?). The default looks up;
+    /// stores override it without copying the bindings.
+    fn has_bindings(&self, aor: &[u8], now: Instant) -> bool {
+        self.lookup(aor, now, &mut Vec::new()) > 0
+    }
+
     /// Applies `f` to the bindings of `aor` (expired ones already removed; empty if the
     /// address-of-record is unknown) atomically with respect to other calls for the same
     /// address-of-record, and stores the result (an empty result removes the entry).

@@ -178,6 +178,13 @@ impl LocationStore for MemoryStore {
         out.len() - before
     }
 
+    fn has_bindings(&self, aor: &[u8], now: Instant) -> bool {
+        let g = self.shard(aor).0.read();
+        g.map
+            .get(aor)
+            .is_some_and(|bindings| bindings.iter().any(|b| b.expires_at > now))
+    }
+
     fn modify(&self, aor: &[u8], now: Instant, f: &mut dyn FnMut(&mut Vec<Binding>)) {
         let mut g = self.shard(aor).0.write();
         let data = &mut *g;

@@ -526,3 +526,52 @@ fn write_behind_issues_no_tickets() {
     assert_eq!(s.committed(), u64::MAX);
     assert_eq!(s.stats().batches_written, 0, "nothing started a batch");
 }
+
+/// The commit window: after a commit, the next one waits for the window (an hour here) unless
+/// `max_batch` addresses-of-record are pending, so the changes that arrive meanwhile share one
+/// transaction, however many tickets were asked for; closing the store does not wait for it.
+#[test]
+fn commits_within_the_window_are_grouped_and_closing_does_not_wait() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("location.redb");
+    let t0 = Instant::ZERO;
+    let far = t0 + Duration::from_secs(3_600);
+    let config = PersistentConfig {
+        commit_window: Duration::from_secs(3_600),
+        max_batch: 3,
+        ..manual()
+    };
+    {
+        let s = PersistentStore::open_with(&path, t0, wall(0), config).expect("open");
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.set_commit_listener(Arc::new(move |id| {
+            let _ = tx.send(id);
+        }));
+        let wait_for = |ticket: u64| {
+            while s.committed() < ticket {
+                rx.recv_timeout(Duration::from_secs(20))
+                    .expect("a commit within 20 s");
+            }
+        };
+        // The first commit has no window before it.
+        set(&s, "a@x", t0, vec![binding("a", far, None)]);
+        let first = s.commit_ticket().expect("ticket");
+        wait_for(first);
+        // Three REGISTERs, each asking for a commit: one transaction, started by the third
+        // (max_batch), not by the window.
+        let mut tickets = Vec::new();
+        for aor in ["b@x", "c@x", "d@x"] {
+            set(&s, aor, t0, vec![binding(aor, far, None)]);
+            tickets.push(s.commit_ticket().expect("ticket"));
+        }
+        assert_eq!(tickets, vec![first + 1; 3], "one batch for the three");
+        wait_for(first + 1);
+        let st = s.stats();
+        assert_eq!((st.batches_written, st.records_written), (2, 4), "{st:?}");
+        // Inside the window again: closing writes it at once.
+        set(&s, "e@x", t0, vec![binding("e", far, None)]);
+        assert_eq!(s.commit_ticket(), Some(first + 2));
+    }
+    let s = open(&path, t0, wall(0));
+    assert_eq!(s.load_report().aors, 5);
+}
