@@ -239,7 +239,16 @@ pub struct RegisterConfig {
     /// The contact address registered (default: the agent's UAS address if it has a UAS,
     /// else the sending address).
     pub contact: Option<SocketAddr>,
+    /// Honour `Retry-After` in a 5xx (RFC 3261 §21.5.4, as a phone should): send the
+    /// REGISTER again after that many seconds, up to this cap (a longer one is cut to it),
+    /// at most [`MAX_REGISTER_RETRIES`] times per user. `None`: a 5xx ends the user's
+    /// attempt (SIPp's behaviour).
+    pub retry_after_cap: Option<Duration>,
 }
+
+/// How often one user's REGISTER is re-sent after a `Retry-After` before the generator gives
+/// that user up.
+pub const MAX_REGISTER_RETRIES: u32 = 20;
 
 /// The whole agent: any combination of roles sharing one recorder and one clock.
 #[derive(Clone, Debug)]

@@ -39,8 +39,8 @@ use holdline_sip::{Limits, Message, StartLine};
 
 pub use arrivals::Arrivals;
 pub use config::{
-    AgentConfig, ArrivalKind, Hold, PatternError, RegisterConfig, Timers, UacConfig, UasConfig,
-    UserPattern,
+    AgentConfig, ArrivalKind, Hold, MAX_REGISTER_RETRIES, PatternError, RegisterConfig, Timers,
+    UacConfig, UasConfig, UserPattern,
 };
 
 use timers::{Kind, TimerQueue};
@@ -411,7 +411,7 @@ impl Agent {
                             u.fire(&mut cx, e);
                         }
                     }
-                    Kind::RegE | Kind::RegF | Kind::RegRefresh => {
+                    Kind::RegE | Kind::RegF | Kind::RegRefresh | Kind::RegRetry => {
                         if let Some(r) = reg.as_mut() {
                             r.fire(&mut cx, e);
                         }

@@ -1,11 +1,13 @@
 //! REGISTER load: N users registered at a rate, refreshed at an interval, retried once with
-//! Min-Expires on 423, non-INVITE transaction timers E/F.
+//! Min-Expires on 423, retried after a 5xx's Retry-After (when honoured), non-INVITE
+//! transaction timers E/F.
 
 use holdline_base::{ConnId, Duration, Instant, Peer};
 use holdline_metrics::{Method as M, MsgKey};
-use holdline_sip::Message;
+use holdline_sip::{HeaderName, Message};
 
 use crate::build::{self, LegText, num};
+use crate::config::MAX_REGISTER_RETRIES;
 use crate::timers::{Entry, Kind};
 use crate::{Arrivals, Ctx, RegisterConfig};
 
@@ -22,6 +24,11 @@ struct User {
     retried_423: bool,
     /// A 2xx answered one of this user's REGISTERs.
     acked: bool,
+    /// When this user's first REGISTER left (the start of its time to get registered).
+    first_sent: Option<Instant>,
+    /// The REGISTER scheduled again after a Retry-After, and how many times that happened.
+    retry_at: Option<Instant>,
+    retries: u32,
 }
 
 /// The registration role.
@@ -112,6 +119,7 @@ impl Reg {
             u.interval = cx.t.t1;
             u.timer_e = (!cx.reliable).then(|| cx.now + cx.t.t1);
             u.timer_f = Some(cx.now + cx.t.timeout());
+            u.first_sent.get_or_insert(cx.now);
             for (at, kind) in [(u.timer_e, Kind::RegE), (u.timer_f, Kind::RegF)] {
                 if let Some(at) = at {
                     cx.timers.schedule(Entry {
@@ -204,9 +212,36 @@ impl Reg {
         u.pending = false;
         u.timer_e = None;
         u.timer_f = None;
+        if (200..300).contains(&code) && !u.acked {
+            let since = u.first_sent.unwrap_or(u.t_sent);
+            cx.rec
+                .lat
+                .registered
+                .record(cx.now.saturating_duration_since(since));
+        }
         u.acked |= (200..300).contains(&code);
         cx.rec
             .record_register(code, cx.now.saturating_duration_since(u.t_sent));
+        // A 5xx with Retry-After: come back then, as a phone does (within the run).
+        if (500..600).contains(&code)
+            && let Some(cap) = self.cfg.retry_after_cap
+            && u.retries < MAX_REGISTER_RETRIES
+            && let Some(after) = retry_after(msg)
+        {
+            let at = cx.now + after.min(cap);
+            if end.is_none_or(|e| at < e) {
+                u.retries += 1;
+                u.retry_at = Some(at);
+                cx.rec.c.reg_retry_after += 1;
+                cx.timers.schedule(Entry {
+                    at,
+                    slot: user,
+                    gen_: u.cseq,
+                    kind: Kind::RegRetry,
+                });
+                return true;
+            }
+        }
         if code == 423
             && !u.retried_423
             && let Ok(Some(min)) = msg.min_expires()
@@ -262,6 +297,10 @@ impl Reg {
                 cx.rec.msgs.row(MsgKey::Request(M::Register)).timeouts += 1;
                 self.outstanding -= 1;
             }
+            Kind::RegRetry if u.retry_at == Some(e.at) => {
+                u.retry_at = None;
+                self.send(cx, e.slot, false);
+            }
             Kind::RegRefresh if u.refresh_at == Some(e.at) => {
                 u.refresh_at = None;
                 u.retried_423 = false;
@@ -279,4 +318,14 @@ impl Reg {
         self.arrivals.stop();
         self.outstanding = 0;
     }
+}
+
+/// The delay a response's `Retry-After` asks for: its leading whole seconds (RFC 3261
+/// §20.33; a comment or parameters after them are ignored). `None` when absent or not a
+/// number.
+fn retry_after(msg: &Message<'_>) -> Option<Duration> {
+    let v = msg.first_value(HeaderName::RetryAfter)?.trim_ascii_start();
+    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
+    let secs: u64 = std::str::from_utf8(&v[..digits]).ok()?.parse().ok()?;
+    Some(Duration::from_secs(secs))
 }

@@ -45,6 +45,8 @@ pub(crate) enum Kind {
     RegF,
     /// REGISTER refresh.
     RegRefresh,
+    /// A REGISTER's resend after a 5xx's Retry-After.
+    RegRetry,
 }
 
 /// A timer entry: when, which slot (and its generation), which timer.

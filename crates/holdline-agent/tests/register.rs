@@ -26,6 +26,7 @@ fn agent(users: &str, rate: f64, refresh: Option<Duration>, duration: Option<Dur
         refresh,
         duration,
         contact: None,
+        retry_after_cap: None,
     });
     Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -153,4 +154,93 @@ fn refreshes_until_the_duration_ends() {
     assert_eq!(count, 4);
     assert_eq!(a.recorder().c.reg_ok, 4);
     assert!(a.is_done());
+}
+
+/// Answers a REGISTER with 503 and a Retry-After.
+fn busy(req: &[u8], retry_after: &str) -> Vec<u8> {
+    let msg = Message::parse(req, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    let mut out = Vec::new();
+    let extra: Vec<(&str, &[u8])> = vec![("Retry-After", retry_after.as_bytes())];
+    holdline_sip::build_response(&msg, 503, "Busy", Some(b"reg"), &extra, b"", &mut out);
+    out
+}
+
+/// With Retry-After honoured, a 503 sends the REGISTER again exactly that long later (cut to
+/// the cap), the user counts as registered from its first attempt, and the run is not done
+/// while a retry is pending; without it, the 503 ends the user.
+#[test]
+fn a_503_with_retry_after_is_retried_then_and_registration_time_counts_from_the_first_try() {
+    let mut a = agent("solo@example.com", 10.0, None, None);
+    let mut now = Instant::from_secs(1);
+    let mut first = Vec::new();
+    while first.is_empty() {
+        now += Duration::from_millis(1);
+        a.handle_timeout(now);
+        first = sent(&mut a);
+    }
+    // The default agent ignores Retry-After: one 503 ends it.
+    a.handle(now, registrar(), &busy(&first[0], "7"));
+    assert!(a.is_done());
+    assert_eq!(a.recorder().c.reg_retry_after, 0);
+
+    let mut c = AgentConfig::new(Transport::Udp, vec![addr("127.0.0.1:5001")]);
+    let users = UserPattern::parse("solo@example.com").unwrap_or_else(|e| panic!("{e}"));
+    c.register = Some(RegisterConfig {
+        registrar: addr("127.0.0.1:5060"),
+        count: users.len(),
+        users,
+        rate: 10.0,
+        arrivals: ArrivalKind::Constant,
+        expires: 600,
+        refresh: None,
+        duration: None,
+        contact: None,
+        retry_after_cap: Some(Duration::from_secs(30)),
+    });
+    let t0 = Instant::from_secs(1);
+    let mut a = Agent::new(c, t0).unwrap_or_else(|e| panic!("{e}"));
+    let mut now = t0;
+    let mut reqs = Vec::new();
+    while reqs.is_empty() {
+        now += Duration::from_millis(1);
+        a.handle_timeout(now);
+        reqs = sent(&mut a);
+    }
+    let started = now;
+    // 7 s, then a Retry-After of an hour cut to the 30 s cap, then 200.
+    let mut resent_at = Vec::new();
+    for retry_after in ["7", "3600;duration=10 (busy)"] {
+        a.handle(now, registrar(), &busy(&reqs[0], retry_after));
+        assert!(!a.is_done(), "a retry is pending");
+        reqs.clear();
+        while reqs.is_empty() {
+            now += Duration::from_millis(100);
+            a.handle_timeout(now);
+            reqs = sent(&mut a);
+            assert!(now < started + Duration::from_secs(60), "no retry");
+        }
+        resent_at.push(now);
+    }
+    assert_eq!(
+        resent_at[0].saturating_duration_since(started),
+        Duration::from_secs(7)
+    );
+    assert_eq!(
+        resent_at[1].saturating_duration_since(resent_at[0]),
+        Duration::from_secs(30)
+    );
+    now += Duration::from_millis(5);
+    a.handle(now, registrar(), &answer(&reqs[0], 200));
+    assert!(a.is_done());
+    let r = a.recorder();
+    assert_eq!(
+        (r.c.reg_sent, r.c.reg_5xx, r.c.reg_ok, r.c.reg_retry_after),
+        (3, 2, 1, 2)
+    );
+    assert_eq!(r.lat.registered.count(), 1);
+    let registered_ms = r.lat.registered.summary().max_ms;
+    assert!(
+        (36_900.0..37_300.0).contains(&registered_ms),
+        "registered after {registered_ms} ms"
+    );
 }

@@ -87,7 +87,7 @@ impl Settings {
             overload_factors: vec![0.5, 1.0, 1.5, 2.0, 4.0, 7.0, 10.0],
             overload_s: 5.0,
             sustain_s: 60.0,
-            sustain_tries: 3,
+            sustain_tries: 5,
             repeat: 1,
         }
     }

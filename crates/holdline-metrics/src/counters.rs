@@ -91,6 +91,8 @@ counters! {
     reg_5xx,
     /// REGISTER transactions answered with another failure.
     reg_fail_other,
+    /// REGISTERs sent again after a 5xx's Retry-After.
+    reg_retry_after,
     /// Messages that matched no transaction or call (late retransmissions, strays).
     unexpected,
     /// Received bytes that did not parse as a SIP message.

@@ -135,17 +135,21 @@ pub struct Latencies {
     pub bye: Latency,
     /// REGISTER sent to its final response received.
     pub register: Latency,
+    /// A user's first REGISTER sent to its first 2xx received: the time to get registered,
+    /// Retry-After waits and retries included.
+    pub registered: Latency,
 }
 
 impl Latencies {
     /// Names and distributions, in report order.
-    pub fn named(&self) -> [(&'static str, &Latency); 5] {
+    pub fn named(&self) -> [(&'static str, &Latency); 6] {
         [
             ("psd", &self.psd),
             ("pdd", &self.pdd),
             ("setup", &self.setup),
             ("bye", &self.bye),
             ("register", &self.register),
+            ("registered", &self.registered),
         ]
     }
 
@@ -156,5 +160,6 @@ impl Latencies {
         self.setup.merge(&other.setup);
         self.bye.merge(&other.bye);
         self.register.merge(&other.register);
+        self.registered.merge(&other.registered);
     }
 }

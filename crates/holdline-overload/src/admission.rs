@@ -29,22 +29,36 @@ impl fmt::Display for TargetId {
 
 /// What kind of message is being admitted.
 ///
-/// Only [`Class::NewInvite`] can ever be rejected: it starts a call, and rejecting it costs a
-/// fraction of serving the call. Every other message belongs to a call the server already
-/// admitted (or is not a call at all), and every controller admits it by contract (invariant 2
-/// of the architecture: admitted calls come first). The crate's invariant test suite holds
-/// every controller to this.
+/// Three classes can be rejected: [`Class::NewInvite`], [`Class::NewRegistration`] and
+/// [`Class::Refresh`]: each starts (or renews) work the server has not committed to yet, and
+/// rejecting it costs a fraction of serving it. Every other message belongs to a call the
+/// server already admitted (or is not load worth shedding), and every controller admits it by
+/// contract (invariant 2 of the architecture: admitted calls come first). The crate's
+/// invariant test suite holds every controller to this.
+///
+/// Priorities, highest first: in-dialog requests and responses (never rejected), refreshes of
+/// existing bindings, then new registrations and new calls. A probabilistic controller that
+/// admits a new call with probability `f` admits a refresh with `1 - (1 - f)²` (two draws,
+/// [`Class::draws`]); a bang-bang controller (a full queue) rejects all three alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Class {
     /// An initial INVITE: no To tag, and not a retransmission of an INVITE the server already
     /// admitted. A retransmission of an admitted INVITE belongs to an admitted call: the driver
     /// classifies it as [`Class::InDialog`] (it matches a server transaction).
     NewInvite,
+    /// A REGISTER for an address-of-record the registrar holds no binding of: it adds state
+    /// (a storm of them is a flash crowd of phones coming online). The driver classifies it
+    /// ([`Class::of_register`]); [`Class::of_request`] cannot, it does not see the store.
+    NewRegistration,
+    /// A REGISTER refreshing, changing or removing bindings the registrar already holds: a
+    /// phone that stays online. Rejected less often than new work ([`Class::draws`]).
+    Refresh,
     /// A request of an admitted call: anything with a To tag (re-INVITE, BYE, in-dialog
     /// requests), and ACK and CANCEL, which belong to an INVITE transaction.
     InDialog,
-    /// A request outside any dialog that does not start a call: REGISTER, OPTIONS, SUBSCRIBE,
-    /// MESSAGE, PUBLISH, NOTIFY, … Not rejected for load by any controller of this crate.
+    /// A request outside any dialog that does not start a call and that the driver did not
+    /// classify as a registration: OPTIONS, SUBSCRIBE, MESSAGE, PUBLISH, NOTIFY, a REGISTER
+    /// for another domain, … Not rejected for load by any controller of this crate.
     OutOfDialog,
     /// Any response.
     Response,
@@ -52,7 +66,9 @@ pub enum Class {
 
 impl Class {
     /// Classifies a request from its method (case-sensitive, as RFC 3261 §7.1 defines method
-    /// names) and whether its To header field carries a tag.
+    /// names) and whether its To header field carries a tag. A REGISTER is
+    /// [`Class::OutOfDialog`] here: only a driver that sees the location store can tell a new
+    /// registration from a refresh ([`Class::of_register`]).
     ///
     /// ```
     /// use holdline_overload::Class;
@@ -74,9 +90,41 @@ impl Class {
         }
     }
 
-    /// Whether a controller may reject a message of this class (only [`Class::NewInvite`]).
+    /// A REGISTER the registrar serves: [`Class::Refresh`] when its address-of-record has a
+    /// binding already, [`Class::NewRegistration`] otherwise.
+    ///
+    /// ```
+    /// use holdline_overload::Class;
+    /// assert_eq!(Class::of_register(true), Class::Refresh);
+    /// assert_eq!(Class::of_register(false), Class::NewRegistration);
+    /// ```
+    pub const fn of_register(has_binding: bool) -> Self {
+        if has_binding {
+            Self::Refresh
+        } else {
+            Self::NewRegistration
+        }
+    }
+
+    /// Whether a controller may reject a message of this class: [`Class::NewInvite`],
+    /// [`Class::NewRegistration`] and [`Class::Refresh`].
     pub const fn is_rejectable(self) -> bool {
-        matches!(self, Self::NewInvite)
+        matches!(
+            self,
+            Self::NewInvite | Self::NewRegistration | Self::Refresh
+        )
+    }
+
+    /// How many admission draws a probabilistic controller gives a message of this class: it
+    /// is admitted if any of them succeeds. 2 for [`Class::Refresh`] (a refresh is admitted
+    /// with probability `1 - (1 - f)²`: at `f = 0.5`, 75%), 1 for the other rejectable classes,
+    /// 0 for the rest (never drawn: always admitted).
+    pub const fn draws(self) -> u32 {
+        match self {
+            Self::Refresh => 2,
+            Self::NewInvite | Self::NewRegistration => 1,
+            Self::InDialog | Self::OutOfDialog | Self::Response => 0,
+        }
     }
 }
 
@@ -103,7 +151,8 @@ pub enum Gate {
 /// One admission question: may this message go on?
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Admission {
-    /// What the message is. Only [`Class::NewInvite`] can be rejected.
+    /// What the message is. Only the [rejectable](Class::is_rejectable) classes can be
+    /// rejected.
     pub class: Class,
     /// Where the question is asked.
     pub gate: Gate,
@@ -290,6 +339,10 @@ mod tests {
         assert_eq!(Class::of_request(b"OPTIONS", false), Class::OutOfDialog);
         assert_eq!(Class::of_request(b"OPTIONS", true), Class::InDialog);
         assert!(Class::NewInvite.is_rejectable());
+        assert!(Class::NewRegistration.is_rejectable());
+        assert!(Class::Refresh.is_rejectable());
         assert!(!Class::Response.is_rejectable());
+        assert!(!Class::OutOfDialog.is_rejectable());
+        assert!(Class::Refresh.draws() > Class::NewRegistration.draws());
     }
 }

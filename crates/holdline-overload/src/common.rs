@@ -3,7 +3,7 @@
 
 use holdline_base::{Duration, Instant, Rng};
 
-use crate::admission::{Admission, Decision, Gate, RejectReason, Rejection};
+use crate::admission::{Admission, Class, Decision, Gate, RejectReason, Rejection};
 use crate::algorithm::{ConfigError, check_range};
 use crate::snapshot::RejectCounts;
 
@@ -106,9 +106,10 @@ impl Acceptance {
         self.f = (self.f * factor).clamp(self.min, 1.0);
     }
 
-    /// One Bernoulli draw with probability `f` (no draw at all when `f = 1`).
-    pub(crate) fn draw(&mut self) -> bool {
-        self.f >= 1.0 || self.rng.chance(self.f)
+    /// Whether a message of `class` is admitted: [`Class::draws`] Bernoulli draws with
+    /// probability `f`, admitted if any succeeds (no draw at all when `f = 1`).
+    pub(crate) fn draw_for(&mut self, class: Class) -> bool {
+        self.f >= 1.0 || (0..class.draws().max(1)).any(|_| self.rng.chance(self.f))
     }
 }
 
@@ -144,4 +145,28 @@ pub(crate) fn decides(gate: Gate, req: &Admission) -> bool {
 /// `d` in seconds as `f64`.
 pub(crate) fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At `f = 0.5` a new call or registration is admitted half the time, a refresh three
+    /// quarters of the time (two draws); at `f = 1` everything is.
+    #[test]
+    fn refreshes_get_two_draws() {
+        let mut a = Acceptance::new(0.01, 2.0, Rng::seed_from_u64(7));
+        let n = 20_000;
+        let share = |a: &mut Acceptance, class| {
+            (0..n).filter(|_| a.draw_for(class)).count() as f64 / f64::from(n)
+        };
+        assert_eq!(share(&mut a, Class::Refresh), 1.0);
+        a.scale(0.5);
+        let new = share(&mut a, Class::NewRegistration);
+        let invite = share(&mut a, Class::NewInvite);
+        let refresh = share(&mut a, Class::Refresh);
+        assert!((0.48..0.52).contains(&new), "{new}");
+        assert!((0.48..0.52).contains(&invite), "{invite}");
+        assert!((0.73..0.77).contains(&refresh), "{refresh}");
+    }
 }

@@ -15,9 +15,10 @@ use crate::snapshot::Snapshot;
 /// # Contract
 ///
 /// - [`admit`](Self::admit) returns [`Decision::Admit`] for every message whose class is not
-///   [`Class::NewInvite`](crate::Class::NewInvite), in every state, and for every question
-///   asked at a gate other than the controller's own [`gate`](Self::gate). Only new INVITEs
-///   are ever rejected, and always with `503`.
+///   [rejectable](crate::Class::is_rejectable) (new INVITEs, new registrations, refreshes), in
+///   every state, and for every question asked at a gate other than the controller's own
+///   [`gate`](Self::gate). Rejections are always `503`. A probabilistic controller gives a
+///   class [`draws`](crate::Class::draws) chances (refreshes before new work).
 /// - `now` never goes backwards; a smaller `now` than before is treated as no time passing.
 /// - Interval-driven controllers ask to be woken with [`poll_timeout`](Self::poll_timeout);
 ///   the driver calls [`handle_timeout`](Self::handle_timeout) when that instant has come.

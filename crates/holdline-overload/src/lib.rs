@@ -32,9 +32,11 @@
 //!
 //! # The contract every controller keeps
 //!
-//! Only a new INVITE ([`Class::NewInvite`]) can be rejected, always with `503`, and only at the
-//! controller's own gate. Requests of admitted calls (ACK, BYE, CANCEL, anything with a To
-//! tag), requests that start no call, and every response are admitted in every state. The
+//! Only new work can be rejected — a new INVITE ([`Class::NewInvite`]), a REGISTER adding a
+//! binding ([`Class::NewRegistration`]) or renewing one ([`Class::Refresh`], given more
+//! chances) — always with `503`, and only at the controller's own gate. Requests of admitted
+//! calls (ACK, BYE, CANCEL, anything with a To tag), other requests, and every response are
+//! admitted in every state. The
 //! invariant test suite (`tests/invariants.rs`) runs every implemented algorithm through
 //! overload and hostile inputs and checks this.
 //!

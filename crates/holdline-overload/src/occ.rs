@@ -268,7 +268,7 @@ impl Controller for Occ {
         if !decides(self.gate(), req) {
             return Decision::Admit;
         }
-        if self.acceptance.draw() {
+        if self.acceptance.draw_for(req.class) {
             self.counters.admit()
         } else {
             self.counters

@@ -187,7 +187,7 @@ impl Controller for QueueDelay {
         if !decides(self.gate(), req) {
             return Decision::Admit;
         }
-        if self.acceptance.draw() {
+        if self.acceptance.draw_for(req.class) {
             self.counters.admit()
         } else {
             self.counters

@@ -122,6 +122,8 @@ fn all_questions() -> Vec<Admission> {
     let mut v = Vec::new();
     for class in [
         Class::NewInvite,
+        Class::NewRegistration,
+        Class::Refresh,
         Class::InDialog,
         Class::OutOfDialog,
         Class::Response,
@@ -143,7 +145,7 @@ fn all_questions() -> Vec<Admission> {
 }
 
 #[test]
-fn only_new_invites_at_the_own_gate_are_ever_rejected() {
+fn only_new_work_at_the_own_gate_is_ever_rejected() {
     for (alg, mut c) in implemented() {
         let mut r = Rng::seed_from_u64(5);
         let mut now = Instant::ZERO;
@@ -155,7 +157,7 @@ fn only_new_invites_at_the_own_gate_are_ever_rejected() {
             }
             for q in all_questions() {
                 let d = c.admit(now, &q);
-                let own = q.class == Class::NewInvite && q.gate == c.gate();
+                let own = q.class.is_rejectable() && q.gate == c.gate();
                 if !own {
                     assert!(
                         d.is_admit(),
@@ -226,7 +228,7 @@ fn nothing_panics_when_time_goes_backwards() {
             c.handle_timeout(now);
             for q in all_questions() {
                 let d = c.admit(now, &q);
-                if q.class != Class::NewInvite {
+                if !q.class.is_rejectable() {
                     assert!(d.is_admit(), "{alg}, step {step}");
                 }
             }

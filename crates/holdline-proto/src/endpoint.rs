@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use holdline_base::{Duration, Instant, Peer, Rng, Transmit, Transport};
+use holdline_overload::Class;
 use holdline_sip::{
     EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport, Span,
     build_response,
@@ -613,13 +614,21 @@ impl Endpoint {
         bytes: &[u8],
         from: Peer,
         local: Transport,
-        admit: &mut dyn FnMut(bool) -> Option<GateRejection>,
+        admit: &mut dyn FnMut(Class, bool) -> Option<GateRejection>,
         forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
     ) -> bool {
         // Parsed once: the gate's classification and the handling share the index.
         let parsed = Message::parse(bytes, &self.config.limits);
         if let Ok(msg) = &parsed {
             match msg.method() {
+                Some(Method::Register) => {
+                    if let Some(ask) = self.registration_ask(now, msg)
+                        && let Some(r) = admit(ask, false)
+                    {
+                        self.reject_at_gate(msg, from, r);
+                        return true;
+                    }
+                }
                 Some(Method::Invite)
                     if msg.to().is_ok_and(|to| to.tag().is_none())
                         && self.txns.matches_server(msg) == Ok(false) =>
@@ -632,7 +641,7 @@ impl Endpoint {
                         }
                     }
                     let exempt = algo.is_some() && self.answer.is_some_and(|a| a.exempt);
-                    if let Some(r) = admit(exempt) {
+                    if let Some(r) = admit(Class::NewInvite, exempt) {
                         self.reject_at_gate(msg, from, r);
                         return true;
                     }
@@ -650,6 +659,28 @@ impl Endpoint {
         }
         self.handle_parsed(now, bytes, parsed, from, local, forward);
         false
+    }
+
+    /// What a REGISTER would ask of the gate: `None` when it is not new work for this
+    /// registrar — a retransmission of a REGISTER whose transaction is live (it is answered by
+    /// that transaction), one with a To tag, or one for a domain this server does not serve
+    /// (it is proxied, not registered); otherwise a refresh when its address-of-record (the
+    /// To URI) has a live binding, else a new registration.
+    fn registration_ask(&mut self, now: Instant, msg: &Message<'_>) -> Option<Class> {
+        let to = msg.to().ok()?;
+        if to.tag().is_some() || self.txns.matches_server(msg) != Ok(false) {
+            return None;
+        }
+        let ruri = msg.request_uri().ok()?;
+        let ours = ruri
+            .host_bytes()
+            .is_some_and(|h| self.config.serves(h) || is_me_uri(&self.config, &ruri));
+        if !ours {
+            return None;
+        }
+        let mut aor = Vec::with_capacity(64);
+        let known = Registrar::aor_key(&to.uri, &mut aor) && self.store.has_bindings(&aor, now);
+        Some(Class::of_register(known))
     }
 
     /// The To tag of the gate's stateless rejections of `req`: a keyed hash of the fields an
@@ -694,7 +725,9 @@ impl Endpoint {
 
     /// Answers a new INVITE the gate rejected, statelessly.
     fn reject_at_gate(&mut self, req: &Message<'_>, to: Peer, r: GateRejection) {
-        self.stats.requests_in.invite += 1;
+        if let Some(m) = req.method() {
+            *self.stats.requests_in.slot(m) += 1;
+        }
         self.stats.rejected_by_gate += 1;
         let secs = r.retry_after_secs.map(|s| s.to_string());
         let why = r.reason_header();

@@ -11,6 +11,7 @@
 //! store = "memory"                 # or a directory; default: the data directory
 //! durability = "commit"            # persistent store: a REGISTER's 200 waits for the commit;
 //!                                  # "write-behind": written within 100 ms, a crash loses that
+//! commit_window_us = 2000          # shortest time between two commits (group commit)
 //! metrics = "127.0.0.1:9060"       # Prometheus text on /metrics; absent: off
 //! log = "info"                     # tracing filter; RUST_LOG wins
 //! shutdown_grace_ms = 2000
@@ -66,6 +67,7 @@
 //! target_delay_ms = 20             # queue-delay
 //! queue_limit = 100                # queue-limit, bang-bang (messages waiting)
 //! # retry_after_s = 5              # Retry-After in the 503s; default none
+//! register_retry_after_s = [10, 60] # REGISTERs rejected for load: Retry-After drawn from this
 //! emulate_cost_us = 0              # experiments: CPU µs added to every message handled
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
 //! # smart_forwarding = "ics"       # TCP next hops: off | ics | ecs (seed 000); default ics,
@@ -454,6 +456,10 @@ pub struct OverloadSettings {
     pub queue_resume: Option<usize>,
     /// `Retry-After` seconds in the 503s (absent: none, as RFC 7339 §5.2 recommends).
     pub retry_after_s: Option<u32>,
+    /// The range, in whole seconds, the `Retry-After` of a REGISTER rejected for load is
+    /// drawn from (uniformly), so that a rejected herd of phones comes back spread out
+    /// instead of as one second wave (RFC 6357 §4). Default `[10, 60]`.
+    pub register_retry_after_s: [u32; 2],
     /// TCP smart forwarding (seed 000): `off`, `ics` (one connection per next hop; a new
     /// INVITE is rejected with 503 when that connection has unsent bytes) or `ecs` (new
     /// INVITEs on a connection of their own per next hop, checked the same way). Absent:
@@ -553,6 +559,7 @@ impl Default for OverloadSettings {
             queue_limit: 100,
             queue_resume: None,
             retry_after_s: None,
+            register_retry_after_s: [10, 60],
             emulate_cost_us: 0,
             emulate_reject_cost_us: None,
             smart_forwarding: None,
@@ -926,6 +933,10 @@ pub struct ServerConfig {
     /// the disk within 100 ms plus two commits, and a crash loses what is inside that window.
     /// See `docs/registrar.md`.
     pub durability: String,
+    /// The shortest time between the starts of two commits of the persistent store, µs
+    /// (default 2,000): the REGISTERs that arrive within it share one commit. It bounds the
+    /// commits per second (and their CPU) and adds at most itself to a REGISTER's latency.
+    pub commit_window_us: u64,
     /// Data directory; absent: [`default_data_dir`].
     pub data_dir: Option<PathBuf>,
     /// Address of the Prometheus endpoint (`GET /metrics`); absent: off.
@@ -1131,6 +1142,7 @@ impl Default for ServerConfig {
             record_route: true,
             relay: "restricted".into(),
             durability: "commit".into(),
+            commit_window_us: 2_000,
             trusted: IpNet::loopback().into_iter().map(TrustedNet).collect(),
             store: None,
             data_dir: None,
@@ -1318,6 +1330,9 @@ impl ServerConfig {
         if !matches!(self.durability.as_str(), "commit" | "write-behind") {
             return err("durability", "expected \"commit\" or \"write-behind\"");
         }
+        if self.commit_window_us > 1_000_000 {
+            return err("commit_window_us", "at most 1000000 (one second)");
+        }
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
         }
@@ -1389,6 +1404,13 @@ impl ServerConfig {
         }
         if self.overload.emulate_cost_us > 1_000_000 {
             return err("overload.emulate_cost_us", "at most 1000000 (one second)");
+        }
+        let [lo, hi] = self.overload.register_retry_after_s;
+        if lo == 0 || lo > hi || hi > 86_400 {
+            return err(
+                "overload.register_retry_after_s",
+                "expected [min, max] seconds with 1 <= min <= max <= 86400",
+            );
         }
         if self.overload.emulate_reject_cost_us.unwrap_or(0) > 1_000_000 {
             return err(
@@ -1905,6 +1927,10 @@ send_buffer = 16384
         let e = ServerConfig::from_toml("d.toml", "workers = 1\ndurability = \"sometimes\"\n")
             .expect_err("bad durability");
         assert_eq!((e.line, e.key.as_str()), (2, "durability"));
+        assert_eq!(ServerConfig::default().commit_window_us, 2_000);
+        let e = ServerConfig::from_toml("d.toml", "workers = 1\ncommit_window_us = 5000000\n")
+            .expect_err("too long a window");
+        assert_eq!((e.line, e.key.as_str()), (2, "commit_window_us"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 
 use holdline_base::{Instant, Peer, Transmit};
-use holdline_overload::Rejection;
+use holdline_overload::{Class, Rejection};
 use holdline_sip::{Limits, Message, Method, build_response};
 
 use crate::ServerConfig;
@@ -14,20 +14,21 @@ use crate::ServerConfig;
 pub trait WorkerCore: Send {
     /// Processes one datagram or framed stream message from `from`.
     fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer);
-    /// [`handle`](Self::handle) behind the admission gate: a new INVITE (initial, no To
-    /// tag, not a retransmission of one already admitted) is put to `admit` first and, if it
-    /// answers with a rejection, answered with it statelessly. Returns whether the message was
-    /// rejected. `forward` is asked, for a new INVITE about to be sent to a next hop, whether
-    /// it may go there (TCP smart forwarding). `admit`'s argument: the INVITE's upstream
-    /// client takes the overload answer and is exempt from the local controller (see
-    /// `holdline_proto::Endpoint::handle_admitting`). The default (engines without a gate)
-    /// handles everything.
+    /// [`handle`](Self::handle) behind the admission gate: new work — a new INVITE (initial,
+    /// no To tag, not a retransmission of one already admitted), a REGISTER for the registrar
+    /// (a new registration or a refresh) — is put to `admit` first and, if it answers with a
+    /// rejection, answered with it statelessly. Returns whether the message was rejected.
+    /// `forward` is asked, for a new INVITE about to be sent to a next hop, whether it may go
+    /// there (TCP smart forwarding). `admit`'s arguments: the class of the new work, and
+    /// whether the INVITE's upstream client takes the overload answer and is exempt from the
+    /// local controller (see `holdline_proto::Endpoint::handle_admitting`). The default
+    /// (engines without a gate) handles everything.
     fn handle_admitting(
         &mut self,
         now: Instant,
         bytes: &[u8],
         from: Peer,
-        admit: &mut dyn FnMut(bool) -> Option<Rejection>,
+        admit: &mut dyn FnMut(Class, bool) -> Option<Rejection>,
         forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
     ) -> bool {
         let _ = (admit, forward);

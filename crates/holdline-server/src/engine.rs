@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use holdline_base::{Duration, Instant, Peer, Transmit};
 use holdline_io::Clock;
-use holdline_overload::Rejection;
+use holdline_overload::{Class, Rejection};
 use holdline_proto::{
     DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, ListenAddr, LocationStore,
     OverloadAnswer, ProxyConfig, StaticRoute,
@@ -88,6 +88,7 @@ pub fn open_store(config: &ServerConfig, clock: &Clock) -> Result<OpenedStore, E
                 std::time::SystemTime::now(),
                 PersistentConfig {
                     durability,
+                    commit_window: Duration::from_micros(config.commit_window_us),
                     ..PersistentConfig::default()
                 },
             )?);
@@ -305,7 +306,7 @@ impl WorkerCore for Engine {
         now: Instant,
         bytes: &[u8],
         from: Peer,
-        admit: &mut dyn FnMut(bool) -> Option<Rejection>,
+        admit: &mut dyn FnMut(Class, bool) -> Option<Rejection>,
         forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
     ) -> bool {
         let rejected = self.endpoint.handle_admitting(
@@ -313,7 +314,7 @@ impl WorkerCore for Engine {
             bytes,
             from,
             from.transport,
-            &mut |exempt| admit(exempt).map(gate_rejection),
+            &mut |class, exempt| admit(class, exempt).map(gate_rejection),
             &mut |dest| forward(dest).map(gate_rejection),
         );
         self.drain_events();

@@ -360,6 +360,10 @@ impl Server {
             invite_max_wait: config.overload.invite_max_wait(),
             flood: flood_config(config, engine::random_seed()),
             trusted: config.trusted.iter().map(|t| t.0).collect(),
+            register_retry_after: (
+                config.overload.register_retry_after_s[0],
+                config.overload.register_retry_after_s[1],
+            ),
         };
         let overload = config
             .overload

@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant as StdInstant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use holdline_base::{ConnId, Instant, Peer, Transport};
+use holdline_base::{ConnId, Instant, Peer, Rng, Transport};
 use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions, TlsState};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
-    Admission, Class, Controller, Decision, DeferConfig, DeferQueue, Feedback, FloodConfig,
-    FloodGuard, HopMeasure, HopServer, Lane, Outcome, RejectReason, Rejection, RejectionBudget,
-    Release, Signal, Split, TargetId, Verdict, Work,
+    Admission, Class, Controller, DeferConfig, DeferQueue, Feedback, FloodConfig, FloodGuard,
+    HopMeasure, HopServer, Lane, Outcome, RejectReason, Rejection, RejectionBudget, Release,
+    Signal, Split, TargetId, Verdict, Work,
 };
 use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
 use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
@@ -134,6 +134,10 @@ pub(crate) struct Settings {
     /// Per-source flood protection (`None`: off), and the sources it exempts.
     pub(crate) flood: Option<FloodConfig>,
     pub(crate) trusted: Vec<IpNet>,
+    /// The `Retry-After` of a REGISTER rejected for load: whole seconds drawn uniformly from
+    /// this range, so that a rejected herd of phones comes back spread out (RFC 3261
+    /// §21.5.4; RFC 6357 §4's registration storms).
+    pub(crate) register_retry_after: (u32, u32),
 }
 
 struct Conn {
@@ -198,6 +202,8 @@ pub(crate) struct Worker {
     flood: Option<FloodGuard>,
     /// Set while reading INVITE sockets past the rejection budget: the gate admits.
     admit_all: bool,
+    /// Draws the Retry-After of rejected REGISTERs.
+    rng: Rng,
     /// Mean CPU time per message handled (exponentially weighted), ns: turns a queueing delay
     /// into a queue length for the queue-limit controllers.
     service_ns: f64,
@@ -399,6 +405,7 @@ impl Worker {
             budget: None,
             flood,
             admit_all: false,
+            rng: Rng::seed_from_u64(crate::engine::random_seed() ^ index as u64),
             service_ns: 0.0,
             conns: Slab::new(),
             conn_keys: HashMap::new(),
@@ -999,20 +1006,29 @@ impl Worker {
         let admit_all = self.admit_all;
         let forward = &mut self.forward;
         let hop = &mut self.hop;
+        let (rng, spread) = (&mut self.rng, self.settings.register_retry_after);
         let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
         let rejected = self.core.handle_admitting(
             now,
             bytes,
             from,
-            &mut |exempt| {
-                forced.or_else(|| {
+            &mut |class, exempt| {
+                let r = forced.or_else(|| {
                     if admit_all || exempt {
                         return None;
                     }
-                    match controller.admit(fresh, &Admission::new_invite()) {
-                        Decision::Admit => None,
-                        Decision::Reject(r) => Some(r),
-                    }
+                    controller
+                        .admit(fresh, &Admission::ingress(class))
+                        .rejection()
+                })?;
+                Some(match class {
+                    Class::NewRegistration | Class::Refresh => Rejection {
+                        retry_after: Some(Duration::from_secs(u64::from(
+                            spread.0 + rng.below(u64::from(spread.1 - spread.0) + 1) as u32,
+                        ))),
+                        ..r
+                    },
+                    _ => r,
                 })
             },
             &mut |dest: Peer| {

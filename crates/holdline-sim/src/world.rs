@@ -471,7 +471,7 @@ impl Server {
             &m.bytes,
             udp(m.from),
             Transport::Udp,
-            &mut |exempt| {
+            &mut |class, exempt| {
                 if forced.is_some() {
                     return forced;
                 }
@@ -479,7 +479,7 @@ impl Server {
                     admitted = true;
                     return None;
                 }
-                match ctl.admit(t, &Admission::new_invite()).rejection() {
+                match ctl.admit(t, &Admission::ingress(class)).rejection() {
                     None => {
                         admitted = true;
                         None

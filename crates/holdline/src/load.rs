@@ -233,9 +233,17 @@ struct RegisterArgs {
     /// UDP source ports or TCP connections.
     #[arg(long, value_name = "M", default_value_t = 1)]
     connections: usize,
-    /// After the last arrival, wait at most S seconds for answers.
+    /// After the last arrival, wait at most S seconds for answers (and for the REGISTERs
+    /// re-sent after a Retry-After).
     #[arg(long, value_name = "S", default_value_t = 40.0)]
     drain: f64,
+    /// A 5xx's Retry-After ends a user's attempt instead of being honoured (by default the
+    /// REGISTER is sent again after it, as a phone does, up to 20 times per user).
+    #[arg(long)]
+    ignore_retry_after: bool,
+    /// The longest Retry-After honoured, seconds (longer ones are cut to it).
+    #[arg(long, value_name = "S", default_value_t = 300.0)]
+    retry_after_cap: f64,
     /// At the end, write the address of every user whose REGISTER got a 2xx to FILE, one
     /// per line (what the registrar acknowledged; compare it with the store after a crash).
     #[arg(long, value_name = "FILE")]
@@ -434,6 +442,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                     refresh: None,
                     duration: None,
                     contact: None,
+                    retry_after_cap: None,
                 });
             }
             let mut l = load_config(
@@ -465,6 +474,9 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 refresh: a.refresh.map(|r| secs(r, "--refresh")).transpose()?,
                 duration: a.duration.map(|d| secs(d, "--duration")).transpose()?,
                 contact: None,
+                retry_after_cap: (!a.ignore_retry_after)
+                    .then(|| secs(a.retry_after_cap, "--retry-after-cap"))
+                    .transpose()?,
             });
             let mut l = load_config(
                 cfg,

@@ -1820,7 +1820,7 @@ fn gate_rejects_a_new_invite_statelessly_with_503() {
         &invite("z9hG4bKg1"),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |_| {
+        &mut |_, _| {
             asked += 1;
             Some(REJECT)
         },
@@ -1849,6 +1849,108 @@ fn gate_rejects_a_new_invite_statelessly_with_503() {
     assert_eq!(e.stats().requests_in.invite, 1);
 }
 
+/// A REGISTER for the registrar is new work: the gate is asked once, as a new registration
+/// while its address-of-record has no binding and as a refresh once it has one; a rejected
+/// REGISTER gets the 503 with its Retry-After and stores nothing; a retransmission of an
+/// admitted REGISTER is answered by its transaction without asking again.
+#[test]
+fn gate_classifies_registers_as_new_registrations_or_refreshes() {
+    use holdline_overload::Class;
+    let mut e = gate_endpoint();
+    let from = udp(ua_addr(1));
+    let reg = |branch: &str, cseq: u32| {
+        request(
+            "REGISTER",
+            "sip:example.com",
+            ua_addr(1),
+            branch,
+            cseq,
+            &[("To", "<sip:bob@example.com>"), ("Expires", "600")],
+        )
+    };
+    let mut asked = Vec::new();
+    // Rejected: 503 with the driver's Retry-After, no binding.
+    let r = crate::endpoint::GateRejection {
+        retry_after_secs: Some(37),
+        ..REJECT
+    };
+    assert!(e.handle_admitting(
+        ms(0),
+        &reg("z9hG4bKr1", 1),
+        from,
+        Transport::Udp,
+        &mut |ask, _| {
+            asked.push(ask);
+            Some(r)
+        },
+        &mut |_| None,
+    ));
+    let out = drain(&mut e);
+    assert_eq!(out.len(), 1);
+    assert_eq!(status_of(&out[0]), 503);
+    assert_eq!(
+        header(&out[0], HeaderName::RetryAfter).as_deref(),
+        Some("37")
+    );
+    assert_eq!(e.stats().requests_in.register, 1);
+    assert_eq!(e.stats().requests_in.invite, 0);
+    // Admitted: 200, and the binding is there.
+    let admitted = reg("z9hG4bKr2", 2);
+    assert!(!e.handle_admitting(
+        ms(1),
+        &admitted,
+        from,
+        Transport::Udp,
+        &mut |ask, _| {
+            asked.push(ask);
+            None
+        },
+        &mut |_| None,
+    ));
+    let out = drain(&mut e);
+    assert_eq!(
+        status_of(&out[0]),
+        200,
+        "{}",
+        String::from_utf8_lossy(&out[0])
+    );
+    // Its retransmission: answered again by the transaction, not asked about.
+    assert!(!e.handle_admitting(
+        ms(2),
+        &admitted,
+        from,
+        Transport::Udp,
+        &mut |ask, _| {
+            asked.push(ask);
+            Some(REJECT)
+        },
+        &mut |_| None,
+    ));
+    let out = drain(&mut e);
+    assert_eq!(status_of(&out[0]), 200);
+    // The next REGISTER of that address-of-record is a refresh.
+    assert!(e.handle_admitting(
+        ms(3),
+        &reg("z9hG4bKr3", 3),
+        from,
+        Transport::Udp,
+        &mut |ask, _| {
+            asked.push(ask);
+            Some(REJECT)
+        },
+        &mut |_| None,
+    ));
+    assert_eq!(
+        asked,
+        vec![
+            Class::NewRegistration,
+            Class::NewRegistration,
+            Class::Refresh
+        ]
+    );
+    assert_eq!(e.stats().rejected_by_gate, 2);
+}
+
 #[test]
 fn gate_puts_retry_after_when_configured() {
     let mut e = gate_endpoint();
@@ -1862,7 +1964,7 @@ fn gate_puts_retry_after_when_configured() {
         &invite("z9hG4bKg2"),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |_| Some(r),
+        &mut |_, _| Some(r),
         &mut |_| None,
     ));
     let out = drain(&mut e);
@@ -1889,18 +1991,19 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         &inv,
         from,
         Transport::Udp,
-        &mut |_| None,
+        &mut |_, _| None,
         &mut |_| { None }
     ));
     assert!(!e.transactions().is_empty());
     drain(&mut e);
     let mut asked = 0;
-    let mut gate = |_| {
+    let mut gate = |_, _| {
         asked += 1;
         Some(REJECT)
     };
-    // Its retransmission, a re-INVITE (To tag), ACK, BYE, CANCEL, REGISTER, OPTIONS and a
-    // response are all handled as usual, without asking the gate.
+    // Its retransmission, a re-INVITE (To tag), ACK, BYE, CANCEL, a REGISTER for a domain
+    // served elsewhere (proxied, not registered), OPTIONS and a response are all handled as
+    // usual, without asking the gate.
     let to = [("To", "<sip:bob@example.com>;tag=b1")];
     let msgs = [
         inv.clone(),
@@ -1938,11 +2041,11 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         ),
         request(
             "REGISTER",
-            "sip:example.com",
+            "sip:elsewhere.example.org",
             ua_addr(1),
             "z9hG4bKg7",
             1,
-            &[],
+            &[("To", "<sip:bob@elsewhere.example.org>")],
         ),
         request(
             "OPTIONS",
@@ -1984,7 +2087,7 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         &[("CSeq", "x")],
     );
     assert!(!e.handle_admitting(ms(1), &bad, from, Transport::Udp, &mut gate, &mut |_| None));
-    assert_eq!(asked, 0, "the gate is asked about new INVITEs only");
+    assert_eq!(asked, 0, "the gate is asked about new work only");
     assert_eq!(e.stats().rejected_by_gate, 0);
     assert_eq!(
         e.stats().retransmissions_absorbed,
@@ -2003,7 +2106,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &inv,
         from,
         Transport::Udp,
-        &mut |_| Some(REJECT),
+        &mut |_, _| Some(REJECT),
         &mut |_| None
     ));
     let out = drain(&mut e);
@@ -2014,7 +2117,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &inv,
         from,
         Transport::Udp,
-        &mut |_| Some(REJECT),
+        &mut |_, _| Some(REJECT),
         &mut |_| None
     ));
     assert_eq!(header(&drain(&mut e)[0], HeaderName::To), Some(to.clone()));
@@ -2033,7 +2136,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &ack,
         from,
         Transport::Udp,
-        &mut |_| {
+        &mut |_, _| {
             asked += 1;
             None
         },
@@ -2059,7 +2162,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         &other,
         from,
         Transport::Udp,
-        &mut |_| None,
+        &mut |_, _| None,
         &mut |_| None
     ));
     assert_eq!(e.stats().gate_acks_absorbed, 1);
@@ -2087,7 +2190,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         &invite("z9hG4bKgk"),
         from,
         Transport::Udp,
-        &mut |_| Some(REJECT),
+        &mut |_, _| Some(REJECT),
         &mut |_| None
     ));
     let to = header(&drain(&mut reader)[0], HeaderName::To).expect("To");
@@ -2104,7 +2207,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         &ack,
         from,
         Transport::Udp,
-        &mut |_| None,
+        &mut |_, _| None,
         &mut |_| { None }
     ));
     assert!(drain(&mut owner).is_empty(), "absorbed, not forwarded");
@@ -2115,7 +2218,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         &ack,
         from,
         Transport::Udp,
-        &mut |_| None,
+        &mut |_, _| None,
         &mut |_| None
     ));
     assert_eq!(stranger.stats().gate_acks_absorbed, 0);
@@ -2146,7 +2249,7 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
         &invite("z9hG4bKf1"),
         from,
         Transport::Udp,
-        &mut |_| None,
+        &mut |_, _| None,
         &mut |dest| {
             asked.push(dest.addr);
             Some(REJECT)
@@ -2182,10 +2285,17 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
         &[("To", "<sip:bob@example.com>;tag=b")],
     );
     for m in [reinvite, bye] {
-        e.handle_admitting(ms(2), &m, from, Transport::Udp, &mut |_| None, &mut |_| {
-            asked += 1;
-            Some(REJECT)
-        });
+        e.handle_admitting(
+            ms(2),
+            &m,
+            from,
+            Transport::Udp,
+            &mut |_, _| None,
+            &mut |_| {
+                asked += 1;
+                Some(REJECT)
+            },
+        );
     }
     assert_eq!(asked, 0);
     assert_eq!(e.stats().forwarded, 2, "re-INVITE and BYE forwarded");
@@ -2508,7 +2618,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         &invite_offering("z9hG4bKs1", "s1@test", ";oc;oc-algo=\"loss,rate\""),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |exempt| {
+        &mut |_, exempt| {
             asked.push(exempt);
             (!exempt).then_some(REJECT)
         },
@@ -2542,7 +2652,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         &invite_offering("z9hG4bKs2", "s2@test", ""),
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |exempt| {
+        &mut |_, exempt| {
             asked.push(exempt);
             (!exempt).then_some(REJECT)
         },
@@ -2621,7 +2731,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
             &inv,
             udp(ua_addr(client)),
             Transport::Udp,
-            &mut |exempt| (!exempt).then_some(REJECT),
+            &mut |_, exempt| (!exempt).then_some(REJECT),
             &mut |_| None,
         ));
         sent += 1;
@@ -2672,7 +2782,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
         &inv,
         udp(ua_addr(1)),
         Transport::Udp,
-        &mut |exempt| {
+        &mut |_, exempt| {
             asked.push(exempt);
             None
         },
