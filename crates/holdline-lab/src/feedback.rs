@@ -335,6 +335,9 @@ pub(crate) fn server_args(port: u16, metrics: u16, next_hop: u16) -> Vec<String>
         format!("--route=*=udp:127.0.0.1:{next_hop}"),
         "--workers=1".into(),
         "--store=memory".into(),
+        // The kernel's default receive buffer, as the papers' servers had it (and the
+        // simulator's scenarios model): holdline's own default is 8 MiB.
+        format!("--udp-recv-buffer={}", crate::KERNEL_UDP_RECV_BUFFER),
         format!("--metrics=127.0.0.1:{metrics}"),
     ]
 }

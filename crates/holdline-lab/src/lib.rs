@@ -28,3 +28,8 @@ pub mod udp_overload;
 pub mod window;
 
 pub use error::LabError;
+
+/// Linux's default `SO_RCVBUF` (`net.core.rmem_default`, 212,992 bytes): the papers'
+/// experiments give the server this receive buffer (`--udp-recv-buffer`), as their servers
+/// had it and as the simulator's scenarios model it; `holdline serve`'s own default is 8 MiB.
+pub(crate) const KERNEL_UDP_RECV_BUFFER: usize = 212_992;

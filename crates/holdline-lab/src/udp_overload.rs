@@ -345,6 +345,9 @@ fn run_point_once(
         format!("--route=*=udp:127.0.0.1:{uas_port}"),
         "--workers=1".into(),
         "--store=memory".into(),
+        // The kernel's default receive buffer, as the papers' servers had it (and the
+        // simulator's scenarios model): holdline's own default is 8 MiB.
+        format!("--udp-recv-buffer={}", crate::KERNEL_UDP_RECV_BUFFER),
         format!("--metrics=127.0.0.1:{metrics_port}"),
         format!("--overload={}", mechanism.algorithm),
         format!("--emulate-cost-us={}", spec.cost_us),

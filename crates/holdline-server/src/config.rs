@@ -44,7 +44,7 @@
 //! handoff_queue = 4096
 //! max_transactions = 4000000       # per worker, lingering ones included
 //! transaction_memory_mb = 1024     # per worker; absent: RAM / 4 / workers
-//! udp_recv_buffer = 4194304        # optional
+//! udp_recv_buffer = 8388608        # default 8 MiB (0: the kernel's default, 208 KiB)
 //!
 //! [timers]
 //! t1_ms = 500
@@ -385,7 +385,10 @@ pub struct LimitsConfig {
     /// like `max_transactions`. Absent: a quarter of the machine's RAM shared among the
     /// workers.
     pub transaction_memory_mb: Option<u64>,
-    /// `SO_RCVBUF` for UDP sockets, bytes (absent: system default).
+    /// `SO_RCVBUF` for UDP sockets, bytes (default 8 MiB; 0: the kernel's default, which is
+    /// 208 KiB on Linux: a few milliseconds of traffic at 20,000 messages/s, so any stall of
+    /// the worker drops datagrams that the senders retransmit 500 ms later). Linux caps it at
+    /// `net.core.rmem_max`; `holdline serve` says so at start when it does.
     pub udp_recv_buffer: Option<usize>,
     /// `SO_SNDBUF` for UDP sockets, bytes (absent: system default).
     pub udp_send_buffer: Option<usize>,
@@ -418,7 +421,7 @@ impl Default for LimitsConfig {
             handoff_queue: 4096,
             max_transactions: 4_000_000,
             transaction_memory_mb: None,
-            udp_recv_buffer: None,
+            udp_recv_buffer: Some(DEFAULT_UDP_RECV_BUFFER),
             udp_send_buffer: None,
             tcp_send_buffer: None,
             tcp_recv_buffer: None,
@@ -1175,6 +1178,10 @@ impl ServerConfig {
     }
 }
 
+/// The default `SO_RCVBUF` of UDP sockets (`[limits] udp_recv_buffer`): 8 MiB, what the bench
+/// gives both servers (Kamailio's `maxbuffer`).
+pub(crate) const DEFAULT_UDP_RECV_BUFFER: usize = 8 << 20;
+
 /// Command-line values that replace the file's (lists replace lists when given).
 #[derive(Clone, Debug, Default)]
 pub struct Overrides {
@@ -1204,6 +1211,8 @@ pub struct Overrides {
     pub defer_new_invites: Option<bool>,
     /// `--udp-invite-socket`.
     pub udp_invite_socket: Option<bool>,
+    /// `--udp-recv-buffer` (0: the kernel's default).
+    pub udp_recv_buffer: Option<usize>,
     /// `--feedback`.
     pub feedback: Option<String>,
 }
@@ -1297,6 +1306,9 @@ impl ServerConfig {
         }
         if let Some(d) = o.udp_invite_socket {
             self.overload.udp_invite_socket = Some(d);
+        }
+        if let Some(b) = o.udp_recv_buffer {
+            self.limits.udp_recv_buffer = Some(b);
         }
         if let Some(f) = o.feedback {
             self.overload.feedback = Some(f);

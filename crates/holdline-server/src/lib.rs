@@ -166,6 +166,8 @@ pub struct Server {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     bound: Vec<Listener>,
+    /// The UDP receive buffer asked for and the one the kernel gave (of the first UDP socket).
+    udp_recv_buffer: Option<(usize, usize)>,
     metrics: Option<MetricsServer>,
     hooks: Vec<ShutdownHook>,
     reload_hooks: Vec<ReloadHook>,
@@ -214,7 +216,7 @@ impl Server {
         let l = &config.limits;
         let udp_opts = UdpOptions {
             reuse_port: true,
-            recv_buffer: l.udp_recv_buffer,
+            recv_buffer: l.udp_recv_buffer.filter(|&n| n > 0),
             send_buffer: l.udp_send_buffer,
             batched: l.batched_udp,
             // Kernel receive times: the workers measure their queueing delay with them.
@@ -251,6 +253,7 @@ impl Server {
         let mut invite_udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
         let mut tcp: Vec<Vec<TcpListener>> = (0..n).map(|_| Vec::new()).collect();
         let mut bound = Vec::new();
+        let mut udp_recv_buffer = None;
         for lst in &config.listen {
             let mut addr = lst.addr;
             probe_exclusive(lst)?;
@@ -263,6 +266,10 @@ impl Server {
                     Transport::Udp => {
                         let s = UdpSocket::bind(addr, &udp_opts).map_err(err)?;
                         addr = s.local_addr().map_err(err)?;
+                        if let (None, Some(asked)) = (udp_recv_buffer, udp_opts.recv_buffer) {
+                            // Linux reports twice what it keeps for the payload.
+                            udp_recv_buffer = s.recv_buffer_size().ok().map(|g| (asked, g / 2));
+                        }
                         udp[w].push(s);
                     }
                     Transport::Tcp | Transport::Tls => {
@@ -466,12 +473,19 @@ impl Server {
             shared,
             threads,
             bound,
+            udp_recv_buffer,
             metrics,
             hooks: Vec::new(),
             reload_hooks: Vec::new(),
             grace: config.shutdown_grace(),
             store,
         })
+    }
+
+    /// The UDP receive buffer (`SO_RCVBUF`) asked for and the one the kernel gave, when one
+    /// was asked for and a UDP listener exists: the kernel caps it at `net.core.rmem_max`.
+    pub fn udp_recv_buffer(&self) -> Option<(usize, usize)> {
+        self.udp_recv_buffer
     }
 
     /// The listeners as bound (port 0 resolved).

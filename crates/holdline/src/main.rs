@@ -109,6 +109,9 @@ struct ServeArgs {
     /// (default: on unless --overload none).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     udp_invite_socket: Option<bool>,
+    /// SO_RCVBUF of the UDP sockets, bytes (default 8 MiB; 0: the kernel's default).
+    #[arg(long, value_name = "BYTES")]
+    udp_recv_buffer: Option<usize>,
     /// Hop-by-hop overload control (RFC 7339 / RFC 7415), client role: the algorithms offered
     /// to next hops and applied to their answers (default: loss unless --overload none); or
     /// `window`: seed 004's window of outstanding INVITEs per next hop, without feedback.
@@ -316,6 +319,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             smart_forwarding: args.smart_forwarding,
             defer_new_invites: args.defer_new_invites,
             udp_invite_socket: args.udp_invite_socket,
+            udp_recv_buffer: args.udp_recv_buffer,
             feedback: args.feedback,
         })
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
@@ -403,6 +407,14 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     eprintln!("holdline: logs to stderr (filter: RUST_LOG or `log` in the config)");
     for l in server.local_addrs() {
         eprintln!("holdline: listening on {l}");
+    }
+    if let Some((asked, got)) = server.udp_recv_buffer()
+        && got < asked
+    {
+        eprintln!(
+            "holdline: UDP receive buffer {got} bytes, not the {asked} asked: net.core.rmem_max caps it \
+             (raise it: sysctl -w net.core.rmem_max={asked}); a stall of the worker drops what does not fit"
+        );
     }
     match server.metrics_addr() {
         Some(a) => eprintln!("holdline: metrics on http://{a}/metrics"),

@@ -70,6 +70,10 @@ fn overloaded_with(
         format!("*=udp:127.0.0.1:{uas}"),
         s("--store"),
         s("memory"),
+        // The kernel's default receive buffer, as in the labs: with holdline's 8 MiB, no
+        // control would queue tens of seconds of this emulated work.
+        s("--udp-recv-buffer"),
+        s("212992"),
         s("--workers"),
         s("1"),
         s("--metrics"),

@@ -91,6 +91,9 @@ fn real(algorithm: &str) -> (f64, f64, f64) {
                 format!("*=udp:127.0.0.1:{uas}"),
                 s("--store"),
                 s("memory"),
+                // The kernel's default, which the scenario's `recv_buffer` models.
+                s("--udp-recv-buffer"),
+                s("212992"),
                 s("--workers"),
                 s("1"),
                 s("--overload"),

@@ -564,7 +564,10 @@ fn commits_within_the_window_are_grouped_and_closing_does_not_wait() {
             set(&s, aor, t0, vec![binding(aor, far, None)]);
             tickets.push(s.commit_ticket().expect("ticket"));
         }
-        assert_eq!(tickets, vec![first + 1; 3], "one batch for the three");
+        // The third modify starts the batch (max_batch) before its ticket is asked for, so
+        // that ticket may name the next batch; the change itself is in this one.
+        assert_eq!(&tickets[..2], &[first + 1; 2], "one batch for the three");
+        assert!(tickets[2] > first);
         wait_for(first + 1);
         let st = s.stats();
         assert_eq!((st.batches_written, st.records_written), (2, 4), "{st:?}");
