@@ -13,10 +13,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Background, Holdline, free_port, metric, scrape, wait_metrics};
+use common::{Background, Holdline, free_port, metric, scrape, wait_metrics};
 use holdline_proto::LocationStore;
 
 const DOMAIN: &str = "example.test";
@@ -48,27 +48,13 @@ fn drill(
     ]);
     let loaded = metric(&scrape(metrics), "holdline_store_bindings", &[]);
     let acked = out.join(format!("acked-{first}.txt"));
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "load",
-        "register",
-        "--target",
-        &format!("127.0.0.1:{port}"),
-        "--users",
+    let mut cmd = common::load_register(
+        port,
         &format!("u{{{first}..{}}}@{DOMAIN}", first + count - 1),
-        "--rate",
-        &rate.to_string(),
-        "--drain",
-        "2",
-        "--max-time",
-        "30",
-        "--progress",
-        "off",
-        "--acked",
-        &acked.display().to_string(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
+        rate,
+    );
+    cmd.args(["--drain", "2", "--max-time", "30", "--acked"])
+        .arg(&acked);
     let generator = Background::spawn(cmd);
     wait_metrics(metrics, Duration::from_secs(20), |text| {
         metric(text, "holdline_store_bindings", &[]) >= loaded + kill_after

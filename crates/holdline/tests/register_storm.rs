@@ -8,10 +8,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Background, Holdline, free_port, metric, scrape};
+use common::{Background, Holdline, free_port, metric, scrape};
 
 const DOMAIN: &str = "example.test";
 
@@ -44,28 +43,10 @@ fn a_storm_at_twice_the_capacity_gets_503_with_retry_after_and_everyone_register
     ]);
     let users = 10_000u64;
     let json = dir.path().join("storm.json");
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "load",
-        "register",
-        "--target",
-        &format!("127.0.0.1:{port}"),
-        "--users",
-        &format!("u{{0..{}}}@{DOMAIN}", users - 1),
-        // Twice the capacity for 2 s.
-        "--rate",
-        "5000",
-        "--drain",
-        "60",
-        "--max-time",
-        "90",
-        "--progress",
-        "off",
-        "--json",
-        &json.display().to_string(),
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
+    // Twice the capacity for 2 s.
+    let mut cmd = common::load_register(port, &format!("u{{0..{}}}@{DOMAIN}", users - 1), 5000);
+    cmd.args(["--drain", "60", "--max-time", "90", "--json"])
+        .arg(&json);
     let generator = Background::spawn(cmd);
     generator.finish(Duration::from_secs(120));
     let text = scrape(metrics);

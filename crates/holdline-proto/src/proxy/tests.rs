@@ -1869,23 +1869,28 @@ fn gate_classifies_registers_as_new_registrations_or_refreshes() {
         )
     };
     let mut asked = Vec::new();
+    // Puts `msg` through the gate answering `answer`; whether it ended there, what went out.
+    let mut put = |e: &mut Endpoint, at: u64, msg: &[u8], answer| {
+        let ended = e.handle_admitting(
+            ms(at),
+            msg,
+            from,
+            Transport::Udp,
+            &mut |ask, _| {
+                asked.push(ask);
+                answer
+            },
+            &mut |_| None,
+        );
+        (ended, drain(e))
+    };
     // Rejected: 503 with the driver's Retry-After, no binding.
     let r = crate::endpoint::GateRejection {
         retry_after_secs: Some(37),
         ..REJECT
     };
-    assert!(e.handle_admitting(
-        ms(0),
-        &reg("z9hG4bKr1", 1),
-        from,
-        Transport::Udp,
-        &mut |ask, _| {
-            asked.push(ask);
-            Some(r)
-        },
-        &mut |_| None,
-    ));
-    let out = drain(&mut e);
+    let (ended, out) = put(&mut e, 0, &reg("z9hG4bKr1", 1), Some(r));
+    assert!(ended);
     assert_eq!(out.len(), 1);
     assert_eq!(status_of(&out[0]), 503);
     assert_eq!(
@@ -1896,18 +1901,8 @@ fn gate_classifies_registers_as_new_registrations_or_refreshes() {
     assert_eq!(e.stats().requests_in.invite, 0);
     // Admitted: 200, and the binding is there.
     let admitted = reg("z9hG4bKr2", 2);
-    assert!(!e.handle_admitting(
-        ms(1),
-        &admitted,
-        from,
-        Transport::Udp,
-        &mut |ask, _| {
-            asked.push(ask);
-            None
-        },
-        &mut |_| None,
-    ));
-    let out = drain(&mut e);
+    let (ended, out) = put(&mut e, 1, &admitted, None);
+    assert!(!ended);
     assert_eq!(
         status_of(&out[0]),
         200,
@@ -1915,31 +1910,12 @@ fn gate_classifies_registers_as_new_registrations_or_refreshes() {
         String::from_utf8_lossy(&out[0])
     );
     // Its retransmission: answered again by the transaction, not asked about.
-    assert!(!e.handle_admitting(
-        ms(2),
-        &admitted,
-        from,
-        Transport::Udp,
-        &mut |ask, _| {
-            asked.push(ask);
-            Some(REJECT)
-        },
-        &mut |_| None,
-    ));
-    let out = drain(&mut e);
+    let (ended, out) = put(&mut e, 2, &admitted, Some(REJECT));
+    assert!(!ended);
     assert_eq!(status_of(&out[0]), 200);
     // The next REGISTER of that address-of-record is a refresh.
-    assert!(e.handle_admitting(
-        ms(3),
-        &reg("z9hG4bKr3", 3),
-        from,
-        Transport::Udp,
-        &mut |ask, _| {
-            asked.push(ask);
-            Some(REJECT)
-        },
-        &mut |_| None,
-    ));
+    let (ended, _) = put(&mut e, 3, &reg("z9hG4bKr3", 3), Some(REJECT));
+    assert!(ended);
     assert_eq!(
         asked,
         vec![

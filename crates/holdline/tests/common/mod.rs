@@ -522,3 +522,16 @@ pub fn wait_metrics(addr: SocketAddr, limit: Duration, pred: impl Fn(&str) -> bo
         );
     }
 }
+
+/// `holdline load register --target 127.0.0.1:PORT --users USERS --rate RATE --progress off`,
+/// its output discarded; the caller adds the rest (`--drain`, `--json`, `--acked`, ...).
+pub fn load_register(port: u16, users: &str, rate: u32) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["load", "register", "--target"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--users", users, "--rate", &rate.to_string()])
+        .args(["--progress", "off"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
