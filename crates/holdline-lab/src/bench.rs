@@ -273,7 +273,7 @@ impl Search {
     /// The highest clean rate; a lower bound when nothing above it failed or the server's
     /// core was not saturated at the lowest failing rate above it.
     fn result(&self) -> Capacity {
-        let fail_busy = self.first_fail.as_ref().map(|s| s.server_busy);
+        let fail_busy = self.first_fail.as_ref().map(Step::saturation);
         let first_failure = self.first_fail.as_ref().map(|s| FailureDetail {
             rate: s.rate,
             failed: s.failed,
@@ -285,7 +285,7 @@ impl Search {
                 value: c.rate,
                 clean_found: true,
                 lower_bound: fail_busy.is_none_or(|b| b < SATURATED),
-                server_busy_at_capacity: c.server_busy,
+                server_busy_at_capacity: c.saturation(),
                 server_busy_at_first_failure: fail_busy,
                 first_failure,
             },
@@ -399,7 +399,7 @@ impl Runner {
             where_.push_str(&format!(" period {p} µs"));
         }
         eprintln!(
-            "[bench {:>6.1}s {:>3}/{}] {section:<15} {:<12} {:<12} {:>7.0}/s: {} ok {}/{} goodput {:.0}/s p50/p99/p99.9 {:.1}/{:.1}/{:.1} ms, server core {:.0}% (user {:.0}% sys {:.0}%), {:.1} µs/op{where_}",
+            "[bench {:>6.1}s {:>3}/{}] {section:<15} {:<12} {:<12} {:>7.0}/s: {} ok {}/{} goodput {:.0}/s p50/p99/p99.9 {:.1}/{:.1}/{:.1} ms, server core {:.0}% (user {:.0}% sys {:.0}% softirq {:.0}%), {:.1} µs/op{where_}",
             self.start.elapsed().as_secs_f64(),
             self.n,
             self.total,
@@ -413,9 +413,10 @@ impl Runner {
             step.p50_ms,
             step.p99_ms,
             step.p999_ms,
-            step.server_busy * 100.0,
+            step.saturation() * 100.0,
             step.server_user_us as f64 / 1e4 / step.window_s.max(1e-3),
             step.server_sys_us as f64 / 1e4 / step.window_s.max(1e-3),
+            step.core_interrupt_us as f64 / 1e4 / step.window_s.max(1e-3),
             step.cpu_us_per_op,
         );
         self.steps.push(out.step.clone());
@@ -448,6 +449,8 @@ fn failed_step(plan: Plan) -> Step {
         server_sys_us: 0,
         window_s: 0.0,
         server_busy: 0.0,
+        core_busy: 0.0,
+        core_interrupt_us: 0,
         cpu_us_per_op: 0.0,
         clean: false,
     }
@@ -595,8 +598,11 @@ fn bench(args: &Args, env: Env) -> Result<()> {
         for (run, rs) in st.iter_mut().enumerate() {
             for (si, kind) in SERVERS.iter().enumerate() {
                 let cap = rs.searches[li][si].result();
-                let mut rate = cap.value.max(50.0).round();
+                let mut search = sustain::SustainSearch::new(cap.value);
                 for attempt in 0..s.sustain_tries {
+                    let Some(rate) = search.next_rate() else {
+                        break;
+                    };
                     if attempt > 0 {
                         r.total += 1;
                     }
@@ -634,13 +640,18 @@ fn bench(args: &Args, env: Env) -> Result<()> {
                             .map_or_else(|| "n/a".to_string(), |v| format!("{v:+.2} MB/min")),
                         row.cpu_us_per_call
                     );
-                    let held = row.held;
+                    search.record(rate, row.held);
                     rs.sustain[si].push(row);
-                    if held {
-                        break;
-                    }
-                    rate = (rate * sustain::BACKOFF).round();
                 }
+                eprintln!(
+                    "[bench {:>6.1}s] sustained capacity of {} over {}: {}",
+                    r.start.elapsed().as_secs_f64(),
+                    kind.name(),
+                    transport.name(),
+                    search
+                        .sustained()
+                        .map_or_else(|| "none held".to_string(), |v| format!("{v:.0} calls/s"))
+                );
             }
         }
     }
@@ -878,10 +889,23 @@ mod tests {
         search.record(step.clone());
         step.rate = 4760.0;
         step.clean = false;
-        step.server_busy = 0.95;
-        search.record(step);
+        // The server's processes used 80% of the core, its softirq work the rest: saturated.
+        step.server_busy = 0.80;
+        step.core_busy = 0.97;
+        search.record(step.clone());
         let c = search.result();
         assert_eq!(c.value, 2830.0);
         assert!(c.clean_found && !c.lower_bound);
+        // Core not saturated where the step failed: a lower bound.
+        let mut search = Search::new(1000.0, 8000.0);
+        step.clean = true;
+        step.rate = 2830.0;
+        search.record(step.clone());
+        step.rate = 4760.0;
+        step.clean = false;
+        step.core_busy = 0.70;
+        step.server_busy = 0.65;
+        search.record(step);
+        assert!(search.result().lower_bound);
     }
 }

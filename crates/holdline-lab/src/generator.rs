@@ -92,12 +92,27 @@ pub(crate) struct Step {
     pub server_sys_us: u64,
     /// Load window, s (first arrival to the generator's exit).
     pub window_s: f64,
-    /// Server core busy over the window (1.0 = one core).
+    /// Server CPU time over the window (1.0 = one core): its processes' user + system time.
     pub server_busy: f64,
+    /// The server core's busy share over the window (`/proc/stat`): the server's processes
+    /// and the softirq work done on that core (on loopback, the delivery of what the server
+    /// sends, charged to no process: 10-15% of the core at holdline's capacity). What says
+    /// whether the core was saturated.
+    pub core_busy: f64,
+    /// The server core's softirq and irq time over the window, µs.
+    pub core_interrupt_us: u64,
     /// Server CPU per successful call or REGISTER, µs.
     pub cpu_us_per_op: f64,
     /// No failure, p99 within the limit, and the generator kept its schedule.
     pub clean: bool,
+}
+
+impl Step {
+    /// How busy the server's core was: its busy share from `/proc/stat` (softirq work
+    /// included), or the server's own CPU time where that could not be read.
+    pub(crate) fn saturation(&self) -> f64 {
+        self.core_busy.max(self.server_busy)
+    }
 }
 
 /// Starts `exe ARGS` in the background pinned to `core` (`taskset`), stderr to `log`.
@@ -361,6 +376,7 @@ pub(crate) fn run_step(
     } else {
         server.cpu_split()
     };
+    let core0 = procfs::core_times(server::SERVER_CORE);
     let t0 = Instant::now();
     let mut uac = spawn_load(exe, &args, &work.join(format!("{tag}-uac.log")))?;
     let exited = if plan.sample {
@@ -369,6 +385,7 @@ pub(crate) fn run_step(
         wait_bounded(&mut uac, Duration::from_secs_f64(limit + 5.0))
     };
     let window_s = t0.elapsed().as_secs_f64();
+    let core1 = procfs::core_times(server::SERVER_CORE);
     let cpu1 = if plan.sample {
         let (last, cpu) = ServerSample::take(pid, window_s, cpu0);
         samples.push(last);
@@ -456,6 +473,14 @@ pub(crate) fn run_step(
         server_sys_us: cpu.sys_us,
         window_s,
         server_busy: server_cpu_us as f64 / 1e6 / window_s.max(1e-3),
+        core_busy: match (core0, core1) {
+            (Some(a), Some(b)) => b.busy_since(a),
+            _ => 0.0,
+        },
+        core_interrupt_us: match (core0, core1) {
+            (Some(a), Some(b)) => b.interrupt_us.saturating_sub(a.interrupt_us),
+            _ => 0,
+        },
         cpu_us_per_op: if ok > 0 {
             server_cpu_us as f64 / ok as f64
         } else {

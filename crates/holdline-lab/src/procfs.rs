@@ -108,6 +108,57 @@ pub(crate) fn tree_cpu_us(root: u32) -> u64 {
     tree_cpu_split(root).total_us()
 }
 
+/// Time one CPU spent, from its `cpuN` line of `/proc/stat`, in µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CoreTimes {
+    /// Every state: user, nice, system, idle, iowait, irq, softirq, steal.
+    pub total_us: u64,
+    /// Not idle and not waiting for IO: processes' time, the interrupt and softirq work done
+    /// on the core (for a server on loopback, the delivery of what it sends) and time the
+    /// hypervisor took (steal: the core was not the server's then either).
+    pub busy_us: u64,
+    /// Its softirq (and irq) part, charged to no process.
+    pub interrupt_us: u64,
+}
+
+impl CoreTimes {
+    /// The share of the time since `earlier` the core was busy (0 when no time passed).
+    pub(crate) fn busy_since(self, earlier: Self) -> f64 {
+        let total = self.total_us.saturating_sub(earlier.total_us);
+        if total == 0 {
+            return 0.0;
+        }
+        self.busy_us.saturating_sub(earlier.busy_us) as f64 / total as f64
+    }
+}
+
+/// The times of CPU `core` now (`None` if `/proc/stat` has no such line).
+pub(crate) fn core_times(core: &str) -> Option<CoreTimes> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_core_times(&text, core, 1_000_000 / clk_tck().max(1))
+}
+
+/// Parses the `cpu<core>` line of a `/proc/stat` text (times in ticks of `us_per_tick` µs).
+pub(crate) fn parse_core_times(text: &str, core: &str, us_per_tick: u64) -> Option<CoreTimes> {
+    let name = format!("cpu{core}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    let [user, nice, system, idle, iowait, irq, softirq, steal] = v.try_into().ok()?;
+    let us = |t: u64| t.saturating_mul(us_per_tick);
+    Some(CoreTimes {
+        total_us: us(user + nice + system + idle + iowait + irq + softirq + steal),
+        busy_us: us(user + nice + system + irq + softirq + steal),
+        interrupt_us: us(irq + softirq),
+    })
+}
+
 /// The value in kB of the line `field` (e.g. `VmRSS:`) of a `/proc/PID/status` or
 /// `/proc/PID/smaps_rollup` text.
 pub(crate) fn kb_field(text: &str, field: &str) -> Option<u64> {
@@ -173,6 +224,29 @@ pub(crate) fn tree_sample(root: u32) -> (CpuSplit, TreeMemory) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn core_line_of_proc_stat() {
+        let text = "cpu  10 0 10 100 0 0 0 0 0 0\n\
+                    cpu0 1 2 3 4 5 6 7 8 0 0\n\
+                    cpu1 100 0 50 800 10 0 40 0 0 0\n\
+                    cpu10 9 9 9 9 9 9 9 9 0 0\n";
+        let c = parse_core_times(text, "1", 10_000).unwrap_or_default();
+        assert_eq!(c.total_us, 1000 * 10_000);
+        assert_eq!(c.busy_us, 190 * 10_000);
+        assert_eq!(c.interrupt_us, 40 * 10_000);
+        let c0 = parse_core_times(text, "0", 1).unwrap_or_default();
+        assert_eq!((c0.total_us, c0.busy_us, c0.interrupt_us), (36, 27, 13));
+        assert_eq!(parse_core_times(text, "2", 1), None);
+        assert_eq!(parse_core_times("cpu1 1 2 x\n", "1", 1), None);
+        let later = CoreTimes {
+            total_us: c.total_us + 1000,
+            busy_us: c.busy_us + 900,
+            interrupt_us: c.interrupt_us,
+        };
+        assert!((later.busy_since(c) - 0.9).abs() < 1e-12);
+        assert_eq!(c.busy_since(c), 0.0);
+    }
 
     #[test]
     fn stat_line_with_spaces_and_parens_in_the_name() {

@@ -36,8 +36,8 @@ pub(crate) struct Settings {
     pub overload_s: f64,
     /// Seconds of load of each sustained step.
     pub sustain_s: f64,
-    /// Tries of the sustained step per server and transport: each try after one that did
-    /// not hold offers [`sustain::BACKOFF`] of the rate before.
+    /// Tries of the sustained step per server and transport (at most; see
+    /// [`sustain::SustainSearch`]).
     pub sustain_tries: usize,
     /// Runs of the whole measurement, interleaved step by step (`--repeat`).
     pub repeat: usize,
@@ -304,9 +304,14 @@ impl ServerFigures {
         self.register_cost.first().map_or(0.0, |s| s.cpu_us_per_op)
     }
 
-    /// The last sustained try over `transport`: the rate that held, or the last that did not.
+    /// The sustained try over `transport` that counts: the highest rate that held, or else
+    /// the last try.
     fn sustained(&self, transport: &str) -> Option<&SustainRow> {
-        self.sustain.iter().rev().find(|r| r.transport == transport)
+        let tries = || self.sustain.iter().filter(|r| r.transport == transport);
+        tries()
+            .filter(|r| r.held)
+            .max_by(|a, b| a.rate.total_cmp(&b.rate))
+            .or_else(|| tries().next_back())
     }
 
     /// The sustained capacity over `transport`: the rate that held for the whole phase
@@ -677,12 +682,12 @@ fn steps_csv(steps: &[Step]) -> String {
     let mut out = String::from(
         "section,server,load,rate,offered_rate,duration_s,attempted,ok,failed,goodput,p50_ms,p99_ms,\
          retrans_200,retrans_invite,r503,server_cpu_us,window_s,server_busy,cpu_us_per_op,clean,\
-         p999_ms,server_user_us,server_sys_us,cfs_period_us,run\n",
+         p999_ms,server_user_us,server_sys_us,cfs_period_us,run,core_busy,core_interrupt_us\n",
     );
     for s in steps {
         let _ = writeln!(
             out,
-            "{},{},{},{},{:.1},{},{},{},{},{:.1},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{:.1},{},{:.3},{},{},{},{}",
+            "{},{},{},{},{:.1},{},{},{},{},{:.1},{:.3},{:.3},{},{},{},{},{:.3},{:.3},{:.1},{},{:.3},{},{},{},{},{:.3},{}",
             s.section,
             s.server,
             s.load,
@@ -707,7 +712,9 @@ fn steps_csv(steps: &[Step]) -> String {
             s.server_user_us,
             s.server_sys_us,
             s.cfs_period_us.map_or_else(String::new, |p| p.to_string()),
-            s.run
+            s.run,
+            s.core_busy,
+            s.core_interrupt_us
         );
     }
     out
@@ -1015,10 +1022,6 @@ fn sustain_summary(s: &mut String, r: &Results, j: &Value) {
          it once); slope: least squares over the samples after {SLOPE_FROM_S:.0} s (none for shorter runs).\n",
         r.settings.sustain_s
     );
-    s.push_str(
-        "| server | transport | offered calls/s | completed / placed | 503 | RSS start / end / max MB | RSS slope MB/min | PSS end MB | CPU µs per call (user / sys) | PDD p50 / p99 / p99.9 ms |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-    );
     let Some(medians) = j["sustain"]["medians"].as_array() else {
         return;
     };
@@ -1043,9 +1046,12 @@ fn sustain_summary(s: &mut String, r: &Results, j: &Value) {
     if !retried.is_empty() {
         let _ = writeln!(
             s,
-            "Tries that did not hold (each retried at {:.0}% of its rate, up to {} tries; the table shows each run's last):
+            "Tries that did not hold (until one holds, each retry offers {:.0}% of the lowest rate that \
+             failed; then the midpoint between the highest that held and the lowest that failed, until \
+             they are within {:.0}%; at most {} tries; the table shows the highest rate that held):
 ",
             sustain::BACKOFF * 100.0,
+            sustain::RESOLUTION * 100.0,
             r.settings.sustain_tries
         );
         for t in &retried {
@@ -1053,6 +1059,10 @@ fn sustain_summary(s: &mut String, r: &Results, j: &Value) {
         }
         s.push('\n');
     }
+    s.push_str(
+        "| server | transport | offered calls/s | completed / placed | 503 | RSS start / end / max MB | RSS slope MB/min | PSS end MB | CPU µs per call (user / sys) | PDD p50 / p99 / p99.9 ms |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
     for m in medians {
         let f = |k: &str| num(m, &[k]);
         let ratio_text = if m["runs"].as_u64().unwrap_or(1) > 1 {
@@ -1322,6 +1332,8 @@ mod tests {
             server_sys_us: 1_000_000,
             window_s: 61.0,
             server_busy: 0.2,
+            core_busy: 0.23,
+            core_interrupt_us: 300_000,
             cpu_us_per_op: 60.0 + run as f64,
             clean: true,
         }

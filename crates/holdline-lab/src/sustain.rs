@@ -27,11 +27,66 @@ pub(crate) const SLOPE_FROM_S: f64 = 32.0;
 
 /// A sustained step *holds* its rate when at least this share of its calls completed
 /// (issue 14: ≥ 99.9% for 60 s). A rate that does not hold is retried lower (see
-/// [`BACKOFF`]): the bench's sustained capacity is the highest rate that held.
+/// [`SustainSearch`]): the bench's sustained capacity is the highest rate that held.
 pub(crate) const HELD_RATIO: f64 = 0.999;
 
-/// Each retry of a sustained step offers this fraction of the rate that did not hold.
-pub(crate) const BACKOFF: f64 = 0.9;
+/// Until a try holds, each retry offers this fraction of the lowest rate that did not.
+pub(crate) const BACKOFF: f64 = 0.8;
+
+/// The search stops once the highest rate that held is within this fraction of the lowest
+/// that did not.
+pub(crate) const RESOLUTION: f64 = 0.03;
+
+/// The rates of the sustained tries at one server and transport: the capacity found by the
+/// short steps first; while nothing held, [`BACKOFF`] times the lowest rate that failed;
+/// once a rate held below one that failed, the midpoint of the two, until they are within
+/// [`RESOLUTION`]. (The short steps overstate what holds for a minute: over UDP a finished
+/// transaction lingers 32 s, so the first 32 s of load cost less than the steady state.)
+#[derive(Debug, Clone)]
+pub(crate) struct SustainSearch {
+    next: Option<f64>,
+    held: Option<f64>,
+    failed: Option<f64>,
+}
+
+impl SustainSearch {
+    /// A search starting at `found` calls/s (at least 50).
+    pub(crate) fn new(found: f64) -> Self {
+        Self {
+            next: Some(found.max(50.0).round()),
+            held: None,
+            failed: None,
+        }
+    }
+
+    /// The rate of the next try; `None` when the search is over.
+    pub(crate) fn next_rate(&self) -> Option<f64> {
+        self.next
+    }
+
+    /// Records a try at `rate` and whether it held.
+    pub(crate) fn record(&mut self, rate: f64, held: bool) {
+        if held {
+            self.held = Some(self.held.map_or(rate, |h| h.max(rate)));
+        } else {
+            self.failed = Some(self.failed.map_or(rate, |f| f.min(rate)));
+        }
+        self.next = match (self.held, self.failed) {
+            // Held at the first try, or at every try: nothing above to look for.
+            (Some(_), None) => None,
+            (None, Some(f)) => Some((f * BACKOFF).round()),
+            (Some(h), Some(f)) if h < f && (f - h) > RESOLUTION * f => {
+                Some(((h + f) / 2.0).round())
+            }
+            _ => None,
+        };
+    }
+
+    /// The highest rate that held, if any.
+    pub(crate) fn sustained(&self) -> Option<f64> {
+        self.held
+    }
+}
 
 /// One server held at one found capacity for the sustained phase.
 #[derive(Debug, Clone, Serialize)]
@@ -46,8 +101,7 @@ pub(crate) struct SustainRow {
     pub rate: f64,
     /// Whether that capacity was a lower bound ("≥").
     pub capacity_lower_bound: bool,
-    /// Which try at this server and transport, from 0: try `n` offers the found capacity
-    /// times [`BACKOFF`]`^n`.
+    /// Which try at this server and transport, from 0 (see [`SustainSearch`]).
     pub attempt: usize,
     /// At least [`HELD_RATIO`] of the calls completed.
     pub held: bool,
@@ -90,8 +144,11 @@ pub(crate) struct SustainRow {
     pub server_user_us: u64,
     /// Its system part, µs.
     pub server_sys_us: u64,
-    /// Server core busy over the window (1.0 = one core).
+    /// Server CPU time over the window (1.0 = one core): its processes' user + system time.
     pub server_busy: f64,
+    /// The server core's busy share over the window, softirq work included (see
+    /// [`Step::core_busy`](crate::generator::Step::core_busy)).
+    pub core_busy: f64,
     /// Server CPU per completed call, µs.
     pub cpu_us_per_call: f64,
     /// PDD p50, ms.
@@ -183,6 +240,7 @@ impl SustainRow {
             server_user_us: step.server_user_us,
             server_sys_us: step.server_sys_us,
             server_busy: step.server_busy,
+            core_busy: step.core_busy,
             cpu_us_per_call: step.cpu_us_per_op,
             pdd_p50_ms: step.p50_ms,
             pdd_p99_ms: step.p99_ms,
@@ -207,19 +265,20 @@ impl SustainRow {
     }
 }
 
-/// Whether `r` is the last try of its server, transport and run (the one that held, or the
-/// last that did not).
+/// Whether `r` is the try that counts for its server, transport and run: the highest rate
+/// that held, or the last try when none held.
 pub(crate) fn is_final(r: &SustainRow, rows: &[SustainRow]) -> bool {
-    !rows.iter().any(|o| {
-        o.run == r.run
-            && o.server == r.server
-            && o.transport == r.transport
-            && o.attempt > r.attempt
-    })
+    let same =
+        |o: &&SustainRow| o.run == r.run && o.server == r.server && o.transport == r.transport;
+    if rows.iter().filter(same).any(|o| o.held) {
+        r.held && !rows.iter().filter(same).any(|o| o.held && o.rate > r.rate)
+    } else {
+        !rows.iter().filter(same).any(|o| o.attempt > r.attempt)
+    }
 }
 
 /// The median row of every server × transport over the runs (without samples; each run's
-/// final try only), with the number of runs and the completion ratio's min and max.
+/// try that counts only, see [`is_final`]), with the number of runs and the completion ratio's min and max.
 pub(crate) fn medians(rows: &[SustainRow]) -> Vec<Value> {
     let mut keys: Vec<(&str, &str)> = Vec::new();
     for r in rows {
@@ -264,12 +323,12 @@ pub(crate) fn rows_csv(rows: &[SustainRow]) -> String {
         "run,server,transport,rate,capacity_lower_bound,attempt,held,duration_s,offered_cps,attempted,completed,failed,r503,\
          completion_ratio,rss_start_mb,rss_end_mb,rss_max_mb,rss_slope_mb_per_min,pss_start_mb,pss_end_mb,\
          pss_max_mb,pss_slope_mb_per_min,server_cpu_us,server_user_us,server_sys_us,server_busy,\
-         cpu_us_per_call,pdd_p50_ms,pdd_p99_ms,pdd_p999_ms,retrans_invite,retrans_200,clean\n",
+         cpu_us_per_call,pdd_p50_ms,pdd_p99_ms,pdd_p999_ms,retrans_invite,retrans_200,clean,core_busy\n",
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.3},{:.3},{},{},{}",
+            "{},{},{},{},{},{},{},{},{:.1},{},{},{},{},{:.6},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{:.3},{:.1},{:.3},{:.3},{:.3},{},{},{},{:.3}",
             r.run,
             r.server,
             r.transport,
@@ -302,7 +361,8 @@ pub(crate) fn rows_csv(rows: &[SustainRow]) -> String {
             r.pdd_p999_ms,
             r.retrans_invite,
             r.retrans_200,
-            r.clean
+            r.clean,
+            r.core_busy
         );
     }
     out
@@ -410,6 +470,41 @@ pub(crate) fn plots(dir: &Path, rows: &[SustainRow], runs: usize) -> Result<()> 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_sustained_search_backs_off_then_bisects() {
+        let mut s = SustainSearch::new(19_020.0);
+        assert_eq!(s.next_rate(), Some(19_020.0));
+        s.record(19_020.0, false);
+        assert_eq!(s.next_rate(), Some(15_216.0));
+        s.record(15_216.0, false);
+        assert_eq!(s.next_rate(), Some(12_173.0));
+        s.record(12_173.0, true);
+        assert_eq!(s.next_rate(), Some(13_695.0));
+        s.record(13_695.0, false);
+        assert_eq!(s.next_rate(), Some(12_934.0));
+        s.record(12_934.0, true);
+        // 12,934 held, 13,695 did not: 5.6% apart, one more midpoint.
+        assert_eq!(s.next_rate(), Some(13_315.0));
+        s.record(13_315.0, true);
+        // Within 3%: done; the sustained capacity is the highest that held.
+        assert_eq!(s.next_rate(), None);
+        assert_eq!(s.sustained(), Some(13_315.0));
+    }
+
+    #[test]
+    fn a_rate_that_holds_at_once_ends_the_search() {
+        let mut s = SustainSearch::new(2_880.0);
+        s.record(2_880.0, true);
+        assert_eq!(s.next_rate(), None);
+        assert_eq!(s.sustained(), Some(2_880.0));
+        let mut s = SustainSearch::new(10.0);
+        assert_eq!(s.next_rate(), Some(50.0));
+        s.record(50.0, false);
+        assert_eq!(s.sustained(), None);
+        assert_eq!(s.next_rate(), Some(40.0));
+    }
+
     use super::*;
     use crate::generator::Step;
 
@@ -438,6 +533,8 @@ mod tests {
             server_sys_us: 2_000_000,
             window_s: 61.0,
             server_busy: 0.1,
+            core_busy: 0.12,
+            core_interrupt_us: 500_000,
             cpu_us_per_op: 100.0,
             clean: false,
         }
@@ -545,5 +642,20 @@ mod tests {
         assert_eq!(m[0]["completion_ratio_min"], 0.8);
         assert_eq!(m[0]["completion_ratio_max"], 1.0);
         assert!(m[0]["rss_slope_mb_per_min"].is_null());
+        // A bisection: failed at 10,000, held at 8,000, failed at 9,000 (its last try). The
+        // try that counts is the highest that held.
+        let mut tries = vec![rows[0].clone(), rows[1].clone(), rows[0].clone()];
+        for (i, (t, rate)) in tries
+            .iter_mut()
+            .zip([10_000.0, 8_000.0, 9_000.0])
+            .enumerate()
+        {
+            t.run = 7;
+            t.attempt = i;
+            t.rate = rate;
+        }
+        assert!(!is_final(&tries[0], &tries));
+        assert!(is_final(&tries[1], &tries));
+        assert!(!is_final(&tries[2], &tries));
     }
 }
