@@ -51,6 +51,14 @@ impl Clock {
     }
 }
 
+/// The CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`), or `None`
+/// where it cannot be read. Unlike the wall time between two instants it does not grow while
+/// the thread waits for a CPU: a CPU quota's throttling, another process on its core, or the
+/// hypervisor's steal. One system call; read it per measurement interval, not per message.
+pub fn thread_cpu_time() -> Option<Duration> {
+    crate::sys::thread_cpu_time().ok()
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Self::new()

@@ -17,14 +17,15 @@
 //!   bytes the kernel has not sent yet. [`tcp::TcpConn::start_tls`] puts a rustls session
 //!   (client or server) inside a connection, driven sans-IO style by the same reads and
 //!   flushes; the queue then holds TLS records.
-//! - [`Clock`]: maps the operating system's monotonic clock onto [`holdline_base::Instant`].
+//! - [`Clock`]: maps the operating system's monotonic clock onto [`holdline_base::Instant`];
+//!   [`thread_cpu_time`]: the CPU time the calling thread has used.
 //!
 //! This is the only crate of the workspace allowed `unsafe`: the `libc` calls for batched
-//! datagrams and `SIOCOUTQ`, each block with a `// SAFETY:` comment, all in [`sys`].
+//! datagrams, `SIOCOUTQ` and the thread's CPU clock, each block with a `// SAFETY:` comment, all in [`sys`].
 
 mod clock;
 mod sys;
 pub mod tcp;
 pub mod udp;
 
-pub use clock::Clock;
+pub use clock::{Clock, thread_cpu_time};

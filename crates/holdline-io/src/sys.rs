@@ -285,6 +285,30 @@ pub(crate) fn siocoutqnsd(fd: RawFd) -> io::Result<usize> {
     Ok(usize::try_from(value).unwrap_or(0))
 }
 
+/// CPU time the calling thread has used (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`).
+#[cfg(unix)]
+pub(crate) fn thread_cpu_time() -> io::Result<std::time::Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the pointer, which points at a live
+    // local.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0).min(999_999_999);
+    Ok(std::time::Duration::new(secs, nanos))
+}
+
+/// Thread CPU time is read with a Unix call.
+#[cfg(not(unix))]
+pub(crate) fn thread_cpu_time() -> io::Result<std::time::Duration> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// `SIOCOUTQNSD` is Linux-only.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) fn siocoutqnsd(_fd: RawFd) -> io::Result<usize> {

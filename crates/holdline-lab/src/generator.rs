@@ -95,9 +95,10 @@ pub(crate) struct Step {
     /// Server CPU time over the window (1.0 = one core): its processes' user + system time.
     pub server_busy: f64,
     /// The server core's busy share over the window (`/proc/stat`): the server's processes
-    /// and the softirq work done on that core (on loopback, the delivery of what the server
-    /// sends, charged to no process: 10-15% of the core at holdline's capacity). What says
-    /// whether the core was saturated.
+    /// and everything else that ran on that core, softirq work included (on loopback, the
+    /// delivery of what the server sends: 10-15% of the core at holdline's capacity; the
+    /// kernel charges the part that interrupts the server to its system time, not the part
+    /// run by `ksoftirqd` or while the core idled). What says whether the core was saturated.
     pub core_busy: f64,
     /// The server core's softirq and irq time over the window, µs.
     pub core_interrupt_us: u64,

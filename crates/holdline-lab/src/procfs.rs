@@ -117,7 +117,8 @@ pub(crate) struct CoreTimes {
     /// on the core (for a server on loopback, the delivery of what it sends) and time the
     /// hypervisor took (steal: the core was not the server's then either).
     pub busy_us: u64,
-    /// Its softirq (and irq) part, charged to no process.
+    /// Its softirq and irq part (the kernel also charges what interrupted a process to that
+    /// process's system time).
     pub interrupt_us: u64,
 }
 

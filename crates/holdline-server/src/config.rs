@@ -64,6 +64,8 @@
 //! queue_growth = false             # occ: a growing queue counts as occupancy above 1
 //! queue_gate_ms = 20               # occ: cut acceptance only while messages or new INVITEs
 //!                                  # wait longer than this on average (0: occupancy alone)
+//! occupancy_clock = "cpu"          # occ: occupancy = thread CPU / (CPU + wait for work);
+//!                                  # "wall": time outside the wait / interval
 //! target_delay_ms = 20             # queue-delay
 //! queue_limit = 100                # queue-limit, bang-bang (messages waiting)
 //! # retry_after_s = 5              # Retry-After in the 503s; default none
@@ -450,6 +452,12 @@ pub struct OverloadSettings {
     /// (of admitted calls' messages, or of new INVITEs in their own sockets) exceeds this; a
     /// busy interval without a queue is no overload. 0: occupancy alone (the paper's rule).
     pub queue_gate_ms: u64,
+    /// How OCC (and the server role's answers) measure a worker's occupancy: `cpu` (default),
+    /// the worker thread's CPU time over that time plus its wait for work, the share of the
+    /// CPU it could get that it used (right under a CPU quota, a noisy neighbour or steal);
+    /// `wall`, everything outside the event loop's wait over the interval (reads 1.0 under a
+    /// quota whenever throttling falls inside a loop iteration).
+    pub occupancy_clock: String,
     /// queue-delay's target queueing delay, ms.
     pub target_delay_ms: u64,
     /// queue-limit / bang-bang: reject new INVITEs while this many messages wait in the
@@ -557,6 +565,7 @@ impl Default for OverloadSettings {
             interval_ms: 100,
             queue_growth: false,
             queue_gate_ms: 20,
+            occupancy_clock: "cpu".into(),
             window_threshold_ms: 0,
             target_delay_ms: 20,
             queue_limit: 100,
@@ -1433,6 +1442,9 @@ impl ServerConfig {
         if self.overload.defer_max_wait_ms == 0 {
             return err("overload.defer_max_wait_ms", "must be positive");
         }
+        if !matches!(self.overload.occupancy_clock.as_str(), "cpu" | "wall") {
+            return err("overload.occupancy_clock", "must be \"cpu\" or \"wall\"");
+        }
         if self.overload.udp_invite_recv_buffer == 0 {
             return err("overload.udp_invite_recv_buffer", "must be positive");
         }
@@ -1928,6 +1940,16 @@ send_buffer = 16384
             (e.line, e.key.as_str()),
             (2, "overload.udp_invite_recv_buffer")
         );
+        let e = ServerConfig::from_toml(
+            "b.toml",
+            "[overload]\nlocal = \"occ\"\noccupancy_clock = \"cycles\"\n",
+        )
+        .expect_err("unknown clock");
+        assert_eq!((e.line, e.key.as_str()), (3, "overload.occupancy_clock"));
+        let ok = ServerConfig::from_toml("b.toml", "[overload]\noccupancy_clock = \"wall\"\n")
+            .expect("wall");
+        assert_eq!(ok.overload.occupancy_clock, "wall");
+        assert_eq!(ServerConfig::default().overload.occupancy_clock, "cpu");
     }
 
     #[test]

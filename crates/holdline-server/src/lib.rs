@@ -365,6 +365,7 @@ impl Server {
             ),
             defer: config.overload.defer_config(),
             invite_max_wait: config.overload.invite_max_wait(),
+            cpu_occupancy: config.overload.occupancy_clock == "cpu",
             flood: flood_config(config, engine::random_seed()),
             trusted: config.trusted.iter().map(|t| t.0).collect(),
             register_retry_after: (

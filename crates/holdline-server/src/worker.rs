@@ -126,6 +126,9 @@ pub(crate) struct Settings {
     pub(crate) emulate_reject_cost: Duration,
     /// TCP: new INVITEs wait for idle time, their connection unread meanwhile (`None`: off).
     pub(crate) defer: Option<DeferConfig>,
+    /// Occupancy from the thread's CPU clock (`[overload] occupancy_clock = "cpu"`), not the
+    /// wall-clock busy time (see [`Worker::cpu_occupancy`]).
+    pub(crate) cpu_occupancy: bool,
     /// UDP: a new INVITE that waited longer than this in its INVITE socket (kernel receive
     /// time to read) is answered `503` (reason `defer_timeout`), whatever the gate would say:
     /// its caller has retransmitted by now, and serving it late makes a call set up in
@@ -188,6 +191,12 @@ pub(crate) struct Worker {
     forward: Option<(Box<dyn Controller>, Split)>,
     /// Start of the busy time not yet reported to the controller (set when `poll` returns).
     busy_mark: StdInstant,
+    /// The worker thread's CPU time when the controller's last interval closed, and the
+    /// time it has waited in `poll` since: the interval's occupancy is CPU / (CPU + wait),
+    /// the share of the CPU the worker could get that it used (see
+    /// [`Worker::cpu_occupancy`]).
+    cpu_mark: Option<Duration>,
+    waited: Duration,
     /// Since `busy_mark`: time spent handling messages, the part of it spent on rejected new
     /// INVITEs and the ACKs of their 503s, how many of those, and the datagram count at the
     /// mark (see [`Worker::busy_since`]).
@@ -398,6 +407,8 @@ impl Worker {
             controller,
             forward,
             busy_mark: StdInstant::now(),
+            cpu_mark: None,
+            waited: Duration::ZERO,
             handling: Duration::ZERO,
             rejecting: Duration::ZERO,
             rejected_msgs: 0,
@@ -518,6 +529,7 @@ impl Worker {
             let t1 = StdInstant::now();
             let now = clock.from_std(t1);
             self.busy_mark = t1;
+            self.waited += t1 - t0;
 
             if !self.stopping && self.shared.stop.load(Relaxed) {
                 self.begin_shutdown();
@@ -871,10 +883,29 @@ impl Worker {
         if self.controller.poll_timeout().is_some_and(|d| d <= now) {
             let busy = self.busy_since(t);
             self.controller.on_signal(now, Signal::Busy(busy));
+            if let Some(rho) = self.cpu_occupancy().filter(|_| self.settings.cpu_occupancy) {
+                self.controller.on_signal(now, Signal::Occupancy(rho));
+            }
             self.controller.handle_timeout(now);
             self.update_answer();
         }
         now
+    }
+
+    /// The occupancy since the last call: the worker thread's CPU time over that CPU time plus
+    /// the time it waited in `poll` for work. Time the thread was ready but not running — a
+    /// CPU quota's throttling, another process on its core, steal — counts as neither, so the
+    /// figure is the share of the CPU the worker *could get* that it used; the wall-clock busy
+    /// time (everything outside `poll`) would read 1.0 under a quota whenever a throttled
+    /// period fell inside an iteration, and OCC would cut while CPU was left (issue 14, item
+    /// 4). `None` when the CPU clock cannot be read, and at the first call, which only takes
+    /// the mark (on the worker's own thread; the controller then uses the busy time).
+    fn cpu_occupancy(&mut self) -> Option<f64> {
+        let cpu = holdline_io::thread_cpu_time()?;
+        let used = cpu.saturating_sub(self.cpu_mark.replace(cpu)?);
+        let waited = std::mem::take(&mut self.waited);
+        let total = used + waited;
+        (!total.is_zero()).then(|| used.as_secs_f64() / total.as_secs_f64())
     }
 
     /// The server role's answer for the next interval, from what this one measured.
