@@ -22,6 +22,7 @@ mod runner;
 mod server;
 mod soak;
 mod stats;
+mod storm;
 mod sustain;
 pub mod tcp_overload;
 pub mod udp_overload;
