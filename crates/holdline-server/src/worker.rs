@@ -197,6 +197,10 @@ pub(crate) struct Worker {
     /// [`Worker::cpu_occupancy`]).
     cpu_mark: Option<Duration>,
     waited: Duration,
+    /// Since the last interval closed: the busy (wall) time reported, and the part of it not
+    /// spent on rejections (what [`Worker::busy_since`] gives the controller).
+    interval_busy: Duration,
+    interval_other: Duration,
     /// Since `busy_mark`: time spent handling messages, the part of it spent on rejected new
     /// INVITEs and the ACKs of their 503s, how many of those, and the datagram count at the
     /// mark (see [`Worker::busy_since`]).
@@ -409,6 +413,8 @@ impl Worker {
             busy_mark: StdInstant::now(),
             cpu_mark: None,
             waited: Duration::ZERO,
+            interval_busy: Duration::ZERO,
+            interval_other: Duration::ZERO,
             handling: Duration::ZERO,
             rejecting: Duration::ZERO,
             rejected_msgs: 0,
@@ -898,14 +904,26 @@ impl Worker {
     /// figure is the share of the CPU the worker *could get* that it used; the wall-clock busy
     /// time (everything outside `poll`) would read 1.0 under a quota whenever a throttled
     /// period fell inside an iteration, and OCC would cut while CPU was left (issue 14, item
-    /// 4). `None` when the CPU clock cannot be read, and at the first call, which only takes
-    /// the mark (on the worker's own thread; the controller then uses the busy time).
+    /// 4). Time spent on rejections is left out in the same share as from the busy time (see
+    /// [`Worker::busy_since`]). `None` when the CPU clock cannot be read, and at the first
+    /// call, which only takes the mark (on the worker's own thread; the controller then uses
+    /// the busy time).
     fn cpu_occupancy(&mut self) -> Option<f64> {
+        let busy = std::mem::take(&mut self.interval_busy);
+        let other = std::mem::take(&mut self.interval_other);
         let cpu = holdline_io::thread_cpu_time()?;
         let used = cpu.saturating_sub(self.cpu_mark.replace(cpu)?);
         let waited = std::mem::take(&mut self.waited);
         let total = used + waited;
-        (!total.is_zero()).then(|| used.as_secs_f64() / total.as_secs_f64())
+        // Rejections are the budget's business, not the occupancy's: the same share of the
+        // CPU time is left out as of the busy time (without it, a worker rejecting a storm
+        // reads 1.0, cuts to f_min and answers nearly everything 503).
+        let share = if busy.is_zero() {
+            1.0
+        } else {
+            (other.as_secs_f64() / busy.as_secs_f64()).clamp(0.0, 1.0)
+        };
+        (!total.is_zero()).then(|| share * used.as_secs_f64() / total.as_secs_f64())
     }
 
     /// The server role's answer for the next interval, from what this one measured.
@@ -995,8 +1013,10 @@ impl Worker {
         let handling = std::mem::take(&mut self.handling);
         let rejecting = std::mem::take(&mut self.rejecting);
         let rejected_messages = std::mem::take(&mut self.rejected_msgs);
+        self.interval_busy += busy;
         // Without INVITE sockets there is no budget: all busy time counts.
         if self.budget.is_none() {
+            self.interval_other += busy;
             return busy;
         }
         let datagrams = self.datagrams();
@@ -1009,9 +1029,12 @@ impl Worker {
         };
         self.datagram_mark = datagrams;
         let now = self.shared.clock.from_std(t);
-        self.budget
+        let other = self
+            .budget
             .as_mut()
-            .map_or(busy, |b| b.account(now, work).other)
+            .map_or(busy, |b| b.account(now, work).other);
+        self.interval_other += other;
+        other
     }
 
     /// Datagrams received and sent so far.
