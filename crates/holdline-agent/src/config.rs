@@ -244,11 +244,22 @@ pub struct RegisterConfig {
     /// at most [`MAX_REGISTER_RETRIES`] times per user. `None`: a 5xx ends the user's
     /// attempt (SIPp's behaviour).
     pub retry_after_cap: Option<Duration>,
+    /// After a REGISTER timed out (Timer F: no answer at all, e.g. shed by an overloaded
+    /// registrar or lost to a crash), send it again as a phone does (RFC 5626 §4.5): after
+    /// `min(1800 s, base · 2^(k-1)) · U(0.5, 1)` for the `k`-th consecutive failure, `base`
+    /// being this (RFC 5626's 30 s when every flow failed). Counted with the Retry-After
+    /// retries against [`MAX_REGISTER_RETRIES`]. `None`: a timeout ends the user's attempt
+    /// (SIPp's behaviour).
+    pub retry_timeout_base: Option<Duration>,
 }
 
-/// How often one user's REGISTER is re-sent after a `Retry-After` before the generator gives
-/// that user up.
+/// How often one user's REGISTER is re-sent after a `Retry-After` or a timeout before the
+/// generator gives that user up.
 pub const MAX_REGISTER_RETRIES: u32 = 20;
+
+/// The longest wait before a REGISTER is re-sent after timeouts (RFC 5626 §4.5's default
+/// max-time).
+pub const MAX_REGISTER_RETRY_WAIT: Duration = Duration::from_secs(1800);
 
 /// The whole agent: any combination of roles sharing one recorder and one clock.
 #[derive(Clone, Debug)]

@@ -39,8 +39,8 @@ use holdline_sip::{Limits, Message, StartLine};
 
 pub use arrivals::Arrivals;
 pub use config::{
-    AgentConfig, ArrivalKind, Hold, MAX_REGISTER_RETRIES, PatternError, RegisterConfig, Timers,
-    UacConfig, UasConfig, UserPattern,
+    AgentConfig, ArrivalKind, Hold, MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT, PatternError,
+    RegisterConfig, Timers, UacConfig, UasConfig, UserPattern,
 };
 
 use timers::{Kind, TimerQueue};

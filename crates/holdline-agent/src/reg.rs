@@ -1,13 +1,13 @@
 //! REGISTER load: N users registered at a rate, refreshed at an interval, retried once with
-//! Min-Expires on 423, retried after a 5xx's Retry-After (when honoured), non-INVITE
-//! transaction timers E/F.
+//! Min-Expires on 423, retried after a 5xx's Retry-After (when honoured) and after a timeout
+//! (RFC 5626's backoff, when on), non-INVITE transaction timers E/F.
 
 use holdline_base::{ConnId, Duration, Instant, Peer};
 use holdline_metrics::{Method as M, MsgKey};
 use holdline_sip::{HeaderName, Message};
 
 use crate::build::{self, LegText, num};
-use crate::config::MAX_REGISTER_RETRIES;
+use crate::config::{MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT};
 use crate::timers::{Entry, Kind};
 use crate::{Arrivals, Ctx, RegisterConfig};
 
@@ -26,9 +26,12 @@ struct User {
     acked: bool,
     /// When this user's first REGISTER left (the start of its time to get registered).
     first_sent: Option<Instant>,
-    /// The REGISTER scheduled again after a Retry-After, and how many times that happened.
+    /// The REGISTER scheduled again after a Retry-After or a timeout, and how many times
+    /// that happened.
     retry_at: Option<Instant>,
     retries: u32,
+    /// Consecutive timeouts (the exponent of the backoff after a timeout).
+    timeouts: u32,
 }
 
 /// The registration role.
@@ -295,6 +298,29 @@ impl Reg {
                 u.timer_f = None;
                 cx.rec.c.timeouts += 1;
                 cx.rec.msgs.row(MsgKey::Request(M::Register)).timeouts += 1;
+                // No answer at all: come back later, as a phone does (RFC 5626 §4.5).
+                if let Some(base) = self.cfg.retry_timeout_base
+                    && u.retries < MAX_REGISTER_RETRIES
+                {
+                    u.timeouts += 1;
+                    let doubled = base.saturating_mul(1 << u.timeouts.min(16).saturating_sub(1));
+                    let wait = doubled
+                        .min(MAX_REGISTER_RETRY_WAIT)
+                        .mul_f64(0.5 + 0.5 * cx.rng.next_f64());
+                    let at = cx.now + wait;
+                    if self.end.is_none_or(|end| at < end) {
+                        u.retries += 1;
+                        u.retry_at = Some(at);
+                        cx.rec.c.reg_retry_timeout += 1;
+                        cx.timers.schedule(Entry {
+                            at,
+                            slot: e.slot,
+                            gen_: e.gen_,
+                            kind: Kind::RegRetry,
+                        });
+                        return;
+                    }
+                }
                 self.outstanding -= 1;
             }
             Kind::RegRetry if u.retry_at == Some(e.at) => {

@@ -27,6 +27,7 @@ fn agent(users: &str, rate: f64, refresh: Option<Duration>, duration: Option<Dur
         duration,
         contact: None,
         retry_after_cap: None,
+        retry_timeout_base: None,
     });
     Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -196,6 +197,7 @@ fn a_503_with_retry_after_is_retried_then_and_registration_time_counts_from_the_
         duration: None,
         contact: None,
         retry_after_cap: Some(Duration::from_secs(30)),
+        retry_timeout_base: None,
     });
     let t0 = Instant::from_secs(1);
     let mut a = Agent::new(c, t0).unwrap_or_else(|e| panic!("{e}"));
@@ -243,4 +245,97 @@ fn a_503_with_retry_after_is_retried_then_and_registration_time_counts_from_the_
         (36_900.0..37_300.0).contains(&registered_ms),
         "registered after {registered_ms} ms"
     );
+}
+
+/// A REGISTER that gets no answer at all is sent again after RFC 5626's backoff: Timer F
+/// (64·T1) ends the transaction, then the new one leaves after `base · U(0.5, 1)`, and after a
+/// second timeout after `2·base · U(0.5, 1)`; the user counts as registered from its first
+/// attempt. Without the backoff, the timeout ends the user.
+#[test]
+fn a_register_that_timed_out_is_sent_again_after_the_rfc_5626_backoff() {
+    let mut c = AgentConfig::new(Transport::Udp, vec![addr("127.0.0.1:5001")]);
+    let users = UserPattern::parse("solo@example.com").unwrap_or_else(|e| panic!("{e}"));
+    c.register = Some(RegisterConfig {
+        registrar: addr("127.0.0.1:5060"),
+        count: users.len(),
+        users,
+        rate: 10.0,
+        arrivals: ArrivalKind::Constant,
+        expires: 600,
+        refresh: None,
+        duration: None,
+        contact: None,
+        retry_after_cap: None,
+        retry_timeout_base: Some(Duration::from_secs(30)),
+    });
+    let mut a = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut now = Instant::from_secs(1);
+    let started = loop {
+        now += Duration::from_millis(1);
+        a.handle_timeout(now);
+        if !sent(&mut a).is_empty() {
+            break now;
+        }
+    };
+    // Nothing ever answers: retransmissions (Timer E), then Timer F at 32 s, then a new
+    // REGISTER (a new CSeq) after the backoff. Find when each new transaction leaves.
+    let mut firsts = vec![started];
+    let mut last_cseq = 1;
+    let mut reqs = Vec::new();
+    while firsts.len() < 3 {
+        now += Duration::from_millis(100);
+        assert!(
+            now < started + Duration::from_secs(300),
+            "no retry after a timeout"
+        );
+        a.handle_timeout(now);
+        for r in sent(&mut a) {
+            let msg = Message::parse(&r, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+            let cseq = msg.cseq().map_or(0, |c| c.seq);
+            if cseq != last_cseq {
+                last_cseq = cseq;
+                firsts.push(now);
+            }
+            reqs.push(r);
+        }
+    }
+    let gap = |i: usize| {
+        firsts[i]
+            .saturating_duration_since(firsts[i - 1])
+            .as_secs_f64()
+    };
+    // 32 s of Timer F, then 15-30 s; 32 s, then 30-60 s.
+    assert!(
+        (47.0..=62.2).contains(&gap(1)),
+        "first retry {} s later",
+        gap(1)
+    );
+    assert!(
+        (62.0..=92.2).contains(&gap(2)),
+        "second retry {} s later",
+        gap(2)
+    );
+    assert!(!a.is_done(), "a REGISTER is in progress");
+    let last = reqs.last().cloned().unwrap_or_default();
+    now += Duration::from_millis(5);
+    a.handle(now, registrar(), &answer(&last, 200));
+    assert!(a.is_done());
+    let r = a.recorder();
+    assert_eq!((r.c.reg_ok, r.c.reg_retry_timeout, r.c.timeouts), (1, 2, 2));
+    let registered_s = r.lat.registered.summary().max_ms / 1000.0;
+    assert!(
+        (gap(1) + gap(2) - 0.5..gap(1) + gap(2) + 0.5).contains(&registered_s),
+        "registered after {registered_s} s"
+    );
+
+    // The default: a timeout ends the user's attempt.
+    let mut a = agent("solo@example.com", 10.0, None, None);
+    let mut now = Instant::from_secs(1);
+    while !a.is_done() {
+        now += Duration::from_millis(100);
+        assert!(now < Instant::from_secs(60), "the timeout ends the run");
+        a.handle_timeout(now);
+        let _ = sent(&mut a);
+    }
+    assert_eq!(a.recorder().c.reg_retry_timeout, 0);
 }

@@ -93,6 +93,8 @@ counters! {
     reg_fail_other,
     /// REGISTERs sent again after a 5xx's Retry-After.
     reg_retry_after,
+    /// REGISTERs sent again after a timeout (RFC 5626 §4.5 backoff).
+    reg_retry_timeout,
     /// Messages that matched no transaction or call (late retransmissions, strays).
     unexpected,
     /// Received bytes that did not parse as a SIP message.

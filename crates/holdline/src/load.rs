@@ -244,6 +244,11 @@ struct RegisterArgs {
     /// The longest Retry-After honoured, seconds (longer ones are cut to it).
     #[arg(long, value_name = "S", default_value_t = 300.0)]
     retry_after_cap: f64,
+    /// After a REGISTER got no answer at all (Timer F), send it again as a phone does (RFC
+    /// 5626 §4.5): after S seconds times 2^(k-1) for the k-th timeout in a row (at most
+    /// 1800), times a random factor in [0.5, 1]. 0: a timeout ends the user's attempt.
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    retry_timeout: f64,
     /// At the end, write the address of every user whose REGISTER got a 2xx to FILE, one
     /// per line (what the registrar acknowledged; compare it with the store after a crash).
     #[arg(long, value_name = "FILE")]
@@ -443,6 +448,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                     duration: None,
                     contact: None,
                     retry_after_cap: None,
+                    retry_timeout_base: None,
                 });
             }
             let mut l = load_config(
@@ -476,6 +482,9 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 contact: None,
                 retry_after_cap: (!a.ignore_retry_after)
                     .then(|| secs(a.retry_after_cap, "--retry-after-cap"))
+                    .transpose()?,
+                retry_timeout_base: (a.retry_timeout != 0.0)
+                    .then(|| secs(a.retry_timeout, "--retry-timeout"))
                     .transpose()?,
             });
             let mut l = load_config(
