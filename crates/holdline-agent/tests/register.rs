@@ -14,6 +14,20 @@ fn addr(s: &str) -> SocketAddr {
 }
 
 fn agent(users: &str, rate: f64, refresh: Option<Duration>, duration: Option<Duration>) -> Agent {
+    Agent::new(
+        config(users, rate, refresh, duration),
+        Instant::from_secs(1),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The agent's configuration: `users` registered at `rate`, no retries.
+fn config(
+    users: &str,
+    rate: f64,
+    refresh: Option<Duration>,
+    duration: Option<Duration>,
+) -> AgentConfig {
     let mut c = AgentConfig::new(Transport::Udp, vec![addr("127.0.0.1:5001")]);
     let users = UserPattern::parse(users).unwrap_or_else(|e| panic!("{e}"));
     c.register = Some(RegisterConfig {
@@ -29,6 +43,15 @@ fn agent(users: &str, rate: f64, refresh: Option<Duration>, duration: Option<Dur
         retry_after_cap: None,
         retry_timeout_base: None,
     });
+    c
+}
+
+/// An agent registering one user at 10/s, with `set` applied to its REGISTER settings.
+fn solo_agent(set: impl FnOnce(&mut RegisterConfig)) -> Agent {
+    let mut c = config("solo@example.com", 10.0, None, None);
+    if let Some(r) = c.register.as_mut() {
+        set(r);
+    }
     Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -184,23 +207,8 @@ fn a_503_with_retry_after_is_retried_then_and_registration_time_counts_from_the_
     assert!(a.is_done());
     assert_eq!(a.recorder().c.reg_retry_after, 0);
 
-    let mut c = AgentConfig::new(Transport::Udp, vec![addr("127.0.0.1:5001")]);
-    let users = UserPattern::parse("solo@example.com").unwrap_or_else(|e| panic!("{e}"));
-    c.register = Some(RegisterConfig {
-        registrar: addr("127.0.0.1:5060"),
-        count: users.len(),
-        users,
-        rate: 10.0,
-        arrivals: ArrivalKind::Constant,
-        expires: 600,
-        refresh: None,
-        duration: None,
-        contact: None,
-        retry_after_cap: Some(Duration::from_secs(30)),
-        retry_timeout_base: None,
-    });
     let t0 = Instant::from_secs(1);
-    let mut a = Agent::new(c, t0).unwrap_or_else(|e| panic!("{e}"));
+    let mut a = solo_agent(|r| r.retry_after_cap = Some(Duration::from_secs(30)));
     let mut now = t0;
     let mut reqs = Vec::new();
     while reqs.is_empty() {
@@ -253,22 +261,7 @@ fn a_503_with_retry_after_is_retried_then_and_registration_time_counts_from_the_
 /// attempt. Without the backoff, the timeout ends the user.
 #[test]
 fn a_register_that_timed_out_is_sent_again_after_the_rfc_5626_backoff() {
-    let mut c = AgentConfig::new(Transport::Udp, vec![addr("127.0.0.1:5001")]);
-    let users = UserPattern::parse("solo@example.com").unwrap_or_else(|e| panic!("{e}"));
-    c.register = Some(RegisterConfig {
-        registrar: addr("127.0.0.1:5060"),
-        count: users.len(),
-        users,
-        rate: 10.0,
-        arrivals: ArrivalKind::Constant,
-        expires: 600,
-        refresh: None,
-        duration: None,
-        contact: None,
-        retry_after_cap: None,
-        retry_timeout_base: Some(Duration::from_secs(30)),
-    });
-    let mut a = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut a = solo_agent(|r| r.retry_timeout_base = Some(Duration::from_secs(30)));
     let mut now = Instant::from_secs(1);
     let started = loop {
         now += Duration::from_millis(1);

@@ -464,10 +464,14 @@ fn apply(
     // Answer 200 with the bindings, as that transaction would have; changing nothing. Without
     // this, a `kill -9` drill answered `500 Out-of-Order` to 12-28 phones whose registration
     // was stored (`holdline lab storm`).
-    let replay = requested.iter().all(|r| match position(bindings, r) {
-        Some(i) => r.expires > 0 && *bindings[i].call_id == *call_id && bindings[i].cseq == cseq,
-        None => r.expires == 0,
-    });
+    // (Cheap first: only a binding written by this very Call-ID and CSeq can make it one, so a
+    // refresh or a new user parses no stored URI here.)
+    let written_by_it = |b: &Binding| *b.call_id == *call_id && b.cseq == cseq;
+    let replay = (bindings.iter().any(written_by_it) || requested.iter().all(|r| r.expires == 0))
+        && requested.iter().all(|r| match position(bindings, r) {
+            Some(i) => r.expires > 0 && written_by_it(&bindings[i]),
+            None => r.expires == 0,
+        });
     if replay {
         return Ok(());
     }

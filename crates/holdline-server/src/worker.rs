@@ -889,7 +889,7 @@ impl Worker {
         if self.controller.poll_timeout().is_some_and(|d| d <= now) {
             let busy = self.busy_since(t);
             self.controller.on_signal(now, Signal::Busy(busy));
-            if let Some(rho) = self.cpu_occupancy().filter(|_| self.settings.cpu_occupancy) {
+            if let Some(rho) = self.cpu_occupancy() {
                 self.controller.on_signal(now, Signal::Occupancy(rho));
             }
             self.controller.handle_timeout(now);
@@ -906,14 +906,18 @@ impl Worker {
     /// period fell inside an iteration, and OCC would cut while CPU was left (issue 14, item
     /// 4). Time spent on rejections is left out in the same share as from the busy time (see
     /// [`Worker::busy_since`]). `None` when the CPU clock cannot be read, and at the first
-    /// call, which only takes the mark (on the worker's own thread; the controller then uses
-    /// the busy time).
+    /// call, which only takes the mark (on the worker's own thread), and always with
+    /// `occupancy_clock = "wall"`: the controller then uses the busy time.
     fn cpu_occupancy(&mut self) -> Option<f64> {
+        // Every interval starts afresh, whatever is returned.
         let busy = std::mem::take(&mut self.interval_busy);
         let other = std::mem::take(&mut self.interval_other);
+        let waited = std::mem::take(&mut self.waited);
+        if !self.settings.cpu_occupancy {
+            return None;
+        }
         let cpu = holdline_io::thread_cpu_time()?;
         let used = cpu.saturating_sub(self.cpu_mark.replace(cpu)?);
-        let waited = std::mem::take(&mut self.waited);
         let total = used + waited;
         // Rejections are the budget's business, not the occupancy's: the same share of the
         // CPU time is left out as of the busy time (without it, a worker rejecting a storm
