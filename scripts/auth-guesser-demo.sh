@@ -30,7 +30,7 @@ UP=$!
 sleep 1 # the listeners bind (a demo script, not a test)
 AP=
 if [ "$MODE" != none ]; then
-    (cd "$OUT" && taskset -c 0 timeout 28 sipp -sf "$ROOT/crates/holdline/tests/scenarios/register_guess.xml" \
+    (cd "$OUT" && taskset -c 0 timeout 28 sipp -sf "$ROOT/lab/scenarios/register_guess.xml" \
         -inf guesses.csv -au bob -ap guess -i 127.0.0.2 -p 26190 -r 200 -m 4000 \
         -timeout 27s -nostdin 127.0.0.1:26160 >/dev/null 2>&1) &
     AP=$!

@@ -36,10 +36,10 @@ impl LegText {
         Self {
             hostport: hostport.into_bytes(),
             via_prefix: via_prefix.into_bytes(),
-            uri_tp: if transport == Transport::Tcp {
-                b";transport=tcp"
-            } else {
-                b""
+            uri_tp: match transport {
+                Transport::Tcp => b";transport=tcp",
+                Transport::Tls => b";transport=tls",
+                _ => b"",
             },
             sdp: sdp.into_bytes(),
         }

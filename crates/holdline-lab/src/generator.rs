@@ -40,6 +40,7 @@ impl Load {
         match self {
             Self::Calls(Transport::Udp) => "calls-udp",
             Self::Calls(Transport::Tcp) => "calls-tcp",
+            Self::Calls(Transport::Tls) => "calls-tls",
             Self::Register => "register-udp",
         }
     }

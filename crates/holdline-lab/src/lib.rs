@@ -14,6 +14,7 @@ mod error;
 pub mod feedback;
 mod generator;
 pub mod lab;
+mod pki;
 pub mod plot;
 pub mod ports;
 mod procfs;

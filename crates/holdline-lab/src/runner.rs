@@ -30,6 +30,16 @@ pub(crate) fn check_tools() -> Result<()> {
     }
 }
 
+/// Whether SIPp (Debian's `sip-tester`) runs here.
+pub(crate) fn sipp_available() -> bool {
+    Command::new("sipp")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
 /// Runs `point` again (up to three times in all) when one of its processes could not bind
 /// the port picked for it: ports are picked outside the ephemeral range
 /// ([`crate::ports`]), but another picker on the machine can still take one first.
@@ -136,6 +146,9 @@ pub(crate) fn start_uas(
             runs.join(format!("{tag}-uas.csv")).display()
         ));
     }
+    if transport == Transport::Tls {
+        args.extend(crate::pki::Pki::in_dir(runs)?.uas_args());
+    }
     let mut uas = spawn(GENERATOR_CORE, exe, &args, &log)?;
     wait_bound(&mut uas.0, port, Some(transport), "holdline load uas", &log)?;
     Ok(uas)
@@ -188,6 +201,10 @@ pub(crate) fn start_uacs(
             "--progress=off".into(),
         ];
         let log = runs.join(format!("{tag}-uac{i}.log"));
+        let mut args = args;
+        if transport == Transport::Tls {
+            args.push(crate::pki::Pki::in_dir(runs)?.uac_arg());
+        }
         uacs.push(spawn(GENERATOR_CORE, exe, &args, &log)?);
     }
     Ok(uacs)

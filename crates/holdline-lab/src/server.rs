@@ -20,6 +20,8 @@ pub(crate) const DOMAIN: &str = "example.test";
 pub(crate) enum Transport {
     Udp,
     Tcp,
+    /// TLS over TCP, with the certificates of [`crate::pki`].
+    Tls,
 }
 
 impl Transport {
@@ -27,6 +29,7 @@ impl Transport {
         match self {
             Self::Udp => "udp",
             Self::Tcp => "tcp",
+            Self::Tls => "tls",
         }
     }
 }
@@ -82,7 +85,7 @@ fn port_taken(port: u16, only: Option<Transport>) -> bool {
     let tcp = || TcpListener::bind(("127.0.0.1", port)).is_err();
     match only {
         Some(Transport::Udp) => udp(),
-        Some(Transport::Tcp) => tcp(),
+        Some(Transport::Tcp | Transport::Tls) => tcp(),
         None => udp() && tcp(),
     }
 }

@@ -84,7 +84,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
     /// SIP transport between UAC, server and UAS.
-    #[arg(long, value_name = "udp|tcp", default_value = "udp", value_parser = ["udp", "tcp"])]
+    #[arg(long, value_name = "udp|tcp|tls", default_value = "udp", value_parser = ["udp", "tcp", "tls"])]
     pub transport: String,
     /// Results directory.
     #[arg(long, value_name = "DIR", default_value = "lab-results/soak")]
@@ -99,6 +99,238 @@ pub(crate) struct Args {
     /// Redraw the plots and `samples.csv` from `--out`'s `results.json` (no measurement).
     #[arg(long)]
     pub replot: bool,
+    /// Attack the server while the calls run (they come from 127.0.0.1, a trusted source):
+    /// `scanner` — SIPp from 127.0.0.2 sweeping it with OPTIONS, a new Call-ID and user
+    /// each, at `--scanner-rate`, never waiting for an answer; `guesser` — SIPp from
+    /// 127.0.0.3 guessing a user's password (REGISTER, 401, REGISTER with a wrong
+    /// password) at `--guess-rate`; with it, the server has authentication on (one user).
+    /// Comma-separated; the attackers run on the generator's core.
+    #[arg(long, value_name = "scanner,guesser", value_delimiter = ',', value_parser = ["scanner", "guesser"])]
+    pub attack: Vec<String>,
+    /// The scanner's OPTIONS per second.
+    #[arg(long, value_name = "N", default_value_t = 10_000.0)]
+    pub scanner_rate: f64,
+    /// The guesser's guesses per second (two requests each).
+    #[arg(long, value_name = "N", default_value_t = 200.0)]
+    pub guess_rate: f64,
+    /// Turn the server's protection off (`[flood] enabled = false`, `[auth]
+    /// failure_limit = 0`): what the attack costs without it.
+    #[arg(long)]
+    pub unprotected: bool,
+}
+
+/// The scanner's SIPp scenario (`lab/scenarios/scanner_options.xml`).
+const SCANNER_XML: &str = include_str!("../../../lab/scenarios/scanner_options.xml");
+/// The guesser's SIPp scenario (`lab/scenarios/register_guess.xml`).
+const GUESSER_XML: &str = include_str!("../../../lab/scenarios/register_guess.xml");
+/// The served domain, and its one user, whose password the guesser tries.
+const ATTACK_DOMAIN: &str = "example.test";
+const ATTACK_USER: &str = "bob";
+/// The metrics that tell what an attack cost and what the protection did, recorded at the
+/// end of an attacked point (summed over their labels unless a label is given).
+const ATTACK_METRICS: [(&str, &str, &str); 8] = [
+    ("flood_drops", "holdline_drops_total", "reason=\"flood\""),
+    (
+        "auth_throttle_drops",
+        "holdline_drops_total",
+        "reason=\"auth_failures\"",
+    ),
+    ("flood_offenders", "holdline_flood_offenders_total", ""),
+    (
+        "options_handled",
+        "holdline_sip_requests_in_total",
+        "method=\"OPTIONS\"",
+    ),
+    (
+        "register_handled",
+        "holdline_sip_requests_in_total",
+        "method=\"REGISTER\"",
+    ),
+    ("auth_ok", "holdline_auth_total", "result=\"ok\""),
+    ("auth_failed", "holdline_auth_total", "result=\"failed\""),
+    ("auth_challenges", "holdline_auth_challenges_total", ""),
+];
+
+/// The attack run beside the calls of every point (`--attack`).
+#[derive(Debug, Clone, Default)]
+struct Attack {
+    /// The scanner's OPTIONS per second.
+    scanner: Option<f64>,
+    /// The guesser's guesses per second, and the scenario's injection file.
+    guesser: Option<f64>,
+    /// The server's protection is off.
+    unprotected: bool,
+}
+
+impl Attack {
+    fn from_args(args: &Args) -> Result<Self> {
+        let has = |w: &str| args.attack.iter().any(|a| a == w);
+        for (name, rate) in [
+            ("--scanner-rate", args.scanner_rate),
+            ("--guess-rate", args.guess_rate),
+        ] {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(LabError::Precondition(format!(
+                    "{name} {rate}: must be a positive rate"
+                )));
+            }
+        }
+        Ok(Self {
+            scanner: has("scanner").then_some(args.scanner_rate),
+            guesser: has("guesser").then_some(args.guess_rate),
+            unprotected: args.unprotected,
+        })
+    }
+
+    fn any(&self) -> bool {
+        self.scanner.is_some() || self.guesser.is_some()
+    }
+
+    /// `none`, `scanner`, `guesser` or `scanner+guesser`, then `+unprotected` if so.
+    fn label(&self) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        if self.scanner.is_some() {
+            parts.push("scanner");
+        }
+        if self.guesser.is_some() {
+            parts.push("guesser");
+        }
+        if parts.is_empty() {
+            parts.push("none");
+        }
+        if self.unprotected {
+            parts.push("unprotected");
+        }
+        parts.join("+")
+    }
+
+    /// The server configuration's lines for the attack: the calls' source trusted, the
+    /// guesser's target user in a users file (written into `runs` with `holdline user add`),
+    /// and the protection off when asked. `top` goes before any table, `tables` after.
+    fn server_toml(&self, exe: &Path, runs: &Path) -> Result<(String, String)> {
+        if !self.any() && !self.unprotected {
+            return Ok((String::new(), String::new()));
+        }
+        let top = "# the calls come from 127.0.0.1; the attackers from elsewhere\n\
+                   trusted = [\"127.0.0.1\"]\n"
+            .to_string();
+        let mut tables = String::new();
+        if self.unprotected {
+            tables.push_str("[flood]\nenabled = false\n");
+        }
+        if self.guesser.is_some() {
+            let users = runs.join("users.txt");
+            let _ = std::fs::remove_file(&users);
+            let mut child = std::process::Command::new(exe)
+                .args(["user", "add", "--file"])
+                .arg(&users)
+                .arg(format!("{ATTACK_USER}@{ATTACK_DOMAIN}"))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| LabError::io("start holdline user add", e))?;
+            if let Some(mut stdin) = child.stdin.take() {
+                use std::io::Write as _;
+                stdin
+                    .write_all(b"the right one\n")
+                    .map_err(|e| LabError::io("write to holdline user add", e))?;
+            }
+            let out = child
+                .wait_with_output()
+                .map_err(|e| LabError::io("run holdline user add", e))?;
+            if !out.status.success() {
+                return Err(LabError::Process(format!(
+                    "holdline user add: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )));
+            }
+            // SIPp answers only the first challenge, and only MD5.
+            let _ = write!(
+                tables,
+                "[auth]\nusers_file = {:?}\nalgorithms = [\"MD5\", \"SHA-256\"]\n{}",
+                users.display().to_string(),
+                if self.unprotected {
+                    "failure_limit = 0\n"
+                } else {
+                    ""
+                }
+            );
+        }
+        Ok((top, tables))
+    }
+
+    /// Starts the attackers against 127.0.0.1:`port` on the generator's core, each bounded
+    /// to `duration_s` of requests and its own timeout; their scenarios are written into
+    /// `runs`.
+    fn start(&self, runs: &Path, tag: &str, port: u16, duration_s: f64) -> Result<Vec<Proc>> {
+        let mut procs = Vec::new();
+        let sipp = Path::new("sipp");
+        let common = |name: &str, ip: &str, rate: f64| -> Result<Vec<String>> {
+            Ok(vec![
+                format!("127.0.0.1:{port}"),
+                "-i".into(),
+                ip.into(),
+                "-p".into(),
+                free_port()?.to_string(),
+                "-r".into(),
+                format!("{rate:.0}"),
+                "-m".into(),
+                format!("{:.0}", (rate * duration_s).ceil()),
+                "-timeout".into(),
+                format!("{:.0}s", duration_s + 5.0),
+                "-nostdin".into(),
+                "-trace_stat".into(),
+                "-fd".into(),
+                "1".into(),
+                "-stf".into(),
+                runs.join(format!("{tag}-{name}.csv")).display().to_string(),
+            ])
+        };
+        if let Some(rate) = self.scanner {
+            let sf = runs.join("scanner.xml");
+            std::fs::write(&sf, SCANNER_XML)
+                .map_err(|e| LabError::io(format!("write {}", sf.display()), e))?;
+            let mut args = common("scanner", "127.0.0.2", rate)?;
+            args.extend(["-sf".into(), sf.display().to_string()]);
+            let log = runs.join(format!("{tag}-scanner.log"));
+            procs.push(spawn(GENERATOR_CORE, sipp, &args, &log)?);
+        }
+        if let Some(rate) = self.guesser {
+            let (sf, inf) = (runs.join("guesser.xml"), runs.join("guesses.csv"));
+            for (path, text) in [
+                (&sf, GUESSER_XML.to_string()),
+                (&inf, format!("SEQUENTIAL\n{ATTACK_USER};\n")),
+            ] {
+                std::fs::write(path, text)
+                    .map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
+            }
+            let mut args = common("guesser", "127.0.0.3", rate)?;
+            args.extend([
+                "-sf".into(),
+                sf.display().to_string(),
+                "-inf".into(),
+                inf.display().to_string(),
+                "-au".into(),
+                ATTACK_USER.into(),
+                "-ap".into(),
+                "a wrong guess".into(),
+            ]);
+            let log = runs.join(format!("{tag}-guesser.log"));
+            procs.push(spawn(GENERATOR_CORE, sipp, &args, &log)?);
+        }
+        Ok(procs)
+    }
+}
+
+/// The number of SIPp "calls" (requests, for the attackers) an attacker created, from the
+/// last row of its statistics file (`None` if it wrote none).
+fn sipp_created(path: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next()?.split(';').collect();
+    let col = header.iter().position(|h| *h == "TotalCallCreated")?;
+    lines.last()?.split(';').nth(col)?.parse().ok()
 }
 
 /// One sample of the server, taken every second.
@@ -209,6 +441,15 @@ pub(crate) struct Point {
     pub samples: Vec<Sample>,
     /// The UAC's per-second counts.
     pub per_second: Vec<UacSecond>,
+    /// The attack during the point (`none`, `scanner`, `guesser`, `scanner+guesser`), and
+    /// `+unprotected` when the server's protection was off.
+    #[serde(default)]
+    pub attack: String,
+    /// What the attack cost the server and what its protection did: the
+    /// [`ATTACK_METRICS`] at the end of the point, and each attacker's requests sent
+    /// (`scanner_sent`, `guesser_sent`, from SIPp's statistics).
+    #[serde(default)]
+    pub attack_stats: BTreeMap<String, f64>,
 }
 
 /// Everything a run measured (`results.json`).
@@ -255,10 +496,10 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
     check_tools()?;
     let started = Instant::now();
     let exe = holdline_exe(args.exe.as_deref())?;
-    let transport = if args.transport == "tcp" {
-        Transport::Tcp
-    } else {
-        Transport::Udp
+    let transport = match args.transport.as_str() {
+        "tcp" => Transport::Tcp,
+        "tls" => Transport::Tls,
+        _ => Transport::Udp,
     };
     let duration = args.duration.unwrap_or(if args.quick {
         QUICK_DURATION_S
@@ -283,16 +524,32 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
             "--rate {bad}: must be a positive number of calls per second"
         )));
     }
+    let attack = Attack::from_args(args)?;
+    if attack.any() && transport != Transport::Udp {
+        return Err(LabError::Precondition(
+            "--attack runs over UDP only (the attackers are SIPp over UDP)".into(),
+        ));
+    }
+    if attack.any() && !crate::runner::sipp_available() {
+        return Err(LabError::Missing {
+            program: "sipp",
+            package: "sip-tester",
+        });
+    }
     let runs = args.out.join("runs");
     std::fs::create_dir_all(&runs)
         .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
     let config = runs.join("soak.toml");
-    std::fs::write(
-        &config,
-        "# holdline lab soak: 8 MiB UDP buffers, as in holdline bench\n\
-         [limits]\nudp_recv_buffer = 8388608\nudp_send_buffer = 8388608\n",
-    )
-    .map_err(|e| LabError::io(format!("write {}", config.display()), e))?;
+    let (top, tables) = attack.server_toml(&exe, &runs)?;
+    let mut text = format!(
+        "# holdline lab soak: 8 MiB UDP buffers, as in holdline bench\n{top}\
+         [limits]\nudp_recv_buffer = 8388608\nudp_send_buffer = 8388608\n{tables}",
+    );
+    if transport == Transport::Tls {
+        text.push_str(&crate::pki::Pki::in_dir(&runs)?.server_toml());
+    }
+    std::fs::write(&config, text)
+        .map_err(|e| LabError::io(format!("write {}", config.display()), e))?;
     eprintln!(
         "soak: {} point(s) of {duration:.0} s over {} ({} calls/s)",
         rates.len(),
@@ -309,7 +566,12 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
             rate,
             duration_s: duration,
             transport,
-            tag: format!("{rate}-{}", transport.name()),
+            tag: if attack.any() || attack.unprotected {
+                format!("{rate}-{}-{}", transport.name(), attack.label())
+            } else {
+                format!("{rate}-{}", transport.name())
+            },
+            attack: attack.clone(),
         };
         let p = crate::runner::with_fresh_ports("soak", &spec.tag, || {
             run_point_once(&exe, &runs, &config, &spec)
@@ -334,6 +596,9 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
             p.pdd_p50_ms,
             p.pdd_p99_ms
         );
+        if attack.any() {
+            eprintln!("    attack {}: {:?}", p.attack, p.attack_stats);
+        }
         points.push(p);
     }
     let results = Results {
@@ -361,6 +626,7 @@ struct Spec {
     duration_s: f64,
     transport: Transport,
     tag: String,
+    attack: Attack,
 }
 
 /// Runs one point with fresh processes: server, UAS, UAC; samples the server every second
@@ -372,20 +638,19 @@ fn run_point_once(exe: &Path, runs: &Path, config: &Path, spec: &Spec) -> Result
     let limit = spec.duration_s + DRAIN_S + 5.0;
 
     let serve_log = runs.join(format!("{tag}-serve.log"));
-    let mut server = spawn(
-        SERVER_CORE,
-        exe,
-        &[
-            "serve".into(),
-            format!("--config={}", config.display()),
-            format!("--listen={t}:127.0.0.1:{port}"),
-            format!("--route=*={t}:127.0.0.1:{uas_port}"),
-            "--workers=1".into(),
-            "--store=memory".into(),
-            format!("--metrics=127.0.0.1:{metrics_port}"),
-        ],
-        &serve_log,
-    )?;
+    let mut serve_args: Vec<String> = vec![
+        "serve".into(),
+        format!("--config={}", config.display()),
+        format!("--listen={t}:127.0.0.1:{port}"),
+        format!("--route=*={t}:127.0.0.1:{uas_port}"),
+        "--workers=1".into(),
+        "--store=memory".into(),
+        format!("--metrics=127.0.0.1:{metrics_port}"),
+    ];
+    if spec.attack.guesser.is_some() {
+        serve_args.push(format!("--domain={ATTACK_DOMAIN}"));
+    }
+    let mut server = spawn(SERVER_CORE, exe, &serve_args, &serve_log)?;
     wait_bound(
         &mut server.0,
         port,
@@ -404,24 +669,24 @@ fn run_point_once(exe: &Path, runs: &Path, config: &Path, spec: &Spec) -> Result
     let pid = server.0.id();
     let mut samples = vec![sample(pid, metrics_port, 0.0)?];
     let t0 = Instant::now();
-    let mut uac = spawn(
-        GENERATOR_CORE,
-        exe,
-        &[
-            "load".into(),
-            "uac".into(),
-            format!("--transport={t}"),
-            format!("--target=127.0.0.1:{port}"),
-            format!("--rate={}", spec.rate),
-            format!("--duration={}", spec.duration_s),
-            format!("--drain={DRAIN_S}"),
-            format!("--max-time={limit}"),
-            format!("--json={}", uac_json.display()),
-            format!("--csv={}", uac_csv.display()),
-            "--progress=off".into(),
-        ],
-        &uac_log,
-    )?;
+    let mut uac_args = vec![
+        "load".into(),
+        "uac".into(),
+        format!("--transport={t}"),
+        format!("--target=127.0.0.1:{port}"),
+        format!("--rate={}", spec.rate),
+        format!("--duration={}", spec.duration_s),
+        format!("--drain={DRAIN_S}"),
+        format!("--max-time={limit}"),
+        format!("--json={}", uac_json.display()),
+        format!("--csv={}", uac_csv.display()),
+        "--progress=off".into(),
+    ];
+    if spec.transport == Transport::Tls {
+        uac_args.push(crate::pki::Pki::in_dir(runs)?.uac_arg());
+    }
+    let mut uac = spawn(GENERATOR_CORE, exe, &uac_args, &uac_log)?;
+    let attackers = spec.attack.start(runs, tag, port, spec.duration_s)?;
     progress(tag, &samples[0]);
     let deadline = t0 + Duration::from_secs_f64(limit + 5.0);
     let mut next = t0 + SAMPLE_EVERY;
@@ -457,6 +722,9 @@ fn run_point_once(exe: &Path, runs: &Path, config: &Path, spec: &Spec) -> Result
     let last = sample(pid, metrics_port, window_s)?;
     progress(tag, &last);
     samples.push(last);
+    // What the attack cost, counted while the server still runs; the attackers stop here.
+    let attack_text = spec.attack.any().then(|| scrape(metrics_port));
+    drop(attackers);
     // The UAS writes its report on SIGTERM.
     terminate(&uas.0);
     wait_bounded(&mut uas.0, Duration::from_secs(5));
@@ -472,7 +740,25 @@ fn run_point_once(exe: &Path, runs: &Path, config: &Path, spec: &Spec) -> Result
     }
     let uac_r = read_json(&uac_json)?;
     let per_second = uac_rows(&uac_csv)?;
-    Ok(summarize(spec, &uac_r, samples, per_second, window_s))
+    let mut point = summarize(spec, &uac_r, samples, per_second, window_s);
+    point.attack = spec.attack.label();
+    if let Some(text) = attack_text {
+        let all = families(&text);
+        for (key, name, label) in ATTACK_METRICS {
+            let v = if label.is_empty() {
+                all.get(name).copied()
+            } else {
+                labelled(&text, name, label)
+            };
+            point.attack_stats.insert(key.into(), v.unwrap_or(0.0));
+        }
+        for name in ["scanner", "guesser"] {
+            if let Some(n) = sipp_created(&runs.join(format!("{tag}-{name}.csv"))) {
+                point.attack_stats.insert(format!("{name}_sent"), n);
+            }
+        }
+    }
+    Ok(point)
 }
 
 /// Waits (bounded, 5 s) until the server's `/metrics` answers.
@@ -733,6 +1019,8 @@ fn summarize(
         window_s,
         samples,
         per_second,
+        attack: String::new(),
+        attack_stats: BTreeMap::new(),
     }
 }
 
@@ -749,7 +1037,11 @@ fn replot(out: &Path) -> Result<Results> {
 
 /// The legend name of a point.
 fn label(p: &Point) -> String {
-    format!("{:.0} calls/s {}", p.rate, p.transport)
+    if p.attack.is_empty() || p.attack == "none" {
+        format!("{:.0} calls/s {}", p.rate, p.transport)
+    } else {
+        format!("{:.0} calls/s {}, attack {}", p.rate, p.transport, p.attack)
+    }
 }
 
 /// `samples.csv`: one row per point per second; the transaction metrics any sample has get

@@ -16,7 +16,8 @@
 use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration as StdDuration;
 
@@ -76,6 +77,78 @@ pub struct LoadConfig {
     /// At the end, write here the address of every user a 2xx answered a REGISTER for (one
     /// per line): what the registrar acknowledged, to check against its store after a crash.
     pub acked_file: Option<PathBuf>,
+    /// The TLS sessions of a `Transport::Tls` run.
+    pub tls: Option<LoadTls>,
+}
+
+/// TLS for the connections of a run over `Transport::Tls`: the calling legs are TLS clients
+/// that verify the target's certificate, the UAS's accepted connections TLS servers.
+#[derive(Clone, Debug)]
+pub struct LoadTls {
+    /// For the calling legs, and the name the target's certificate must carry.
+    pub client: Option<(
+        Arc<rustls::ClientConfig>,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+    /// For the connections the UAS accepts.
+    pub server: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl LoadTls {
+    /// The sessions from PEM files: `ca` (the CAs the target's certificate is verified
+    /// against) and `server_name` (the name it must carry; its IP address by default) for
+    /// the calling side, `cert` + `key` for the answering side. An error names the file or
+    /// the option at fault.
+    pub fn from_files(
+        ca: Option<&Path>,
+        server_name: Option<&str>,
+        target: Option<SocketAddr>,
+        cert_key: Option<(&Path, &Path)>,
+    ) -> Result<Self, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = match (ca, target) {
+            (Some(ca), Some(target)) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in holdline_io::pem::certificates(ca)? {
+                    roots
+                        .add(c)
+                        .map_err(|e| format!("`{}`: unusable CA certificate: {e}", ca.display()))?;
+                }
+                let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                let name = match server_name {
+                    Some(n) => {
+                        rustls::pki_types::ServerName::try_from(n.to_owned()).map_err(|_| {
+                            format!("--tls-server-name `{n}`: not a DNS name or IP address")
+                        })?
+                    }
+                    None => rustls::pki_types::ServerName::IpAddress(target.ip().into()),
+                };
+                Some((Arc::new(config), name))
+            }
+            (None, Some(_)) => return Err("a TLS caller needs --tls-ca FILE".into()),
+            _ => None,
+        };
+        let server = match cert_key {
+            Some((cert, key)) => {
+                let config = rustls::ServerConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_no_client_auth()
+                    .with_single_cert(
+                        holdline_io::pem::certificates(cert)?,
+                        holdline_io::pem::private_key(key)?,
+                    )
+                    .map_err(|e| format!("`{}` with `{}`: {e}", key.display(), cert.display()))?;
+                Some(Arc::new(config))
+            }
+            None => None,
+        };
+        Ok(Self { client, server })
+    }
 }
 
 /// Why a run could not start or continue.
@@ -105,6 +178,9 @@ pub enum LoadError {
     /// Polling failed.
     #[error("poll: {0}")]
     Poll(io::Error),
+    /// A TLS run lacks the session for one of its sides, or a session could not start.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 const LEG_BASE: usize = 1;
@@ -128,6 +204,7 @@ struct Conn {
 
 struct Io {
     transport: Transport,
+    tls: Option<LoadTls>,
     legs_udp: Vec<UdpSocket>,
     leg_batches: Vec<SendBatch>,
     uas_udp: Option<UdpSocket>,
@@ -253,8 +330,12 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         max_read_buffer: 256 * 1024,
         max_queue_bytes: 64 * 1024 * 1024,
     };
+    if transport == Transport::Tls && cfg.tls.is_none() {
+        return Err(LoadError::Tls("no TLS settings for a TLS run".into()));
+    }
     let mut io = Io {
         transport,
+        tls: cfg.tls.clone(),
         legs_udp: Vec::new(),
         leg_batches: Vec::new(),
         uas_udp: None,
@@ -331,8 +412,17 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                     io.leg_batches.push(SendBatch::new());
                 }
                 _ => {
-                    let tcp = TcpConn::connect(target, &tcp_opts, limits)
+                    let mut tcp = TcpConn::connect(target, &tcp_opts, limits)
                         .map_err(sock_err("connect TCP", target))?;
+                    if transport == Transport::Tls {
+                        let Some((config, name)) = io.tls.as_ref().and_then(|t| t.client.clone())
+                        else {
+                            return Err(LoadError::Tls("a TLS caller needs a CA".into()));
+                        };
+                        let session = rustls::ClientConnection::new(config, name)
+                            .map_err(|e| LoadError::Tls(e.to_string()))?;
+                        tcp.start_tls(rustls::Connection::Client(session));
+                    }
                     legs.push(tcp.local_addr().map_err(sock_err("connect TCP", target))?);
                     let entry = io.conns.vacant_entry();
                     let key = entry.key();
@@ -566,7 +656,21 @@ fn accept_all(io: &mut Io) {
             Err(_) => break,
         }
     }
-    for tcp in accepted {
+    for mut tcp in accepted {
+        if io.transport == Transport::Tls {
+            let session = io
+                .tls
+                .as_ref()
+                .and_then(|t| t.server.clone())
+                .map(rustls::ServerConnection::new);
+            match session {
+                Some(Ok(s)) => tcp.start_tls(rustls::Connection::Server(s)),
+                _ => {
+                    io.send_errors += 1;
+                    continue;
+                }
+            }
+        }
         let entry = io.conns.vacant_entry();
         let key = entry.key();
         let mut conn = Conn {
@@ -661,6 +765,12 @@ fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
                     return;
                 }
             }
+        }
+        // A TLS session may have records to send of its own (its handshake).
+        if let Some(c) = io.conns.get_mut(key)
+            && c.tcp.queued_bytes() > 0
+        {
+            mark_dirty(&mut io.dirty, c, key);
         }
         agent.drain_transmits(|p, b| io.dispatch(p, b));
         io.flush();

@@ -18,7 +18,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use holdline_base::Transport;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::config::ServerConfig;
@@ -67,35 +66,11 @@ fn err(key: &str, message: String) -> KeyError {
 }
 
 fn certs(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, KeyError> {
-    let read = |e: rustls::pki_types::pem::Error| {
-        err(
-            key,
-            format!("cannot read certificates from `{}`: {e}", path.display()),
-        )
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(read)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(read)?;
-    if certs.is_empty() {
-        return Err(err(
-            key,
-            format!("no PEM certificate in `{}`", path.display()),
-        ));
-    }
-    Ok(certs)
+    holdline_io::pem::certificates(path).map_err(|m| err(key, m))
 }
 
 fn private_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, KeyError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| {
-        err(
-            key,
-            format!(
-                "cannot read a PEM private key from `{}`: {e}",
-                path.display()
-            ),
-        )
-    })
+    holdline_io::pem::private_key(path).map_err(|m| err(key, m))
 }
 
 /// Whether the configuration uses TLS at all (a `tls:` listener or route, or `[tls]`

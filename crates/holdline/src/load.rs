@@ -11,7 +11,7 @@ use holdline_agent::{
     AgentConfig, ArrivalKind, Hold, RegisterConfig, Timers, UacConfig, UasConfig, UserPattern,
 };
 use holdline_base::{Duration, Transport};
-use holdline_load::{LoadConfig, Progress};
+use holdline_load::{LoadConfig, LoadTls, Progress};
 
 /// `holdline load MODE [OPTIONS]`.
 #[derive(Debug, Args)]
@@ -36,6 +36,9 @@ enum Mode {
 enum TransportArg {
     Udp,
     Tcp,
+    /// TLS over TCP: the caller verifies the target with `--tls-ca`, the UAS presents
+    /// `--tls-cert`/`--tls-key`.
+    Tls,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -92,6 +95,18 @@ struct Common {
     /// Progress display on stderr.
     #[arg(long, value_enum, default_value = "auto")]
     progress: ProgressArg,
+    /// TLS: the CA certificates (PEM) the target's certificate is verified against.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// TLS: the name the target's certificate must carry (default: its IP address).
+    #[arg(long, value_name = "NAME")]
+    tls_server_name: Option<String>,
+    /// TLS: the UAS's certificate chain (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the UAS's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Options of the calling side.
@@ -325,6 +340,7 @@ fn transport(t: TransportArg) -> Transport {
     match t {
         TransportArg::Udp => Transport::Udp,
         TransportArg::Tcp => Transport::Tcp,
+        TransportArg::Tls => Transport::Tls,
     }
 }
 
@@ -390,6 +406,24 @@ fn load_config(
     drain: f64,
     mode: &str,
 ) -> Result<LoadConfig, String> {
+    let tls = if agent.transport == Transport::Tls {
+        let target = agent
+            .uac
+            .as_ref()
+            .map(|u| u.target)
+            .or_else(|| agent.register.as_ref().map(|r| r.registrar));
+        if agent.uas.is_some() && c.tls_cert.is_none() {
+            return Err("a TLS UAS needs --tls-cert FILE and --tls-key FILE".into());
+        }
+        Some(LoadTls::from_files(
+            c.tls_ca.as_deref(),
+            c.tls_server_name.as_deref(),
+            target,
+            c.tls_cert.as_deref().zip(c.tls_key.as_deref()),
+        )?)
+    } else {
+        None
+    };
     Ok(LoadConfig {
         agent,
         listen: c.listen.unwrap_or(listen),
@@ -406,6 +440,7 @@ fn load_config(
         coalesce: Duration::from_micros(c.coalesce_us),
         target_uas: false,
         acked_file: None,
+        tls,
         meta: serde_json::json!({
             "mode": mode,
             "command": std::env::args().collect::<Vec<_>>().join(" "),

@@ -25,10 +25,16 @@ use holdline_proto::auth::{DigestAlgorithm, digest_response};
 
 const DOMAIN: &str = "example.test";
 
+/// A SIPp scenario of this crate's tests, or of the lab (`lab/scenarios`, the attackers
+/// `holdline lab soak --attack` runs too).
 fn scenario(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/scenarios")
-        .join(name)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let here = root.join("tests/scenarios").join(name);
+    if here.exists() {
+        here
+    } else {
+        root.join("../../lab/scenarios").join(name)
+    }
 }
 
 /// `holdline user add --file FILE USER@DOMAIN`, the password on standard input.

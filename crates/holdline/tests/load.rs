@@ -610,3 +610,115 @@ fn calls_reach_registered_uas_through_the_location_service() {
     assert_eq!(total(&v, "uas_invites"), 1000);
     assert_eq!(num(&v, "calls_completed"), 1000);
 }
+
+/// Writes a CA (`ca.pem`), a certificate for 127.0.0.1 it signed (`leaf.pem`, `leaf.key`)
+/// and a CA that signed nothing here (`other-ca.pem`) into `dir`.
+fn tls_files(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
+    let ca = |cn: &str| {
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let key = KeyPair::generate().expect("ca key");
+        let pem = p.self_signed(&key).expect("ca cert").pem();
+        (Issuer::new(p, key), pem)
+    };
+    let (issuer, ca_pem) = ca("load test CA");
+    let (_, other_pem) = ca("nobody's CA");
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
+    leaf.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
+    let key = KeyPair::generate().expect("leaf key");
+    let cert = leaf.signed_by(&key, &issuer).expect("leaf cert");
+    for (name, text) in [
+        ("ca.pem", ca_pem),
+        ("other-ca.pem", other_pem),
+        ("leaf.pem", cert.pem()),
+        ("leaf.key", key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(name), text).expect("write PEM");
+    }
+}
+
+/// `holdline load` over TLS on both sides: `load uac --transport tls` (a TLS client that
+/// verifies the server's certificate against `--tls-ca`) → `holdline serve` on a `tls:`
+/// listener → TLS next hop → `load uas --transport tls` (a TLS server with `--tls-cert`).
+/// Every call completes, every message of it over TLS; a caller that trusts another CA
+/// completes none (its handshake fails: verification is real).
+#[test]
+fn load_over_tls_both_sides_through_serve() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    tls_files(d);
+    let (proxy, uas, metrics) = (free_port(), free_port(), free_port());
+    let conf = d.join("serve.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[tls]\ncert_file = \"{0}/leaf.pem\"\nkey_file = \"{0}/leaf.key\"\nca_file = \"{0}/ca.pem\"\n",
+            d.display()
+        ),
+    )
+    .expect("write config");
+    let server = Holdline::start(&[
+        format!("--config={}", conf.display()),
+        format!("--listen=tls:127.0.0.1:{proxy}"),
+        format!("--route=*=tls:127.0.0.1:{uas}"),
+        format!("--metrics=127.0.0.1:{metrics}"),
+        s("--store=memory"),
+        s("--workers=1"),
+    ]);
+    let _uas = spawn_load(&[
+        s("uas"),
+        s("--transport=tls"),
+        format!("--listen=127.0.0.1:{uas}"),
+        format!("--tls-cert={}/leaf.pem", d.display()),
+        format!("--tls-key={}/leaf.key", d.display()),
+        s("--max-time=40"),
+        s("--progress=off"),
+    ]);
+    common::wait_bound(false, uas, Duration::from_secs(10));
+    let uac = |ca: &str, json: &Path| {
+        run_load(
+            &[
+                s("uac"),
+                s("--transport=tls"),
+                format!("--target=127.0.0.1:{proxy}"),
+                format!("--tls-ca={}/{ca}", d.display()),
+                s("--rate=200"),
+                s("--calls=600"),
+                s("--drain=5"),
+                s("--max-time=20"),
+                s("--progress=off"),
+                format!("--json={}", json.display()),
+            ],
+            Duration::from_secs(40),
+        );
+        read_json(json)
+    };
+    let good = uac("ca.pem", &d.join("good.json"));
+    assert_eq!(num(&good, "calls_attempted"), 600);
+    assert_eq!(num(&good, "calls_completed"), 600, "{good}");
+    let bad = uac("other-ca.pem", &d.join("bad.json"));
+    assert_eq!(num(&bad, "calls_completed"), 0, "{bad}");
+    let m = common::scrape(SocketAddr::from(([127, 0, 0, 1], metrics)));
+    let tls_in = common::metric(&m, "holdline_messages_in_total", &["transport=\"tls\""]);
+    // Per call the server reads INVITE, ACK, BYE from the UAC and 180, 200, 200 (BYE) from
+    // the UAS (which sends no 100 by default).
+    assert!(tls_in >= 600.0 * 6.0, "messages over TLS: {tls_in}\n{m}");
+    let refused = common::metric(
+        &m,
+        "holdline_tls_handshakes_total",
+        &["side=\"server\"", "result=\"failed\""],
+    );
+    let accepted = common::metric(
+        &m,
+        "holdline_tls_handshakes_total",
+        &["side=\"server\"", "result=\"ok\""],
+    );
+    // The caller that trusts another CA aborts its handshake: the server never counts it as
+    // established (it sees the alert as a failure or a close, depending on timing).
+    assert_eq!(accepted, 1.0, "{m}");
+    assert!(refused <= 1.0, "{m}");
+    drop(server);
+}

@@ -1,6 +1,7 @@
 //! `holdline lab soak` end to end, short: one point of 300 calls/s for 8 s. Checks the shape
 //! of results.json (the fields of a point, one server sample per second), that the calls
-//! completed, and that samples.csv and the plots were written. No speed is asserted.
+//! completed, and that samples.csv and the plots were written. No speed is asserted. The
+//! same over TLS (certificates the lab generates; every hop verified).
 //! Skipped (with the reason printed) when `taskset` is missing.
 
 mod common;
@@ -19,18 +20,13 @@ fn taskset_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-#[test]
-fn soak_writes_results_samples_and_plots() {
-    if !taskset_available() {
-        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
-        return;
-    }
-    let _one_run_at_a_time = common::sipp_lock();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("soak");
+/// Runs `holdline lab soak ARGS --out OUT` to its end; returns its stderr.
+fn lab_soak(args: &[&str], out: &std::path::Path) -> String {
     let child = Command::new(BIN)
-        .args(["lab", "soak", "--rate", "300", "--duration", "8", "--out"])
-        .arg(&out)
+        .args(["lab", "soak"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -46,6 +42,19 @@ fn soak_writes_results_samples_and_plots() {
         let _ = e.read_to_string(&mut err);
     }
     assert!(status.success(), "{status:?}\n{err}");
+    err
+}
+
+#[test]
+fn soak_writes_results_samples_and_plots() {
+    if !taskset_available() {
+        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
+        return;
+    }
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("soak");
+    let err = lab_soak(&["--rate", "300", "--duration", "8"], &out);
     assert!(
         err.contains("soak 300-udp: t="),
         "progress is shown:\n{err}"
@@ -121,4 +130,83 @@ fn soak_writes_results_samples_and_plots() {
         let png = std::fs::read(out.join(format!("{plot}.png"))).expect("png");
         assert_eq!(&png[1..4], b"PNG");
     }
+}
+
+/// `--transport tls`: the generator's UAC and UAS and the server talk TLS, each verifying
+/// the other side against the lab's CA; every call completes.
+#[test]
+fn soak_over_tls() {
+    if !taskset_available() {
+        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
+        return;
+    }
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("soak");
+    let err = lab_soak(
+        &["--transport", "tls", "--rate", "300", "--duration", "3"],
+        &out,
+    );
+    assert!(err.contains("soak 300-tls: t="), "progress:\n{err}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let p = &v["points"][0];
+    assert_eq!(p["transport"], "tls", "{p}");
+    assert!(p["attempted"].as_u64().is_some_and(|n| n > 600), "{p}");
+    assert_eq!(p["completed"], p["attempted"], "{p}");
+}
+
+/// `--attack scanner,guesser`: SIPp sweeps the server with OPTIONS from 127.0.0.2 and
+/// guesses a password from 127.0.0.3 while the calls run from 127.0.0.1 (trusted). The
+/// point records what the protection did: the scanner is answered at most its flood limit
+/// (1,000 per window) and the rest dropped, the guesser gets at most its failure limit of
+/// wrong-password answers; every call completes.
+#[test]
+fn soak_under_attack_records_what_the_protection_did() {
+    if !taskset_available() {
+        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
+        return;
+    }
+    if !common::sipp_available() {
+        return;
+    }
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("soak");
+    let err = lab_soak(
+        &[
+            "--rate",
+            "300",
+            "--duration",
+            "4",
+            "--attack",
+            "scanner,guesser",
+            "--scanner-rate",
+            "2000",
+            "--guess-rate",
+            "50",
+        ],
+        &out,
+    );
+    assert!(err.contains("attack scanner+guesser"), "{err}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let p = &v["points"][0];
+    assert_eq!(p["attack"], "scanner+guesser", "{p}");
+    assert_eq!(p["completed"], p["attempted"], "{p}");
+    let s = &p["attack_stats"];
+    let stat = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{k} in {s}"));
+    assert!(stat("scanner_sent") > 4_000.0, "{s}");
+    assert!(stat("options_handled") <= 1_000.0, "{s}");
+    assert!(
+        stat("flood_drops") >= stat("scanner_sent") - stat("options_handled") - 100.0,
+        "{s}"
+    );
+    assert!(stat("flood_offenders") >= 1.0, "{s}");
+    // 20 failures per window trip the throttle (the default), then silence.
+    assert!(
+        stat("auth_failed") >= 1.0 && stat("auth_failed") <= 21.0,
+        "{s}"
+    );
+    assert!(stat("auth_throttle_drops") > 0.0, "{s}");
 }
