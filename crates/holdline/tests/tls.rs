@@ -25,8 +25,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Holdline, free_port, metric, sipp_available, wait_metrics};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use common::{Ca, Holdline, free_port, metric, sipp_available, wait_metrics};
 
 const NAME: &str = "sip.test.example";
 
@@ -34,39 +33,6 @@ fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/scenarios")
         .join(name)
-}
-
-/// A CA that signs leaf certificates, written as PEM files into a directory.
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-impl Ca {
-    fn new(cn: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let key = KeyPair::generate().expect("ca key");
-        let cert = params.self_signed(&key).expect("ca cert");
-        Self {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A leaf certificate for `names` (DNS names or IP addresses): (certificate, key) PEM.
-    fn leaf(&self, names: &[&str]) -> (String, String) {
-        let params =
-            CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-                .expect("leaf params");
-        let key = KeyPair::generate().expect("leaf key");
-        let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
-        (cert.pem(), key.serialize_pem())
-    }
 }
 
 /// The certificates of a test, as files in `dir`.

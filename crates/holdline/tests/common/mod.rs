@@ -535,3 +535,41 @@ pub fn load_register(port: u16, users: &str, rate: u32) -> Command {
         .stderr(Stdio::null());
     cmd
 }
+
+// ---- certificates for the TLS tests (tls.rs, softphone.rs)
+
+/// A CA generated here (rcgen) that signs leaf certificates.
+pub struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    /// Its certificate, PEM.
+    pub pem: String,
+}
+
+impl Ca {
+    pub fn new(cn: &str) -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().expect("ca key");
+        let cert = params.self_signed(&key).expect("ca cert");
+        Self {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A leaf certificate for `names` (DNS names or IP addresses): (certificate, key) PEM.
+    pub fn leaf(&self, names: &[&str]) -> (String, String) {
+        let params = rcgen::CertificateParams::new(
+            names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+        )
+        .expect("leaf params");
+        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
+        (cert.pem(), key.serialize_pem())
+    }
+}
