@@ -237,7 +237,7 @@ pub struct RegisterConfig {
     /// No new REGISTER after this long.
     pub duration: Option<Duration>,
     /// The contact address registered (default: the agent's UAS address if it has a UAS,
-    /// else the sending address).
+    /// else the user's sending address). User `u` sends over leg `u mod legs`.
     pub contact: Option<SocketAddr>,
     /// Honour `Retry-After` in a 5xx (RFC 3261 §21.5.4, as a phone should): send the
     /// REGISTER again after that many seconds, up to this cap (a longer one is cut to it),

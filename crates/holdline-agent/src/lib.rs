@@ -204,27 +204,26 @@ impl Agent {
         let uas = match &cfg.uas {
             Some(u) => {
                 let leg = uas_leg.as_ref().ok_or(ConfigError::NoUasAddr)?;
-                Some(uas::Uas::new(u.clone(), leg, "uas"))
+                Some(uas::Uas::new(u.clone(), leg, "uas", &legs))
             }
             None => None,
         };
         let reg = match &cfg.register {
             Some(r) => {
-                let leg = legs
-                    .first()
-                    .cloned()
-                    .ok_or(ConfigError::NoLeg("register"))?;
+                if legs.is_empty() {
+                    return Err(ConfigError::NoLeg("register"));
+                }
                 if !(r.rate > 0.0 && r.rate.is_finite()) {
                     return Err(ConfigError::BadRate(r.rate.to_string()));
                 }
                 // The contact: as configured, else the UAS of this agent (calls to the users
-                // must reach it), else the sending address.
-                let contact = match r.contact.or(cfg.uas_addr) {
-                    Some(a) => build::LegText::new(a, cfg.transport),
-                    None => leg.clone(),
-                };
+                // must reach it), else each user's sending address (its leg).
+                let contact = r
+                    .contact
+                    .or(cfg.uas_addr)
+                    .map(|a| build::LegText::new(a, cfg.transport));
                 let a = Arrivals::new(r.arrivals, r.rate, now, Some(r.count), r.duration, &mut rng);
-                Some(reg::Reg::new(r.clone(), leg, a, &contact))
+                Some(reg::Reg::new(r.clone(), legs, a, contact.as_ref()))
             }
             None => None,
         };

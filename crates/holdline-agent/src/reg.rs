@@ -1,6 +1,8 @@
 //! REGISTER load: N users registered at a rate, refreshed at an interval, retried once with
 //! Min-Expires on 423, retried after a 5xx's Retry-After (when honoured) and after a timeout
-//! (RFC 5626's backoff, when on), non-INVITE transaction timers E/F.
+//! (RFC 5626's backoff, when on), non-INVITE transaction timers E/F. User `u` registers
+//! over leg `u mod legs` (its own connection or source port when there are as many legs as
+//! users: a phone), with that leg's address as Contact unless one is configured.
 
 use holdline_base::{ConnId, Duration, Instant, Peer};
 use holdline_metrics::{Method as M, MsgKey};
@@ -38,9 +40,11 @@ struct User {
 #[derive(Debug)]
 pub(crate) struct Reg {
     cfg: RegisterConfig,
-    leg: LegText,
-    /// `@host:port;transport=..>\r\n`: the Contact line after the user.
-    contact: Vec<u8>,
+    /// The legs; user `u` sends over `legs[u % legs.len()]`.
+    legs: Vec<LegText>,
+    /// `@host:port;transport=..>\r\n`: the Contact line after the user, one per leg (each
+    /// leg's own address), or a single one for every user (a configured contact).
+    contacts: Vec<Vec<u8>>,
     pub(crate) arrivals: Arrivals,
     users: Vec<User>,
     /// Transactions in progress plus refreshes scheduled.
@@ -51,22 +55,31 @@ pub(crate) struct Reg {
 const PREFIX: &[u8] = b"-r";
 
 impl Reg {
+    /// `legs` must not be empty; `contact`: the one Contact every user registers, else each
+    /// registers its leg's address.
     pub(crate) fn new(
         cfg: RegisterConfig,
-        leg: LegText,
+        legs: Vec<LegText>,
         arrivals: Arrivals,
-        contact_leg: &LegText,
+        contact: Option<&LegText>,
     ) -> Self {
         // What follows the user in the Contact line.
-        let mut contact = b"@".to_vec();
-        contact.extend_from_slice(&contact_leg.hostport);
-        contact.extend_from_slice(contact_leg.uri_tp);
-        contact.extend_from_slice(b">\r\n");
+        let tail = |l: &LegText| {
+            let mut c = b"@".to_vec();
+            c.extend_from_slice(&l.hostport);
+            c.extend_from_slice(l.uri_tp);
+            c.extend_from_slice(b">\r\n");
+            c
+        };
+        let contacts = match contact {
+            Some(c) => vec![tail(c)],
+            None => legs.iter().map(tail).collect(),
+        };
         let end = cfg.duration.map(|d| arrivals.start() + d);
         Self {
             cfg,
-            leg,
-            contact,
+            legs,
+            contacts,
             arrivals,
             users: Vec::new(),
             outstanding: 0,
@@ -87,11 +100,16 @@ impl Reg {
             .map(|(i, _)| i as u64)
     }
 
-    fn peer(&self, cx: &Ctx<'_>) -> Peer {
+    /// The leg of `user`.
+    fn leg_of(&self, user: u32) -> usize {
+        user as usize % self.legs.len().max(1)
+    }
+
+    fn peer(&self, cx: &Ctx<'_>, leg: usize) -> Peer {
         Peer {
             addr: self.cfg.registrar,
             transport: cx.transport,
-            conn: Some(ConnId(0)),
+            conn: Some(ConnId(leg as u64)),
         }
     }
 
@@ -111,7 +129,8 @@ impl Reg {
     }
 
     fn send(&mut self, cx: &mut Ctx<'_>, user: u32, retrans: bool) {
-        let peer = self.peer(cx);
+        let li = self.leg_of(user);
+        let peer = self.peer(cx, li);
         let Some(u) = self.users.get_mut(user as usize) else {
             return;
         };
@@ -145,7 +164,11 @@ impl Reg {
         out.extend_from_slice(b"REGISTER sip:");
         out.extend_from_slice(domain);
         out.extend_from_slice(b" SIP/2.0\r\n");
-        out.extend_from_slice(&self.leg.via_prefix);
+        let (leg, contact) = (
+            &self.legs[li],
+            &self.contacts[li.min(self.contacts.len() - 1)],
+        );
+        out.extend_from_slice(&leg.via_prefix);
         out.extend_from_slice(cx.token);
         out.extend_from_slice(PREFIX);
         num(out, user);
@@ -167,13 +190,13 @@ impl Reg {
         out.extend_from_slice(PREFIX);
         num(out, user);
         out.push(b'@');
-        out.extend_from_slice(&self.leg.hostport);
+        out.extend_from_slice(&leg.hostport);
         out.extend_from_slice(b"\r\nCSeq: ");
         num(out, cseq);
         out.extend_from_slice(b" REGISTER\r\n");
         out.extend_from_slice(b"Contact: <sip:");
         out.extend_from_slice(&name);
-        out.extend_from_slice(&self.contact);
+        out.extend_from_slice(contact);
         out.extend_from_slice(b"Expires: ");
         num(out, expires);
         out.extend_from_slice(b"\r\n");

@@ -59,6 +59,10 @@ struct Slot {
 pub(crate) struct Uas {
     cfg: UasConfig,
     contact: Vec<u8>,
+    /// The Contact line of a call that arrived over leg `i` (a connection this agent opened,
+    /// e.g. to register over it, as a phone does): that leg's address, so that the dialog's
+    /// requests come back over the same connection.
+    leg_contacts: Vec<Vec<u8>>,
     sdp: Vec<u8>,
     /// Call-ID hash → slot (the slot's Call-ID is compared on lookup).
     map: HashMap<u64, u32, FixedState>,
@@ -80,17 +84,26 @@ pub(crate) struct Uas {
 }
 
 impl Uas {
-    pub(crate) fn new(cfg: UasConfig, leg: &build::LegText, user: &str) -> Self {
-        let mut contact = b"Contact: <sip:".to_vec();
-        contact.extend_from_slice(user.as_bytes());
-        contact.push(b'@');
-        contact.extend_from_slice(&leg.hostport);
-        contact.extend_from_slice(leg.uri_tp);
-        contact.extend_from_slice(b">\r\n");
+    pub(crate) fn new(
+        cfg: UasConfig,
+        leg: &build::LegText,
+        user: &str,
+        legs: &[build::LegText],
+    ) -> Self {
+        let line = |l: &build::LegText| {
+            let mut contact = b"Contact: <sip:".to_vec();
+            contact.extend_from_slice(user.as_bytes());
+            contact.push(b'@');
+            contact.extend_from_slice(&l.hostport);
+            contact.extend_from_slice(l.uri_tp);
+            contact.extend_from_slice(b">\r\n");
+            contact
+        };
         let mix_total = cfg.mix.iter().map(|(_, w)| w.max(0.0)).sum();
         Self {
             cfg,
-            contact,
+            contact: line(leg),
+            leg_contacts: legs.iter().map(line).collect(),
             sdp: leg.sdp.clone(),
             map: HashMap::with_hasher(FixedState::default()),
             hasher: FixedState::default(),
@@ -144,7 +157,11 @@ impl Uas {
         // The To tag goes on every response, 100 included (§8.2.6.2 allows it there).
         msg.extend_from_slice(&call.to);
         if (180..300).contains(&code) {
-            msg.extend_from_slice(&self.contact);
+            let over_leg = call
+                .peer
+                .conn
+                .and_then(|c| self.leg_contacts.get(usize::try_from(c.0).ok()?));
+            msg.extend_from_slice(over_leg.unwrap_or(&self.contact));
         }
         if (200..300).contains(&code) {
             msg.extend_from_slice(b"Content-Type: application/sdp\r\n");

@@ -332,3 +332,53 @@ fn a_register_that_timed_out_is_sent_again_after_the_rfc_5626_backoff() {
     }
     assert_eq!(a.recorder().c.reg_retry_timeout, 0);
 }
+
+/// With as many legs as users, each user is a phone on its own leg: its REGISTERs leave over
+/// that leg (connection or source port), with the leg's address in Via, Call-ID and Contact.
+#[test]
+fn each_user_registers_over_its_own_leg_with_its_address_as_contact() {
+    let legs = [
+        addr("127.0.0.2:40001"),
+        addr("127.0.0.3:40002"),
+        addr("127.0.0.2:40003"),
+    ];
+    let mut c = config("p{0..5}@example.com", 1000.0, None, None);
+    c.transport = Transport::Tcp;
+    c.legs = legs.to_vec();
+    let mut a = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut now = Instant::from_secs(1);
+    let mut out: Vec<(Peer, Vec<u8>)> = Vec::new();
+    for _ in 0..10 {
+        now += Duration::from_millis(1);
+        a.handle_timeout(now);
+        a.drain_transmits(|p, b| out.push((*p, b.to_vec())));
+    }
+    assert_eq!(out.len(), 6);
+    for (peer, req) in &out {
+        let msg = Message::parse(req, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+        let to = String::from_utf8_lossy(msg.first_value(HeaderName::To).unwrap_or_default())
+            .into_owned();
+        let user: usize = to
+            .trim_start_matches("<sip:p")
+            .split('@')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("user in {to}"));
+        let leg = user % legs.len();
+        assert_eq!(peer.conn, Some(ConnId(leg as u64)), "{to}");
+        let contact =
+            String::from_utf8_lossy(msg.first_value(HeaderName::Contact).unwrap_or_default())
+                .into_owned();
+        assert_eq!(
+            contact,
+            format!("<sip:p{user}@{};transport=tcp>", legs[leg]),
+            "{to}"
+        );
+        let via = String::from_utf8_lossy(msg.first_value(HeaderName::Via).unwrap_or_default())
+            .into_owned();
+        assert!(
+            via.starts_with(&format!("SIP/2.0/TCP {}", legs[leg])),
+            "{via}"
+        );
+    }
+}

@@ -17,6 +17,7 @@
 //!   bytes the kernel has not sent yet. [`tcp::TcpConn::start_tls`] puts a rustls session
 //!   (client or server) inside a connection, driven sans-IO style by the same reads and
 //!   flushes; the queue then holds TLS records.
+//! - [`raise_open_files`]: the open-file limit a server with many connections needs.
 //! - [`pem`]: certificate chains and private keys from PEM files, for TLS.
 //! - [`Clock`]: maps the operating system's monotonic clock onto [`holdline_base::Instant`];
 //!   [`thread_cpu_time`]: the CPU time the calling thread has used.
@@ -25,9 +26,11 @@
 //! datagrams, `SIOCOUTQ` and the thread's CPU clock, each block with a `// SAFETY:` comment, all in [`sys`].
 
 mod clock;
+mod limits;
 pub mod pem;
 mod sys;
 pub mod tcp;
 pub mod udp;
 
 pub use clock::{Clock, thread_cpu_time};
+pub use limits::{OpenFiles, raise_open_files};

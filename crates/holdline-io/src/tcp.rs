@@ -447,6 +447,34 @@ impl TcpConn {
         ))
     }
 
+    /// [`connect`](Self::connect) from `local` (an address of this host, port 0 for any):
+    /// many connections to one server need several source addresses (each has one
+    /// ephemeral port range).
+    pub fn connect_from(
+        local: SocketAddr,
+        addr: SocketAddr,
+        opts: &TcpOptions,
+        limits: ConnLimits,
+    ) -> io::Result<Self> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&local.into())?;
+        match socket.connect(&addr.into()) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(e),
+        }
+        let stream = mio::net::TcpStream::from_std(socket.into());
+        let applied = apply_options(&stream, opts).is_ok();
+        Ok(Self::new(
+            stream,
+            addr,
+            limits,
+            true,
+            opts.timestamps && applied,
+        ))
+    }
+
     /// Whether a connect started by [`connect`](Self::connect) is still in progress.
     pub fn is_connecting(&self) -> bool {
         self.connecting

@@ -79,6 +79,11 @@ pub struct LoadConfig {
     pub acked_file: Option<PathBuf>,
     /// The TLS sessions of a `Transport::Tls` run.
     pub tls: Option<LoadTls>,
+    /// Source addresses of the calling legs' TCP/TLS connections, taken in turn (leg `i`
+    /// binds `local_ips[i % len]`); empty: the kernel's choice. One address has one
+    /// ephemeral port range (about 28,000 ports), so tens of thousands of connections to
+    /// one server need several (127.0.0.2, 127.0.0.3, ... on loopback).
+    pub local_ips: Vec<std::net::IpAddr>,
 }
 
 /// TLS for the connections of a run over `Transport::Tls`: the calling legs are TLS clients
@@ -350,6 +355,19 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         handled: 0,
         dirty: Vec::new(),
     };
+    // Every connection is a file descriptor: raise the soft limit as far as the hard one
+    // allows (the default 1,024 is far below 50,000 phones).
+    if transport != Transport::Udp {
+        let want = cfg.connections as u64 + 256;
+        match holdline_io::raise_open_files(want) {
+            Ok(l) if !l.enough() => eprintln!(
+                "holdline load: open-file limit {} (hard {}) is below the {want} that {} connections need: connections beyond it fail",
+                l.soft, l.hard, cfg.connections
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("holdline load: cannot read or raise the open-file limit: {e}"),
+        }
+    }
     let has_uas = cfg.agent.uas.is_some();
     // The UAS socket first, so a pair's legs bind next to it.
     if has_uas {
@@ -412,8 +430,16 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                     io.leg_batches.push(SendBatch::new());
                 }
                 _ => {
-                    let mut tcp = TcpConn::connect(target, &tcp_opts, limits)
-                        .map_err(sock_err("connect TCP", target))?;
+                    let mut tcp = match cfg.local_ips.get(i % cfg.local_ips.len().max(1)) {
+                        Some(ip) => TcpConn::connect_from(
+                            SocketAddr::new(*ip, 0),
+                            target,
+                            &tcp_opts,
+                            limits,
+                        ),
+                        None => TcpConn::connect(target, &tcp_opts, limits),
+                    }
+                    .map_err(sock_err("connect TCP", target))?;
                     if transport == Transport::Tls {
                         let Some((config, name)) = io.tls.as_ref().and_then(|t| t.client.clone())
                         else {

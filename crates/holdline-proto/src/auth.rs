@@ -865,6 +865,39 @@ impl Authenticator {
         out
     }
 
+    /// The first digest credentials of `msg` for this server's realm of `domain`, and the
+    /// line that carries them.
+    fn own<'m>(
+        &self,
+        msg: &'m Message<'_>,
+        role: Role,
+        domain: &[u8],
+    ) -> Option<(Credentials<'m>, Span)> {
+        let realm = self.realm(domain);
+        for v in msg.values(role.credentials_header()) {
+            let Ok(c) = Credentials::parse(v.bytes) else {
+                continue;
+            };
+            if c.is_digest()
+                && c.params
+                    .get_unescaped("realm")
+                    .is_some_and(|r| r.as_ref() == realm.as_ref())
+            {
+                let line = msg.headers().get(v.header).map(|h| h.line_span());
+                return Some((c, line.unwrap_or(v.span)));
+            }
+        }
+        None
+    }
+
+    /// The line of `msg`'s credentials for this server's realm of `domain`, unchecked: what
+    /// a proxy removes from a request it forwards without authenticating it (an in-dialog
+    /// request into which a UA copied its credentials, one from a trusted source), so that
+    /// they never travel past the server they are for (RFC 3261 §22.3).
+    pub fn own_credentials(&self, msg: &Message<'_>, role: Role, domain: &[u8]) -> Option<Span> {
+        self.own(msg, role, domain).map(|(_, line)| line)
+    }
+
     /// Checks the credentials of `msg` for `role`, on behalf of `user` at `domain` (the To
     /// user of a REGISTER, the From user of a proxied request; `user` is compared with the
     /// credentials' `username`). Credentials of other realms are ignored (they are for
@@ -879,22 +912,7 @@ impl Authenticator {
         domain: &[u8],
     ) -> AuthDecision {
         let realm = self.realm(domain);
-        let mut found = None;
-        for v in msg.values(role.credentials_header()) {
-            let Ok(c) = Credentials::parse(v.bytes) else {
-                continue;
-            };
-            if c.is_digest()
-                && c.params
-                    .get_unescaped("realm")
-                    .is_some_and(|r| r.as_ref() == realm.as_ref())
-            {
-                let line = msg.headers().get(v.header).map(|h| h.line_span());
-                found = Some((c, line.unwrap_or(v.span)));
-                break;
-            }
-        }
-        let Some((c, consumed)) = found else {
+        let Some((c, consumed)) = self.own(msg, role, domain) else {
             return AuthDecision::Challenge(ChallengeReason::NoCredentials);
         };
         let algorithm = match c.algorithm() {

@@ -300,6 +300,9 @@ pub struct EndpointStats {
     pub stateless: u64,
     /// Retransmitted requests absorbed by a server transaction.
     pub retransmissions_absorbed: u64,
+    /// ACKs of non-2xx final responses (this proxy's own, e.g. a 407, or relayed ones),
+    /// absorbed by their INVITE server transaction: hop-by-hop, not forwarded.
+    pub acks_absorbed: u64,
     /// New INVITEs the admission gate of [`Endpoint::handle_admitting`] rejected (answered
     /// statelessly, no transaction created).
     pub rejected_by_gate: u64,
@@ -1093,9 +1096,8 @@ impl Endpoint {
         if method == Method::Ack {
             match self.txns.handle_parsed_request(now, msg, from) {
                 RequestOutcome::PassThrough => self.forward_stateless(now, msg, &plan, from, local),
-                RequestOutcome::AckAbsorbed(_) | RequestOutcome::Retransmission(_) => {
-                    self.stats.retransmissions_absorbed += 1;
-                }
+                RequestOutcome::AckAbsorbed(_) => self.stats.acks_absorbed += 1,
+                RequestOutcome::Retransmission(_) => self.stats.retransmissions_absorbed += 1,
                 RequestOutcome::New(sid) => {
                     // Not expected for an ACK; do not leave a transaction waiting for us.
                     self.stats.server_transactions += 1;
@@ -1574,8 +1576,24 @@ impl Endpoint {
         Ok((vec![Target { uri: ruri, dest }], found_by))
     }
 
+    /// The line of `msg`'s proxy credentials for this server's realm when it is forwarded
+    /// without consuming them (in-dialog requests, into which UAs copy their credentials;
+    /// requests from trusted sources): removed all the same, credentials for this server
+    /// never travel past it (RFC 3261 §22.3). A header index lookup when there are none.
+    fn own_proxy_credentials(&self, msg: &Message<'_>) -> Option<Span> {
+        let auth = self.auth.as_ref()?;
+        msg.values(HeaderName::ProxyAuthorization).next()?;
+        let from = msg.from().ok()?;
+        let domain = from.uri.host_bytes()?;
+        if !self.config.serves(domain) {
+            return None;
+        }
+        auth.own_credentials(msg, Role::Proxy, domain)
+    }
+
     /// §16.6 steps 1–8: the copy of `msg` sent to `dest` with `branch`. `consumed`: the
-    /// line of the credentials this proxy consumed, removed (RFC 3261 §22.3).
+    /// line of the credentials this proxy consumed, removed (RFC 3261 §22.3), as are this
+    /// server's credentials it did not check ([`Self::own_proxy_credentials`]).
     #[allow(clippy::too_many_arguments)]
     fn forward_copy(
         &self,
@@ -1591,7 +1609,7 @@ impl Endpoint {
         for span in &plan.remove {
             ed.replace(*span, b"")?;
         }
-        if let Some(span) = consumed {
+        if let Some(span) = consumed.or_else(|| self.own_proxy_credentials(msg)) {
             ed.replace(span, b"")?;
         }
         let uri = target_uri.unwrap_or(plan.ruri.as_bytes());

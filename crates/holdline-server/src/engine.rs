@@ -456,6 +456,7 @@ impl WorkerCore for Engine {
             "holdline_sip_retransmissions_absorbed_total {}",
             s.retransmissions_absorbed
         );
+        let _ = writeln!(out, "holdline_sip_acks_absorbed_total {}", s.acks_absorbed);
         let t = self.endpoint.transactions().stats();
         let _ = writeln!(out, "holdline_sip_active_transactions {}", t.transactions);
         let _ = writeln!(out, "holdline_txn_lingering {}", t.lingering);

@@ -95,6 +95,10 @@ struct Common {
     /// Progress display on stderr.
     #[arg(long, value_enum, default_value = "auto")]
     progress: ProgressArg,
+    /// Source addresses of the TCP/TLS connections, used in turn (e.g.
+    /// 127.0.0.2,127.0.0.3): each has its own ephemeral port range of about 28,000.
+    #[arg(long, value_name = "IP[,IP...]", value_delimiter = ',')]
+    local_ips: Vec<std::net::IpAddr>,
     /// TLS: the CA certificates (PEM) the target's certificate is verified against.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
@@ -211,6 +215,11 @@ struct UasArgs {
     /// REGISTERs per second for --register.
     #[arg(long, default_value_t = 1000.0)]
     register_rate: f64,
+    /// --register's users send over M TCP/TLS connections (or UDP source ports), user `u`
+    /// over number `u mod M`, as phones do: a proxy that reaches a binding over the
+    /// connection it was made on brings the calls back over it, and they are answered there.
+    #[arg(long, value_name = "M", default_value_t = 1)]
+    register_connections: usize,
     #[command(flatten)]
     common: Common,
 }
@@ -441,6 +450,7 @@ fn load_config(
         target_uas: false,
         acked_file: None,
         tls,
+        local_ips: c.local_ips.clone(),
         meta: serde_json::json!({
             "mode": mode,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -490,7 +500,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 cfg,
                 &a.common,
                 SocketAddr::from(([127, 0, 0, 1], 5070)),
-                1,
+                a.register_connections.max(1),
                 0.0,
                 "uas",
             )?;

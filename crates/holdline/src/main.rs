@@ -299,6 +299,38 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// File descriptors kept for everything but connections: listeners, the store's files,
+/// the metrics endpoint and its clients, each worker's poller and wakers.
+const RESERVED_FILES: u64 = 256;
+
+/// Raises the open-file limit to what `limits.max_connections` needs (every connection is a
+/// file descriptor); when the hard limit is lower, lowers `max_connections` to what fits, so
+/// that the server refuses connections it cannot hold (counted) instead of failing to accept
+/// them. Returns the startup line that says which.
+fn open_files(config: &mut ServerConfig) -> String {
+    let max = config.limits.max_connections as u64;
+    let per_worker = 16 * config.workers.max(1) as u64;
+    let need = max + RESERVED_FILES + per_worker;
+    match holdline_io::raise_open_files(need) {
+        Ok(l) if l.enough() => format!(
+            "open-file limit {} (limits.max_connections = {max} needs {need})",
+            l.soft
+        ),
+        Ok(l) => {
+            let fit = l.soft.saturating_sub(RESERVED_FILES + per_worker).max(1);
+            config.limits.max_connections = usize::try_from(fit).unwrap_or(usize::MAX);
+            format!(
+                "open-file limit {} is below the {need} that limits.max_connections = {max} needs, \
+                 and the hard limit ({}) stops it there: at most {fit} connections will be held, \
+                 more are refused; raise the hard limit (systemd LimitNOFILE=, or `ulimit -Hn` as \
+                 root) or lower limits.max_connections",
+                l.soft, l.hard
+            )
+        }
+        Err(e) => format!("open-file limit unknown ({e}); limits.max_connections = {max}"),
+    }
+}
+
 fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = match &args.config {
         Some(file) => ServerConfig::from_file(file)?,
@@ -331,6 +363,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    let files = open_files(&mut config);
     let auth = holdline_server::load_auth(&config)?;
     let clock = holdline_io::Clock::new();
     let opened = holdline_server::open_store(&config, &clock)?;
@@ -378,6 +411,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             "holdline: authentication off ([auth] users_file): REGISTERs for served domains are accepted from anyone"
         ),
     }
+    eprintln!("holdline: {files}");
     eprintln!("holdline: data directory {}", config.data_dir().display());
     match (&opened.path, &opened.persistent) {
         (Some(path), Some(p)) => {

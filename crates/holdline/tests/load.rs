@@ -614,26 +614,14 @@ fn calls_reach_registered_uas_through_the_location_service() {
 /// Writes a CA (`ca.pem`), a certificate for 127.0.0.1 it signed (`leaf.pem`, `leaf.key`)
 /// and a CA that signed nothing here (`other-ca.pem`) into `dir`.
 fn tls_files(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
-    let ca = |cn: &str| {
-        let mut p = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
-        let key = KeyPair::generate().expect("ca key");
-        let pem = p.self_signed(&key).expect("ca cert").pem();
-        (Issuer::new(p, key), pem)
-    };
-    let (issuer, ca_pem) = ca("load test CA");
-    let (_, other_pem) = ca("nobody's CA");
-    let mut leaf = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
-    leaf.subject_alt_names = vec![SanType::IpAddress([127, 0, 0, 1].into())];
-    let key = KeyPair::generate().expect("leaf key");
-    let cert = leaf.signed_by(&key, &issuer).expect("leaf cert");
+    let ca = common::Ca::new("load test CA");
+    let other = common::Ca::new("nobody's CA");
+    let (cert, key) = ca.leaf(&["127.0.0.1"]);
     for (name, text) in [
-        ("ca.pem", ca_pem),
-        ("other-ca.pem", other_pem),
-        ("leaf.pem", cert.pem()),
-        ("leaf.key", key.serialize_pem()),
+        ("ca.pem", ca.pem),
+        ("other-ca.pem", other.pem),
+        ("leaf.pem", cert),
+        ("leaf.key", key),
     ] {
         std::fs::write(dir.join(name), text).expect("write PEM");
     }
@@ -720,5 +708,99 @@ fn load_over_tls_both_sides_through_serve() {
     // established (it sees the alert as a failure or a close, depending on timing).
     assert_eq!(accepted, 1.0, "{m}");
     assert!(refused <= 1.0, "{m}");
+    drop(server);
+}
+
+/// Phones, each on its own TCP connection: `holdline load uas --register 300
+/// --register-connections 300 --local-ips 127.0.0.2,127.0.0.3` registers 300 users, user
+/// `u` over connection `u`, the connections spread over two source addresses; holdline's
+/// calls to those users come back over the connection each one registered on (it opens
+/// none of its own) and are answered there. The server raises its open-file limit at start
+/// and says so.
+#[test]
+fn phones_on_their_own_connections_are_called_over_them() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let (proxy, uas, metrics) = (free_port(), free_port(), free_port());
+    let server = Holdline::start(&[
+        format!("--listen=tcp:127.0.0.1:{proxy}"),
+        format!("--metrics=127.0.0.1:{metrics}"),
+        s("--domain=example.com"),
+        s("--store=memory"),
+        s("--workers=2"),
+    ]);
+    assert!(
+        server.startup.contains("open-file limit"),
+        "{}",
+        server.startup
+    );
+    let metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
+    let _phones = spawn_load(&[
+        s("uas"),
+        s("--transport=tcp"),
+        format!("--listen=127.0.0.1:{uas}"),
+        s("--register=300"),
+        format!("--registrar=127.0.0.1:{proxy}"),
+        s("--users=phone{0..299}@example.com"),
+        s("--register-rate=1000"),
+        s("--register-connections=300"),
+        s("--local-ips=127.0.0.2,127.0.0.3"),
+        s("--max-time=60"),
+        s("--progress=off"),
+    ]);
+    common::wait_metrics(metrics, Duration::from_secs(20), |m| {
+        common::metric(m, "holdline_store_bindings", &[]) >= 300.0
+    });
+    // The phones' connections come from both source addresses, and every one of them carried
+    // its user's REGISTER and 200 (a connection that received nothing has no
+    // `bytes_received` in `ss -i`).
+    let ss = Command::new("ss")
+        .args(["-Htin", "state", "established"])
+        .arg(format!("( dport = :{proxy} )"))
+        .output()
+        .expect("ss (iproute2)");
+    let ss = String::from_utf8_lossy(&ss.stdout);
+    let mut conns: Vec<(String, String)> = Vec::new();
+    for line in ss.lines() {
+        match conns.last_mut() {
+            Some((_, info)) if line.starts_with(char::is_whitespace) => info.push_str(line),
+            _ => conns.push((line.to_owned(), String::new())),
+        }
+    }
+    for ip in ["127.0.0.2:", "127.0.0.3:"] {
+        let n = conns.iter().filter(|(c, _)| c.contains(ip)).count();
+        assert_eq!(n, 150, "connections from {ip}\n{ss}");
+    }
+    let used = conns
+        .iter()
+        .filter(|(_, info)| info.contains("bytes_received:"))
+        .count();
+    assert_eq!(used, 300, "connections that carried a registration\n{ss}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("uac.json");
+    run_load(
+        &[
+            s("uac"),
+            s("--transport=tcp"),
+            format!("--target=127.0.0.1:{proxy}"),
+            s("--to=phone{0..299}@example.com"),
+            s("--rate=300"),
+            s("--calls=600"),
+            s("--drain=5"),
+            s("--max-time=20"),
+            s("--progress=off"),
+            format!("--json={}", json.display()),
+        ],
+        Duration::from_secs(40),
+    );
+    let v = read_json(&json);
+    assert_eq!(num(&v, "calls_completed"), 600, "{v}");
+    let m = common::scrape(metrics);
+    let count = |name: &str| common::metric(&m, name, &[]);
+    // 300 phones and the caller; not one connection opened by holdline: the INVITEs went
+    // over the phones' connections (the bindings' sources), the ACKs and BYEs to the
+    // answers' Contacts, the phones' own addresses, over the same connections.
+    assert_eq!(count("holdline_connections_accepted_total"), 301.0, "{m}");
+    assert_eq!(count("holdline_connections_outbound_total"), 0.0, "{m}");
+    assert!(count("holdline_connections_reused_total") >= 600.0, "{m}");
     drop(server);
 }

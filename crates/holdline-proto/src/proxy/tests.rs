@@ -868,6 +868,10 @@ fn forking_best_final_response_is_chosen_when_all_branches_fail() {
     let a = net.ua(1);
     assert_eq!(a.responses(486, "INVITE").len(), 1, "4xx beats 5xx");
     assert!(a.responses(503, "INVITE").is_empty());
+    // Alice's ACK of the 486 ends at the proxy (hop by hop): an ACK, not a retransmission.
+    assert_eq!(net.ua(2).requests("ACK").len(), 1, "the proxy's own ACK");
+    let s = net.proxy.stats();
+    assert_eq!((s.acks_absorbed, s.retransmissions_absorbed), (1, 0));
 }
 
 #[test]
@@ -3271,4 +3275,43 @@ fn a_register_200_waits_for_the_store_commit() {
     );
     assert_eq!(ep.stats().register_commit_waits, 2);
     assert_eq!(ep.stats().register_commit_timeouts, 1);
+}
+
+#[test]
+fn credentials_for_this_server_are_removed_even_when_not_checked() {
+    // A trusted source is not challenged, and an in-dialog request is not either; a UA may
+    // still carry credentials for this server's realm in them (phones copy them into the
+    // dialog's requests): they are removed, another realm's pass (RFC 3261 §22.3).
+    let uri = "sip:carol@10.0.0.9";
+    let ours =
+        "Digest username=\"alice\", realm=\"example.com\", nonce=\"n\", uri=\"u\", response=\"r\"";
+    let theirs =
+        "Digest username=\"a\", realm=\"upstream.example\", nonce=\"n\", uri=\"u\", response=\"r\"";
+    let lan: IpNet = "10.0.0.0/24".parse().expect("cidr");
+    let mut c = auth_config(vec![lan]);
+    c.relay = RelayPolicy::Restricted { trusted: vec![lan] };
+    let mut net = Net::new(c, vec![alice(), Ua::new(9, Script::answers(5, 10, 200))]);
+    net.send(
+        1,
+        request(
+            "INVITE",
+            uri,
+            ua_addr(1),
+            "z9hG4bKc1",
+            1,
+            &[
+                ("Proxy-Authorization", ours),
+                ("Proxy-Authorization", theirs),
+            ],
+        ),
+    );
+    net.run_until(ms(200));
+    let got = net.ua(9).requests("INVITE");
+    assert_eq!(got.len(), 1);
+    let left: Vec<&[u8]> = parse(&got[0])
+        .values(HeaderName::ProxyAuthorization)
+        .map(|v| v.bytes)
+        .collect();
+    assert_eq!(left, [theirs.as_bytes()], "ours removed, theirs kept");
+    assert_eq!(net.proxy.stats().auth.ok, 0, "nothing was checked");
 }
