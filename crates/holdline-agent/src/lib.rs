@@ -315,6 +315,17 @@ impl Agent {
             && self.reg.as_ref().is_none_or(|r| r.arrivals.is_done())
     }
 
+    /// Whether the load phase is over at `now`: the arrivals are, and registrations that
+    /// refresh have reached the end of their `duration` (the driver's drain starts then).
+    pub fn load_done(&self, now: Instant) -> bool {
+        self.arrivals_done()
+            && self
+                .reg
+                .as_ref()
+                .and_then(reg::Reg::refresh_end)
+                .is_none_or(|end| now >= end)
+    }
+
     /// Stops generating: no new call or registration after `now`.
     pub fn stop_arrivals(&mut self, now: Instant) {
         if let Some(u) = self.uac.as_mut() {

@@ -87,6 +87,12 @@ impl Reg {
         }
     }
 
+    /// Until when users re-register (`refresh` on: the end of `duration`, or never);
+    /// `None` without refreshes.
+    pub(crate) fn refresh_end(&self) -> Option<Instant> {
+        self.cfg.refresh.map(|_| self.end.unwrap_or(Instant::MAX))
+    }
+
     pub(crate) fn is_done(&self) -> bool {
         self.arrivals.is_done() && self.outstanding == 0
     }

@@ -165,6 +165,7 @@ fn refreshes_until_the_duration_ends() {
     );
     let mut now = Instant::from_secs(1);
     let mut count = 0;
+    let mut load_done_at = None;
     for _ in 0..1000 {
         now += Duration::from_millis(10);
         a.handle_timeout(now);
@@ -172,7 +173,14 @@ fn refreshes_until_the_duration_ends() {
             count += 1;
             a.handle(now, registrar(), &answer(&req, 200));
         }
+        if a.load_done(now) {
+            load_done_at.get_or_insert(now);
+        }
     }
+    // The one user arrived at once, but the load goes on while it refreshes: the driver's
+    // drain starts at the end of the duration, not after the last arrival.
+    assert!(a.arrivals_done());
+    assert_eq!(load_done_at, Some(Instant::from_secs(8)));
     // At 0.01 s, then 2 s after each success while that stays before 7 s: 2.01, 4.01, 6.01
     // (8.01 would not).
     assert_eq!(count, 4);

@@ -188,6 +188,9 @@ impl std::fmt::Display for QueueFull {
 impl std::error::Error for QueueFull {}
 
 const READ_CHUNK: usize = 16 * 1024;
+/// The most read-buffer capacity a connection keeps once everything it read was consumed
+/// (see [`TcpConn::consume`]).
+pub const IDLE_READ_BUFFER: usize = 4 * 1024;
 
 /// The TLS layer of a connection.
 struct Tls {
@@ -435,16 +438,20 @@ impl TcpConn {
     /// writable (see [`finish_connect`](Self::finish_connect)). Bytes may be queued before.
     pub fn connect(addr: SocketAddr, opts: &TcpOptions, limits: ConnLimits) -> io::Result<Self> {
         let stream = mio::net::TcpStream::connect(addr)?;
+        Ok(Self::connecting(stream, addr, opts, limits))
+    }
+
+    /// A connection whose connect to `addr` is in progress on `stream`.
+    fn connecting(
+        stream: mio::net::TcpStream,
+        addr: SocketAddr,
+        opts: &TcpOptions,
+        limits: ConnLimits,
+    ) -> Self {
         // Options that fail before the connection is established are retried never: they are
         // optimisations, not requirements.
         let applied = apply_options(&stream, opts).is_ok();
-        Ok(Self::new(
-            stream,
-            addr,
-            limits,
-            true,
-            opts.timestamps && applied,
-        ))
+        Self::new(stream, addr, limits, true, opts.timestamps && applied)
     }
 
     /// [`connect`](Self::connect) from `local` (an address of this host, port 0 for any):
@@ -465,14 +472,7 @@ impl TcpConn {
             Err(e) => return Err(e),
         }
         let stream = mio::net::TcpStream::from_std(socket.into());
-        let applied = apply_options(&stream, opts).is_ok();
-        Ok(Self::new(
-            stream,
-            addr,
-            limits,
-            true,
-            opts.timestamps && applied,
-        ))
+        Ok(Self::connecting(stream, addr, opts, limits))
     }
 
     /// Whether a connect started by [`connect`](Self::connect) is still in progress.
@@ -569,17 +569,29 @@ impl TcpConn {
         }
     }
 
+    /// The read buffer's capacity, bytes: memory the connection holds for reading.
+    pub fn read_buffer_capacity(&self) -> usize {
+        self.rbuf.capacity()
+    }
+
     /// Bytes read and not consumed yet.
     pub fn buffered(&self) -> &[u8] {
         &self.rbuf[self.rstart..]
     }
 
-    /// Drops the first `n` buffered bytes.
+    /// Drops the first `n` buffered bytes. Once nothing is left, a read buffer grown past
+    /// [`IDLE_READ_BUFFER`] is released: an idle connection (a phone between two
+    /// registrations) holds no read buffer, a busy one allocates one per read that leaves
+    /// nothing behind.
     pub fn consume(&mut self, n: usize) {
         self.rstart = (self.rstart + n).min(self.rbuf.len());
         if self.rstart == self.rbuf.len() {
-            self.rbuf.clear();
             self.rstart = 0;
+            if self.rbuf.capacity() > IDLE_READ_BUFFER {
+                self.rbuf = Vec::new();
+            } else {
+                self.rbuf.clear();
+            }
         }
     }
 

@@ -233,10 +233,17 @@ fn tcp_connect_accept_read_write_and_bounds() {
         Ok((server.buffered().len() == 11).then_some(()))
     });
     assert_eq!(server.buffered(), b"hello world");
+    assert!(server.read_buffer_capacity() >= 11);
     server.consume(6);
     assert_eq!(server.buffered(), b"world");
     server.consume(5);
     assert!(server.buffered().is_empty());
+    // Everything consumed: an idle connection keeps no more than a small read buffer.
+    assert!(
+        server.read_buffer_capacity() <= holdline_io::tcp::IDLE_READ_BUFFER,
+        "{}",
+        server.read_buffer_capacity()
+    );
     drop(client);
     until(&mut poll, || Ok(server.read()?.eof.then_some(())));
 }

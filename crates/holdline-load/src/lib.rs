@@ -509,7 +509,7 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         // that registers its users first keeps answering after its registrations are done.
         let generating = agent.config().uac.is_some()
             || (agent.config().register.is_some() && agent.config().uas.is_none());
-        if drain_end.is_none() && generating && agent.arrivals_done() {
+        if drain_end.is_none() && generating && agent.load_done(now) {
             drain_end = Some(now + cfg.drain);
         }
         if drain_end.is_some_and(|e| now >= e) {

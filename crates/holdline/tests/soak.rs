@@ -20,6 +20,17 @@ fn taskset_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The turn of this test among the load-generating ones and a temporary directory; `None`
+/// (skipped, with the reason printed) without `taskset`.
+fn setup() -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
+    if !taskset_available() {
+        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
+        return None;
+    }
+    let turn = common::sipp_lock();
+    Some((turn, tempfile::tempdir().expect("tempdir")))
+}
+
 /// Runs `holdline lab soak ARGS --out OUT` to its end; returns its stderr.
 fn lab_soak(args: &[&str], out: &std::path::Path) -> String {
     let child = Command::new(BIN)
@@ -47,12 +58,9 @@ fn lab_soak(args: &[&str], out: &std::path::Path) -> String {
 
 #[test]
 fn soak_writes_results_samples_and_plots() {
-    if !taskset_available() {
-        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
+    let Some((_one_run_at_a_time, dir)) = setup() else {
         return;
-    }
-    let _one_run_at_a_time = common::sipp_lock();
-    let dir = tempfile::tempdir().expect("tempdir");
+    };
     let out = dir.path().join("soak");
     let err = lab_soak(&["--rate", "300", "--duration", "8"], &out);
     assert!(
@@ -136,12 +144,9 @@ fn soak_writes_results_samples_and_plots() {
 /// the other side against the lab's CA; every call completes.
 #[test]
 fn soak_over_tls() {
-    if !taskset_available() {
-        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
+    let Some((_one_run_at_a_time, dir)) = setup() else {
         return;
-    }
-    let _one_run_at_a_time = common::sipp_lock();
-    let dir = tempfile::tempdir().expect("tempdir");
+    };
     let out = dir.path().join("soak");
     let err = lab_soak(
         &["--transport", "tls", "--rate", "300", "--duration", "3"],
@@ -163,15 +168,12 @@ fn soak_over_tls() {
 /// wrong-password answers; every call completes.
 #[test]
 fn soak_under_attack_records_what_the_protection_did() {
-    if !taskset_available() {
-        eprintln!("SKIPPED: taskset not found (apt-get install util-linux)");
-        return;
-    }
     if !common::sipp_available() {
         return;
     }
-    let _one_run_at_a_time = common::sipp_lock();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((_one_run_at_a_time, dir)) = setup() else {
+        return;
+    };
     let out = dir.path().join("soak");
     let err = lab_soak(
         &[
