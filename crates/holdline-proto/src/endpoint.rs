@@ -1560,6 +1560,27 @@ impl Endpoint {
         if me {
             return Err((404, "Not Found"));
         }
+        if let Some(route) = self.config.hash_route(host) {
+            // Identifier-based load sharing: the user's AOR picks the target.
+            let uri = match (&plan.to_uri, plan.ruri.user()) {
+                (Some(to), None) => to,
+                _ => &plan.ruri,
+            };
+            let mut key = Vec::new();
+            if !Registrar::aor_key(uri, &mut key) {
+                return Err((404, "Not Found"));
+            }
+            let nodes = route.targets.iter().map(|t| &t.node);
+            let t = crate::hrw::pick_by(&key, nodes)
+                .and_then(|i| route.targets.get(i))
+                .ok_or((404, "Not Found"))?;
+            let dest = Peer {
+                addr: t.next_hop,
+                transport: t.transport,
+                conn: None,
+            };
+            return Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute));
+        }
         let dest = resolve_uri(&self.config, &plan.ruri, true).ok_or((404, "Not Found"))?;
         // resolve_uri prefers an exact static route, then an IP literal, then `*`.
         let found_by = if plan.ruri.host().and_then(|h| h.ip()).is_some()

@@ -44,6 +44,7 @@
 pub mod auth;
 pub mod endpoint;
 pub mod fuzzing;
+pub mod hrw;
 pub mod location;
 pub mod memstore;
 pub mod proxy;
@@ -60,5 +61,5 @@ pub use endpoint::{
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
-pub use proxy::{IpNet, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
+pub use proxy::{HashRoute, HashTarget, IpNet, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
 pub use registrar::{Registered, Registrar, RegistrarConfig};

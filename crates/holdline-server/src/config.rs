@@ -103,6 +103,11 @@
 //! # server_name = "sip.example.net" # tls: the name its certificate must carry (default:
 //!                                  # the target's IP address)
 //!
+//! [[hash_routes]]                  # identifier-based load sharing (docs/scaling.md):
+//! domain = "example.net"           # requests for this domain (or "*") go to one target,
+//! targets = ["udp:10.0.0.1:5060", "udp:10.0.0.2:5060"]  # chosen by rendezvous hashing
+//! # weights = [1.0, 1.0]           # of the user's AOR (the To URI of a REGISTER)
+//!
 //! [tls]                            # TLS (rustls); see docs/security.md
 //! cert_file = "server.pem"         # the certificate chain of tls: listeners (PEM) ...
 //! key_file = "server.key"          # ... and its private key (PEM: PKCS#8, PKCS#1 or SEC1)
@@ -300,6 +305,22 @@ impl Route {
         }
         Ok(())
     }
+}
+
+/// A load-sharing route (`[[hash_routes]]`): requests for `domain` (or `*`) go to one of
+/// `targets`, chosen by rendezvous hashing of the user's address-of-record
+/// (`holdline_proto::hrw`), so that a user's REGISTERs and calls reach the same target from
+/// every server configured alike. Tried before `[[routes]]`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashRouteSettings {
+    /// The domain of the Request-URI, or `*`.
+    pub domain: String,
+    /// The destinations; their text (`udp:10.0.0.1:5060`) is their identity in the hash.
+    pub targets: Vec<Listener>,
+    /// Relative weights, one per target (default: all 1).
+    #[serde(default)]
+    pub weights: Vec<f64>,
 }
 
 /// TLS settings (`[tls]`): the certificate of `tls:` listeners, the CAs next hops' (and
@@ -965,6 +986,8 @@ pub struct ServerConfig {
     pub registrar: RegistrarSettings,
     /// Static routes, tried in order.
     pub routes: Vec<Route>,
+    /// Load-sharing routes, tried before the static routes.
+    pub hash_routes: Vec<HashRouteSettings>,
     /// Local overload control.
     pub overload: OverloadSettings,
     /// TCP buffer sizes per listener or next hop.
@@ -1165,6 +1188,7 @@ impl Default for ServerConfig {
             timers: TimersConfig::default(),
             registrar: RegistrarSettings::default(),
             routes: Vec::new(),
+            hash_routes: Vec::new(),
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),
@@ -1491,6 +1515,30 @@ impl ServerConfig {
                 return err(&format!("routes[{i}].server_name"), &e);
             }
         }
+        for (i, r) in self.hash_routes.iter().enumerate() {
+            if r.domain.is_empty() {
+                return err(&format!("hash_routes[{i}].domain"), "empty domain");
+            }
+            if r.targets.is_empty() {
+                return err(&format!("hash_routes[{i}].targets"), "at least one target");
+            }
+            if !r.weights.is_empty() && r.weights.len() != r.targets.len() {
+                return err(
+                    &format!("hash_routes[{i}].weights"),
+                    &format!(
+                        "{} weights for {} targets (one each, or none)",
+                        r.weights.len(),
+                        r.targets.len()
+                    ),
+                );
+            }
+            if let Some(w) = r.weights.iter().find(|w| !(w.is_finite() && **w > 0.0)) {
+                return err(
+                    &format!("hash_routes[{i}].weights"),
+                    &format!("{w}: a weight is a positive number"),
+                );
+            }
+        }
         crate::tls::check(self)?;
         Ok(())
     }
@@ -1669,6 +1717,19 @@ stateless = true
         assert_eq!((e.line, e.key.as_str()), (2, "limits.handoff_queue"));
         let e = ServerConfig::from_toml("a.toml", "[bogus]\nx = 1\n").expect_err("unknown table");
         assert_eq!((e.line, e.key.as_str()), (1, "bogus"));
+        let hashed = "[[hash_routes]]\ndomain = \"example.net\"\n\
+                      targets = [\"udp:10.0.0.1:5060\", \"tcp:10.0.0.2:5060\"]\n";
+        let c = ServerConfig::from_toml("h.toml", hashed).expect("a load-sharing route");
+        assert_eq!(c.hash_routes[0].targets.len(), 2);
+        let e = ServerConfig::from_toml("h.toml", &format!("{hashed}weights = [1.0]\n"))
+            .expect_err("one weight for two targets");
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("h.toml", 4, "hash_routes[0].weights")
+        );
+        let e = ServerConfig::from_toml("h.toml", &format!("{hashed}weights = [1.0, -2]\n"))
+            .expect_err("a negative weight");
+        assert!(e.message.contains("positive"), "{e}");
     }
 
     #[test]

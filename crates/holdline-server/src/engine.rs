@@ -10,8 +10,8 @@ use holdline_base::{Duration, Instant, Peer, Transmit};
 use holdline_io::Clock;
 use holdline_overload::{Class, Rejection};
 use holdline_proto::{
-    DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, ListenAddr, LocationStore,
-    OverloadAnswer, ProxyConfig, StaticRoute,
+    DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, HashRoute, HashTarget,
+    ListenAddr, LocationStore, OverloadAnswer, ProxyConfig, StaticRoute,
 };
 use holdline_sip::Limits;
 
@@ -141,6 +141,25 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
             next_hop: r.target.addr,
             transport: r.target.transport,
             stateless: r.stateless,
+        })
+        .collect();
+    p.hash_routes = config
+        .hash_routes
+        .iter()
+        .map(|r| HashRoute {
+            domain: r.domain.clone(),
+            targets: r
+                .targets
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    HashTarget::new(
+                        t.addr,
+                        t.transport,
+                        r.weights.get(i).copied().unwrap_or(1.0),
+                    )
+                })
+                .collect(),
         })
         .collect();
     let mut limits = Limits::DEFAULT;

@@ -37,6 +37,42 @@ pub struct StaticRoute {
     pub stateless: bool,
 }
 
+/// Identifier-based load sharing (seed 001): requests for `domain` (or every domain, `*`)
+/// go to one of `targets`, chosen by rendezvous hashing of the user's address-of-record
+/// ([`crate::hrw`]): the Request-URI's, or the To URI's when the Request-URI has no user
+/// part (a REGISTER), so a user's registrations and the calls to it reach the same target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HashRoute {
+    /// The Request-URI host this route applies to (compared case-insensitively), or `*`.
+    pub domain: String,
+    /// The destinations (at least one).
+    pub targets: Vec<HashTarget>,
+}
+
+/// One destination of a [`HashRoute`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct HashTarget {
+    /// Where its requests are sent.
+    pub next_hop: SocketAddr,
+    /// The transport towards `next_hop`.
+    pub transport: Transport,
+    /// Its identity and weight in the hash: the identity is the target as configured
+    /// (`udp:10.0.0.1:5060`), the same on every node that shares the set.
+    pub node: crate::hrw::HrwNode,
+}
+
+impl HashTarget {
+    /// `transport:addr` with `weight`, its identity the text `transport:addr`.
+    pub fn new(next_hop: SocketAddr, transport: Transport, weight: f64) -> Self {
+        let id = format!("{}:{next_hop}", transport.as_param_str());
+        Self {
+            next_hop,
+            transport,
+            node: crate::hrw::HrwNode::new(id, weight),
+        }
+    }
+}
+
 /// An IP network: an address and a prefix length (`10.0.0.0/8`, `2001:db8::/32`; a bare
 /// address is a single host).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -180,6 +216,9 @@ pub struct ProxyConfig {
     /// Static routes, tried for requests the location service does not handle: an exact
     /// domain first, then `*`. Default: none.
     pub static_routes: Vec<StaticRoute>,
+    /// Load-sharing routes ([`HashRoute`]), tried before the static routes for requests the
+    /// location service does not handle: an exact domain first, then `*`. Default: none.
+    pub hash_routes: Vec<HashRoute>,
     /// Timer C (RFC 3261 §16.6 step 11): how long a forwarded INVITE may stay without a
     /// final response (reset by every provisional other than 100). Default 3 minutes
     /// (the RFC's minimum).
@@ -244,6 +283,7 @@ impl Default for ProxyConfig {
             host_addresses: Vec::new(),
             record_route: true,
             static_routes: Vec::new(),
+            hash_routes: Vec::new(),
             timer_c: Duration::from_secs(180),
             commit_timeout: Duration::from_secs(2),
             max_branches: 16,
@@ -277,6 +317,15 @@ impl ProxyConfig {
         self.domains
             .iter()
             .any(|d| trim_dot(d.as_bytes()).eq_ignore_ascii_case(host))
+    }
+
+    /// The load-sharing route for a Request-URI host: an exact match first, then `*`.
+    pub fn hash_route(&self, host: &[u8]) -> Option<&HashRoute> {
+        let host = trim_dot(host);
+        self.hash_routes
+            .iter()
+            .find(|r| trim_dot(r.domain.as_bytes()).eq_ignore_ascii_case(host))
+            .or_else(|| self.hash_routes.iter().find(|r| r.domain == "*"))
     }
 
     /// The static route for `host`: an exact match, else the `*` route.

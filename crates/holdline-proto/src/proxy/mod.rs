@@ -27,7 +27,9 @@ use std::net::{IpAddr, SocketAddr};
 use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
-pub use config::{IpNet, IpNetError, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
+pub use config::{
+    HashRoute, HashTarget, IpNet, IpNetError, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute,
+};
 
 /// FNV-1a, 64 bits: a fixed, portable hash for the loop-detection and stateless branches,
 /// which must come out the same on every worker and every run.
@@ -257,6 +259,9 @@ pub(crate) struct RoutePlan<'a> {
     /// Whether the request came through a Route of ours (loose routing consumed one, or a
     /// strict router put one in the Request-URI): a dialog this proxy record-routed.
     pub(crate) own_route: bool,
+    /// The To URI, when load-sharing routes are configured: the user a REGISTER (whose
+    /// Request-URI has no user part) is hashed by.
+    pub(crate) to_uri: Option<Uri<'a>>,
 }
 
 impl<'a> RoutePlan<'a> {
@@ -338,12 +343,18 @@ impl<'a> RoutePlan<'a> {
             .iter()
             .map(|e| e.0.bytes)
             .collect();
+        let to_uri = if config.hash_routes.is_empty() {
+            None
+        } else {
+            msg.to().ok().map(|t| t.uri)
+        };
         Ok(Self {
             ruri,
             remove,
             next_route,
             remaining,
             own_route,
+            to_uri,
         })
     }
 

@@ -3315,3 +3315,92 @@ fn credentials_for_this_server_are_removed_even_when_not_checked() {
     assert_eq!(left, [theirs.as_bytes()], "ours removed, theirs kept");
     assert_eq!(net.proxy.stats().auth.ok, 0, "nothing was checked");
 }
+
+#[test]
+fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
+    // A first-stage proxy: example.net is not served here, its users are shared among three
+    // second-stage servers (UAs 5, 6, 7) by rendezvous hashing of their AOR.
+    let mut c = config();
+    let targets: Vec<HashTarget> = [5, 6, 7]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets: targets.clone(),
+    }];
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(5, Script::answers(1, 2, 200)),
+            Ua::new(6, Script::answers(1, 2, 200)),
+            Ua::new(7, Script::answers(1, 2, 200)),
+        ],
+    );
+    let users = [
+        "ann", "ben", "cid", "dee", "eve", "fay", "gus", "hal", "ivy", "joe",
+    ];
+    for (i, u) in users.iter().enumerate() {
+        let aor = format!("<sip:{u}@example.net>");
+        net.send(
+            1,
+            request(
+                "REGISTER",
+                "sip:example.net",
+                ua_addr(1),
+                &format!("z9hG4bKhr{i}"),
+                1,
+                &[
+                    ("To", &aor),
+                    ("From", &format!("{aor};tag=h{i}")),
+                    ("Call-ID", &format!("hr-reg-{i}")),
+                ],
+            ),
+        );
+        net.send(
+            1,
+            request(
+                "INVITE",
+                &format!("sip:{u}@Example.NET"),
+                ua_addr(1),
+                &format!("z9hG4bKhi{i}"),
+                1,
+                &[("Call-ID", &format!("hr-inv-{i}"))],
+            ),
+        );
+    }
+    net.run_until(ms(500));
+    let mut used = std::collections::BTreeSet::new();
+    for (i, u) in users.iter().enumerate() {
+        let expect = crate::hrw::pick_by(
+            format!("{u}@example.net").as_bytes(),
+            targets.iter().map(|t| &t.node),
+        )
+        .expect("a target");
+        let ua = [5, 6, 7][expect];
+        used.insert(ua);
+        let got = |method: &str, id: &str| {
+            [5u8, 6, 7]
+                .iter()
+                .filter(|&&n| {
+                    net.ua(n)
+                        .requests(method)
+                        .iter()
+                        .any(|r| String::from_utf8_lossy(r).contains(id))
+                })
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            got("REGISTER", &format!("hr-reg-{i}")),
+            [ua],
+            "{u}'s REGISTER"
+        );
+        assert_eq!(got("INVITE", &format!("hr-inv-{i}")), [ua], "{u}'s INVITE");
+    }
+    assert!(
+        used.len() >= 2,
+        "ten users spread over the targets: {used:?}"
+    );
+}

@@ -1,0 +1,142 @@
+//! Identifier-based load sharing (issue 18 item 3, seed 001's first stage): a first-stage
+//! holdline that serves no domain hashes every user of `example.com` to one of three
+//! second-stage holdlines (`[[hash_routes]]`, rendezvous hashing of the AOR), each of which
+//! is a registrar for `example.com` with its own store. `holdline load uas` registers 300
+//! users through the first stage, `holdline load uac` calls them through it: every call
+//! completes, so each user's calls reached the server that holds its registration, and each
+//! second stage holds exactly the users `holdline_proto::hrw` assigns it (computed here from
+//! the published specification, as any other node would).
+//!
+//! Every process is started here, bounded, and stopped by its PID.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Guard, Holdline, free_port, metric, scrape, wait_metrics};
+use holdline_proto::hrw::HrwNode;
+
+#[test]
+fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The second stages: registrars of example.com.
+    let mut seconds = Vec::new();
+    for _ in 0..3 {
+        let (port, metrics) = (free_port(), free_port());
+        let h = Holdline::start(&[
+            format!("--listen=udp:127.0.0.1:{port}"),
+            format!("--metrics=127.0.0.1:{metrics}"),
+            "--domain=example.com".into(),
+            "--store=memory".into(),
+            "--workers=1".into(),
+        ]);
+        seconds.push((h, port, SocketAddr::from(([127, 0, 0, 1], metrics))));
+    }
+    let targets: Vec<String> = seconds
+        .iter()
+        .map(|(_, port, _)| format!("udp:127.0.0.1:{port}"))
+        .collect();
+    let conf = dir.path().join("first.toml");
+    let mut f = std::fs::File::create(&conf).expect("config");
+    writeln!(
+        f,
+        "[[hash_routes]]\ndomain = \"example.com\"\ntargets = [{}]",
+        targets
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+    .expect("write config");
+    let first_port = free_port();
+    let _first = Holdline::start(&[
+        format!("--config={}", conf.display()),
+        format!("--listen=udp:127.0.0.1:{first_port}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+    ]);
+    let uas = free_port();
+    let _phones = Guard(
+        Command::new(BIN)
+            .args(["load", "uas", "--progress=off", "--max-time=60"])
+            .arg(format!("--listen=127.0.0.1:{uas}"))
+            .arg("--register=300")
+            .arg(format!("--registrar=127.0.0.1:{first_port}"))
+            .arg("--users=user{0..299}@example.com")
+            .arg("--register-rate=1000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holdline load uas"),
+    );
+    // Where the specification puts each user.
+    let nodes: Vec<HrwNode> = targets
+        .iter()
+        .map(|t| HrwNode::new(t.clone(), 1.0))
+        .collect();
+    let mut expected = [0u32; 3];
+    for u in 0..300 {
+        let key = format!("user{u}@example.com");
+        expected[holdline_proto::hrw::pick(key.as_bytes(), &nodes).expect("a node")] += 1;
+    }
+    for (i, (_, _, m)) in seconds.iter().enumerate() {
+        let want = f64::from(expected[i]);
+        wait_metrics(*m, Duration::from_secs(20), |text| {
+            metric(text, "holdline_store_bindings", &[]) >= want
+        });
+    }
+    for (i, (_, _, m)) in seconds.iter().enumerate() {
+        let got = metric(&scrape(*m), "holdline_store_bindings", &[]);
+        assert_eq!(
+            got,
+            f64::from(expected[i]),
+            "second stage {i}: {expected:?}"
+        );
+        assert!(expected[i] > 50, "an even share: {expected:?}");
+    }
+    let json = dir.path().join("uac.json");
+    let mut uac = Guard(
+        Command::new(BIN)
+            .args(["load", "uac", "--progress=off", "--rate=200", "--calls=600"])
+            .args(["--drain=5", "--max-time=20"])
+            .arg(format!("--target=127.0.0.1:{first_port}"))
+            .arg("--to=user{0..299}@example.com")
+            .arg(format!("--json={}", json.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holdline load uac"),
+    );
+    let status = uac
+        .wait_for(Duration::from_secs(40))
+        .expect("holdline load uac stops by itself");
+    assert!(status.success(), "{status:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("uac.json")).expect("json");
+    assert_eq!(v["calls_completed"], 600, "{v}");
+    // Each second stage took calls, and found every callee it was sent (no 4xx anywhere).
+    for (i, (_, _, m)) in seconds.iter().enumerate() {
+        let text = scrape(*m);
+        let invites = metric(
+            &text,
+            "holdline_sip_requests_in_total",
+            &["method=\"INVITE\""],
+        );
+        assert!(invites > 0.0, "second stage {i} took calls");
+        assert_eq!(
+            metric(
+                &text,
+                "holdline_sip_responses_out_total",
+                &["class=\"4xx\""]
+            ),
+            0.0,
+            "second stage {i}"
+        );
+    }
+}
