@@ -300,6 +300,9 @@ pub struct EndpointStats {
     pub stateless: u64,
     /// Retransmitted requests absorbed by a server transaction.
     pub retransmissions_absorbed: u64,
+    /// Requests sent to their next alternative target after their branch failed (a 503, a
+    /// timeout or a transport error; RFC 3263 §4.3).
+    pub failovers: u64,
     /// ACKs of non-2xx final responses (this proxy's own, e.g. a 407, or relayed ones),
     /// absorbed by their INVITE server transaction: hop-by-hop, not forwarded.
     pub acks_absorbed: u64,
@@ -389,6 +392,12 @@ struct Call {
     /// The best final response so far: status and bytes ready to send upstream.
     best: Option<(u16, Vec<u8>)>,
     final_sent: bool,
+    /// Where to send the request next if its only branch fails with a 503, a timeout or a
+    /// transport error (RFC 3263 §4.3): a load-sharing route's other targets, in their
+    /// rendezvous order. Emptied by a CANCEL.
+    alternatives: Vec<Target>,
+    /// The transport the request came in on (for the Record-Route of a failover branch).
+    local: Transport,
 }
 
 /// One worker's SIP engine: transactions, the proxy core and the registrar. See the
@@ -409,6 +418,9 @@ pub struct Endpoint {
     events: VecDeque<EndpointEvent>,
     stats: EndpointStats,
     bindings: Vec<Binding>,
+    /// The failover order [`all_targets`](Self::all_targets) found with its targets (a
+    /// load-sharing route's other targets), taken by the stateful path into its [`Call`].
+    failover: Vec<Target>,
     /// The server role's answer ([`Endpoint::set_overload_answer`]).
     answer: Option<OverloadAnswer>,
     /// `overload_offer` as Via parameters.
@@ -435,7 +447,6 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// A target of §16.5 with its next hop.
 /// How a request's targets were found (for the relay policy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FoundBy {
@@ -449,6 +460,8 @@ enum FoundBy {
     Literal,
 }
 
+/// A target of §16.5 with its next hop.
+#[derive(Clone, Debug)]
 struct Target {
     /// The Request-URI for this branch.
     uri: Vec<u8>,
@@ -478,6 +491,7 @@ impl Endpoint {
             events: VecDeque::new(),
             stats: EndpointStats::default(),
             bindings: Vec::new(),
+            failover: Vec::new(),
             answer: None,
             offer_params,
             rate_invites: 0,
@@ -1315,7 +1329,11 @@ impl Endpoint {
         if invite {
             self.respond(now, sid, msg, 100, "Trying", &[]);
         }
-        let hash = plan.loop_hash(msg);
+        let alternatives = if targets.len() == 1 {
+            std::mem::take(&mut self.failover)
+        } else {
+            Vec::new()
+        };
         self.calls.insert(
             sid,
             Call {
@@ -1325,56 +1343,104 @@ impl Endpoint {
                 pending: 0,
                 best: None,
                 final_sent: false,
+                alternatives,
+                local,
             },
         );
         for t in targets {
-            let mut token = [0u8; 10];
-            self.rng.fill_token(&mut token);
-            let branch = format!(
-                "z9hG4bK{hash:016x}.{}",
-                std::str::from_utf8(&token).unwrap_or("x")
-            );
-            let result = self
-                .forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, consumed)
-                .ok()
-                .map(|bytes| self.txns.send_request(now, bytes, t.dest));
-            match result {
-                Some(Ok(cid)) => {
-                    self.stats.client_transactions += 1;
-                    self.stats.forwarded += 1;
-                    let timer_at = invite.then(|| now + self.config.timer_c);
-                    if let Some(at) = timer_at {
-                        self.timers.push(Reverse((at, cid)));
-                    }
-                    self.branches.insert(
-                        cid,
-                        Branch {
-                            server: sid,
-                            invite,
-                            state: BranchState::Calling,
-                            cancel_wanted: false,
-                            cancel_sent: false,
-                            timer_at,
-                            dest: t.dest,
-                            sent: now,
-                        },
-                    );
-                    if invite && self.config.branch_events {
-                        self.push_event(EndpointEvent::BranchStarted { to: t.dest });
-                    }
-                    if let Some(call) = self.calls.get_mut(&sid) {
-                        call.branches.push(cid);
-                        call.pending += 1;
-                    }
-                }
-                // No client transaction: the branch fails at once, as with a transport error
-                // (§16.9: a 503, sent upstream as 500 if it is the only answer).
-                Some(Err(_)) | None => {
-                    self.consider_final(now, sid, 503, None);
-                }
-            }
+            self.start_branch(now, sid, msg, plan, &t, local, consumed);
         }
         self.maybe_finish(now, sid);
+    }
+
+    /// Sends `msg` to target `t` in a new client transaction, a branch of context `sid`; a
+    /// branch that cannot start fails at once, as with a transport error (§16.9).
+    #[allow(clippy::too_many_arguments)]
+    fn start_branch(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        t: &Target,
+        local: Transport,
+        consumed: Option<Span>,
+    ) {
+        let invite = msg.method() == Some(Method::Invite);
+        let hash = plan.loop_hash(msg);
+        let mut token = [0u8; 10];
+        self.rng.fill_token(&mut token);
+        let branch = format!(
+            "z9hG4bK{hash:016x}.{}",
+            std::str::from_utf8(&token).unwrap_or("x")
+        );
+        let result = self
+            .forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, consumed)
+            .ok()
+            .map(|bytes| self.txns.send_request(now, bytes, t.dest));
+        match result {
+            Some(Ok(cid)) => {
+                self.stats.client_transactions += 1;
+                self.stats.forwarded += 1;
+                let timer_at = invite.then(|| now + self.config.timer_c);
+                if let Some(at) = timer_at {
+                    self.timers.push(Reverse((at, cid)));
+                }
+                self.branches.insert(
+                    cid,
+                    Branch {
+                        server: sid,
+                        invite,
+                        state: BranchState::Calling,
+                        cancel_wanted: false,
+                        cancel_sent: false,
+                        timer_at,
+                        dest: t.dest,
+                        sent: now,
+                    },
+                );
+                if invite && self.config.branch_events {
+                    self.push_event(EndpointEvent::BranchStarted { to: t.dest });
+                }
+                if let Some(call) = self.calls.get_mut(&sid) {
+                    call.branches.push(cid);
+                    call.pending += 1;
+                }
+            }
+            // No client transaction: the branch fails at once, as with a transport error
+            // (§16.9: a 503, sent upstream as 500 if it is the only answer).
+            Some(Err(_)) | None => {
+                self.consider_final(now, sid, 503, None);
+            }
+        }
+    }
+
+    /// RFC 3263 §4.3 for a context whose only branch failed (`status` 503, or a timeout
+    /// or transport error: no response bytes): the request goes to the next alternative
+    /// target, in a new branch, instead of failing. Returns whether one was started.
+    fn fail_over(&mut self, now: Instant, sid: ServerTxnId, status: u16, answered: bool) -> bool {
+        let failed = status == 503 || (status == 408 && !answered);
+        let Some(call) = self.calls.get_mut(&sid) else {
+            return false;
+        };
+        if !failed || call.final_sent || call.pending > 0 || call.alternatives.is_empty() {
+            return false;
+        }
+        let t = call.alternatives.remove(0);
+        let local = call.local;
+        let request = call.request.clone();
+        let Ok(msg) = Message::parse(&request, &self.config.limits) else {
+            return false;
+        };
+        let Ok(plan) = RoutePlan::new(&self.config, &msg) else {
+            return false;
+        };
+        self.stats.failovers += 1;
+        // Our own credentials, if any, are removed by forward_copy (not consumed again).
+        self.start_branch(now, sid, &msg, &plan, &t, local, None);
+        // A branch that could not even start answered at once (503): finish with it.
+        self.maybe_finish(now, sid);
+        true
     }
 
     /// Digest authentication of a new request (RFC 3261 §22), when configured: a REGISTER
@@ -1495,6 +1561,7 @@ impl Endpoint {
         fork: bool,
     ) -> Result<(Vec<Target>, FoundBy), (u16, &'static str)> {
         let ruri = plan.ruri.as_bytes().to_vec();
+        self.failover.clear();
         if let Some(route) = &plan.next_route {
             let dest = resolve_uri(&self.config, route, true).ok_or((404, "Not Found"))?;
             return Ok((vec![Target { uri: ruri, dest }], FoundBy::Route));
@@ -1570,16 +1637,24 @@ impl Endpoint {
             if !Registrar::aor_key(uri, &mut key) {
                 return Err((404, "Not Found"));
             }
-            let nodes = route.targets.iter().map(|t| &t.node);
-            let t = crate::hrw::pick_by(&key, nodes)
-                .and_then(|i| route.targets.get(i))
-                .ok_or((404, "Not Found"))?;
-            let dest = Peer {
-                addr: t.next_hop,
-                transport: t.transport,
-                conn: None,
-            };
-            return Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute));
+            let mut order = Vec::with_capacity(route.targets.len());
+            let nodes: Vec<crate::hrw::HrwNode> =
+                route.targets.iter().map(|t| t.node.clone()).collect();
+            crate::hrw::rank(&key, &nodes, &mut order);
+            let mut ranked = order
+                .iter()
+                .filter_map(|&i| route.targets.get(i))
+                .map(|t| Target {
+                    uri: ruri.clone(),
+                    dest: Peer {
+                        addr: t.next_hop,
+                        transport: t.transport,
+                        conn: None,
+                    },
+                });
+            let first = ranked.next().ok_or((404, "Not Found"))?;
+            self.failover = ranked.collect();
+            return Ok((vec![first], FoundBy::StaticRoute));
         }
         let dest = resolve_uri(&self.config, &plan.ruri, true).ok_or((404, "Not Found"))?;
         // resolve_uri prefers an exact static route, then an IP literal, then `*`.
@@ -1699,9 +1774,11 @@ impl Endpoint {
     /// Sends a CANCEL on every branch of `sid` still pending (or marks it for one as soon as
     /// it has heard a provisional response).
     fn cancel_pending(&mut self, now: Instant, sid: ServerTxnId) {
-        let Some(call) = self.calls.get(&sid) else {
+        let Some(call) = self.calls.get_mut(&sid) else {
             return;
         };
+        // Cancelled or answered: no failover branch after this.
+        call.alternatives.clear();
         if !call.invite {
             return;
         }
@@ -2044,6 +2121,9 @@ impl Endpoint {
         }
         if let Some(call) = self.calls.get_mut(&sid) {
             call.pending = call.pending.saturating_sub(1);
+        }
+        if self.fail_over(now, sid, status, bytes.is_some()) {
+            return;
         }
         self.consider_final(now, sid, status, bytes);
         self.maybe_finish(now, sid);

@@ -476,6 +476,7 @@ impl WorkerCore for Engine {
             s.retransmissions_absorbed
         );
         let _ = writeln!(out, "holdline_sip_acks_absorbed_total {}", s.acks_absorbed);
+        let _ = writeln!(out, "holdline_sip_failovers_total {}", s.failovers);
         let t = self.endpoint.transactions().stats();
         let _ = writeln!(out, "holdline_sip_active_transactions {}", t.transactions);
         let _ = writeln!(out, "holdline_txn_lingering {}", t.lingering);

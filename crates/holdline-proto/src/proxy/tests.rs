@@ -3404,3 +3404,71 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
         "ten users spread over the targets: {used:?}"
     );
 }
+
+/// A hash route over UAs 5 and 6 for `user`, with `first` the script of the target the
+/// user hashes to and the other answering 200; returns the net after the call and which UA
+/// was first.
+fn failover_net(user: &str, first: Script, run_ms: u64) -> (Net, u8) {
+    let mut c = config();
+    let targets: Vec<HashTarget> = [5, 6]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    let nodes: Vec<crate::hrw::HrwNode> = targets.iter().map(|t| t.node.clone()).collect();
+    let mut order = Vec::new();
+    crate::hrw::rank(format!("{user}@example.net").as_bytes(), &nodes, &mut order);
+    let (a, b) = ([5u8, 6][order[0]], [5u8, 6][order[1]]);
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets,
+    }];
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(a, first),
+            Ua::new(b, Script::answers(1, 2, 200)),
+        ],
+    );
+    net.send(
+        1,
+        request(
+            "INVITE",
+            &format!("sip:{user}@example.net"),
+            ua_addr(1),
+            "z9hG4bKfo1",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(run_ms));
+    (net, a)
+}
+
+#[test]
+fn a_hash_routed_request_fails_over_to_the_next_target_on_503_or_timeout() {
+    // The first target answers 503: the next one gets the INVITE at once and answers.
+    let (net, first) = failover_net("kim", Script::answers(1, 2, 503), 500);
+    let second = if first == 5 { 6 } else { 5 };
+    assert_eq!(net.ua(first).requests("INVITE").len(), 1);
+    assert_eq!(net.ua(second).requests("INVITE").len(), 1, "failed over");
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert!(net.ua(1).responses(500, "INVITE").is_empty());
+    assert_eq!(net.proxy.stats().failovers, 1);
+    // The first target never answers: after Timer B (64 × T1) the next one gets it.
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let (net, first) = failover_net("kim", silent, 40_000);
+    let second = if first == 5 { 6 } else { 5 };
+    assert_eq!(net.ua(second).requests("INVITE").len(), 1, "failed over");
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 1);
+    // A 486 is an answer, not a failure: no failover.
+    let (net, first) = failover_net("kim", Script::answers(1, 2, 486), 500);
+    let second = if first == 5 { 6 } else { 5 };
+    assert!(net.ua(second).requests("INVITE").is_empty());
+    assert_eq!(net.ua(1).responses(486, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 0);
+}
