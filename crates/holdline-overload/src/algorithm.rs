@@ -7,6 +7,7 @@ use holdline_base::{Instant, Rng};
 
 use crate::admission::Gate;
 use crate::controller::{Controller, ControllerFactory};
+use crate::deoc::DeocConfig;
 use crate::hop::{Accept, HopClientConfig};
 use crate::none::NoControlConfig;
 use crate::occ::OccConfig;
@@ -80,13 +81,14 @@ pub enum Algorithm {
     /// else it grows by 1 below `WIN_th` and by `1/W` above. Inputs: `Forwarded`, `Completed`
     /// (delay, outcome). Decision at [`Gate::Forward`] (reason `WindowFull`).
     DelayWindow,
-    /// Planned: `deoc`, distributed end-to-end overload control at the ingress edge (seed 003
-    /// §3–4): per target edge server, an EWMA of call inter-arrival times (the `admit` calls
-    /// themselves), a rate-adaptation controller every `T` (`r ← r + α(r − r₀)^k` without
-    /// rejections, `r ← r − βr` with; k = 1/2, α = 0.2, β = 1/8, T = 1 s, the three-state
-    /// machine and the overload factor), and a call-gapping restrictor
-    /// (`τ = max(0, 1/r − 1/λ)`). Inputs: `Completed` with `Final(503)` or `Timeout` as the
-    /// rejection signal, `Forwarded`. Decision at [`Gate::Forward`] (reason `CallGap`).
+    /// `deoc`, distributed end-to-end overload control at the ingress edge (seed 003 §3–4,
+    /// [`Deoc`](crate::Deoc)): per target edge server, an EWMA of call inter-arrival times
+    /// (the `admit` calls themselves), a rate-adaptation controller every `T` (eq. 12's
+    /// increase `r₀ + [(1−k)αn]^(1/(1−k))` without rejections, `r ← r − βr` with; k = 1/2,
+    /// α = 0.2, β = 1/8, T = 1 s, the three-state machine and the overload factor), and a
+    /// call-gapping restrictor (`τ = max(0, 1/r − 1/λ)`). Inputs: `Completed` with
+    /// `Final(503)` or a timeout as the rejection signal. Decision at [`Gate::Forward`]
+    /// (reason `CallGap`).
     Deoc,
 }
 
@@ -142,6 +144,7 @@ impl Algorithm {
                 | Self::LossClient
                 | Self::RateClient
                 | Self::DelayWindow
+                | Self::Deoc
         )
     }
 
@@ -249,6 +252,8 @@ pub enum ControllerConfig {
     HopClient(HopClientConfig),
     /// [`Algorithm::DelayWindow`].
     DelayWindow(DelayWindowConfig),
+    /// [`Algorithm::Deoc`].
+    Deoc(DeocConfig),
 }
 
 impl ControllerConfig {
@@ -272,6 +277,7 @@ impl ControllerConfig {
                 ..HopClientConfig::default()
             })),
             Algorithm::DelayWindow => Ok(Self::DelayWindow(DelayWindowConfig::default())),
+            Algorithm::Deoc => Ok(Self::Deoc(DeocConfig::default())),
             other => Err(ConfigError::NotImplemented(other)),
         }
     }
@@ -285,6 +291,7 @@ impl ControllerConfig {
             Self::SmartForwarding(c) => c,
             Self::HopClient(c) => c,
             Self::DelayWindow(c) => c,
+            Self::Deoc(c) => c,
         }
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! One interface for every controller of holdline's design: local control (no control, 503 on
 //! a full queue, bang-bang, occupancy-based OCC, queueing-delay-based), TCP smart forwarding,
-//! and — declared, not implemented yet — RFC 7339 loss-based and RFC 7415 rate-based control
-//! (server and client roles), window-based control with explicit feedback, the delay-based
-//! window without feedback of seed 004, and DEOC's per-target edge control (seed 003).
+//! RFC 7339 loss-based and RFC 7415 rate-based control (client roles; the server roles and
+//! window-based control with explicit feedback are declared, not implemented yet), the
+//! delay-based window without feedback of seed 004, and DEOC's per-target edge control
+//! (seed 003, [`deoc`]).
 //!
 //! # Design
 //!
@@ -26,7 +27,8 @@
 //!   ┌───────────────────────────────────────────────────────────────┐
 //!   │ Box<dyn Controller>  built by  ControllerConfig / *Config     │
 //!   │   NoControl · QueueLimit (bang-bang) · Occ · QueueDelay       │  at Gate::Ingress
-//!   │   SmartForwarding (ICS / ECS)                                 │  at Gate::Forward
+//!   │   SmartForwarding (ICS / ECS) · HopClient · DelayWindow       │  at Gate::Forward
+//!   │   Deoc (per target edge, seed 003)                            │
 //!   └───────────────────────────────────────────────────────────────┘
 //! ```
 //!
@@ -54,6 +56,7 @@ pub mod budget;
 mod common;
 mod controller;
 pub mod defer;
+pub mod deoc;
 pub mod flood;
 pub mod hop;
 pub mod none;
@@ -72,6 +75,7 @@ pub use algorithm::{Algorithm, ConfigError, ControllerConfig, UnknownAlgorithm};
 pub use budget::{BudgetConfig, RejectionBudget, Work};
 pub use controller::{Controller, ControllerFactory};
 pub use defer::{DeferConfig, DeferQueue, DeferStats, Release};
+pub use deoc::{Deoc, DeocConfig, DeocReply, DeocState, DeocTarget, IncreaseLaw};
 pub use flood::{FloodConfig, FloodGuard, FloodStats, Verdict};
 pub use hop::{
     Accept, HopClient, HopClientConfig, HopMeasure, HopServer, HopServerConfig, TargetControl,
