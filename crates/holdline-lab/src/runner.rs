@@ -30,6 +30,46 @@ pub(crate) fn check_tools() -> Result<()> {
     }
 }
 
+/// The fields every lab's `results.json` starts with (flattened into it).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RunHeader {
+    /// The experiment's name (`soak`, `storm`).
+    pub experiment: String,
+    /// The command line.
+    pub command: String,
+    /// Start time, seconds since the Unix epoch.
+    pub started_unix_s: u64,
+    /// Quick mode.
+    pub quick: bool,
+    /// Machine facts.
+    pub machine: Value,
+    /// `udp`, `tcp` or `tls`.
+    pub transport: String,
+}
+
+impl RunHeader {
+    /// The header of a run of `experiment` that started at `started` (now, less its
+    /// elapsed time, as Unix seconds), with this process's command line and machine facts.
+    pub(crate) fn new(
+        experiment: &str,
+        started: std::time::Instant,
+        quick: bool,
+        transport: &str,
+    ) -> Self {
+        Self {
+            experiment: experiment.into(),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+                .saturating_sub(started.elapsed().as_secs()),
+            quick,
+            machine: machine(),
+            transport: transport.into(),
+        }
+    }
+}
+
 /// Whether SIPp (Debian's `sip-tester`) runs here.
 pub(crate) fn sipp_available() -> bool {
     Command::new("sipp")

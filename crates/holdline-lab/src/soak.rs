@@ -38,7 +38,9 @@ use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bounded};
 use crate::plot;
 use crate::procfs;
-use crate::runner::{Proc, check_tools, holdline_exe, lab_main, machine, scrape, spawn, start_uas};
+use crate::runner::{
+    Proc, RunHeader, check_tools, holdline_exe, lab_main, scrape, spawn, start_uas,
+};
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
 /// The rate of a run without `--rate`, and of `--quick`'s one point, calls per second.
@@ -455,18 +457,9 @@ pub(crate) struct Point {
 /// Everything a run measured (`results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Results {
-    /// `soak`.
-    pub experiment: String,
-    /// The command line.
-    pub command: String,
-    /// Start time, seconds since the Unix epoch.
-    pub started_unix_s: u64,
-    /// Quick mode.
-    pub quick: bool,
-    /// Machine facts.
-    pub machine: Value,
-    /// `udp` or `tcp`.
-    pub transport: String,
+    /// `soak`, the command, when, quick mode, the machine, the transport.
+    #[serde(flatten)]
+    pub run: RunHeader,
     /// Seconds of offered load per point.
     pub duration_s: f64,
     /// The UAC's arrival process.
@@ -602,15 +595,7 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
         points.push(p);
     }
     let results = Results {
-        experiment: "soak".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        started_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-            .saturating_sub(started.elapsed().as_secs()),
-        quick: args.quick,
-        machine: machine(),
-        transport: transport.name().into(),
+        run: RunHeader::new("soak", started, args.quick, transport.name()),
         duration_s: duration,
         arrivals: "poisson".into(),
         points,
@@ -1110,7 +1095,10 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             })
             .collect()
     };
-    let what = format!("{}, one worker, {:.0} s of load", r.transport, r.duration_s);
+    let what = format!(
+        "{}, one worker, {:.0} s of load",
+        r.run.transport, r.duration_s
+    );
     plot::chart(
         out,
         "rss",

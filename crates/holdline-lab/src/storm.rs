@@ -55,7 +55,7 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, wait_bounded};
 use crate::plot::{self, Series};
 use crate::procfs;
 use crate::runner::{
-    Proc, check_tools, holdline_exe, lab_main, machine, metric, scrape, spawn, spawn_in,
+    Proc, RunHeader, check_tools, holdline_exe, lab_main, metric, scrape, spawn, spawn_in,
     with_fresh_ports,
 };
 use crate::server::{DOMAIN, SERVER_CORE, Transport, free_port, tail};
@@ -319,18 +319,9 @@ pub(crate) struct Storm {
 /// Everything a run measured (`results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Results {
-    /// `storm`.
-    pub experiment: String,
-    /// The command line.
-    pub command: String,
-    /// Start time, seconds since the Unix epoch.
-    pub started_unix_s: u64,
-    /// Quick mode.
-    pub quick: bool,
-    /// Machine facts.
-    pub machine: Value,
-    /// `udp` or `tcp`.
-    pub transport: String,
+    /// `storm`, the command, when, quick mode, the machine, the transport.
+    #[serde(flatten)]
+    pub run: RunHeader,
     /// `persistent` or `memory`.
     pub store: String,
     /// What a 200 OK promises: `commit` (persistent store, the server's default) or `none`.
@@ -539,15 +530,7 @@ fn measure(args: &Args) -> Result<Results> {
     drop(group);
     let checked: Vec<u64> = storms.iter().filter_map(|s| s.bindings_lost).collect();
     Ok(Results {
-        experiment: "storm".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        started_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-            .saturating_sub(started.elapsed().as_secs()),
-        quick: args.quick,
-        machine: machine(),
-        transport: transport.name().into(),
+        run: RunHeader::new("storm", started, args.quick, transport.name()),
         store: args.store.clone(),
         durability: if memory { "none" } else { "commit" }.into(),
         cpu_quota_percent: args.cpu_quota,
