@@ -129,6 +129,12 @@ impl UdpSocket {
         Ok(self.local)
     }
 
+    /// The socket's inode number: its identity in `/proc/net/udp` (see [`kernel_drops`]).
+    pub fn inode(&self) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(format!("/proc/self/fd/{}", self.inner.as_raw_fd())).map(|m| m.ino())
+    }
+
     /// `SO_RCVBUF` as the kernel reports it.
     pub fn recv_buffer_size(&self) -> io::Result<usize> {
         socket2::SockRef::from(&self.inner).recv_buffer_size()
@@ -382,5 +388,65 @@ impl SendBatch {
         } else if n > 0 {
             self.items.drain(..n);
         }
+    }
+}
+
+/// The datagrams the kernel dropped on the sockets whose inodes are `inodes` (see
+/// [`UdpSocket::inode`]) because their receive buffer was full: what arrived and was shed
+/// before anyone read it. Read from the `drops` column of `/proc/net/udp` and
+/// `/proc/net/udp6` (Linux); sockets not found count 0.
+pub fn kernel_drops(inodes: &[u64]) -> io::Result<u64> {
+    let mut total = 0u64;
+    for table in ["/proc/net/udp", "/proc/net/udp6"] {
+        let text = match std::fs::read_to_string(table) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        total += drops_in(&text, inodes);
+    }
+    Ok(total)
+}
+
+/// The sum of the `drops` column of the lines of a `/proc/net/udp` table whose inode is one
+/// of `inodes`.
+fn drops_in(table: &str, inodes: &[u64]) -> u64 {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            // sl local rem st tx:rx tr:tm retrnsmt uid timeout inode ref pointer drops
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let inode: u64 = f.get(9)?.parse().ok()?;
+            inodes
+                .contains(&inode)
+                .then(|| f.get(12)?.parse::<u64>().ok())
+                .flatten()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod drop_tests {
+    use super::*;
+
+    #[test]
+    fn the_drops_column_of_our_sockets_is_summed() {
+        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+  563: 0100007F:13C4 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17\n\
+  564: 0100007F:13C5 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 5\n\
+  565: 0100007F:13C6 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 9999 2 0000000000000000 100\n";
+        assert_eq!(drops_in(table, &[4242, 4243]), 22);
+        assert_eq!(drops_in(table, &[1]), 0);
+        assert_eq!(drops_in("garbage\nmore garbage x y\n", &[4242]), 0);
+    }
+
+    #[test]
+    fn a_socket_we_bound_is_found_with_no_drops() {
+        let s = UdpSocket::bind("127.0.0.1:0".parse().expect("addr"), &UdpOptions::default())
+            .expect("bind");
+        let inode = s.inode().expect("inode");
+        assert!(inode > 0);
+        assert_eq!(kernel_drops(&[inode]).expect("read /proc/net/udp"), 0);
     }
 }

@@ -329,6 +329,14 @@ impl Server {
             senders.push(tx);
             receivers.push(rx);
         }
+        let inodes = |socks: &[Vec<UdpSocket>]| -> Vec<u64> {
+            socks
+                .iter()
+                .flatten()
+                .filter_map(|s| s.inode().ok())
+                .collect()
+        };
+        let udp_inodes = [inodes(&udp), inodes(&invite_udp)];
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             deadline: AtomicU64::new(u64::MAX),
@@ -338,6 +346,7 @@ impl Server {
             open_conns: AtomicUsize::new(0),
             clock,
             accepted: std::sync::Mutex::new(std::collections::HashMap::new()),
+            udp_inodes,
         });
         let mut limits = Limits::DEFAULT;
         limits.max_message_size(l.max_message_size);

@@ -339,6 +339,24 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             }
         });
     }
+    counter(
+        &mut out,
+        "holdline_udp_kernel_drops_total",
+        "Datagrams the kernel dropped on the server's UDP sockets because their receive buffer was full (from /proc/net/udp): messages shed before the server read them.",
+    );
+    for (kind, inodes) in [
+        ("shared", &shared.udp_inodes[0]),
+        ("invite", &shared.udp_inodes[1]),
+    ] {
+        if !inodes.is_empty()
+            && let Ok(n) = holdline_io::udp::kernel_drops(inodes)
+        {
+            let _ = writeln!(
+                out,
+                "holdline_udp_kernel_drops_total{{socket=\"{kind}\"}} {n}"
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP holdline_connections_open TCP connections open.\n# TYPE holdline_connections_open gauge"

@@ -92,6 +92,9 @@ pub(crate) struct Shared {
     /// go when their connection closes.
     /// Keyed by transport too: a TLS connection never carries what was meant for TCP.
     pub(crate) accepted: std::sync::Mutex<HashMap<(SocketAddr, Transport), ConnId>>,
+    /// The inodes of the workers' UDP sockets, and of their INVITE sockets: where to look
+    /// for the kernel's drops (`holdline_udp_kernel_drops_total`).
+    pub(crate) udp_inodes: [Vec<u64>; 2],
 }
 
 impl Shared {

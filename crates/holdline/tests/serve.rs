@@ -122,3 +122,50 @@ fn serve_answers_and_exits_zero_on_sigterm() {
     let (status, rest) = server.terminate();
     assert!(status.success(), "exit status {status:?}\n{rest}");
 }
+
+/// What the kernel sheds is counted: a server with a tiny UDP receive buffer and an
+/// emulated 20 ms per message gets 2,000 OPTIONS at once; most never reach it, and every
+/// one is accounted for, read (`holdline_messages_in_total`) or dropped by the kernel on the
+/// server's socket (`holdline_udp_kernel_drops_total`, from /proc/net/udp).
+#[test]
+fn datagrams_the_kernel_drops_on_our_sockets_are_counted() {
+    let metrics = common::free_port();
+    let server = common::Holdline::start(&[
+        "--listen=udp:127.0.0.1:0".into(),
+        format!("--metrics=127.0.0.1:{metrics}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+        "--udp-recv-buffer=4096".into(),
+        "--emulate-cost-us=20000".into(),
+    ]);
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics));
+    let udp = server.udp_addr();
+    let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let sent = 2_000u32;
+    for i in 0..sent {
+        let req = format!(
+            "OPTIONS sip:x@127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bKd{i}\r\n\
+             Max-Forwards: 70\r\nTo: <sip:x@127.0.0.1>\r\nFrom: <sip:y@127.0.0.1>;tag={i}\r\n\
+             Call-ID: drop{i}@t\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+            port = udp.port()
+        );
+        client.send_to(req.as_bytes(), udp).expect("send");
+    }
+    let text = common::wait_metrics(metrics, Duration::from_secs(30), |m| {
+        let read = common::metric(m, "holdline_messages_in_total", &["transport=\"udp\""]);
+        let dropped = common::metric(m, "holdline_udp_kernel_drops_total", &[]);
+        read + dropped >= f64::from(sent)
+    });
+    let dropped = common::metric(&text, "holdline_udp_kernel_drops_total", &[]);
+    let read = common::metric(&text, "holdline_messages_in_total", &["transport=\"udp\""]);
+    assert!(
+        dropped > f64::from(sent) / 2.0,
+        "dropped {dropped}, read {read}"
+    );
+    assert_eq!(
+        read + dropped,
+        f64::from(sent),
+        "every datagram accounted for"
+    );
+    drop(server);
+}
