@@ -678,7 +678,7 @@ impl OverloadSettings {
             None if self.local == "none" => "none",
             None => "loss",
         };
-        if matches!(spec.trim(), "none" | "window") {
+        if matches!(spec.trim(), "none" | "window" | "deoc") {
             return Ok(Vec::new());
         }
         let mut algos = Vec::new();
@@ -690,7 +690,7 @@ impl OverloadSettings {
                     return Err((
                         "overload.feedback".to_owned(),
                         format!(
-                            "`{other}`: expected none, window, or loss and/or rate separated by a comma"
+                            "`{other}`: expected none, window, deoc, or loss and/or rate separated by a comma"
                         ),
                     ));
                 }
@@ -741,11 +741,22 @@ impl OverloadSettings {
         })
     }
 
+    /// Seed 003's DEOC at this (edge) server's forward gate (`feedback = "deoc"`), if on:
+    /// one controller per next hop (the target), fed with the final responses and timeouts
+    /// of the INVITEs forwarded to it; the paper's parameters.
+    pub fn deoc_client(&self) -> Option<holdline_overload::DeocConfig> {
+        (self.feedback.as_deref().map(str::trim) == Some("deoc"))
+            .then(holdline_overload::DeocConfig::default)
+    }
+
     /// The controller at the forward gate for next hops' load: the RFC 7339 / RFC 7415
-    /// client or seed 004's window (they exclude each other), if either is on.
+    /// client, seed 004's window or seed 003's DEOC (they exclude each other), if one is on.
     pub fn hop_controller(&self) -> Result<Option<ControllerConfig>, (String, String)> {
         if let Some(w) = self.window_client() {
             return Ok(Some(ControllerConfig::DelayWindow(w)));
+        }
+        if let Some(d) = self.deoc_client() {
+            return Ok(Some(ControllerConfig::Deoc(d)));
         }
         Ok(self.feedback_client()?.map(ControllerConfig::HopClient))
     }

@@ -128,7 +128,8 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     // validate() checked the setting.
     let algos = config.overload.feedback_algos().unwrap_or_default();
     p.overload_offer = (!algos.is_empty()).then(|| holdline_sip::OcOffer::new(&algos));
-    p.branch_events = config.overload.window_client().is_some();
+    p.branch_events =
+        config.overload.window_client().is_some() || config.overload.deoc_client().is_some();
     // The server sets the base of its own clock (`seq_base`); now is close to it.
     p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();

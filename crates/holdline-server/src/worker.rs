@@ -974,6 +974,11 @@ impl Worker {
     /// Gives what the engine collected for the hop-by-hop client to it: next hops' overload
     /// answers, and the starts and ends of forwarded INVITEs' transactions.
     fn take_feedback(&mut self, now: Instant) {
+        if let Some(h) = self.hop.as_mut()
+            && h.poll_timeout().is_some_and(|d| d <= now)
+        {
+            h.handle_timeout(now);
+        }
         while let Some(e) = self.core.poll_hop_event() {
             let Some(hop) = self.hop.as_mut() else {
                 continue;
@@ -1094,6 +1099,12 @@ impl Worker {
             },
             &mut |dest: Peer| {
                 // Hop-by-hop control: what the next hop asked for (RFC 7339 / RFC 7415).
+                // A controller with a period (DEOC) closes the periods due first.
+                if let Some(h) = hop.as_mut()
+                    && h.poll_timeout().is_some_and(|d| d <= fresh)
+                {
+                    h.handle_timeout(fresh);
+                }
                 if let Some(h) = hop.as_mut()
                     && let Some(r) = h
                         .admit(

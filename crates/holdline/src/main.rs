@@ -114,8 +114,10 @@ struct ServeArgs {
     udp_recv_buffer: Option<usize>,
     /// Hop-by-hop overload control (RFC 7339 / RFC 7415), client role: the algorithms offered
     /// to next hops and applied to their answers (default: loss unless --overload none); or
-    /// `window`: seed 004's window of outstanding INVITEs per next hop, without feedback.
-    #[arg(long, value_name = "none|loss|rate|loss,rate|window")]
+    /// `window`: seed 004's window of outstanding INVITEs per next hop, without feedback;
+    /// `deoc`: seed 003's end-to-end control at an edge (per next hop, on its 503s and
+    /// timeouts).
+    #[arg(long, value_name = "none|loss|rate|loss,rate|window|deoc")]
     feedback: Option<String>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
@@ -476,6 +478,8 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             let names: Vec<&str> = algos.iter().map(|a| a.as_str()).collect();
             let window = if config.overload.window_client().is_some() {
                 ", delay window towards next hops"
+            } else if config.overload.deoc_client().is_some() {
+                ", DEOC towards next hops"
             } else {
                 ""
             };

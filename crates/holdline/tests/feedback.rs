@@ -237,4 +237,31 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
     assert_eq!((re_rejected, re_answers), (0.0, 0.0), "{summary}");
     assert!((w.r503 as f64) <= window_full, "{summary}");
     assert!(w.ok > 0, "{summary}");
+
+    // Seed 003's DEOC at the SE: no feedback either; the RE's own 503s (its OCC) are the
+    // signal, and the SE's restrictor gaps calls towards the RE from the first one on.
+    let d = chain("deoc");
+    let gapped = metric(
+        &d.se,
+        "holdline_feedback_rejected_total",
+        &["reason=\"call_gap\""],
+    );
+    let re_rejected = metric(
+        &d.re,
+        "holdline_overload_rejected_total",
+        &["reason=\"occupancy\""],
+    );
+    let summary = format!(
+        "deoc: SE call_gap {gapped}, RE rejected {re_rejected}; uac {} attempted {} ok {} 503",
+        d.attempted, d.ok, d.r503
+    );
+    eprintln!("{summary}");
+    assert!(
+        re_rejected > 0.0,
+        "the RE's 503s are DEOC's signal: {summary}"
+    );
+    assert!(gapped > 0.0, "{summary}\n{}", d.se);
+    // The RE's 503s reach the caller as 500s (RFC 3261 §16.7): every 503 is the SE's.
+    assert!((d.r503 as f64) <= gapped, "{summary}");
+    assert!(d.ok > 0, "{summary}");
 }
