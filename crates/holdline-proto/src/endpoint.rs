@@ -303,6 +303,12 @@ pub struct EndpointStats {
     /// Requests sent to their next alternative target after their branch failed (a 503, a
     /// timeout or a transport error; RFC 3263 §4.3).
     pub failovers: u64,
+    /// OPTIONS probes sent to load-sharing targets.
+    pub probes_sent: u64,
+    /// Probes that failed (no final response in time, a 5xx, a transport error).
+    pub probes_failed: u64,
+    /// Load-sharing targets currently down.
+    pub targets_down: u64,
     /// ACKs of non-2xx final responses (this proxy's own, e.g. a 407, or relayed ones),
     /// absorbed by their INVITE server transaction: hop-by-hop, not forwarded.
     pub acks_absorbed: u64,
@@ -421,6 +427,10 @@ pub struct Endpoint {
     /// The failover order [`all_targets`](Self::all_targets) found with its targets (a
     /// load-sharing route's other targets), taken by the stateful path into its [`Call`].
     failover: Vec<Target>,
+    /// The load-sharing routes' targets, probed with OPTIONS when probing is on.
+    probes: Vec<Probe>,
+    /// When the next round of probes is due (`None`: not started).
+    probe_at: Option<Instant>,
     /// The server role's answer ([`Endpoint::set_overload_answer`]).
     answer: Option<OverloadAnswer>,
     /// `overload_offer` as Via parameters.
@@ -460,6 +470,16 @@ enum FoundBy {
     Literal,
 }
 
+/// A probed target of a load-sharing route (see [`ProxyConfig::probe`]).
+#[derive(Debug)]
+struct Probe {
+    dest: Peer,
+    up: bool,
+    failures: u32,
+    /// The probe in flight and when it fails if unanswered.
+    pending: Option<(ClientTxnId, Instant)>,
+}
+
 /// A target of §16.5 with its next hop.
 #[derive(Clone, Debug)]
 struct Target {
@@ -492,6 +512,8 @@ impl Endpoint {
             stats: EndpointStats::default(),
             bindings: Vec::new(),
             failover: Vec::new(),
+            probes: Vec::new(),
+            probe_at: None,
             answer: None,
             offer_params,
             rate_invites: 0,
@@ -826,6 +848,7 @@ impl Endpoint {
     /// Fires every timer due at or before `now`: the transaction layer's and Timer C.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.release_held(now);
+        self.run_probes(now);
         self.txns.handle_timeout(now);
         while let Some(&Reverse((at, cid))) = self.timers.peek() {
             if at > now {
@@ -882,10 +905,18 @@ impl Endpoint {
         }
         let timer_c = self.timers.peek().map(|Reverse((at, _))| *at);
         let held = self.held.front().map(|h| h.deadline);
-        let ours = match (timer_c, held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let probe = match self.config.probe {
+            None => None,
+            // Not started yet: due at once.
+            Some(_) if self.probe_at.is_none() => Some(Instant::ZERO),
+            Some(_) => self
+                .probes
+                .iter()
+                .filter_map(|p| p.pending.map(|(_, at)| at))
+                .chain(self.probe_at)
+                .min(),
         };
+        let ours = [timer_c, held, probe].into_iter().flatten().min();
         match (self.txns.poll_timeout(), ours) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -927,6 +958,12 @@ impl Endpoint {
     }
 
     fn on_txn_event(&mut self, now: Instant, e: TxnEvent) {
+        if let TxnEvent::ClientTimeout(cid) | TxnEvent::TransportError(TxnId::Client(cid)) = e
+            && self.probe_of(cid).is_some()
+        {
+            self.probe_done(cid, false);
+            return;
+        }
         match e {
             TxnEvent::ClientTimeout(cid) if !self.cancels.contains(&cid) => {
                 self.branch_final(now, cid, 408, None);
@@ -954,6 +991,119 @@ impl Endpoint {
             }
             _ => {}
         }
+    }
+
+    /// The probe whose OPTIONS is client transaction `cid`, if any.
+    fn probe_of(&self, cid: ClientTxnId) -> Option<usize> {
+        self.probes
+            .iter()
+            .position(|p| p.pending.is_some_and(|(c, _)| c == cid))
+    }
+
+    /// Records the outcome of probe transaction `cid`: answered (alive) or failed.
+    fn probe_done(&mut self, cid: ClientTxnId, alive: bool) {
+        let Some(i) = self.probe_of(cid) else {
+            return;
+        };
+        let down_after = self.config.probe.map_or(1, |p| p.down_after.max(1));
+        let p = &mut self.probes[i];
+        p.pending = None;
+        if alive {
+            p.failures = 0;
+            p.up = true;
+        } else {
+            self.stats.probes_failed += 1;
+            p.failures = p.failures.saturating_add(1);
+            if p.failures >= down_after {
+                p.up = false;
+            }
+        }
+        self.stats.targets_down = self.probes.iter().filter(|p| !p.up).count() as u64;
+    }
+
+    /// Probing: probes unanswered past their timeout fail (their transactions are
+    /// abandoned), and a round of OPTIONS goes out when due, one per target without one in
+    /// flight.
+    fn run_probes(&mut self, now: Instant) {
+        let Some(cfg) = self.config.probe else {
+            return;
+        };
+        if self.probe_at.is_none() {
+            // The targets, once: every load-sharing route's, each address once.
+            for r in &self.config.hash_routes {
+                for t in &r.targets {
+                    let dest = Peer {
+                        addr: t.next_hop,
+                        transport: t.transport,
+                        conn: None,
+                    };
+                    if !self.probes.iter().any(|p| p.dest == dest) {
+                        self.probes.push(Probe {
+                            dest,
+                            up: true,
+                            failures: 0,
+                            pending: None,
+                        });
+                    }
+                }
+            }
+            self.probe_at = Some(now);
+        }
+        let late: Vec<ClientTxnId> = self
+            .probes
+            .iter()
+            .filter_map(|p| p.pending.filter(|&(_, at)| at <= now).map(|(c, _)| c))
+            .collect();
+        for cid in late {
+            self.probe_done(cid, false);
+            self.txns.abandon(TxnId::Client(cid));
+        }
+        if self.probe_at.is_none_or(|at| at > now) {
+            return;
+        }
+        self.probe_at = Some(now + cfg.interval);
+        for i in 0..self.probes.len() {
+            if self.probes[i].pending.is_some() {
+                continue;
+            }
+            let dest = self.probes[i].dest;
+            let request = self.options_probe(dest);
+            if let Ok(cid) = self.txns.send_request(now, request, dest) {
+                self.stats.probes_sent += 1;
+                self.probes[i].pending = Some((cid, now + cfg.timeout));
+            }
+        }
+    }
+
+    /// An OPTIONS to `dest` from this proxy (a keep-alive probe, RFC 3261 §11).
+    fn options_probe(&mut self, dest: Peer) -> Vec<u8> {
+        let out_l = self.config.listener(dest.transport).copied();
+        let sent_by = out_l.map(|l| host_port(l.addr)).unwrap_or_default();
+        let (branch, tag) = (self.new_tag(), self.new_tag());
+        let (branch, tag) = (
+            String::from_utf8_lossy(&branch).into_owned(),
+            String::from_utf8_lossy(&tag).into_owned(),
+        );
+        let t = dest.transport;
+        let target = host_port(dest.addr);
+        format!(
+            "OPTIONS sip:{target};transport={tp} SIP/2.0\r\n\
+             Via: SIP/2.0/{via} {sent_by};branch=z9hG4bK{branch};rport\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:holdline@{sent_by}>;tag={tag}\r\n\
+             To: <sip:{target}>\r\n\
+             Call-ID: probe-{branch}@{sent_by}\r\n\
+             CSeq: 1 OPTIONS\r\n\
+             Content-Length: 0\r\n\r\n",
+            tp = t.as_param_str(),
+            via = t.as_via_str(),
+        )
+        .into_bytes()
+    }
+
+    /// Whether the load-sharing target `dest` is down (probing on and its probes failing).
+    fn target_down(&self, dest: &Peer) -> bool {
+        self.probes.iter().any(|p| !p.up && p.dest == *dest)
     }
 
     fn new_tag(&mut self) -> [u8; 10] {
@@ -1641,7 +1791,7 @@ impl Endpoint {
             let nodes: Vec<crate::hrw::HrwNode> =
                 route.targets.iter().map(|t| t.node.clone()).collect();
             crate::hrw::rank(&key, &nodes, &mut order);
-            let mut ranked = order
+            let ranked = order
                 .iter()
                 .filter_map(|&i| route.targets.get(i))
                 .map(|t| Target {
@@ -1652,6 +1802,12 @@ impl Endpoint {
                         conn: None,
                     },
                 });
+            // Targets that probing found down go last: their users' requests go to their
+            // next-highest target at once (and to a down one only if all are down).
+            let (mut up, down): (Vec<Target>, Vec<Target>) =
+                ranked.partition(|t| !self.target_down(&t.dest));
+            up.extend(down);
+            let mut ranked = up.into_iter();
             let first = ranked.next().ok_or((404, "Not Found"))?;
             self.failover = ranked.collect();
             return Ok((vec![first], FoundBy::StaticRoute));
@@ -1916,6 +2072,11 @@ impl Endpoint {
         let Some(status) = msg.status() else { return };
         self.stats.responses_in[usize::from(status / 100 - 1).min(5)] += 1;
         match self.txns.handle_parsed_response(now, msg, from) {
+            ResponseOutcome::ForTu(cid) if self.probe_of(cid).is_some() => {
+                if status >= 200 {
+                    self.probe_done(cid, status < 500);
+                }
+            }
             ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg, from),
             ResponseOutcome::Absorbed(_) => {}
             ResponseOutcome::Stray => self.stray_response(msg, status),

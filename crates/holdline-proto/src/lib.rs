@@ -61,5 +61,7 @@ pub use endpoint::{
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
-pub use proxy::{HashRoute, HashTarget, IpNet, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute};
+pub use proxy::{
+    HashRoute, HashTarget, IpNet, ListenAddr, ProbeConfig, ProxyConfig, RelayPolicy, StaticRoute,
+};
 pub use registrar::{Registered, Registrar, RegistrarConfig};

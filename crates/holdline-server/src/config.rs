@@ -108,6 +108,11 @@
 //! targets = ["udp:10.0.0.1:5060", "udp:10.0.0.2:5060"]  # chosen by rendezvous hashing
 //! # weights = [1.0, 1.0]           # of the user's AOR (the To URI of a REGISTER)
 //!
+//! [probing]                        # OPTIONS probes of hash_routes' targets
+//! interval_ms = 1000               # 0 (default): off
+//! timeout_ms = 500                 # unanswered this long: failed
+//! down_after = 2                   # failures in a row that take a target down
+//!
 //! [tls]                            # TLS (rustls); see docs/security.md
 //! cert_file = "server.pem"         # the certificate chain of tls: listeners (PEM) ...
 //! key_file = "server.key"          # ... and its private key (PEM: PKCS#8, PKCS#1 or SEC1)
@@ -886,6 +891,28 @@ impl OverloadSettings {
     }
 }
 
+/// OPTIONS probing of the load-sharing routes' targets (`[probing]`; docs/scaling.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbingSettings {
+    /// Time between two probes of a target, ms (0, the default: no probing).
+    pub interval_ms: u64,
+    /// A probe without a final response after this long has failed, ms (default 500).
+    pub timeout_ms: u64,
+    /// Failed probes in a row that take a target down (default 2).
+    pub down_after: u32,
+}
+
+impl Default for ProbingSettings {
+    fn default() -> Self {
+        Self {
+            interval_ms: 0,
+            timeout_ms: 500,
+            down_after: 2,
+        }
+    }
+}
+
 /// RFC 3261 timers, ms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -999,6 +1026,8 @@ pub struct ServerConfig {
     pub routes: Vec<Route>,
     /// Load-sharing routes, tried before the static routes.
     pub hash_routes: Vec<HashRouteSettings>,
+    /// Probing of the load-sharing routes' targets.
+    pub probing: ProbingSettings,
     /// Local overload control.
     pub overload: OverloadSettings,
     /// TCP buffer sizes per listener or next hop.
@@ -1200,6 +1229,7 @@ impl Default for ServerConfig {
             registrar: RegistrarSettings::default(),
             routes: Vec::new(),
             hash_routes: Vec::new(),
+            probing: ProbingSettings::default(),
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),

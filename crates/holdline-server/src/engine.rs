@@ -163,6 +163,12 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
                 .collect(),
         })
         .collect();
+    let probing = config.probing;
+    p.probe = (probing.interval_ms > 0).then(|| holdline_proto::ProbeConfig {
+        interval: Duration::from_millis(probing.interval_ms),
+        timeout: Duration::from_millis(probing.timeout_ms.max(1)),
+        down_after: probing.down_after.max(1),
+    });
     let mut limits = Limits::DEFAULT;
     limits.max_message_size(config.limits.max_message_size);
     p.limits = limits;
@@ -478,6 +484,9 @@ impl WorkerCore for Engine {
         );
         let _ = writeln!(out, "holdline_sip_acks_absorbed_total {}", s.acks_absorbed);
         let _ = writeln!(out, "holdline_sip_failovers_total {}", s.failovers);
+        let _ = writeln!(out, "holdline_sip_probes_total {}", s.probes_sent);
+        let _ = writeln!(out, "holdline_sip_probes_failed_total {}", s.probes_failed);
+        let _ = writeln!(out, "holdline_sip_targets_down {}", s.targets_down);
         let t = self.endpoint.transactions().stats();
         let _ = writeln!(out, "holdline_sip_active_transactions {}", t.transactions);
         let _ = writeln!(out, "holdline_txn_lingering {}", t.lingering);

@@ -73,6 +73,29 @@ impl HashTarget {
     }
 }
 
+/// How the targets of load-sharing routes are probed (see [`ProxyConfig::probe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// Time between two probes of a target.
+    pub interval: Duration,
+    /// A probe without a final response after this long has failed.
+    pub timeout: Duration,
+    /// Failed probes in a row that take a target down.
+    pub down_after: u32,
+}
+
+impl Default for ProbeConfig {
+    /// Every second, failed after 500 ms, down after 2 failures: a dead target is out of its
+    /// users' way within about 2 s.
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            down_after: 2,
+        }
+    }
+}
+
 /// An IP network: an address and a prefix length (`10.0.0.0/8`, `2001:db8::/32`; a bare
 /// address is a single host).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -219,6 +242,12 @@ pub struct ProxyConfig {
     /// Load-sharing routes ([`HashRoute`]), tried before the static routes for requests the
     /// location service does not handle: an exact domain first, then `*`. Default: none.
     pub hash_routes: Vec<HashRoute>,
+    /// Probing of the load-sharing routes' targets with OPTIONS (the job of Kamailio's
+    /// dispatcher probing): `None` (default) probes nothing. A target that fails
+    /// `probe.down_after` probes in a row (no final response within `probe.timeout`, a 5xx,
+    /// or a transport error) is down: the users it had go to their next-highest target at
+    /// once; its first answered probe brings it back.
+    pub probe: Option<ProbeConfig>,
     /// Timer C (RFC 3261 §16.6 step 11): how long a forwarded INVITE may stay without a
     /// final response (reset by every provisional other than 100). Default 3 minutes
     /// (the RFC's minimum).
@@ -285,6 +314,7 @@ impl Default for ProxyConfig {
             static_routes: Vec::new(),
             hash_routes: Vec::new(),
             timer_c: Duration::from_secs(180),
+            probe: None,
             commit_timeout: Duration::from_secs(2),
             max_branches: 16,
             branch_seed: 0,

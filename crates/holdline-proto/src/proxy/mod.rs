@@ -28,7 +28,8 @@ use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
 pub use config::{
-    HashRoute, HashTarget, IpNet, IpNetError, ListenAddr, ProxyConfig, RelayPolicy, StaticRoute,
+    HashRoute, HashTarget, IpNet, IpNetError, ListenAddr, ProbeConfig, ProxyConfig, RelayPolicy,
+    StaticRoute,
 };
 
 /// FNV-1a, 64 bits: a fixed, portable hash for the loop-detection and stateless branches,

@@ -3472,3 +3472,57 @@ fn a_hash_routed_request_fails_over_to_the_next_target_on_503_or_timeout() {
     assert_eq!(net.ua(1).responses(486, "INVITE").len(), 1);
     assert_eq!(net.proxy.stats().failovers, 0);
 }
+
+#[test]
+fn probing_takes_a_dead_target_out_of_its_users_way() {
+    // UAs 5 and 6 share example.net; "kim" hashes to `first`, which never answers anything.
+    let targets: Vec<HashTarget> = [5, 6]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    let nodes: Vec<crate::hrw::HrwNode> = targets.iter().map(|t| t.node.clone()).collect();
+    let mut order = Vec::new();
+    crate::hrw::rank(b"kim@example.net", &nodes, &mut order);
+    let (first, second) = ([5u8, 6][order[0]], [5u8, 6][order[1]]);
+    let mut c = config();
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets,
+    }];
+    c.probe = Some(ProbeConfig::default());
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(first, silent),
+            Ua::new(second, Script::answers(1, 2, 200)),
+        ],
+    );
+    // Probes every second, failed after 500 ms, down after two: down within 2 s.
+    net.run_until(ms(2_500));
+    let s = net.proxy.stats();
+    assert_eq!(s.targets_down, 1, "{s:?}");
+    assert!(net.ua(second).requests("OPTIONS").len() >= 2);
+    assert!(net.ua(first).requests("OPTIONS").len() >= 2);
+    // Kim's call goes to the live target at once: no INVITE to the dead one, no failover.
+    net.send(
+        1,
+        request(
+            "INVITE",
+            "sip:kim@example.net",
+            ua_addr(1),
+            "z9hG4bKpr1",
+            1,
+            &[],
+        ),
+    );
+    net.run_until(ms(3_000));
+    assert!(net.ua(first).requests("INVITE").is_empty());
+    assert_eq!(net.ua(second).requests("INVITE").len(), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 0);
+}
