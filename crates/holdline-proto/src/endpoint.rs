@@ -961,7 +961,7 @@ impl Endpoint {
         if let TxnEvent::ClientTimeout(cid) | TxnEvent::TransportError(TxnId::Client(cid)) = e
             && self.probe_of(cid).is_some()
         {
-            self.probe_done(cid, false);
+            self.probe_done(now, cid, false);
             return;
         }
         match e {
@@ -1000,14 +1000,17 @@ impl Endpoint {
             .position(|p| p.pending.is_some_and(|(c, _)| c == cid))
     }
 
-    /// Records the outcome of probe transaction `cid`: answered (alive) or failed.
-    fn probe_done(&mut self, cid: ClientTxnId, alive: bool) {
+    /// Records the outcome of probe transaction `cid`: answered (alive) or failed. A target
+    /// that goes down takes with it the branches sent to it that never heard anything: they
+    /// fail (as a 503) and fail over now, instead of waiting for their own timeout.
+    fn probe_done(&mut self, now: Instant, cid: ClientTxnId, alive: bool) {
         let Some(i) = self.probe_of(cid) else {
             return;
         };
         let down_after = self.config.probe.map_or(1, |p| p.down_after.max(1));
         let p = &mut self.probes[i];
         p.pending = None;
+        let was_up = p.up;
         if alive {
             p.failures = 0;
             p.up = true;
@@ -1018,7 +1021,20 @@ impl Endpoint {
                 p.up = false;
             }
         }
+        let (went_down, dest) = (was_up && !p.up, p.dest);
         self.stats.targets_down = self.probes.iter().filter(|p| !p.up).count() as u64;
+        if went_down {
+            let silent: Vec<ClientTxnId> = self
+                .branches
+                .iter()
+                .filter(|(_, b)| b.dest == dest && b.state == BranchState::Calling)
+                .map(|(c, _)| *c)
+                .collect();
+            for c in silent {
+                self.branch_final(now, c, 503, None);
+                self.txns.abandon(TxnId::Client(c));
+            }
+        }
     }
 
     /// Probing: probes unanswered past their timeout fail (their transactions are
@@ -1055,7 +1071,7 @@ impl Endpoint {
             .filter_map(|p| p.pending.filter(|&(_, at)| at <= now).map(|(c, _)| c))
             .collect();
         for cid in late {
-            self.probe_done(cid, false);
+            self.probe_done(now, cid, false);
             self.txns.abandon(TxnId::Client(cid));
         }
         if self.probe_at.is_none_or(|at| at > now) {
@@ -2074,7 +2090,7 @@ impl Endpoint {
         match self.txns.handle_parsed_response(now, msg, from) {
             ResponseOutcome::ForTu(cid) if self.probe_of(cid).is_some() => {
                 if status >= 200 {
-                    self.probe_done(cid, status < 500);
+                    self.probe_done(now, cid, status < 500);
                 }
             }
             ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg, from),

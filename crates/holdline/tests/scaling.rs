@@ -140,3 +140,88 @@ fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
         );
     }
 }
+
+/// Failover with real processes: a holdline shares `example.net`'s users between two
+/// answering UAS processes (`[[hash_routes]]`, `[probing]` every 500 ms); one UAS is
+/// killed while calls flow. Probing takes it out of the set: after the kill, calls to
+/// its users go to the other UAS, and the calls that had been sent to the dead one fail
+/// over in their own transaction; every call the generator places completes.
+#[test]
+fn a_dead_target_is_probed_out_and_its_users_calls_go_to_the_other() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b, proxy, metrics) = (free_port(), free_port(), free_port(), free_port());
+    let conf = dir.path().join("probe.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[probing]\ninterval_ms = 500\ntimeout_ms = 300\ndown_after = 2\n\
+             [[hash_routes]]\ndomain = \"example.net\"\n\
+             targets = [\"udp:127.0.0.1:{a}\", \"udp:127.0.0.1:{b}\"]\n"
+        ),
+    )
+    .expect("config");
+    let _server = Holdline::start(&[
+        format!("--config={}", conf.display()),
+        format!("--listen=udp:127.0.0.1:{proxy}"),
+        format!("--metrics=127.0.0.1:{metrics}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+    ]);
+    let uas = |port: u16| {
+        Guard(
+            Command::new(BIN)
+                .args(["load", "uas", "--progress=off", "--max-time=40"])
+                .arg(format!("--listen=127.0.0.1:{port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn holdline load uas"),
+        )
+    };
+    let mut dying = uas(a);
+    let _alive = uas(b);
+    common::wait_udp_bound(a, Duration::from_secs(10));
+    common::wait_udp_bound(b, Duration::from_secs(10));
+    let metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
+    let json = dir.path().join("uac.json");
+    let mut uac = Guard(
+        Command::new(BIN)
+            .args([
+                "load",
+                "uac",
+                "--progress=off",
+                "--rate=100",
+                "--duration=8",
+            ])
+            .args(["--drain=40", "--max-time=60"])
+            .arg(format!("--target=127.0.0.1:{proxy}"))
+            .arg("--to=u{0..999}@example.net")
+            .arg(format!("--json={}", json.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holdline load uac"),
+    );
+    // Calls flow to both targets, then one dies.
+    wait_metrics(metrics, Duration::from_secs(20), |m| {
+        metric(m, "holdline_sip_requests_in_total", &["method=\"INVITE\""]) >= 200.0
+    });
+    let _ = dying.0.kill();
+    let _ = dying.0.wait();
+    let down = wait_metrics(metrics, Duration::from_secs(5), |m| {
+        metric(m, "holdline_sip_targets_down", &[]) >= 1.0
+    });
+    assert_eq!(metric(&down, "holdline_sip_targets_down", &[]), 1.0);
+    let status = uac
+        .wait_for(Duration::from_secs(70))
+        .expect("holdline load uac stops by itself");
+    assert!(status.success(), "{status:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("uac.json")).expect("json");
+    let attempted = v["calls_attempted"].as_u64().expect("attempted");
+    assert!(attempted >= 700, "{v}");
+    assert_eq!(v["calls_completed"].as_u64(), Some(attempted), "{v}");
+}
