@@ -31,7 +31,7 @@ pub mod report;
 pub mod scenario;
 pub mod world;
 
-pub use report::{Estimate, Point, Results, series_csv};
+pub use report::{Estimate, Point, Results, jain_index, series_csv};
 pub use scenario::{Scenario, ScenarioError};
 pub use world::{RunOutput, SimError, World, run_seed};
 

@@ -106,6 +106,19 @@ pub struct ServerTotals {
     pub queue_drops: Estimate,
     /// CPU busy seconds.
     pub busy_s: Estimate,
+    /// New INVITEs rejected at its forward gate (DEOC, a next hop's loss answer).
+    pub forward_rejected: Estimate,
+}
+
+/// Jain's fairness index of `xs`: `(Σx)² / (n·Σx²)`, 1 when all are equal; `None` when
+/// every value is 0 (or there are none).
+pub fn jain_index(xs: &[f64]) -> Option<f64> {
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() || sq <= 0.0 {
+        return None;
+    }
+    let sum: f64 = xs.iter().sum();
+    Some(sum * sum / (xs.len() as f64 * sq))
 }
 
 /// The results of all runs of a scenario (`results.json`).
@@ -125,6 +138,9 @@ pub struct Results {
     pub points: Vec<Point>,
     /// One per server.
     pub servers: Vec<ServerTotals>,
+    /// Jain's fairness index of the goodput of the scenario's `fairness_flows` (every UAC
+    /// step when it names none), per run; over the runs where some flow had goodput.
+    pub jain_index: Option<Estimate>,
     /// SIP messages sent over links per run (mean).
     pub messages_per_run: f64,
     /// Messages lost or dropped by links per run (mean).
@@ -183,6 +199,7 @@ impl Results {
                     rejected: col(&|c| c.rejected as f64),
                     queue_drops: col(&|c| (c.queue_drops + c.invite_queue_drops) as f64),
                     busy_s: col(&|c| c.busy_ns as f64 / 1e9),
+                    forward_rejected: col(&|c| c.forward_rejected as f64),
                 });
             }
         }
@@ -193,7 +210,22 @@ impl Results {
                 runs.iter().map(f).sum::<f64>() / runs.len() as f64
             }
         };
+        let jain: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| {
+                let xs: Vec<f64> = r
+                    .steps
+                    .iter()
+                    .filter(|s| {
+                        sc.fairness_flows.is_empty() || sc.fairness_flows.contains(&s.population)
+                    })
+                    .map(|s| s.goodput_cps)
+                    .collect();
+                jain_index(&xs)
+            })
+            .collect();
         Self {
+            jain_index: (!jain.is_empty()).then(|| Estimate::of(&jain)),
             scenario: sc.name.clone(),
             seed: sc.seed,
             run_seeds: runs.iter().map(|r| r.seed).collect(),

@@ -71,6 +71,10 @@ pub struct Scenario {
     /// Static routes of the servers.
     #[serde(default)]
     pub routes: Vec<RouteSpec>,
+    /// UAC populations whose goodput Jain's fairness index is computed over (seed 003's
+    /// admitted call flows that share a bottleneck); empty: every population.
+    #[serde(default)]
+    pub fairness_flows: Vec<String>,
 }
 
 fn one() -> u64 {
@@ -96,6 +100,10 @@ pub struct ServerSpec {
     /// `queue-limit`, `bang-bang`, `occ`, `queue-delay` (with their defaults). Default `occ`.
     #[serde(default = "occ")]
     pub local: String,
+    /// The local controller's measurement interval, milliseconds, for `occ` (holdline's
+    /// default: 100; seed 003's OCC-Local and OCC-Hop: 1,000). Default: the controller's.
+    #[serde(default)]
+    pub local_interval_ms: Option<f64>,
     /// CPU time per message handled, microseconds (the server's `emulate_cost_us`).
     pub service_us: f64,
     /// CPU time per INVITE handled, microseconds. Default: `service_us`.
@@ -151,6 +159,105 @@ pub struct ServerSpec {
     /// (scheduler wake-up), microseconds. Default 0.
     #[serde(default)]
     pub wakeup_us: f64,
+    /// End-to-end control at this server's forward gate when it is an ingress edge: `none`
+    /// or `deoc` (seed 003's DEOC, one controller per target edge; see `docs/sim.md`).
+    /// Default `none`.
+    #[serde(default = "none_str")]
+    pub edge: String,
+    /// DEOC's parameters (with `edge = "deoc"`); every one defaults to the paper's value.
+    #[serde(default)]
+    pub deoc: DeocSpec,
+    /// Hop-by-hop feedback: `none` or `loss` (RFC 7339: this server offers `oc` to its next
+    /// hops and applies their loss answers at its forward gate, and answers its upstream
+    /// clients from its local controller's occupancy — OCC-Hop). Default `none`.
+    #[serde(default = "none_str")]
+    pub feedback: String,
+    /// `oc-validity` of this server's loss answers, milliseconds (the server's
+    /// `feedback_validity_ms`). Default 500.
+    #[serde(default = "validity_default")]
+    pub feedback_validity_ms: u32,
+}
+
+/// DEOC's parameters in a scenario (`deoc = { alpha = 0.2, k = 0.5 }`); absent ones take
+/// [`DeocConfig`](holdline_overload::DeocConfig)'s defaults (the paper's values).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeocSpec {
+    /// `T`, the control period, milliseconds (1,000).
+    #[serde(default)]
+    pub period_ms: Option<f64>,
+    /// `w`, the EWMA weight of eq. 1 (0.1).
+    #[serde(default)]
+    pub ewma_weight: Option<f64>,
+    /// `α` of eq. 11 (0.2).
+    #[serde(default)]
+    pub alpha: Option<f64>,
+    /// `k` of eq. 11 (0.5).
+    #[serde(default)]
+    pub k: Option<f64>,
+    /// `β` of eq. 4 (1/8).
+    #[serde(default)]
+    pub beta: Option<f64>,
+    /// Seconds without a rejection after which a target's DEOC terminates (100).
+    #[serde(default)]
+    pub quiet_s: Option<f64>,
+    /// Timeouts (408, no final response) count as rejections (true).
+    #[serde(default)]
+    pub timeouts_count: Option<bool>,
+    /// A `500` on a branch counts as an overload rejection, as a `503` does (true): a
+    /// stateful proxy answers a lone downstream 503 with 500 (RFC 3261 §16.7 step 6), so a
+    /// rejection two hops away reaches the ingress edge as a 500 (see `docs/sim.md`).
+    #[serde(default)]
+    pub count_500: Option<bool>,
+}
+
+impl DeocSpec {
+    /// The controller's configuration: the defaults with these values on top.
+    pub fn config(&self) -> Result<holdline_overload::DeocConfig, String> {
+        let mut c = holdline_overload::DeocConfig::default();
+        let secs = |field: &str, v: f64| {
+            if v.is_finite() && v > 0.0 && v <= 1e6 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(format!("{field} must be a positive number, got {v}"))
+            }
+        };
+        if let Some(v) = self.period_ms {
+            c.period = secs("period_ms", v / 1000.0)?;
+        }
+        if let Some(v) = self.ewma_weight {
+            c.ewma_weight = v;
+        }
+        if let Some(v) = self.alpha {
+            c.alpha = v;
+        }
+        if let Some(v) = self.k {
+            c.k = v;
+        }
+        if let Some(v) = self.beta {
+            c.beta = v;
+        }
+        if let Some(v) = self.quiet_s {
+            c.quiet_period = Some(secs("quiet_s", v)?);
+        }
+        if let Some(v) = self.timeouts_count {
+            c.timeouts_count = v;
+        }
+        holdline_overload::ControllerFactory::validate(&c).map_err(|e| e.to_string())?;
+        Ok(c)
+    }
+
+    /// Whether a `500` counts as a rejection (default true).
+    pub fn counts_500(&self) -> bool {
+        self.count_500.unwrap_or(true)
+    }
+}
+
+fn none_str() -> String {
+    "none".into()
+}
+fn validity_default() -> u32 {
+    500
 }
 
 /// The memory a datagram of `len` payload bytes takes in a UDP socket's receive buffer on
@@ -202,7 +309,19 @@ impl ServerSpec {
                 "`{alg}` is not a local (ingress) controller: use none, queue-limit, bang-bang, occ or queue-delay"
             ));
         }
-        ControllerConfig::default_for(alg).map_err(|e| e.to_string())
+        let mut cfg = ControllerConfig::default_for(alg).map_err(|e| e.to_string())?;
+        if let Some(ms) = self.local_interval_ms {
+            if !(ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0) {
+                return Err(format!(
+                    "local_interval_ms must be a positive number of milliseconds, got {ms}"
+                ));
+            }
+            // Only OCC's interval is set here; the other controllers keep theirs.
+            if let ControllerConfig::Occupancy(c) = &mut cfg {
+                c.interval = Duration::from_secs_f64(ms / 1000.0);
+            }
+        }
+        Ok(cfg)
     }
 
     /// Whether new INVITEs have a queue of their own.
@@ -391,7 +510,7 @@ pub struct LinkEntry {
 }
 
 /// A static route of a server: requests whose Request-URI host is `domain` (or any, `*`)
-/// go to the node `to`.
+/// go to the node `to`, or to one of the nodes `to_any`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -400,8 +519,25 @@ pub struct RouteSpec {
     /// The Request-URI host, or `*`. Default `*`.
     #[serde(default = "star")]
     pub domain: String,
-    /// The next hop node.
+    /// The next hop node (give this or `to_any`).
+    #[serde(default)]
     pub to: String,
+    /// Several next hops: each call goes to one of them, chosen by rendezvous hashing of the
+    /// callee's address-of-record (`holdline-proto`'s hash routes): the users of a domain
+    /// spread evenly over them, the stand-in for seed 003's round-robin (l. 301).
+    #[serde(default)]
+    pub to_any: Vec<String>,
+}
+
+impl RouteSpec {
+    /// The next hops of this route (`to`, or `to_any`).
+    pub fn next_hops(&self) -> Vec<&str> {
+        if self.to_any.is_empty() {
+            vec![self.to.as_str()]
+        } else {
+            self.to_any.iter().map(String::as_str).collect()
+        }
+    }
 }
 
 fn star() -> String {
@@ -485,6 +621,14 @@ impl Scenario {
         }
         let known = |n: &str| names.contains(&n);
         for (i, s) in self.servers.iter().enumerate() {
+            if s.local_interval_ms
+                .is_some_and(|ms| !(ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0))
+            {
+                return bad(
+                    format!("servers[{i}].local_interval_ms"),
+                    "must be a positive number of milliseconds (at most an hour)",
+                );
+            }
             if let Err(m) = s.controller() {
                 return bad(format!("servers[{i}].local"), &m);
             }
@@ -527,6 +671,21 @@ impl Scenario {
                 return bad(
                     format!("servers[{i}].discipline"),
                     "must be holdline or paper",
+                );
+            }
+            if s.edge != "none" && s.edge != "deoc" {
+                return bad(format!("servers[{i}].edge"), "must be none or deoc");
+            }
+            if let Err(m) = s.deoc.config() {
+                return bad(format!("servers[{i}].deoc"), &m);
+            }
+            if s.feedback != "none" && s.feedback != "loss" {
+                return bad(format!("servers[{i}].feedback"), "must be none or loss");
+            }
+            if s.feedback_validity_ms == 0 {
+                return bad(
+                    format!("servers[{i}].feedback_validity_ms"),
+                    "must be at least 1 ms",
                 );
             }
             if !(s.rejection_budget > 0.0 && s.rejection_budget <= 1.0) {
@@ -592,6 +751,14 @@ impl Scenario {
                 return bad(format!("uac[{i}].steps"), "the first step must start at 0");
             }
         }
+        for (i, f) in self.fairness_flows.iter().enumerate() {
+            if !self.uac.iter().any(|u| &u.name == f) {
+                return bad(
+                    "fairness_flows".into(),
+                    &format!("`{f}` names no UAC population (entry {i})"),
+                );
+            }
+        }
         if let Err(m) = self.default_link.to_config() {
             return bad("default_link.delay_ms".into(), &m);
         }
@@ -610,11 +777,94 @@ impl Scenario {
             if !self.servers.iter().any(|s| s.name == r.server) {
                 return bad(format!("routes[{i}].server"), "names no server");
             }
-            if !known(&r.to) || r.to == r.server {
-                return bad(format!("routes[{i}].to"), "names no other node");
+            if r.to_any.is_empty() {
+                if !known(&r.to) || r.to == r.server {
+                    return bad(format!("routes[{i}].to"), "names no other node");
+                }
+            } else {
+                if !r.to.is_empty() {
+                    return bad(format!("routes[{i}].to"), "give `to` or `to_any`, not both");
+                }
+                if r.to_any.len() > 64 || r.to_any.iter().any(|t| !known(t) || *t == r.server) {
+                    return bad(
+                        format!("routes[{i}].to_any"),
+                        "must name 1 to 64 other nodes",
+                    );
+                }
             }
         }
         Ok(())
+    }
+
+    /// The egress edge of each domain: the server whose route for it leaves the network
+    /// (goes to a user agent, not to another server). DEOC's target of a call is the egress
+    /// edge of its Request-URI's domain. Domains routed to user agents by several servers
+    /// are left out (no single egress).
+    pub fn egress_edges(&self) -> std::collections::BTreeMap<String, String> {
+        let servers: BTreeSet<&str> = self.servers.iter().map(|s| s.name.as_str()).collect();
+        let mut out: std::collections::BTreeMap<String, Option<String>> = Default::default();
+        for r in &self.routes {
+            if r.domain == "*" || r.next_hops().iter().any(|h| servers.contains(h)) {
+                continue;
+            }
+            let key = r.domain.to_ascii_lowercase();
+            match out.get(&key) {
+                Some(Some(s)) if *s != r.server => {
+                    out.insert(key, None);
+                }
+                Some(_) => {}
+                None => {
+                    out.insert(key, Some(r.server.clone()));
+                }
+            }
+        }
+        out.into_iter()
+            .filter_map(|(d, s)| s.map(|s| (d, s)))
+            .collect()
+    }
+
+    /// The ingress edges: every server a UAC population sends its calls to.
+    pub fn ingress_edges(&self) -> BTreeSet<String> {
+        self.uac
+            .iter()
+            .filter(|u| self.servers.iter().any(|s| s.name == u.target))
+            .map(|u| u.target.clone())
+            .collect()
+    }
+
+    /// This scenario with one of seed 003's mechanisms (the `--mechanism` sweep of
+    /// `holdline sim run`): `LOCAL[+hop][+deoc]`, e.g. `none`, `occ`, `occ+hop`, `occ+deoc`.
+    /// Every server's `local` is set to `LOCAL`; `+hop` turns on RFC 7339 loss feedback at
+    /// every server (OCC-Hop), `+deoc` DEOC at every ingress edge; without them both are
+    /// off everywhere.
+    pub fn with_mechanism(&self, mechanism: &str) -> Result<Self, String> {
+        let mut parts = mechanism.split('+');
+        let local = parts.next().unwrap_or_default().trim();
+        let (mut hop, mut deoc) = (false, false);
+        for p in parts {
+            match p.trim() {
+                "hop" => hop = true,
+                "deoc" => deoc = true,
+                o => {
+                    return Err(format!("mechanism `{mechanism}`: `{o}` is not hop or deoc"));
+                }
+            }
+        }
+        let mut sc = self.clone();
+        let ingress = self.ingress_edges();
+        for s in &mut sc.servers {
+            s.local = local.to_owned();
+            s.controller()
+                .map_err(|e| format!("mechanism `{mechanism}`: {e}"))?;
+            s.feedback = if hop { "loss" } else { "none" }.to_owned();
+            s.edge = if deoc && ingress.contains(&s.name) {
+                "deoc"
+            } else {
+                "none"
+            }
+            .to_owned();
+        }
+        Ok(sc)
     }
 
     fn name_key(&self, i: usize) -> String {
@@ -682,5 +932,113 @@ to = "uas"
         let text = GOOD.replace("target = \"proxy\"", "target = \"nowhere\"");
         let e = Scenario::from_toml("s.toml", &text).expect_err("unknown node");
         assert_eq!((e.line, e.key.as_str()), (15, "uac[0].target"));
+    }
+
+    #[test]
+    fn edge_and_feedback_settings_are_checked_with_file_line_and_key() {
+        let text = GOOD.replace("service_us = 100", "service_us = 100\nedge = \"deoc\"");
+        let s = Scenario::from_toml("s.toml", &text).expect("deoc is an edge setting");
+        assert_eq!(s.servers[0].edge, "deoc");
+        assert_eq!(s.servers[0].deoc.config().expect("defaults").alpha, 0.2);
+
+        let text = GOOD.replace("service_us = 100", "service_us = 100\nedge = \"e2e\"");
+        let e = Scenario::from_toml("s.toml", &text).expect_err("bad edge");
+        assert_eq!((e.line, e.key.as_str()), (9, "servers[0].edge"));
+        assert!(
+            e.to_string()
+                .starts_with("s.toml:9: key `servers[0].edge`: must be none or deoc"),
+            "{e}"
+        );
+
+        let text = GOOD.replace(
+            "service_us = 100",
+            "service_us = 100\nedge = \"deoc\"\ndeoc = { k = 1.5 }",
+        );
+        let e = Scenario::from_toml("s.toml", &text).expect_err("k out of range");
+        assert_eq!((e.line, e.key.as_str()), (10, "servers[0].deoc"));
+        assert!(e.message.contains('k'), "{e}");
+
+        let text = GOOD.replace("service_us = 100", "service_us = 100\ndeoc = { gamma = 1 }");
+        let e = Scenario::from_toml("s.toml", &text).expect_err("unknown DEOC parameter");
+        assert_eq!((e.line, e.key.as_str()), (9, "servers.deoc"));
+        assert!(e.message.contains("unknown field `gamma`"), "{e}");
+
+        let text = GOOD.replace("service_us = 100", "service_us = 100\nfeedback = \"rate\"");
+        let e = Scenario::from_toml("s.toml", &text).expect_err("bad feedback");
+        assert_eq!((e.line, e.key.as_str()), (9, "servers[0].feedback"));
+    }
+
+    #[test]
+    fn routes_to_any_egress_edges_and_mechanisms() {
+        let text = r#"
+duration_s = 10
+[[servers]]
+name = "e1"
+service_us = 100
+[[servers]]
+name = "c1"
+service_us = 100
+[[servers]]
+name = "c2"
+service_us = 100
+[[servers]]
+name = "e2"
+service_us = 100
+[[uas]]
+name = "ua2"
+[[uac]]
+name = "ua1"
+target = "e1"
+domain = "e2.example"
+steps = [{ at_s = 0, rate_cps = 1 }]
+[[routes]]
+server = "e1"
+domain = "e2.example"
+to_any = ["c1", "c2"]
+[[routes]]
+server = "c1"
+domain = "e2.example"
+to = "e2"
+[[routes]]
+server = "c2"
+domain = "e2.example"
+to = "e2"
+[[routes]]
+server = "e2"
+domain = "E2.example"
+to = "ua2"
+"#;
+        let s = Scenario::from_toml("t.toml", text).expect("valid");
+        assert_eq!(s.routes[0].next_hops(), ["c1", "c2"]);
+        let egress: Vec<(String, String)> = s.egress_edges().into_iter().collect();
+        assert_eq!(egress, [("e2.example".to_owned(), "e2".to_owned())]);
+        assert_eq!(s.ingress_edges().into_iter().collect::<Vec<_>>(), ["e1"]);
+        let m = s.with_mechanism("occ+hop+deoc").expect("mechanism");
+        let roles: Vec<(&str, &str, &str)> = m
+            .servers
+            .iter()
+            .map(|v| (v.local.as_str(), v.edge.as_str(), v.feedback.as_str()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                ("occ", "deoc", "loss"),
+                ("occ", "none", "loss"),
+                ("occ", "none", "loss"),
+                ("occ", "none", "loss"),
+            ]
+        );
+        assert!(s.with_mechanism("occ+e2e").is_err());
+        assert!(s.with_mechanism("loss-client").is_err());
+
+        let bad = text.replace(
+            "to_any = [\"c1\", \"c2\"]",
+            "to = \"c1\"\nto_any = [\"c2\"]",
+        );
+        let e = Scenario::from_toml("t.toml", &bad).expect_err("both");
+        assert_eq!(e.key, "routes[0].to");
+        let bad = text.replace("to_any = [\"c1\", \"c2\"]", "to_any = [\"c1\", \"c9\"]");
+        let e = Scenario::from_toml("t.toml", &bad).expect_err("unknown");
+        assert_eq!((e.line, e.key.as_str()), (25, "routes[0].to_any"));
     }
 }

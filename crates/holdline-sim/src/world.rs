@@ -10,12 +10,15 @@ use holdline_agent::{
 use holdline_base::{Duration, Instant, Peer, Rng, Transport};
 use holdline_netmodel::{Fate, Link};
 use holdline_overload::{
-    Admission, BudgetConfig, Controller, ControllerFactory, RejectReason, Rejection,
-    RejectionBudget, Signal, Work,
+    Accept, Admission, BudgetConfig, Class, Controller, ControllerFactory, Deoc, DeocReply,
+    Feedback, HopClientConfig, HopMeasure, HopServer, HopServerConfig, RejectReason, Rejection,
+    RejectionBudget, Signal, TargetId, Work,
 };
 use holdline_proto::{
-    Endpoint, GateRejection, ListenAddr, MemoryLocationStore, ProxyConfig, RelayPolicy, StaticRoute,
+    Endpoint, EndpointEvent, GateRejection, HashRoute, HashTarget, ListenAddr, MemoryLocationStore,
+    OverloadAnswer, ProxyConfig, RateAnswer, RelayPolicy, StaticRoute,
 };
+use holdline_sip::{Limits, Message, OcAlgo, OcOffer, OcReport};
 
 use crate::engine::EventQueue;
 use crate::scenario::{Scenario, truesize};
@@ -125,6 +128,9 @@ pub struct ServerCounters {
     pub invite_queue_drops: u64,
     /// CPU time spent serving, nanoseconds.
     pub busy_ns: u64,
+    /// New INVITEs rejected at the forward gate: DEOC's restrictor, or a next hop's loss
+    /// answer (the endpoint's count).
+    pub forward_rejected: u64,
 }
 
 /// A receive queue: a FIFO bounded in messages or, as a kernel socket buffer, in bytes.
@@ -241,6 +247,135 @@ struct Server {
     service_ns: f64,
     c: ServerCounters,
     scratch: Vec<u8>,
+    /// DEOC at the forward gate (`edge = "deoc"`).
+    deoc: Option<Box<EdgeDeoc>>,
+    /// RFC 7339 loss feedback (`feedback = "loss"`): the client role at the forward gate ...
+    hop: Option<Box<dyn Controller>>,
+    /// ... and the server role, answering upstream clients.
+    role: Option<HopRole>,
+}
+
+/// DEOC at an ingress edge: the controller, how a call's target is found, and the branches
+/// of the calls it admitted, whose outcomes it is fed.
+struct EdgeDeoc {
+    ctl: Deoc,
+    /// Request-URI host (lower case) → the egress edge serving it (its node index).
+    domains: std::collections::HashMap<String, u64>,
+    /// This server's node index (calls for its own domain are not gated).
+    me: u64,
+    /// A 500 on a branch counts as an overload rejection (a lone 503 two hops away).
+    count_500: bool,
+    /// Admitted calls' branches: Call-ID → (target, next hop, sent at).
+    pending: std::collections::HashMap<Vec<u8>, (TargetId, SocketAddr, Instant)>,
+    /// The new INVITE being handled: its target and Call-ID.
+    current: Option<(TargetId, Vec<u8>)>,
+}
+
+impl EdgeDeoc {
+    /// The target and Call-ID of `bytes` when it is an INVITE towards another edge.
+    fn classify(&self, bytes: &[u8]) -> Option<(TargetId, Vec<u8>)> {
+        let msg = Message::parse(bytes, &Limits::DEFAULT).ok()?;
+        let uri = msg.request_uri_bytes()?;
+        let host = uri_host(uri)?;
+        let host = std::str::from_utf8(host).ok()?.to_ascii_lowercase();
+        let target = *self.domains.get(&host)?;
+        if target == self.me {
+            return None;
+        }
+        Some((TargetId(target), msg.call_id().ok()?.to_vec()))
+    }
+
+    /// A branch of an admitted call ended: its outcome, as DEOC reads it.
+    fn reply(&self, status: u16, timed_out: bool) -> DeocReply {
+        if timed_out {
+            DeocReply::Timeout
+        } else if status == 500 && self.count_500 {
+            DeocReply::Final(503)
+        } else {
+            DeocReply::Final(status)
+        }
+    }
+}
+
+/// The host of a SIP URI (`sip:user@host:port;params`), as bytes.
+fn uri_host(uri: &[u8]) -> Option<&[u8]> {
+    let rest = uri.splitn(2, |&b| b == b':').nth(1)?;
+    let rest = match rest.iter().position(|&b| b == b'@') {
+        Some(i) => &rest[i + 1..],
+        None => rest,
+    };
+    let end = rest
+        .iter()
+        .position(|&b| matches!(b, b':' | b';' | b'?' | b'>'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|h| !h.is_empty())
+}
+
+/// The server role of RFC 7339 loss feedback, as `holdline-server`'s worker runs it: the
+/// estimator updated at every close of the local controller's interval, its answer set on the
+/// endpoint.
+struct HopRole {
+    estimator: HopServer,
+    validity_ms: u32,
+    updated: Instant,
+    floor_since: Option<Instant>,
+    /// New INVITEs' queueing delays since the last update: sum (s), count.
+    invite_delay: (f64, u64),
+    /// The answer exempts the clients that take it from the gate.
+    exempt: bool,
+}
+
+/// How long the loss answer may stay at its ceiling before the clients that take it are put
+/// to the gate again (the worker's `EXEMPT_FLOOR_GRACE`).
+const EXEMPT_FLOOR_GRACE: Duration = Duration::from_secs(1);
+
+/// A next hop's number for the forward-gate controllers (its address, as the worker's).
+fn target_of(addr: SocketAddr) -> TargetId {
+    let ip = match addr.ip() {
+        IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        IpAddr::V6(v6) => {
+            let b = u128::from(v6);
+            (b as u64) ^ ((b >> 64) as u64)
+        }
+    };
+    TargetId((ip << 16) ^ u64::from(addr.port()))
+}
+
+/// A next hop's answer as the client's signal (the worker's `feedback_of`).
+fn feedback_of(r: OcReport) -> Feedback {
+    let validity = Duration::from_millis(u64::from(r.validity_ms));
+    match r.algo {
+        OcAlgo::Loss => Feedback::Loss {
+            percent: u8::try_from(r.value.min(100)).unwrap_or(100),
+            validity,
+            seq: r.seq,
+        },
+        OcAlgo::Rate => Feedback::Rate {
+            per_second: r.value,
+            validity,
+            seq: r.seq,
+        },
+    }
+}
+
+/// Whether the top Via of a request offers overload control (`;oc`).
+fn offers_oc(bytes: &[u8]) -> bool {
+    for line in bytes.split(|&b| b == b'\n').skip(1) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return false;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = line[..colon].trim_ascii();
+        if name.eq_ignore_ascii_case(b"via") || name.eq_ignore_ascii_case(b"v") {
+            let value = &line[colon..];
+            let first = value.split(|&b| b == b',').next().unwrap_or(value);
+            return first.windows(3).any(|w| w.eq_ignore_ascii_case(b";oc"));
+        }
+    }
+    false
 }
 
 /// Datagrams a worker's send batch holds before it is flushed.
@@ -254,8 +389,12 @@ impl Server {
         let mut forced = None;
         if self.paper && invite && self.ctl.poll_timeout().is_some_and(|t| t <= now) {
             self.ctl.handle_timeout(now);
+            self.interval_closed(now);
         }
-        if self.paper && invite {
+        // A client that takes this server's loss answer is exempt from its gate (as the
+        // endpoint exempts it in the other discipline).
+        let exempt = self.role.as_ref().is_some_and(|r| r.exempt) && invite && offers_oc(&bytes);
+        if self.paper && invite && !exempt {
             // Early rejection: the decision is taken on arrival (a retransmission of an
             // admitted INVITE is not put to the gate when served, whatever it says here).
             if let Some(r) = self.ctl.admit(now, &Admission::new_invite()).rejection() {
@@ -289,6 +428,12 @@ impl Server {
 
     /// `poll` returns at `now`: a new iteration of the worker loop starts.
     fn begin(&mut self, now: Instant) {
+        // DEOC's periods end on its own timer (the worker's forward-gate timers).
+        if let Some(d) = self.deoc.as_mut()
+            && d.ctl.poll_timeout().is_some_and(|t| t <= now)
+        {
+            d.ctl.handle_timeout(now);
+        }
         self.busy_mark = now;
         self.close_interval(now);
         let reads = usize::from(self.main_event) + self.pending_reads;
@@ -313,7 +458,7 @@ impl Server {
             || self.main_event
             || self.invite_event
             || self.invite_ready
-            || self.ep.poll_timeout().is_some_and(|t| t <= now)
+            || self.poll_timeout().is_some_and(|t| t <= now)
     }
 
     /// Runs the worker loop at `now` up to the next point where it spends time: returns when
@@ -378,6 +523,7 @@ impl Server {
                 Stage::Finish => {
                     if self.ep.poll_timeout().is_some_and(|t| t <= t0) {
                         self.ep.handle_timeout(t0);
+                        self.events(t0, now, None);
                         let mut sends = std::mem::take(&mut self.sends);
                         self.drain(t0, &mut sends);
                         self.sends = sends;
@@ -424,6 +570,10 @@ impl Server {
             let wait = now.saturating_duration_since(first.at);
             if invites {
                 self.ctl.on_signal(now, Signal::NewRequestDelay(wait));
+                if let Some(role) = self.role.as_mut() {
+                    role.invite_delay.0 += wait.as_secs_f64();
+                    role.invite_delay.1 += 1;
+                }
             } else {
                 // As the worker: the queueing delay of the batch's first datagram, and the
                 // queue length it implies.
@@ -462,10 +612,19 @@ impl Server {
     fn handle(&mut self, t0: Instant, t: Instant, m: &Queued) -> Duration {
         // The controller's interval closes between messages when it is due.
         self.close_interval(t);
+        if let Some(d) = self.deoc.as_mut() {
+            d.current = if m.bytes.starts_with(b"INVITE ") {
+                d.classify(&m.bytes)
+            } else {
+                None
+            };
+        }
         let ctl = &mut self.ctl;
         let admit_all = self.admit_all;
         let forced = m.forced;
         let mut admitted = false;
+        let hop = &mut self.hop;
+        let deoc = &mut self.deoc;
         let rejected = self.ep.handle_admitting(
             t0,
             &m.bytes,
@@ -487,8 +646,28 @@ impl Server {
                     Some(r) => Some(gate_rejection(r)),
                 }
             },
-            &mut |_| None,
+            &mut |dest| {
+                // The forward gate, as the worker's: a next hop's loss answer (RFC 7339)...
+                if let Some(h) = hop.as_mut()
+                    && let Some(r) = h
+                        .admit(
+                            t,
+                            &Admission::forward(Class::NewInvite, target_of(dest.addr)),
+                        )
+                        .rejection()
+                {
+                    return Some(gate_rejection(r));
+                }
+                // ... and DEOC, per target edge.
+                let d = deoc.as_mut()?;
+                let (target, _) = d.current.as_ref()?;
+                d.ctl.admit_call(t, *target).rejection().map(gate_rejection)
+            },
         );
+        self.events(t0, t, Some(&m.bytes));
+        if let Some(d) = self.deoc.as_mut() {
+            d.current = None;
+        }
         self.c.handled += 1;
         self.c.admitted += u64::from(admitted && !rejected);
         let cost = if rejected {
@@ -557,13 +736,118 @@ impl Server {
             let busy = self.busy_since(now);
             self.ctl.on_signal(now, Signal::Busy(busy));
             self.ctl.handle_timeout(now);
+            self.interval_closed(now);
+        }
+    }
+
+    /// The local controller closed an interval at `now`: the server role's answer for the
+    /// next one (the worker's `update_answer`), and the forward-gate controllers' timers.
+    fn interval_closed(&mut self, now: Instant) {
+        if let Some(h) = self.hop.as_mut()
+            && h.poll_timeout().is_some_and(|t| t <= now)
+        {
+            h.handle_timeout(now);
+        }
+        let Some(role) = self.role.as_mut() else {
+            return;
+        };
+        let occupancy = self.ctl.snapshot().occupancy;
+        let elapsed = now.saturating_duration_since(role.updated);
+        role.updated = now;
+        let (sum, n) = std::mem::take(&mut role.invite_delay);
+        role.estimator.update(&HopMeasure {
+            occupancy,
+            invite_delay: (n > 0).then(|| Duration::from_secs_f64(sum / n as f64)),
+            rate_arrivals: 0,
+            elapsed,
+        });
+        role.exempt = if role.estimator.at_floor() {
+            now.saturating_duration_since(*role.floor_since.get_or_insert(now)) < EXEMPT_FLOOR_GRACE
+        } else {
+            role.floor_since = None;
+            true
+        };
+        self.ep.set_overload_answer(Some(OverloadAnswer {
+            loss_percent: role.estimator.loss_percent(),
+            validity_ms: role.validity_ms,
+            exempt: role.exempt,
+            rate: RateAnswer::Off,
+        }));
+    }
+
+    /// What the endpoint reported while handling a message (`msg`) or its timers: next
+    /// hops' loss answers go to the hop client; the starts and ends of the branches of calls
+    /// DEOC admitted go to DEOC. `t0` is the time the endpoint was given, `t` the handling's.
+    fn events(&mut self, t0: Instant, t: Instant, msg: Option<&[u8]>) {
+        let mut call_id: Option<Option<Vec<u8>>> = None;
+        while let Some(e) = self.ep.poll_event() {
+            match e {
+                EndpointEvent::Feedback { from, report } => {
+                    if let Some(h) = self.hop.as_mut() {
+                        h.on_signal(
+                            t,
+                            Signal::Feedback {
+                                from: target_of(from.addr),
+                                feedback: feedback_of(report),
+                            },
+                        );
+                    }
+                }
+                EndpointEvent::BranchStarted { to } => {
+                    if let Some(d) = self.deoc.as_mut()
+                        && let Some((target, id)) = d.current.as_ref()
+                    {
+                        d.pending.insert(id.clone(), (*target, to.addr, t0));
+                    }
+                }
+                EndpointEvent::BranchEnded {
+                    to,
+                    status,
+                    timed_out,
+                    delay,
+                } => {
+                    let Some(d) = self.deoc.as_mut() else {
+                        continue;
+                    };
+                    // The call: by the Call-ID of the response that ended the branch, or, for
+                    // a timer, by its next hop and the time it was sent.
+                    let found = match msg.filter(|b| b.starts_with(b"SIP/2.0 ")) {
+                        Some(bytes) => {
+                            let id = call_id.get_or_insert_with(|| {
+                                Message::parse(bytes, &Limits::DEFAULT)
+                                    .ok()
+                                    .and_then(|m| m.call_id().ok().map(<[u8]>::to_vec))
+                            });
+                            id.as_ref().and_then(|id| d.pending.remove(id))
+                        }
+                        None => {
+                            let sent = t0.checked_sub(delay);
+                            let key = d
+                                .pending
+                                .iter()
+                                .find(|(_, (_, dest, at))| *dest == to.addr && Some(*at) == sent)
+                                .map(|(k, _)| k.clone());
+                            key.and_then(|k| d.pending.remove(&k))
+                        }
+                    };
+                    if let Some((target, _, _)) = found {
+                        let reply = d.reply(status, timed_out);
+                        d.ctl.on_response(t, target, reply);
+                    }
+                }
+                _ => {}
+            }
         }
     }
 
     /// The next time `poll` returns by itself: the endpoint's timers (the controller's
     /// intervals close lazily, when there is work).
     fn poll_timeout(&self) -> Option<Instant> {
-        self.ep.poll_timeout()
+        let ep = self.ep.poll_timeout();
+        match self.deoc.as_ref().and_then(|d| d.ctl.poll_timeout()) {
+            Some(d) => Some(ep.map_or(d, |e| e.min(d))),
+            None => ep,
+        }
     }
 
     fn drain(&mut self, now: Instant, out: &mut Vec<Out>) {
@@ -777,6 +1061,12 @@ impl World {
         let end = load_end + dur_s(sc.drain_s);
         let mut nodes = Vec::with_capacity(n);
         let gate_key = master.next_u64();
+        // DEOC's targets: each domain's egress edge, by node index.
+        let egress: std::collections::HashMap<String, u64> = sc
+            .egress_edges()
+            .into_iter()
+            .filter_map(|(d, e)| index(&e).map(|i| (d, i as u64)))
+            .collect();
         for (i, s) in sc.servers.iter().enumerate() {
             let err = |message: String| SimError::Controller {
                 server: s.name.clone(),
@@ -796,14 +1086,64 @@ impl World {
             p.branch_seed = master.next_u64();
             p.gate_key = gate_key;
             for r in sc.routes.iter().filter(|r| r.server == s.name) {
-                let to = index(&r.to).ok_or_else(|| err(format!("route to `{}`", r.to)))?;
-                p.static_routes.push(StaticRoute {
-                    domain: r.domain.clone(),
-                    next_hop: node_addr(to, 0),
-                    transport: Transport::Udp,
-                    stateless: false,
-                });
+                if r.to_any.is_empty() {
+                    let to = index(&r.to).ok_or_else(|| err(format!("route to `{}`", r.to)))?;
+                    p.static_routes.push(StaticRoute {
+                        domain: r.domain.clone(),
+                        next_hop: node_addr(to, 0),
+                        transport: Transport::Udp,
+                        stateless: false,
+                    });
+                } else {
+                    let mut targets = Vec::new();
+                    for t in &r.to_any {
+                        let to = index(t).ok_or_else(|| err(format!("route to `{t}`")))?;
+                        targets.push(HashTarget::new(node_addr(to, 0), Transport::Udp, 1.0));
+                    }
+                    p.hash_routes.push(HashRoute {
+                        domain: r.domain.clone(),
+                        targets,
+                    });
+                }
             }
+            let deoc = if s.edge == "deoc" {
+                let cfg = s.deoc.config().map_err(err)?;
+                p.branch_events = true;
+                Some(Box::new(EdgeDeoc {
+                    ctl: Deoc::new(cfg, Instant::ZERO).map_err(|e| err(e.to_string()))?,
+                    domains: egress.clone(),
+                    me: i as u64,
+                    count_500: s.deoc.counts_500(),
+                    pending: std::collections::HashMap::new(),
+                    current: None,
+                }))
+            } else {
+                None
+            };
+            let (hop, role) = if s.feedback == "loss" {
+                p.overload_offer = Some(OcOffer::new(&[OcAlgo::Loss]));
+                let client = HopClientConfig {
+                    accept: Accept::Loss,
+                    ..HopClientConfig::default()
+                }
+                .build(Instant::ZERO, Rng::seed_from_u64(master.next_u64()))
+                .map_err(|e| err(e.to_string()))?;
+                let estimator =
+                    HopServer::new(HopServerConfig::default()).map_err(|e| err(e.to_string()))?;
+                (
+                    Some(client),
+                    Some(HopRole {
+                        estimator,
+                        validity_ms: s.feedback_validity_ms,
+                        updated: Instant::ZERO,
+                        floor_since: None,
+                        invite_delay: (0.0, 0),
+                        exempt: true,
+                    }),
+                )
+            } else {
+                (None, None)
+            };
             let invite_queue = s.has_invite_queue();
             let budget = if invite_queue {
                 Some(
@@ -861,6 +1201,9 @@ impl World {
                 service_ns: 0.0,
                 c: ServerCounters::default(),
                 scratch: Vec::with_capacity(2048),
+                deoc,
+                hop,
+                role,
             })));
         }
         let goodput_window = dur_s(sc.goodput_window_s);
@@ -1205,6 +1548,7 @@ impl World {
             let Node::Server(s) = n else { continue };
             let mut c = s.c;
             c.rejected = s.ep.stats().rejected_by_gate;
+            c.forward_rejected = s.ep.stats().rejected_by_forward_gate;
             let prev = self.last_servers[k];
             let snap = s.ctl.snapshot();
             self.series.push(SeriesRow {
@@ -1308,6 +1652,7 @@ impl World {
                 Node::Server(s) => {
                     let mut c = s.c;
                     c.rejected = s.ep.stats().rejected_by_gate;
+                    c.forward_rejected = s.ep.stats().rejected_by_forward_gate;
                     Some((s.name.clone(), c))
                 }
                 Node::Agents(_) => None,

@@ -94,6 +94,12 @@ struct RunArgs {
     /// `sweep-goodput.svg/png`, `sweep-pdd.svg/png`.
     #[arg(long, value_delimiter = ',')]
     scale: Vec<f64>,
+    /// Sweep over seed 003's mechanisms instead of `--local`: `LOCAL[+hop][+deoc]`
+    /// (comma-separated), e.g. `none,occ,occ+hop,occ+deoc`: every server's `local` set to
+    /// LOCAL, `+hop` RFC 7339 loss feedback at every server (OCC-Hop), `+deoc` DEOC at every
+    /// ingress edge (a server a UAC population sends to).
+    #[arg(long, value_delimiter = ',', conflicts_with = "local")]
+    mechanism: Vec<String>,
 }
 
 pub(crate) fn main(args: SimArgs) -> ExitCode {
@@ -118,7 +124,7 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
     if let Some(s) = a.seed {
         sc.seed = s;
     }
-    if !a.local.is_empty() || !a.scale.is_empty() {
+    if !a.local.is_empty() || !a.scale.is_empty() || !a.mechanism.is_empty() {
         return sweep(a, &sc);
     }
     let runs = a.runs.unwrap_or(sc.runs).max(1);
@@ -688,10 +694,16 @@ fn par_runs(tasks: &[(Scenario, u64)], jobs: usize) -> anyhow::Result<Vec<RunOut
 fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
     let started = StdInstant::now();
     let runs = a.runs.unwrap_or(base.runs).max(1);
-    let locals: Vec<Option<String>> = if a.local.is_empty() {
+    // (mechanism, is `--mechanism`) per point; `None`: the scenario's own.
+    let locals: Vec<Option<(String, bool)>> = if !a.mechanism.is_empty() {
+        a.mechanism
+            .iter()
+            .map(|m| Some((m.clone(), true)))
+            .collect()
+    } else if a.local.is_empty() {
         vec![None]
     } else {
-        a.local.iter().cloned().map(Some).collect()
+        a.local.iter().map(|l| Some((l.clone(), false))).collect()
     };
     let scales = if a.scale.is_empty() {
         vec![1.0]
@@ -704,7 +716,11 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
         for &x in &scales {
             anyhow::ensure!(x.is_finite() && x >= 0.0, "--scale {x}: not a factor");
             let mut sc = base.clone();
-            if let Some(l) = l {
+            if let Some((m, true)) = l {
+                sc = base
+                    .with_mechanism(m)
+                    .map_err(|e| anyhow::anyhow!("--mechanism: {e}"))?;
+            } else if let Some((l, _)) = l {
                 for s in &mut sc.servers {
                     s.local = l.clone();
                     s.controller()
@@ -718,7 +734,9 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
                     st.factor = None;
                 }
             }
-            let name = l.clone().unwrap_or_else(|| "scenario".into());
+            let name = l
+                .as_ref()
+                .map_or_else(|| "scenario".into(), |(m, _)| m.clone());
             points.push((name, x, sc));
         }
     }
