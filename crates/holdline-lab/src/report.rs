@@ -637,7 +637,7 @@ impl Results {
         let rows: Vec<SustainRow> = self.sustain_rows().into_iter().cloned().collect();
         json!({
             "mode": if self.quick { "quick" } else { "full" },
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "command": crate::runner::command_line(),
             "elapsed_s": self.elapsed_s,
             "repeat": self.runs.len(),
             "overload_control_available": self.machine.overload_control_available,

@@ -58,16 +58,26 @@ impl RunHeader {
     ) -> Self {
         Self {
             experiment: experiment.into(),
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            started_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-                .saturating_sub(started.elapsed().as_secs()),
+            command: command_line(),
+            started_unix_s: started_unix_s(started),
             quick,
             machine: machine(),
             transport: transport.into(),
         }
     }
+}
+
+/// This process's command line, as one string (for `results.json`).
+pub(crate) fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+/// When a run that started at `started` began, as Unix seconds (now less its elapsed time).
+pub(crate) fn started_unix_s(started: std::time::Instant) -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        .saturating_sub(started.elapsed().as_secs())
 }
 
 /// Whether SIPp (Debian's `sip-tester`) runs here.

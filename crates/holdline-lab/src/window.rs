@@ -950,11 +950,8 @@ pub fn run(args: &Args) -> Result<Results> {
     }
     let results = Results {
         experiment: "window".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        started_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-            .saturating_sub(started.elapsed().as_secs()),
+        command: crate::runner::command_line(),
+        started_unix_s: crate::runner::started_unix_s(started),
         quick,
         machine: machine(),
         duration_s: duration,
