@@ -457,6 +457,22 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
+/// The Reason (RFC 3326) of a 500 that stands for a lone downstream 503 (§16.7 step 6).
+const REASON_503: &[u8] = b"SIP;cause=503;text=\"Service Unavailable\"";
+
+/// Whether response `bytes` carries a `Reason: SIP;cause=503`.
+fn stands_for_503(bytes: &[u8], limits: &holdline_sip::Limits) -> bool {
+    let Ok(m) = Message::parse(bytes, limits) else {
+        return false;
+    };
+    m.headers_named(b"Reason").any(|h| {
+        let v = m.value(h);
+        v.len() >= 4
+            && v[..4].eq_ignore_ascii_case(b"SIP;")
+            && v.windows(9).any(|w| w.eq_ignore_ascii_case(b"cause=503"))
+    })
+}
+
 /// How a request's targets were found (for the relay policy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FoundBy {
@@ -2288,6 +2304,12 @@ impl Endpoint {
         b.timer_at = None;
         let sid = b.server;
         if b.invite && self.config.branch_events {
+            // A 500 that stands for a 503 further on (RFC 3326 Reason, as this proxy sends
+            // it) is reported as the 503 it was: the overload signal of end-to-end control.
+            let status = match &bytes {
+                Some(r) if status == 500 && stands_for_503(r, &self.config.limits) => 503,
+                _ => status,
+            };
             let e = EndpointEvent::BranchEnded {
                 to: b.dest,
                 status,
@@ -2414,8 +2436,17 @@ impl Endpoint {
                     Some(_) => (500, "Server Internal Error"),
                     None => (408, "Request Timeout"),
                 };
+                // §16.7 step 6 turns a lone 503 into a 500 (the next hop's overload is not
+                // ours); RFC 3326's Reason says what it was, so that an upstream edge doing
+                // end-to-end overload control (DEOC) still sees the overload it answers to.
+                let was_503 = matches!(other, Some((503, _)));
+                let extra: &[(&str, &[u8])] = if was_503 {
+                    &[("Reason", REASON_503)]
+                } else {
+                    &[]
+                };
                 match Message::parse(&req, &self.config.limits) {
-                    Ok(m) => self.build(&m, code, reason, &[]),
+                    Ok(m) => self.build(&m, code, reason, extra),
                     Err(_) => return,
                 }
             }

@@ -883,8 +883,16 @@ fn a_lone_503_goes_upstream_as_500() {
     net.register("bob", 2);
     net.send(1, invite("z9hG4bK503"));
     net.run_until(ms(1000));
-    assert_eq!(net.ua(1).responses(500, "INVITE").len(), 1);
+    let r = net.ua(1).responses(500, "INVITE");
+    assert_eq!(r.len(), 1);
     assert!(net.ua(1).responses(503, "INVITE").is_empty());
+    // The 500 says what it stands for (RFC 3326), for end-to-end control upstream.
+    let m = parse(&r[0].1);
+    let reason = m
+        .headers_named(b"Reason")
+        .map(|h| String::from_utf8_lossy(m.value(h)).into_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(reason, ["SIP;cause=503;text=\"Service Unavailable\""]);
 }
 
 #[test]
@@ -3156,6 +3164,37 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
             timed_out: false,
             delay: Duration::from_millis(30),
         }]
+    );
+    // A 500 standing for a 503 further on (RFC 3326 Reason) ends the branch as a 503.
+    e.handle(
+        ms(40),
+        &far_invite("z9hG4bKb5"),
+        udp(ua_addr(1)),
+        Transport::Udp,
+    );
+    let fwd = drain_to(&mut e, ms(40))
+        .into_iter()
+        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+        .map(|(_, b)| b)
+        .expect("forwarded");
+    let _ = events(&mut e);
+    let mut overloaded = Vec::new();
+    build_response(
+        &parse(&fwd),
+        500,
+        "Server Internal Error",
+        Some(b"t5"),
+        &[("Reason", b"SIP;cause=503;text=\"Service Unavailable\"")],
+        b"",
+        &mut overloaded,
+    );
+    e.handle(ms(50), &overloaded, udp(ua_addr(5)), Transport::Udp);
+    assert!(
+        matches!(
+            events(&mut e)[..],
+            [crate::EndpointEvent::BranchEnded { status: 503, .. }]
+        ),
+        "reported as the 503 it stands for"
     );
     // Never answered: Timer B ends it as a timeout, 64·T1 after it was sent.
     e.handle(
