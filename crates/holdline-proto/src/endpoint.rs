@@ -401,7 +401,7 @@ struct Call {
     /// Where to send the request next if its only branch fails with a 503, a timeout or a
     /// transport error (RFC 3263 §4.3): a load-sharing route's other targets, in their
     /// rendezvous order. Emptied by a CANCEL.
-    alternatives: Vec<Target>,
+    alternatives: Vec<Peer>,
     /// The transport the request came in on (for the Record-Route of a failover branch).
     local: Transport,
 }
@@ -426,7 +426,7 @@ pub struct Endpoint {
     bindings: Vec<Binding>,
     /// The failover order [`all_targets`](Self::all_targets) found with its targets (a
     /// load-sharing route's other targets), taken by the stateful path into its [`Call`].
-    failover: Vec<Target>,
+    failover: Vec<Peer>,
     /// The load-sharing routes' targets, probed with OPTIONS when probing is on.
     probes: Vec<Probe>,
     /// When the next round of probes is due (`None`: not started).
@@ -1608,7 +1608,7 @@ impl Endpoint {
         if !failed || call.final_sent || call.pending > 0 || call.alternatives.is_empty() {
             return false;
         }
-        let t = call.alternatives.remove(0);
+        let dest = call.alternatives.remove(0);
         let local = call.local;
         let request = call.request.clone();
         let Ok(msg) = Message::parse(&request, &self.config.limits) else {
@@ -1616,6 +1616,11 @@ impl Endpoint {
         };
         let Ok(plan) = RoutePlan::new(&self.config, &msg) else {
             return false;
+        };
+        // A load-sharing route keeps the Request-URI: every alternative gets the same one.
+        let t = Target {
+            uri: plan.ruri.as_bytes().to_vec(),
+            dest,
         };
         self.stats.failovers += 1;
         // Our own credentials, if any, are removed by forward_copy (not consumed again).
@@ -1820,29 +1825,23 @@ impl Endpoint {
                 return Err((404, "Not Found"));
             }
             let mut order = Vec::with_capacity(route.targets.len());
-            let nodes: Vec<crate::hrw::HrwNode> =
-                route.targets.iter().map(|t| t.node.clone()).collect();
-            crate::hrw::rank(&key, &nodes, &mut order);
+            crate::hrw::rank_by(&key, route.targets.iter().map(|t| &t.node), &mut order);
             let ranked = order
                 .iter()
                 .filter_map(|&i| route.targets.get(i))
-                .map(|t| Target {
-                    uri: ruri.clone(),
-                    dest: Peer {
-                        addr: t.next_hop,
-                        transport: t.transport,
-                        conn: None,
-                    },
+                .map(|t| Peer {
+                    addr: t.next_hop,
+                    transport: t.transport,
+                    conn: None,
                 });
             // Targets that probing found down go last: their users' requests go to their
             // next-highest target at once (and to a down one only if all are down).
-            let (mut up, down): (Vec<Target>, Vec<Target>) =
-                ranked.partition(|t| !self.target_down(&t.dest));
+            let (mut up, down): (Vec<Peer>, Vec<Peer>) = ranked.partition(|p| !self.target_down(p));
             up.extend(down);
             let mut ranked = up.into_iter();
-            let first = ranked.next().ok_or((404, "Not Found"))?;
+            let dest = ranked.next().ok_or((404, "Not Found"))?;
             self.failover = ranked.collect();
-            return Ok((vec![first], FoundBy::StaticRoute));
+            return Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute));
         }
         let dest = resolve_uri(&self.config, &plan.ruri, true).ok_or((404, "Not Found"))?;
         // resolve_uri prefers an exact static route, then an IP literal, then `*`.

@@ -76,14 +76,18 @@ pub fn pick_by<'n>(key: &[u8], nodes: impl Iterator<Item = &'n HrwNode>) -> Opti
 
 /// Every index of `nodes` in `key`'s order: the destination first, then its failover order.
 pub fn rank(key: &[u8], nodes: &[HrwNode], out: &mut Vec<usize>) {
+    rank_by(key, nodes.iter(), out);
+}
+
+/// [`rank`] over nodes held elsewhere (e.g. inside route targets).
+pub fn rank_by<'n>(key: &[u8], nodes: impl Iterator<Item = &'n HrwNode>, out: &mut Vec<usize>) {
+    let mut scored: Vec<(f64, &HrwNode, usize)> = nodes
+        .enumerate()
+        .map(|(i, n)| (n.weighted_score(key), n, i))
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
     out.clear();
-    out.extend(0..nodes.len());
-    let scores: Vec<f64> = nodes.iter().map(|n| n.weighted_score(key)).collect();
-    out.sort_by(|&a, &b| {
-        scores[b]
-            .total_cmp(&scores[a])
-            .then_with(|| nodes[a].id.cmp(&nodes[b].id))
-    });
+    out.extend(scored.iter().map(|s| s.2));
 }
 
 #[cfg(test)]

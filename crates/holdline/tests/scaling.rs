@@ -19,6 +19,20 @@ use std::time::Duration;
 use common::{BIN, Guard, Holdline, free_port, metric, scrape, wait_metrics};
 use holdline_proto::hrw::HrwNode;
 
+/// `holdline load ARGS` in the background, output discarded, stopped by PID when dropped.
+fn load(args: &[String]) -> Guard {
+    Guard(
+        Command::new(BIN)
+            .arg("load")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holdline load"),
+    )
+}
+
 #[test]
 fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
     let _one_run_at_a_time = common::sipp_lock();
@@ -60,20 +74,16 @@ fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
         "--workers=1".into(),
     ]);
     let uas = free_port();
-    let _phones = Guard(
-        Command::new(BIN)
-            .args(["load", "uas", "--progress=off", "--max-time=60"])
-            .arg(format!("--listen=127.0.0.1:{uas}"))
-            .arg("--register=300")
-            .arg(format!("--registrar=127.0.0.1:{first_port}"))
-            .arg("--users=user{0..299}@example.com")
-            .arg("--register-rate=1000")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load uas"),
-    );
+    let _phones = load(&[
+        "uas".to_owned(),
+        "--progress=off".to_owned(),
+        "--max-time=60".to_owned(),
+        format!("--listen=127.0.0.1:{uas}"),
+        "--register=300".to_owned(),
+        format!("--registrar=127.0.0.1:{first_port}"),
+        "--users=user{0..299}@example.com".to_owned(),
+        "--register-rate=1000".to_owned(),
+    ]);
     // Where the specification puts each user.
     let nodes: Vec<HrwNode> = targets
         .iter()
@@ -100,19 +110,17 @@ fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
         assert!(expected[i] > 50, "an even share: {expected:?}");
     }
     let json = dir.path().join("uac.json");
-    let mut uac = Guard(
-        Command::new(BIN)
-            .args(["load", "uac", "--progress=off", "--rate=200", "--calls=600"])
-            .args(["--drain=5", "--max-time=20"])
-            .arg(format!("--target=127.0.0.1:{first_port}"))
-            .arg("--to=user{0..299}@example.com")
-            .arg(format!("--json={}", json.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load uac"),
-    );
+    let mut uac = load(&[
+        "uac".to_owned(),
+        "--progress=off".to_owned(),
+        "--rate=200".to_owned(),
+        "--calls=600".to_owned(),
+        "--drain=5".to_owned(),
+        "--max-time=20".to_owned(),
+        format!("--target=127.0.0.1:{first_port}"),
+        "--to=user{0..299}@example.com".to_owned(),
+        format!("--json={}", json.display()),
+    ]);
     let status = uac
         .wait_for(Duration::from_secs(40))
         .expect("holdline load uac stops by itself");
@@ -169,16 +177,12 @@ fn a_dead_target_is_probed_out_and_its_users_calls_go_to_the_other() {
         "--workers=1".into(),
     ]);
     let uas = |port: u16| {
-        Guard(
-            Command::new(BIN)
-                .args(["load", "uas", "--progress=off", "--max-time=40"])
-                .arg(format!("--listen=127.0.0.1:{port}"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn holdline load uas"),
-        )
+        load(&[
+            "uas".to_owned(),
+            "--progress=off".to_owned(),
+            "--max-time=40".to_owned(),
+            format!("--listen=127.0.0.1:{port}"),
+        ])
     };
     let mut dying = uas(a);
     let _alive = uas(b);
@@ -186,25 +190,17 @@ fn a_dead_target_is_probed_out_and_its_users_calls_go_to_the_other() {
     common::wait_udp_bound(b, Duration::from_secs(10));
     let metrics = SocketAddr::from(([127, 0, 0, 1], metrics));
     let json = dir.path().join("uac.json");
-    let mut uac = Guard(
-        Command::new(BIN)
-            .args([
-                "load",
-                "uac",
-                "--progress=off",
-                "--rate=100",
-                "--duration=8",
-            ])
-            .args(["--drain=40", "--max-time=60"])
-            .arg(format!("--target=127.0.0.1:{proxy}"))
-            .arg("--to=u{0..999}@example.net")
-            .arg(format!("--json={}", json.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load uac"),
-    );
+    let mut uac = load(&[
+        "uac".to_owned(),
+        "--progress=off".to_owned(),
+        "--rate=100".to_owned(),
+        "--duration=8".to_owned(),
+        "--drain=40".to_owned(),
+        "--max-time=60".to_owned(),
+        format!("--target=127.0.0.1:{proxy}"),
+        "--to=u{0..999}@example.net".to_owned(),
+        format!("--json={}", json.display()),
+    ]);
     // Calls flow to both targets, then one dies.
     wait_metrics(metrics, Duration::from_secs(20), |m| {
         metric(m, "holdline_sip_requests_in_total", &["method=\"INVITE\""]) >= 200.0
