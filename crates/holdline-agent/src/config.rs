@@ -188,6 +188,34 @@ pub struct UacConfig {
     /// Put `;transport=tcp` in the Request-URI when the transport is TCP, so a proxy that
     /// follows RFC 3263 forwards over TCP too.
     pub uri_transport: bool,
+    /// Further first hops besides `target`, and how calls are spread over them and fail
+    /// over between them (default: `target` alone).
+    pub hops: Hops,
+}
+
+/// The most first hops a UAC takes (`target` and its alternates).
+pub const MAX_HOPS: usize = 8;
+
+/// A UAC's further first hops: seed 001's loaders that pick one of several first-stage
+/// servers per call, and the client side of RFC 3263 §4.3 failover (a request that times
+/// out or gets `503` goes to the next hop as a new transaction).
+#[derive(Clone, Debug, Default)]
+pub struct Hops {
+    /// First hops besides [`UacConfig::target`], which is the first; at most
+    /// [`MAX_HOPS`] in all. Over a connection-oriented transport the calling legs are dealt
+    /// out to the hops in turn (leg `i` is connected to hop `i mod hops`), so there must be
+    /// at least as many legs as hops.
+    pub alternates: Vec<SocketAddr>,
+    /// Each call starts at a hop chosen uniformly at random among those not held down
+    /// (seed 001's loaders); otherwise at the first hop not held down.
+    pub spread: bool,
+    /// Client failover: an INVITE without any response after this long, or answered `503`,
+    /// is sent again, as a new transaction (new branch), to the next hop the call has not
+    /// tried; the hop that failed is held down for [`hold_down`](Self::hold_down). `None`:
+    /// no failover (a call fails where it started).
+    pub failover_after: Option<Duration>,
+    /// How long a hop that failed is avoided by new calls.
+    pub hold_down: Duration,
 }
 
 /// The answering side.

@@ -39,8 +39,8 @@ use holdline_sip::{Limits, Message, StartLine};
 
 pub use arrivals::Arrivals;
 pub use config::{
-    AgentConfig, ArrivalKind, Hold, MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT, PatternError,
-    RegisterConfig, Timers, UacConfig, UasConfig, UserPattern,
+    AgentConfig, ArrivalKind, Hold, Hops, MAX_HOPS, MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT,
+    PatternError, RegisterConfig, Timers, UacConfig, UasConfig, UserPattern,
 };
 
 use timers::{Kind, TimerQueue};
@@ -60,6 +60,19 @@ pub enum ConfigError {
     /// A rate that is not a positive finite number.
     #[error("rate must be a positive number, got {0}")]
     BadRate(String),
+    /// More first hops than [`MAX_HOPS`](crate::config::MAX_HOPS).
+    #[error("{0} first hops: at most {max} are supported", max = crate::config::MAX_HOPS)]
+    TooManyHops(usize),
+    /// A connection-oriented UAC with fewer legs (connections) than first hops.
+    #[error(
+        "{hops} first hops over a connection-oriented transport need at least {hops} connections, got {legs}"
+    )]
+    HopsNeedLegs {
+        /// First hops.
+        hops: usize,
+        /// Legs configured.
+        legs: usize,
+    },
 }
 
 /// Messages waiting to be sent: one byte buffer and their boundaries.
@@ -194,6 +207,16 @@ impl Agent {
                 }
                 if !(u.rate > 0.0 && u.rate.is_finite()) {
                     return Err(ConfigError::BadRate(u.rate.to_string()));
+                }
+                let hops = 1 + u.hops.alternates.len();
+                if hops > MAX_HOPS {
+                    return Err(ConfigError::TooManyHops(hops));
+                }
+                if hops > 1 && cfg.transport.is_reliable() && legs.len() < hops {
+                    return Err(ConfigError::HopsNeedLegs {
+                        hops,
+                        legs: legs.len(),
+                    });
                 }
                 let a = Arrivals::new(u.arrivals, u.rate, now, u.calls, u.duration, &mut rng);
                 Some(uac::Uac::new(u.clone(), legs.clone(), a))
@@ -411,6 +434,7 @@ impl Agent {
                     | Kind::UacHold
                     | Kind::UacE
                     | Kind::UacF
+                    | Kind::UacFailover
                     | Kind::UacCheck => {
                         if let Some(u) = uac.as_mut() {
                             u.fire(&mut cx, e);

@@ -27,6 +27,8 @@ pub(crate) enum Kind {
     UacE,
     /// UAC non-INVITE timeout (Timer F).
     UacF,
+    /// UAC client failover: no response to the INVITE from this hop yet.
+    UacFailover,
     /// UAS 180 after the ring delay.
     UasRing,
     /// UAS final response after the answer delay.

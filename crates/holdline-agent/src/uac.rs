@@ -1,13 +1,21 @@
 //! The calling side: arrivals, INVITE client transactions (Timers A/B), ACK, BYE with its
 //! non-INVITE transaction (Timers E/F), CANCEL after a no-answer time.
 
+use std::net::SocketAddr;
+
 use holdline_base::{ConnId, Duration, Instant, Peer};
 use holdline_metrics::{Method as M, MsgKey};
 use holdline_sip::Message;
 
 use crate::build::{self, LegText, num};
 use crate::timers::{Entry, Kind};
-use crate::{Arrivals, Ctx, Hold, UacConfig};
+use crate::{Arrivals, Ctx, Hold, MAX_HOPS, UacConfig};
+
+/// Branch suffixes of the INVITE transaction (INVITE, its CANCEL and the ACK of a failure) by
+/// attempt: each failover to another hop is a new transaction (RFC 3263 §4.3), so a new branch.
+const INVITE_BRANCH: [&[u8]; MAX_HOPS] = [
+    b"-i", b"-i1", b"-i2", b"-i3", b"-i4", b"-i5", b"-i6", b"-i7",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -27,6 +35,14 @@ enum State {
 struct Call {
     leg: u16,
     user: u64,
+    /// The first hop this call's requests go to (index into `Uac::hops`).
+    hop: u8,
+    /// How many times the INVITE failed over to another hop.
+    attempt: u8,
+    /// The hops tried so far, one bit each.
+    tried: u8,
+    /// When the call fails over if the hop has not answered at all.
+    failover_at: Option<Instant>,
     state: State,
     t_invite: Instant,
     stamp: u64,
@@ -75,6 +91,10 @@ pub(crate) struct Uac {
     pub(crate) active: u64,
     next_leg: usize,
     placed: u64,
+    /// `target` and then the alternates.
+    hops: Vec<SocketAddr>,
+    /// Until when each hop is avoided by new calls, after it failed.
+    down_until: Vec<Option<Instant>>,
 }
 
 /// Identifies the call of a message: `{token}-{slot}-{gen}` in Call-ID and tags.
@@ -97,7 +117,12 @@ fn write_id(out: &mut Vec<u8>, token: &[u8], slot: u32, gen_: u32) {
 
 impl Uac {
     pub(crate) fn new(cfg: UacConfig, legs: Vec<LegText>, arrivals: Arrivals) -> Self {
+        let mut hops = vec![cfg.target];
+        hops.extend(cfg.hops.alternates.iter().copied());
+        hops.truncate(MAX_HOPS);
         Self {
+            down_until: vec![None; hops.len()],
+            hops,
             cfg,
             legs,
             arrivals,
@@ -136,16 +161,26 @@ impl Uac {
                 (self.slots.len() - 1) as u32
             }
         };
-        let leg = (self.next_leg % self.legs.len().max(1)) as u16;
-        self.next_leg = self.next_leg.wrapping_add(1);
+        let now = cx.now;
+        let hop = self.choose_hop(cx);
+        let leg = self.leg_for(hop, cx.reliable);
         let user = self.placed;
         self.placed += 1;
-        let now = cx.now;
         let reliable = cx.reliable;
         let t1 = cx.t.t1;
+        let failover_at = self
+            .cfg
+            .hops
+            .failover_after
+            .filter(|_| self.hops.len() > 1)
+            .map(|d| now + d);
         let call = Call {
             leg,
             user,
+            hop: hop as u8,
+            attempt: 0,
+            tried: 1 << hop,
+            failover_at,
             state: State::Calling,
             t_invite: now,
             stamp: now.as_nanos(),
@@ -173,6 +208,7 @@ impl Uac {
             (call.timer_a, Kind::UacA),
             (check, Kind::UacCheck),
             (call.cancel_at, Kind::UacCancel),
+            (call.failover_at, Kind::UacFailover),
         ] {
             if let Some(at) = at {
                 cx.timers.schedule(Entry {
@@ -190,11 +226,49 @@ impl Uac {
         self.send_invite(cx, slot);
     }
 
-    fn peer(&self, cx: &Ctx<'_>, leg: u16) -> Peer {
+    /// The hop a new call starts at: one at random among those not held down (`spread`), or
+    /// the first not held down; when every hop is held down, as if none were.
+    fn choose_hop(&self, cx: &mut Ctx<'_>) -> usize {
+        let n = self.hops.len();
+        if n == 1 {
+            return 0;
+        }
+        let now = cx.now;
+        let up = |i: &usize| self.down_until[*i].is_none_or(|t| t <= now);
+        let ups = (0..n).filter(up).count();
+        if self.cfg.hops.spread {
+            if ups == 0 {
+                return cx.rng.below(n as u64) as usize;
+            }
+            let k = cx.rng.below(ups as u64) as usize;
+            (0..n).filter(up).nth(k).unwrap_or(0)
+        } else {
+            (0..n).find(up).unwrap_or(0)
+        }
+    }
+
+    /// The leg a request to `hop` leaves on. Over a connection-oriented transport with
+    /// several hops, leg `i` is connected to hop `i mod hops`: the call takes the next of
+    /// that hop's legs. Otherwise legs take turns whatever the hop.
+    fn leg_for(&mut self, hop: usize, reliable: bool) -> u16 {
+        let legs = self.legs.len().max(1);
+        let n = self.hops.len();
+        let k = self.next_leg;
+        self.next_leg = self.next_leg.wrapping_add(1);
+        if reliable && n > 1 {
+            // Legs hop, hop + n, hop + 2n, ... (at least one: legs >= hops is checked).
+            let own = (legs - hop).div_ceil(n).max(1);
+            (hop + (k % own) * n) as u16
+        } else {
+            (k % legs) as u16
+        }
+    }
+
+    fn peer(&self, cx: &Ctx<'_>, call: &Call) -> Peer {
         Peer {
-            addr: self.cfg.target,
+            addr: self.hops[usize::from(call.hop)],
             transport: cx.transport,
-            conn: Some(ConnId(u64::from(leg))),
+            conn: Some(ConnId(u64::from(call.leg))),
         }
     }
 
@@ -273,15 +347,16 @@ impl Uac {
         // Method, in-dialog (remote target, route set), branch suffix, To tag, CSeq line.
         // ACK of a failure and CANCEL belong to the INVITE transaction (same branch,
         // §17.1.1.3, §9.1); ACK of a 2xx and BYE are transactions of their own (§13.2.2.4).
+        let inv = INVITE_BRANCH[usize::from(call.attempt).min(MAX_HOPS - 1)];
         let (method, dialog, branch, to_tag, cseq): (&[u8], bool, &[u8], bool, &[u8]) = match req {
-            Req::Invite => (b"INVITE ", false, b"-i", false, b"CSeq: 1 INVITE\r\n"),
-            Req::Ack { failure: true } => (b"ACK ", false, b"-i", true, b"CSeq: 1 ACK\r\n"),
+            Req::Invite => (b"INVITE ", false, inv, false, b"CSeq: 1 INVITE\r\n"),
+            Req::Ack { failure: true } => (b"ACK ", false, inv, true, b"CSeq: 1 ACK\r\n"),
             Req::Ack { failure: false } => (b"ACK ", true, b"-a", true, b"CSeq: 1 ACK\r\n"),
             Req::Bye => (b"BYE ", true, b"-b", true, b"CSeq: 2 BYE\r\n"),
-            Req::Cancel => (b"CANCEL ", false, b"-i", false, b"CSeq: 1 CANCEL\r\n"),
+            Req::Cancel => (b"CANCEL ", false, inv, false, b"CSeq: 1 CANCEL\r\n"),
         };
         let leg = &self.legs[call.leg as usize];
-        let peer = self.peer(cx, call.leg);
+        let peer = self.peer(cx, call);
         let token = cx.token;
         let shared_clock = cx.shared_clock;
         let start = cx.out.begin();
@@ -391,6 +466,18 @@ impl Uac {
             }
             return true;
         }
+        if self.hops.len() > 1
+            && matches!(method, M::Invite | M::Cancel)
+            && self.is_from_abandoned_attempt(msg, slot)
+        {
+            // From a hop this call failed over from: not this transaction's.
+            cx.rec.msgs.row(key).unexpected += 1;
+            cx.rec.c.unexpected += 1;
+            if method == M::Invite && code >= 200 {
+                cx.stateless_ack(msg, code, from);
+            }
+            return true;
+        }
         cx.rec.msgs.row(key).received += 1;
         match method {
             M::Invite => self.invite_response(cx, msg, slot, code),
@@ -400,6 +487,73 @@ impl Uac {
                 cx.rec.c.unexpected += 1;
             }
         }
+        true
+    }
+
+    /// Whether a response to the INVITE transaction belongs to an earlier attempt of the call
+    /// (its top Via's branch is not the current attempt's).
+    fn is_from_abandoned_attempt(&self, msg: &Message<'_>, slot: u32) -> bool {
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+            return false;
+        };
+        let want = INVITE_BRANCH[usize::from(call.attempt).min(MAX_HOPS - 1)];
+        let branch = msg.top_via().ok().and_then(|v| v.branch());
+        !branch.is_some_and(|b| b.ends_with(want))
+    }
+
+    /// Client failover (RFC 3263 §4.3): the call's INVITE goes, as a new transaction, to the
+    /// next hop it has not tried (one not held down if there is one); the hop that failed is
+    /// held down. Returns false, changing nothing, when every hop has been tried.
+    fn fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
+        let n = self.hops.len();
+        let now = cx.now;
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+            return false;
+        };
+        let (from, tried) = (usize::from(call.hop), call.tried);
+        let untried: Vec<usize> = (1..n)
+            .map(|k| (from + k) % n)
+            .filter(|h| tried & (1 << h) == 0)
+            .collect();
+        let up = |h: &&usize| self.down_until[**h].is_none_or(|t| t <= now);
+        let Some(&hop) = untried.iter().find(up).or_else(|| untried.first()) else {
+            return false;
+        };
+        self.down_until[from] = Some(now + self.cfg.hops.hold_down);
+        let leg = self.leg_for(hop, cx.reliable);
+        let after = self.cfg.hops.failover_after;
+        let gen_ = self.slots[slot as usize].gen_;
+        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+            return false;
+        };
+        call.hop = hop as u8;
+        call.leg = leg;
+        call.tried |= 1 << hop;
+        call.attempt += 1;
+        call.state = State::Calling;
+        call.a_interval = cx.t.t1;
+        call.timer_a = (!cx.reliable).then(|| now + cx.t.t1);
+        call.timer_b = Some(now + cx.t.timeout());
+        call.failover_at = after.map(|d| now + d);
+        call.to_tag.clear();
+        let check = Some(now + cx.t.t1);
+        for (at, kind) in [
+            (call.timer_a, Kind::UacA),
+            (check, Kind::UacCheck),
+            (call.failover_at, Kind::UacFailover),
+        ] {
+            if let Some(at) = at {
+                cx.timers.schedule(Entry {
+                    at,
+                    slot,
+                    gen_,
+                    kind,
+                });
+            }
+        }
+        cx.rec.c.failovers += 1;
+        cx.rec.msgs.row(MsgKey::Request(M::Invite)).sent += 1;
+        self.send_invite(cx, slot);
         true
     }
 
@@ -419,6 +573,7 @@ impl Uac {
                     call.state = State::Proceeding;
                 }
                 call.timer_a = None;
+                call.failover_at = None;
                 if code == 100 && !call.got_100 {
                     call.got_100 = true;
                     cx.rec.c.r100 += 1;
@@ -451,6 +606,7 @@ impl Uac {
                     .record_answer(now.saturating_duration_since(call.t_invite));
                 call.timer_a = None;
                 call.timer_b = None;
+                call.failover_at = None;
                 call.cancel_at = None;
                 call.cancel_pending = false;
                 if let Some(tag) = msg.to().ok().and_then(|t| t.tag()) {
@@ -500,6 +656,22 @@ impl Uac {
                 }
                 if !(code == 487 && call.state == State::Cancelling) {
                     cx.rec.record_failure(code);
+                }
+                if code == 503
+                    && call.state != State::Cancelling
+                    && self.cfg.hops.failover_after.is_some()
+                    && self.hops.len() > 1
+                {
+                    // Acknowledge the 503 (its own transaction's branch), then try the next
+                    // hop; the call fails only when every hop has been tried.
+                    cx.rec.msgs.row(MsgKey::Request(M::Ack)).sent += 1;
+                    self.send_ack(cx, slot, true);
+                    if self.fail_over(cx, slot) {
+                        return;
+                    }
+                    cx.rec.c.calls_failed += 1;
+                    self.free(slot);
+                    return;
                 }
                 cx.rec.c.calls_failed += 1;
                 cx.rec.msgs.row(MsgKey::Request(M::Ack)).sent += 1;
@@ -578,6 +750,14 @@ impl Uac {
                 }
             }
             Kind::UacHold if call.hold_at == Some(e.at) => self.hang_up(cx, e.slot),
+            Kind::UacFailover if call.failover_at == Some(e.at) => {
+                call.failover_at = None;
+                if call.state == State::Calling {
+                    // Not even a 100 from this hop: try the next one (the call keeps its
+                    // Timer B if none is left).
+                    self.fail_over(cx, e.slot);
+                }
+            }
             Kind::UacCheck => {
                 for (at, kind) in [(call.timer_b, Kind::UacB), (call.timer_f, Kind::UacF)] {
                     if let Some(at) = at {

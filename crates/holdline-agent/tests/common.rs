@@ -159,6 +159,7 @@ pub fn uac_config(transport: Transport, rate: f64, calls: u64) -> AgentConfig {
         cancel_after: None,
         max_active: None,
         uri_transport: true,
+        hops: holdline_agent::Hops::default(),
     });
     c.timers = Timers::default();
     c.seed = 7;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 /// The experiments: name and one line on what each does.
-pub const EXPERIMENTS: [(&str, &str); 6] = [
+pub const EXPERIMENTS: [(&str, &str); 7] = [
     (
         "udp-overload",
         "local control over UDP (seed 003): no control vs 503 on a full queue vs OCC, 0.5x-10x",
@@ -28,6 +28,10 @@ pub const EXPERIMENTS: [(&str, &str); 6] = [
     (
         "storm",
         "REGISTER storm (1,000,000 users at 20,000/s) with kill -9 drills: 200/503/retries per second, RSS, time to register everyone, acknowledged bindings lost",
+    ),
+    (
+        "scaling",
+        "seed 001's two-stage SnPm configurations (SIPstone Proxy 200), each server under a CPU quota: throughput vs offered load beside the paper's model",
     ),
 ];
 
@@ -56,6 +60,7 @@ pub fn run(args: Vec<String>) -> ExitCode {
         Some("window") => crate::window::main(it.collect()),
         Some("soak") => crate::soak::main(it.collect()),
         Some("storm") => crate::storm::main(it.collect()),
+        Some("scaling") => crate::scaling::main(it.collect()),
         Some("-h" | "--help" | "help") => {
             print!("{}", usage_text());
             ExitCode::SUCCESS

@@ -20,6 +20,7 @@ pub mod ports;
 mod procfs;
 mod report;
 mod runner;
+mod scaling;
 mod server;
 mod soak;
 mod stats;

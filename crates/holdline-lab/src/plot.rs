@@ -103,6 +103,31 @@ fn color_for(name: &str) -> RGBColor {
             return c;
         }
     }
+    // `scaling`'s series: a configuration (`S2P2`) in a hue of its own, its model (`S2P2
+    // model`) in the same hue, lighter.
+    let config = n.strip_suffix(" model").unwrap_or(&n);
+    if config.starts_with('s')
+        && config.contains('p')
+        && config[1..].bytes().all(|b| b.is_ascii_digit() || b == b'p')
+    {
+        const HUES: [(u8, u8, u8); 6] = [
+            (127, 127, 127),
+            (0, 94, 184),
+            (214, 39, 40),
+            (44, 160, 44),
+            (255, 127, 14),
+            (148, 103, 189),
+        ];
+        let digits: u32 = config
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .map(|b| u32::from(b - b'0'))
+            .sum();
+        let (r, g, b) = HUES[digits as usize % HUES.len()];
+        let mix = if n.ends_with(" model") { 0.55 } else { 0.0 };
+        let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * mix) as u8;
+        return RGBColor(light(r), light(g), light(b));
+    }
     // Series named by their load (`soak`'s "5000 calls/s udp"): a palette colour per name.
     if n.starts_with(|c: char| c.is_ascii_digit()) {
         const PALETTE: [RGBColor; 6] = [
@@ -180,12 +205,15 @@ fn draw<DB: DrawingBackend>(
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
-        chart
-            .draw_series(
-                p.iter()
-                    .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
-            )
-            .map_err(|e| e.to_string())?;
+        // A model is a line without measured points.
+        if !name.ends_with(" model") {
+            chart
+                .draw_series(
+                    p.iter()
+                        .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+                )
+                .map_err(|e| e.to_string())?;
+        }
     }
     chart
         .configure_series_labels()

@@ -401,16 +401,20 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
     {
         u.target = a;
     }
-    let leg_target = cfg
-        .agent
-        .uac
-        .as_ref()
-        .map(|u| u.target)
-        .or_else(|| cfg.agent.register.as_ref().map(|r| r.registrar));
+    // Where each leg's connection goes: the UAC's first hops in turn (leg `i` to hop
+    // `i mod hops`, the agent's convention), else the registrar.
+    let leg_targets: Vec<SocketAddr> = match (&cfg.agent.uac, &cfg.agent.register) {
+        (Some(u), _) => std::iter::once(u.target)
+            .chain(u.hops.alternates.iter().copied())
+            .collect(),
+        (None, Some(r)) => vec![r.registrar],
+        (None, None) => Vec::new(),
+    };
     let mut legs = Vec::new();
-    if let Some(target) = leg_target {
+    if !leg_targets.is_empty() {
         let n = cfg.connections.max(1);
         for i in 0..n {
+            let target = leg_targets[i % leg_targets.len()];
             match transport {
                 Transport::Udp => {
                     let mut local = cfg.listen;

@@ -101,4 +101,6 @@ counters! {
     parse_errors,
     /// Messages the driver could not send (socket errors, full queues).
     send_errors,
+    /// INVITEs sent again to another first hop (client failover after a timeout or `503`).
+    failovers,
 }

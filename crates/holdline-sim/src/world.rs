@@ -1278,6 +1278,7 @@ impl World {
                     cancel_after: None,
                     max_active: None,
                     uri_transport: false,
+                    hops: holdline_agent::Hops::default(),
                 });
                 let agent = Agent::new(cfg, start).map_err(|e| err(e.to_string()))?;
                 agents.push(AgentNode {

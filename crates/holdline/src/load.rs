@@ -8,7 +8,8 @@ use std::sync::atomic::AtomicBool;
 
 use clap::{Args, Subcommand, ValueEnum};
 use holdline_agent::{
-    AgentConfig, ArrivalKind, Hold, RegisterConfig, Timers, UacConfig, UasConfig, UserPattern,
+    AgentConfig, ArrivalKind, Hold, Hops, MAX_HOPS, RegisterConfig, Timers, UacConfig, UasConfig,
+    UserPattern,
 };
 use holdline_base::{Duration, Transport};
 use holdline_load::{LoadConfig, LoadTls, Progress};
@@ -183,6 +184,24 @@ struct UacArgs {
     /// Where requests go (the proxy under test, or a UAS).
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
     target: SocketAddr,
+    /// A further first hop (repeat for more; at most 7): with --spread each call picks one
+    /// of --target and these at random (seed 001's loaders over several first-stage
+    /// servers); with --failover-after a call fails over to the next. Over TCP/TLS,
+    /// --connections is raised to the number of hops if smaller (connection i goes to hop
+    /// i mod hops).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
+    alternate: Vec<SocketAddr>,
+    /// Each call starts at a first hop chosen at random (among those not held down).
+    #[arg(long)]
+    spread: bool,
+    /// Client failover (RFC 3263 §4.3): an INVITE with no response at all after S seconds,
+    /// or answered 503, is sent again as a new transaction to the next hop not yet tried;
+    /// the failed hop is avoided by new calls for --hold-down seconds.
+    #[arg(long, value_name = "S")]
+    failover_after: Option<f64>,
+    /// How long a first hop that failed is avoided, seconds.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    hold_down: f64,
     #[command(flatten)]
     calling: Calling,
     #[command(flatten)]
@@ -394,6 +413,29 @@ fn uac_config(c: &Calling, target: SocketAddr) -> Result<UacConfig, String> {
             .transpose()?,
         max_active: c.max_active,
         uri_transport: !c.no_uri_transport,
+        hops: Hops::default(),
+    })
+}
+
+/// The first hops of `holdline load uac`: `--alternate`, `--spread`, `--failover-after`.
+fn hops(a: &UacArgs) -> Result<Hops, String> {
+    if a.alternate.len() + 1 > MAX_HOPS {
+        return Err(format!(
+            "{} first hops (--target and --alternate): at most {MAX_HOPS}",
+            a.alternate.len() + 1
+        ));
+    }
+    if a.alternate.is_empty() && (a.spread || a.failover_after.is_some()) {
+        return Err("--spread and --failover-after need at least one --alternate".into());
+    }
+    Ok(Hops {
+        alternates: a.alternate.clone(),
+        spread: a.spread,
+        failover_after: a
+            .failover_after
+            .map(|s| secs(s, "--failover-after"))
+            .transpose()?,
+        hold_down: secs(a.hold_down, "--hold-down")?,
     })
 }
 
@@ -463,12 +505,19 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
     match mode {
         Mode::Uac(a) => {
             let mut cfg = base_config(&a.common)?;
-            cfg.uac = Some(uac_config(&a.calling, a.target)?);
+            let mut uac = uac_config(&a.calling, a.target)?;
+            uac.hops = hops(&a)?;
+            let connections = if cfg.transport.is_reliable() {
+                a.calling.connections.max(1 + a.alternate.len())
+            } else {
+                a.calling.connections
+            };
+            cfg.uac = Some(uac);
             let l = load_config(
                 cfg,
                 &a.common,
                 localhost,
-                a.calling.connections,
+                connections,
                 a.calling.drain,
                 "uac",
             )?;

@@ -804,3 +804,109 @@ fn phones_on_their_own_connections_are_called_over_them() {
     assert!(count("holdline_connections_reused_total") >= 600.0, "{m}");
     drop(server);
 }
+
+/// `holdline load uac` with several first hops (issue 18 item 7, seed 001's loaders), over
+/// real sockets and both transports: `--spread` shares the calls between two UASes (each
+/// answers a fair part), and `--failover-after` takes every call whose first hop stays
+/// silent (a socket that never reads) to the next hop within the call.
+#[test]
+fn uac_spreads_over_first_hops_and_fails_over_from_a_silent_one() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for transport in ["udp", "tcp"] {
+        // Spread: 200 calls over two UASes that stop by themselves and report.
+        let ports = [free_port(), free_port()];
+        let mut uases: Vec<(Guard, std::path::PathBuf)> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let json = dir.path().join(format!("{transport}-uas{i}.json"));
+                let g = spawn_load(&[
+                    s("uas"),
+                    format!("--transport={transport}"),
+                    format!("--listen=127.0.0.1:{p}"),
+                    s("--max-time=8"),
+                    s("--progress=off"),
+                    format!("--json={}", json.display()),
+                ]);
+                (g, json)
+            })
+            .collect();
+        for p in ports {
+            common::wait_bound(transport == "udp", p, Duration::from_secs(10));
+        }
+        let json = dir.path().join(format!("{transport}-spread.json"));
+        run_load(
+            &[
+                s("uac"),
+                format!("--transport={transport}"),
+                format!("--target=127.0.0.1:{}", ports[0]),
+                format!("--alternate=127.0.0.1:{}", ports[1]),
+                s("--spread"),
+                s("--rate=200"),
+                s("--calls=200"),
+                s("--drain=3"),
+                s("--progress=off"),
+                format!("--json={}", json.display()),
+            ],
+            Duration::from_secs(30),
+        );
+        let v = read_json(&json);
+        assert_eq!(num(&v, "calls_completed"), 200, "{transport}: {v}");
+        assert_eq!(total(&v, "failovers"), 0);
+        let mut answered = Vec::new();
+        for (g, json) in &mut uases {
+            g.wait_for(Duration::from_secs(20))
+                .expect("holdline load uas stops by itself");
+            answered.push(total(&read_json(json), "uas_invites"));
+        }
+        assert_eq!(answered.iter().sum::<u64>(), 200, "{transport}: {answered:?}");
+        // Binomial(200, 1/2): far more than 6 standard deviations would be a bias.
+        assert!(
+            answered.iter().all(|a| (50..=150).contains(a)),
+            "{transport}: {answered:?}"
+        );
+
+        // Failover: the first hop accepts datagrams or a connection and never answers.
+        let silent_udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let silent_tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let silent = if transport == "udp" {
+            silent_udp.local_addr()
+        } else {
+            silent_tcp.local_addr()
+        }
+        .expect("addr");
+        let port = free_port();
+        let _uas = spawn_load(&[
+            s("uas"),
+            format!("--transport={transport}"),
+            format!("--listen=127.0.0.1:{port}"),
+            s("--max-time=20"),
+            s("--progress=off"),
+        ]);
+        common::wait_bound(transport == "udp", port, Duration::from_secs(10));
+        let json = dir.path().join(format!("{transport}-failover.json"));
+        run_load(
+            &[
+                s("uac"),
+                format!("--transport={transport}"),
+                format!("--target={silent}"),
+                format!("--alternate=127.0.0.1:{port}"),
+                s("--failover-after=0.3"),
+                s("--rate=100"),
+                s("--calls=60"),
+                s("--drain=3"),
+                s("--progress=off"),
+                format!("--json={}", json.display()),
+            ],
+            Duration::from_secs(30),
+        );
+        let v = read_json(&json);
+        assert_eq!(num(&v, "calls_completed"), 60, "{transport}: {v}");
+        assert_eq!(num(&v, "calls_failed"), 0, "{transport}: {v}");
+        // The calls placed before the first failover held the silent hop down met it; the
+        // rest went straight to the second hop.
+        let failovers = total(&v, "failovers");
+        assert!((1..60).contains(&failovers), "{transport}: {failovers}");
+    }
+}
