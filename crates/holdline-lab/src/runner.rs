@@ -105,6 +105,9 @@ pub(crate) fn with_fresh_ports<T>(
             Err(LabError::Process(e)) if tries < 3 && e.contains("in use") => {
                 eprintln!("{experiment}: {tag}: a port was taken meanwhile; again");
             }
+            Err(LabError::PortTaken { port, .. }) if tries < 3 => {
+                eprintln!("{experiment}: {tag}: port {port} was taken meanwhile; again");
+            }
             other => return other,
         }
     }

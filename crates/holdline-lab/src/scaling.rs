@@ -67,8 +67,8 @@ const REGISTER_RATE: f64 = 500.0;
 const REGISTER_LIMIT: Duration = Duration::from_secs(60);
 /// The most first-stage servers: the loader's first hops (`holdline load uac --alternate`).
 const MAX_FIRST: usize = 8;
-/// Poll period of bounded waits.
-const POLL: Duration = Duration::from_millis(50);
+/// Poll period of the wait for every user's registration.
+const REGISTER_POLL: Duration = Duration::from_millis(250);
 /// Offered rates of the calibration's doubling search start here, calls/s.
 const CALIBRATION_START: f64 = 500.0;
 /// The doubling search stops when goodput falls below this share of the offered rate.
@@ -405,15 +405,28 @@ fn start_cluster(ctx: &Ctx<'_>, c: Config, tag: &str) -> Result<Cluster> {
                 break;
             }
             if Instant::now() >= deadline {
+                // Stop the call handler (SIGTERM: it writes its report) to say what the
+                // REGISTERs got.
+                crate::generator::terminate(&uas.0);
+                wait_bounded(&mut uas.0, Duration::from_secs(10));
+                let answers = read_json(&ctx.runs.join(format!("{tag}-uas.json")))
+                    .map(|v| {
+                        format!(
+                            "answers {}, timeouts {}",
+                            v["register_by_code"], v["totals"]["timeouts"]
+                        )
+                    })
+                    .unwrap_or_else(|e| e.to_string());
                 return Err(LabError::Process(format!(
-                    "{tag}: {bound} of {} users registered after {} s; logs in {}",
+                    "{tag}: {bound} of {} users registered after {} s ({answers}); logs in {}",
                     ctx.users,
                     REGISTER_LIMIT.as_secs(),
                     ctx.runs.display()
                 )));
             }
-            // Bounded poll of the second stages' bindings.
-            std::thread::sleep(POLL);
+            // Bounded poll of the second stages' bindings (not faster: a scrape costs the
+            // servers some of their quota).
+            std::thread::sleep(REGISTER_POLL);
         }
     }
     Ok(Cluster {

@@ -27,6 +27,7 @@ use holdline_sip::{
 };
 
 use crate::auth::{AuthDecision, Authenticator, ChallengeReason, Role};
+use crate::dns::{DnsCache, DnsQuery, DnsResponse, DnsStats, DnsTarget, Resolution};
 
 use crate::location::{Binding, LocationStore};
 use crate::proxy::{
@@ -339,6 +340,18 @@ pub struct EndpointStats {
     pub auth: AuthStats,
     /// REGISTER responses held until the location store committed their change.
     pub register_commit_waits: u64,
+    /// Requests waiting for DNS lookups of their next hop (a gauge).
+    pub dns_parked: u64,
+    /// Requests that had to wait for DNS lookups (parked at least once).
+    pub dns_parked_total: u64,
+    /// Requests answered `503` at once because too many were waiting for DNS (for their
+    /// name, or in all).
+    pub dns_park_full: u64,
+    /// Requests answered `503` because their lookups took longer than
+    /// [`DnsConfig::park_timeout`](crate::dns::DnsConfig).
+    pub dns_park_timeouts: u64,
+    /// Requests answered `503` because their next hop's name resolved to nothing.
+    pub dns_unresolved: u64,
     /// Of those, the ones answered `500` because the commit took longer than
     /// [`ProxyConfig::commit_timeout`].
     pub register_commit_timeouts: u64,
@@ -404,6 +417,38 @@ struct Call {
     alternatives: Vec<Peer>,
     /// The transport the request came in on (for the Record-Route of a failover branch).
     local: Transport,
+    /// Its targets came from DNS: a target whose branch fails is marked failed in the cache.
+    dns: bool,
+}
+
+/// A request waiting for the DNS lookups of its next hop (its server transaction is live).
+#[derive(Debug)]
+struct Parked {
+    sid: ServerTxnId,
+    target: DnsTarget,
+    /// The request as received (Via annotated).
+    request: Vec<u8>,
+    from: Peer,
+    local: Transport,
+    /// Our credentials it carried, consumed by authentication (a span of `request`).
+    consumed: Option<Span>,
+    /// When it is answered `503` if still waiting.
+    deadline: Instant,
+}
+
+/// Why a request has no targets (yet).
+#[derive(Debug)]
+enum NoTargets {
+    /// Answer it with this status and reason.
+    Answer(u16, &'static str),
+    /// Its next hop's name is being resolved: park it.
+    Resolving(DnsTarget),
+}
+
+impl From<(u16, &'static str)> for NoTargets {
+    fn from((code, reason): (u16, &'static str)) -> Self {
+        Self::Answer(code, reason)
+    }
 }
 
 /// One worker's SIP engine: transactions, the proxy core and the registrar. See the
@@ -442,10 +487,22 @@ pub struct Endpoint {
     held: VecDeque<HeldResponse>,
     /// How many rate-answered clients the previous tally saw.
     rate_clients_before: usize,
+    /// RFC 3263 resolution of DNS routes' next hops.
+    dns: DnsCache,
+    /// Requests waiting for DNS, in arrival order.
+    parked: Vec<Parked>,
+    /// How many of them wait for each name.
+    parked_names: BTreeMap<DnsTarget, usize>,
+    /// Whether the targets [`all_targets`](Self::all_targets) found came from DNS.
+    targets_from_dns: bool,
 }
 
 /// Most rate-answered clients remembered per interval.
 const MAX_RATE_CLIENTS: usize = 4096;
+
+/// Most alternative targets a request keeps for failover (RFC 3263 §4.3): a DNS answer
+/// may list any number of addresses.
+const MAX_ALTERNATIVES: usize = 32;
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -508,6 +565,7 @@ impl Endpoint {
     /// An endpoint with `config`, sharing `store` with the other workers.
     pub fn new(mut config: ProxyConfig, store: Arc<dyn LocationStore>) -> Self {
         config.txn.limits = config.limits;
+        let config_dns = config.dns.clone();
         let mut offer_params = Vec::new();
         if let Some(o) = &config.overload_offer {
             o.write_params(&mut offer_params);
@@ -536,6 +594,10 @@ impl Endpoint {
             rate_clients: std::collections::HashSet::new(),
             held: VecDeque::new(),
             rate_clients_before: 0,
+            dns: DnsCache::new(config_dns),
+            parked: Vec::new(),
+            parked_names: BTreeMap::new(),
+            targets_from_dns: false,
         }
     }
 
@@ -864,6 +926,7 @@ impl Endpoint {
     /// Fires every timer due at or before `now`: the transaction layer's and Timer C.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.release_held(now);
+        self.expire_parked(now);
         self.run_probes(now);
         self.txns.handle_timeout(now);
         while let Some(&Reverse((at, cid))) = self.timers.peek() {
@@ -932,7 +995,8 @@ impl Endpoint {
                 .chain(self.probe_at)
                 .min(),
         };
-        let ours = [timer_c, held, probe].into_iter().flatten().min();
+        let parked = self.parked.iter().map(|p| p.deadline).min();
+        let ours = [timer_c, held, probe, parked].into_iter().flatten().min();
         match (self.txns.poll_timeout(), ours) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -943,6 +1007,29 @@ impl Endpoint {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<EndpointEvent> {
         self.events.pop_front()
+    }
+
+    /// The next DNS lookup the driver must make for a DNS route's next hop (RFC 3263), or
+    /// `None`. Drain it like [`poll_event`](Self::poll_event) after every call; give each
+    /// answer back with [`handle_dns_response`](Self::handle_dns_response). The requests that
+    /// wait for it are parked meanwhile; every other request goes on as usual.
+    #[must_use]
+    pub fn poll_dns_query(&mut self) -> Option<DnsQuery> {
+        self.dns.poll_query()
+    }
+
+    /// The answer to a lookup from [`poll_dns_query`](Self::poll_dns_query): cached, and
+    /// every request waiting for DNS is routed again (sent on when its next hop is now known,
+    /// answered `503` when the name leads nowhere, left waiting for further lookups).
+    pub fn handle_dns_response(&mut self, now: Instant, response: DnsResponse) {
+        self.dns.handle_response(now, response);
+        self.resume_parked(now);
+        self.after(now);
+    }
+
+    /// The DNS cache's counters.
+    pub fn dns_stats(&self) -> DnsStats {
+        self.dns.stats()
     }
 
     // ------------------------------------------------------------------ bookkeeping
@@ -1063,7 +1150,8 @@ impl Endpoint {
         if self.probe_at.is_none() {
             // The targets, once: every load-sharing route's, each address once.
             for r in &self.config.hash_routes {
-                for t in &r.targets {
+                // Named targets are not probed: DNS failover and failed marking cover them.
+                for t in r.targets.iter().filter(|t| t.name.is_none()) {
                     let dest = Peer {
                         addr: t.next_hop,
                         transport: t.transport,
@@ -1341,7 +1429,9 @@ impl Endpoint {
             return false;
         }
         let host = plan.ruri.host_bytes().unwrap_or_default();
-        !self.config.serves(host) && self.config.static_route(host).is_some_and(|r| r.stateless)
+        !self.config.serves(host)
+            && self.config.dns_route(host).is_none()
+            && self.config.static_route(host).is_some_and(|r| r.stateless)
     }
 
     /// Whether the request is addressed to the proxy itself (OPTIONS health probe).
@@ -1472,12 +1562,37 @@ impl Endpoint {
             );
             return;
         }
+        self.route_and_forward(now, sid, msg, plan, from, local, consumed, forward, None);
+    }
+
+    /// §16.5 onwards for a new request that passed validation and authentication: its
+    /// targets, the forward gate, its response context and its branches. A request whose
+    /// next hop's name is being resolved is parked until the answer comes (`parked`: it was
+    /// parked before, until that deadline).
+    #[allow(clippy::too_many_arguments)]
+    fn route_and_forward(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        from: Peer,
+        local: Transport,
+        consumed: Option<Span>,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        parked: Option<Instant>,
+    ) {
+        let Some(method) = msg.method() else { return };
         let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
         let authenticated = consumed.is_some();
         let mut targets = match self.targets(now, plan, true, &from, in_dialog, authenticated) {
             Ok(t) => t,
-            Err((code, reason)) => {
+            Err(NoTargets::Answer(code, reason)) => {
                 self.respond(now, sid, msg, code, reason, &[]);
+                return;
+            }
+            Err(NoTargets::Resolving(target)) => {
+                self.park(now, sid, msg, target, from, local, consumed, parked);
                 return;
             }
         };
@@ -1508,7 +1623,8 @@ impl Endpoint {
                 return;
             }
         }
-        if invite {
+        // A parked INVITE was answered 100 when it was parked.
+        if invite && parked.is_none() {
             self.respond(now, sid, msg, 100, "Trying", &[]);
         }
         let alternatives = if targets.len() == 1 {
@@ -1516,6 +1632,7 @@ impl Endpoint {
         } else {
             Vec::new()
         };
+        let dns = std::mem::take(&mut self.targets_from_dns);
         self.calls.insert(
             sid,
             Call {
@@ -1527,6 +1644,7 @@ impl Endpoint {
                 final_sent: false,
                 alternatives,
                 local,
+                dns,
             },
         );
         for t in targets {
@@ -1593,6 +1711,136 @@ impl Endpoint {
             // (§16.9: a 503, sent upstream as 500 if it is the only answer).
             Some(Err(_)) | None => {
                 self.consider_final(now, sid, 503, None);
+            }
+        }
+    }
+
+    /// Parks a request until its next hop's name is resolved: a new INVITE is answered `100`
+    /// meanwhile (a parked one was already); past the bounds (per name, in all) it is
+    /// answered `503` at once.
+    #[allow(clippy::too_many_arguments)]
+    fn park(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        msg: &Message<'_>,
+        target: DnsTarget,
+        from: Peer,
+        local: Transport,
+        consumed: Option<Span>,
+        parked: Option<Instant>,
+    ) {
+        let cfg = self.dns.config();
+        let same = self.parked_names.get(&target).copied().unwrap_or(0);
+        if self.parked.len() >= cfg.max_parked || same >= cfg.max_parked_per_name {
+            self.stats.dns_park_full += 1;
+            self.respond(
+                now,
+                sid,
+                msg,
+                503,
+                "Service Unavailable",
+                &[("Retry-After", b"5")],
+            );
+            return;
+        }
+        let deadline = parked.unwrap_or(now + cfg.park_timeout);
+        if parked.is_none() {
+            self.stats.dns_parked_total += 1;
+            if msg.method() == Some(Method::Invite) {
+                self.respond(now, sid, msg, 100, "Trying", &[]);
+            }
+        }
+        *self.parked_names.entry(target.clone()).or_default() += 1;
+        self.parked.push(Parked {
+            sid,
+            target,
+            request: msg.as_bytes().to_vec(),
+            from,
+            local,
+            consumed,
+            deadline,
+        });
+        self.stats.dns_parked = self.parked.len() as u64;
+    }
+
+    /// Takes the parked requests that `pick` selects out of the parked list.
+    fn unpark(&mut self, mut pick: impl FnMut(&Parked) -> bool) -> Vec<Parked> {
+        let (out, keep): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| pick(p));
+        self.parked = keep;
+        for p in &out {
+            if let Some(n) = self.parked_names.get_mut(&p.target) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.parked_names.remove(&p.target);
+                }
+            }
+        }
+        self.stats.dns_parked = self.parked.len() as u64;
+        out
+    }
+
+    /// After a DNS answer: the requests waiting for a name whose lookups are done (or
+    /// failed) are routed again (once per name, the cache is asked whether it still waits;
+    /// that also sends the next stage's queries).
+    fn resume_parked(&mut self, now: Instant) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let ready: BTreeSet<DnsTarget> = self
+            .parked_names
+            .keys()
+            .filter(|t| !self.dns.is_pending(now, t, &mut self.rng))
+            .cloned()
+            .collect();
+        if ready.is_empty() {
+            return;
+        }
+        for p in self.unpark(|p| ready.contains(&p.target)) {
+            let Ok(msg) = Message::parse(&p.request, &self.config.limits) else {
+                self.drop_msg(DropReason::Internal);
+                self.txns.abandon(TxnId::Server(p.sid));
+                continue;
+            };
+            let Ok(plan) = RoutePlan::new(&self.config, &msg) else {
+                self.drop_msg(DropReason::Internal);
+                self.txns.abandon(TxnId::Server(p.sid));
+                continue;
+            };
+            self.route_and_forward(
+                now,
+                p.sid,
+                &msg,
+                &plan,
+                p.from,
+                p.local,
+                p.consumed,
+                &mut |_| None,
+                Some(p.deadline),
+            );
+        }
+    }
+
+    /// Answers `503` to the parked requests past their deadline.
+    fn expire_parked(&mut self, now: Instant) {
+        if !self.parked.iter().any(|p| p.deadline <= now) {
+            return;
+        }
+        for p in self.unpark(|p| p.deadline <= now) {
+            self.stats.dns_park_timeouts += 1;
+            self.answer_parked(now, &p, 503, "DNS Timeout");
+        }
+    }
+
+    /// Answers a parked request (taken out of the parked list) through its transaction.
+    fn answer_parked(&mut self, now: Instant, p: &Parked, code: u16, reason: &'static str) {
+        match Message::parse(&p.request, &self.config.limits) {
+            Ok(msg) => self.respond(now, p.sid, &msg, code, reason, &[]),
+            Err(_) => {
+                self.drop_msg(DropReason::Internal);
+                self.txns.abandon(TxnId::Server(p.sid));
             }
         }
     }
@@ -1717,26 +1965,45 @@ impl Endpoint {
         from: &Peer,
         in_dialog: bool,
         authenticated: bool,
-    ) -> Result<Vec<Target>, (u16, &'static str)> {
-        let (mut targets, found_by) = self.all_targets(now, plan, fork)?;
-        // The relay policy: the location service and configured routes always; a dialog
-        // this proxy record-routed (wherever its route set or remote target points next);
-        // anything else only for a trusted source.
+    ) -> Result<Vec<Target>, NoTargets> {
+        // Whether this request may go to a next hop no route covers (the relay policy below):
+        // a host name no route covers is looked up only if so, so that a source that may not
+        // relay costs no lookup.
+        let relays_anywhere = self.config.dns.request_uris
+            && ((plan.own_route && in_dialog)
+                || authenticated
+                || self.config.relay.trusts(from.addr.ip()));
+        let (mut targets, found_by) = self.all_targets(now, plan, fork, relays_anywhere)?;
+        self.check_relay(found_by, plan, from, in_dialog, authenticated)?;
+        let found = targets.len();
+        targets.retain(|t| !is_own_socket(&self.config, &t.dest));
+        if found > 0 && targets.is_empty() {
+            self.stats.to_own_socket += 1;
+            return Err(NoTargets::Answer(482, "Loop Detected"));
+        }
+        Ok(targets)
+    }
+
+    /// The relay policy: the location service and configured routes always; a dialog this
+    /// proxy record-routed (wherever its route set or remote target points next); anything
+    /// else only for a trusted source (or a user of a served domain who authenticated).
+    fn check_relay(
+        &mut self,
+        found_by: FoundBy,
+        plan: &RoutePlan<'_>,
+        from: &Peer,
+        in_dialog: bool,
+        authenticated: bool,
+    ) -> Result<(), NoTargets> {
         let relays = match found_by {
             FoundBy::Location | FoundBy::StaticRoute => true,
             FoundBy::Route | FoundBy::Literal => plan.own_route && in_dialog,
         };
         if !relays && !authenticated && !self.config.relay.trusts(from.addr.ip()) {
             self.stats.relay_denied += 1;
-            return Err((403, "Forbidden"));
+            return Err(NoTargets::Answer(403, "Forbidden"));
         }
-        let found = targets.len();
-        targets.retain(|t| !is_own_socket(&self.config, &t.dest));
-        if found > 0 && targets.is_empty() {
-            self.stats.to_own_socket += 1;
-            return Err((482, "Loop Detected"));
-        }
-        Ok(targets)
+        Ok(())
     }
 
     /// [`targets`](Self::targets) before the relay policy and the own-socket check, and how
@@ -1746,11 +2013,23 @@ impl Endpoint {
         now: Instant,
         plan: &RoutePlan<'_>,
         fork: bool,
-    ) -> Result<(Vec<Target>, FoundBy), (u16, &'static str)> {
+        relays_anywhere: bool,
+    ) -> Result<(Vec<Target>, FoundBy), NoTargets> {
         let ruri = plan.ruri.as_bytes().to_vec();
         self.failover.clear();
+        self.targets_from_dns = false;
         if let Some(route) = &plan.next_route {
-            let dest = resolve_uri(&self.config, route, true).ok_or((404, "Not Found"))?;
+            let Some(dest) = resolve_uri(&self.config, route, true) else {
+                // A host name in the Route: RFC 3263, when on.
+                return match DnsTarget::from_uri(route).filter(|_| self.config.dns.request_uris) {
+                    Some(_) if !relays_anywhere => {
+                        self.stats.relay_denied += 1;
+                        Err((403, "Forbidden").into())
+                    }
+                    Some(target) => self.dns_targets(now, ruri, target, FoundBy::Route),
+                    None => Err((404, "Not Found").into()),
+                };
+            };
             return Ok((vec![Target { uri: ruri, dest }], FoundBy::Route));
         }
         let host = plan.ruri.host_bytes().unwrap_or_default();
@@ -1758,7 +2037,7 @@ impl Endpoint {
         if self.config.serves(host) || (me && plan.ruri.user().is_some()) {
             let mut aor = Vec::new();
             if !Registrar::aor_key(&plan.ruri, &mut aor) {
-                return Err((404, "Not Found"));
+                return Err((404, "Not Found").into());
             }
             let mut bindings = std::mem::take(&mut self.bindings);
             bindings.clear();
@@ -1807,12 +2086,12 @@ impl Endpoint {
                     }],
                     FoundBy::StaticRoute,
                 )),
-                (true, true, None) => Err((404, "Not Found")),
-                (true, false, _) => Err((480, "Temporarily Unavailable")),
+                (true, true, None) => Err((404, "Not Found").into()),
+                (true, false, _) => Err((480, "Temporarily Unavailable").into()),
             };
         }
         if me {
-            return Err((404, "Not Found"));
+            return Err((404, "Not Found").into());
         }
         if let Some(route) = self.config.hash_route(host) {
             // Identifier-based load sharing: the user's AOR picks the target.
@@ -1822,28 +2101,68 @@ impl Endpoint {
             };
             let mut key = Vec::new();
             if !Registrar::aor_key(uri, &mut key) {
-                return Err((404, "Not Found"));
+                return Err((404, "Not Found").into());
             }
             let mut order = Vec::with_capacity(route.targets.len());
             crate::hrw::rank_by(&key, route.targets.iter().map(|t| &t.node), &mut order);
-            let ranked = order
-                .iter()
-                .filter_map(|&i| route.targets.get(i))
-                .map(|t| Peer {
-                    addr: t.next_hop,
-                    transport: t.transport,
-                    conn: None,
-                });
+            // A named target stands for the targets its name resolves to, in their order.
+            let mut ranked = Vec::with_capacity(order.len());
+            let (mut resolving, mut unresolved, mut from_dns) = (None, false, false);
+            for t in order.iter().filter_map(|&i| route.targets.get(i)) {
+                let Some(name) = &t.name else {
+                    ranked.push(Peer {
+                        addr: t.next_hop,
+                        transport: t.transport,
+                        conn: None,
+                    });
+                    continue;
+                };
+                match self.dns.resolve(now, name, &mut self.rng) {
+                    Resolution::Ready(peers) => {
+                        from_dns = true;
+                        ranked.extend(peers);
+                    }
+                    Resolution::Pending => {
+                        resolving.get_or_insert_with(|| name.clone());
+                    }
+                    Resolution::Failed => unresolved = true,
+                }
+            }
+            if let Some(name) = resolving {
+                return Err(NoTargets::Resolving(name));
+            }
             // Targets that probing found down go last: their users' requests go to their
             // next-highest target at once (and to a down one only if all are down).
-            let (mut up, down): (Vec<Peer>, Vec<Peer>) = ranked.partition(|p| !self.target_down(p));
+            let (mut up, down): (Vec<Peer>, Vec<Peer>) =
+                ranked.into_iter().partition(|p| !self.target_down(p));
             up.extend(down);
             let mut ranked = up.into_iter();
-            let dest = ranked.next().ok_or((404, "Not Found"))?;
-            self.failover = ranked.collect();
+            let Some(dest) = ranked.next() else {
+                if unresolved {
+                    self.stats.dns_unresolved += 1;
+                    return Err((503, "DNS Failure").into());
+                }
+                return Err((404, "Not Found").into());
+            };
+            self.failover = ranked.take(MAX_ALTERNATIVES).collect();
+            self.targets_from_dns = from_dns;
             return Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute));
         }
-        let dest = resolve_uri(&self.config, &plan.ruri, true).ok_or((404, "Not Found"))?;
+        if let Some(route) = self.config.dns_route(host) {
+            let target = route.target.clone();
+            return self.dns_targets(now, ruri, target, FoundBy::StaticRoute);
+        }
+        let Some(dest) = resolve_uri(&self.config, &plan.ruri, true) else {
+            // A host name no route covers: RFC 3263, when on.
+            return match DnsTarget::from_uri(&plan.ruri).filter(|_| self.config.dns.request_uris) {
+                Some(_) if !relays_anywhere => {
+                    self.stats.relay_denied += 1;
+                    Err((403, "Forbidden").into())
+                }
+                Some(target) => self.dns_targets(now, ruri, target, FoundBy::Literal),
+                None => Err((404, "Not Found").into()),
+            };
+        };
         // resolve_uri prefers an exact static route, then an IP literal, then `*`.
         let found_by = if plan.ruri.host().and_then(|h| h.ip()).is_some()
             && self
@@ -1857,6 +2176,32 @@ impl Endpoint {
             FoundBy::StaticRoute
         };
         Ok((vec![Target { uri: ruri, dest }], found_by))
+    }
+
+    /// The targets of a next hop given by name (a DNS route, or a host name resolved with
+    /// DNS): the first of `target`'s resolution, the rest its failover order; or park the
+    /// request while lookups are under way; or `503` when the name leads nowhere.
+    fn dns_targets(
+        &mut self,
+        now: Instant,
+        ruri: Vec<u8>,
+        target: DnsTarget,
+        found_by: FoundBy,
+    ) -> Result<(Vec<Target>, FoundBy), NoTargets> {
+        match self.dns.resolve(now, &target, &mut self.rng) {
+            Resolution::Ready(peers) => {
+                let mut peers = peers.into_iter();
+                let dest = peers.next().ok_or((503, "DNS Failure"))?;
+                self.failover = peers.take(MAX_ALTERNATIVES).collect();
+                self.targets_from_dns = true;
+                Ok((vec![Target { uri: ruri, dest }], found_by))
+            }
+            Resolution::Pending => Err(NoTargets::Resolving(target)),
+            Resolution::Failed => {
+                self.stats.dns_unresolved += 1;
+                Err((503, "DNS Failure").into())
+            }
+        }
     }
 
     /// The line of `msg`'s proxy credentials for this server's realm when it is forwarded
@@ -1961,6 +2306,13 @@ impl Endpoint {
     /// Sends a CANCEL on every branch of `sid` still pending (or marks it for one as soon as
     /// it has heard a provisional response).
     fn cancel_pending(&mut self, now: Instant, sid: ServerTxnId) {
+        if self.parked.iter().any(|p| p.sid == sid) {
+            // Still waiting for DNS: nothing was sent anywhere; the request ends here.
+            for p in self.unpark(|p| p.sid == sid) {
+                self.answer_parked(now, &p, 487, "Request Terminated");
+            }
+            return;
+        }
         let Some(call) = self.calls.get_mut(&sid) else {
             return;
         };
@@ -2076,7 +2428,13 @@ impl Endpoint {
         let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
         let targets = match self.targets(now, plan, !is_ack, &from, in_dialog, false) {
             Ok(t) => t,
-            Err((code, reason)) => {
+            Err(e) => {
+                // Stateless forwarding does not wait for DNS (the lookup goes on for later
+                // requests).
+                let (code, reason) = match e {
+                    NoTargets::Answer(code, reason) => (code, reason),
+                    NoTargets::Resolving(_) => (503, "Service Unavailable"),
+                };
                 if is_ack {
                     self.drop_msg(DropReason::Unroutable);
                 } else {
@@ -2302,6 +2660,7 @@ impl Endpoint {
         b.state = BranchState::Done;
         b.timer_at = None;
         let sid = b.server;
+        let dest = b.dest;
         if b.invite && self.config.branch_events {
             // A 500 that stands for a 503 further on (RFC 3326 Reason, as this proxy sends
             // it) is reported as the 503 it was: the overload signal of end-to-end control.
@@ -2319,6 +2678,10 @@ impl Endpoint {
         }
         if let Some(call) = self.calls.get_mut(&sid) {
             call.pending = call.pending.saturating_sub(1);
+            // A DNS target that timed out, failed or answered 503 goes last for a while.
+            if call.dns && (status == 503 || (status == 408 && bytes.is_none())) {
+                self.dns.mark_failed(now, &dest);
+            }
         }
         if self.fail_over(now, sid, status, bytes.is_some()) {
             return;

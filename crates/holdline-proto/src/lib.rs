@@ -42,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+pub mod dns;
 pub mod endpoint;
 pub mod fuzzing;
 pub mod hrw;
@@ -55,6 +56,7 @@ pub use auth::{
     AuthConfig, AuthDecision, Authenticator, ChallengeReason, DigestAlgorithm, HexHash,
     NonceCounts, Role, SharedUsers, UserDirectory, UserEntry, Users, UsersFileError,
 };
+pub use dns::{DnsCache, DnsConfig, DnsQuery, DnsResponse, DnsStats, DnsTarget};
 pub use endpoint::{
     AuthStats, DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
     MethodCounters, OverloadAnswer, RateAnswer,
@@ -62,6 +64,7 @@ pub use endpoint::{
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{
-    HashRoute, HashTarget, IpNet, ListenAddr, ProbeConfig, ProxyConfig, RelayPolicy, StaticRoute,
+    DnsRoute, HashRoute, HashTarget, IpNet, ListenAddr, ProbeConfig, ProxyConfig, RelayPolicy,
+    StaticRoute,
 };
 pub use registrar::{Registered, Registrar, RegistrarConfig};

@@ -8,7 +8,9 @@
 //! record_route = true
 //! relay = "restricted"             # or "open" (an open relay)
 //! trusted = ["127.0.0.0/8", "::1"] # sources that may relay anywhere (default: loopback)
-//! store = "memory"                 # or a directory; default: the data directory
+//! store = "memory"                 # or a directory; default: the data directory; or shared:
+//!                                  # "redis://127.0.0.1:6379/0?namespace=c1" or
+//!                                  # "redis+sentinel://h1:26379,h2:26379/mymaster?namespace=c1"
 //! durability = "commit"            # persistent store: a REGISTER's 200 waits for the commit;
 //!                                  # "write-behind": written within 100 ms, a crash loses that
 //! commit_window_us = 2000          # shortest time between two commits (group commit)
@@ -98,7 +100,10 @@
 //!
 //! [[routes]]
 //! domain = "*"
-//! target = "udp:192.0.2.10:5060"  # or tcp:, or tls: (verified against [tls] ca_file)
+//! target = "udp:192.0.2.10:5060"  # or tcp:, or tls: (verified against [tls] ca_file), or a
+//!                                  # name resolved with DNS (RFC 3263; always stateful):
+//!                                  # "sip:proxy.example.net" (NAPTR, SRV, A/AAAA), with
+//!                                  # ";transport=tcp" (SRV, A/AAAA) or ":5070" (A/AAAA)
 //! stateless = false
 //! # server_name = "sip.example.net" # tls: the name its certificate must carry (default:
 //!                                  # the target's IP address)
@@ -106,7 +111,23 @@
 //! [[hash_routes]]                  # identifier-based load sharing (docs/scaling.md):
 //! domain = "example.net"           # requests for this domain (or "*") go to one target,
 //! targets = ["udp:10.0.0.1:5060", "udp:10.0.0.2:5060"]  # chosen by rendezvous hashing
+//!                                  # (or names: "sip:c1.example.net", resolved with DNS)
 //! # weights = [1.0, 1.0]           # of the user's AOR (the To URI of a REGISTER)
+//!
+//! [dns]                            # resolution of sip: route targets (docs/scaling.md)
+//! servers = ["127.0.0.1:53"]       # name servers; default: the system's (/etc/resolv.conf)
+//! timeout_ms = 500                 # per query and server ...
+//! attempts = 2                     # ... this many times
+//! min_ttl_s = 1                    # answers kept at least ...
+//! max_ttl_s = 3600                 # ... and at most this long, whatever their TTL
+//! negative_ttl_ms = 1000           # "no such name" / failed lookups kept at most this long
+//! max_stale_s = 300                # expired answers used while asked again
+//! failed_hold_ms = 30000           # a target that failed goes last this long
+//! park_timeout_ms = 5000           # a request waiting for DNS longer gets 503
+//! max_parked_per_name = 256        # requests waiting per name (more: 503) ...
+//! max_parked = 4096                # ... and per worker
+//! cache_entries = 4096             # answers cached per worker
+//! request_uris = false             # also resolve Request-URI host names no route covers
 //!
 //! [probing]                        # OPTIONS probes of hash_routes' targets
 //! interval_ms = 1000               # 0 (default): off
@@ -205,14 +226,23 @@ pub enum StoreSpec {
     Memory,
     /// The persistent store in this directory (created if missing).
     Path(PathBuf),
+    /// The location store shared through Redis by the servers of a cluster:
+    /// `redis://host:port[/db][?namespace=NAME&wait_replicas=N&wait_timeout_ms=MS]` or
+    /// `redis+sentinel://host:port[,host:port...]/master[/db][?...]`
+    /// ([`holdline_store::RedisTarget`]; `docs/scaling.md`).
+    Redis(holdline_store::RedisTarget),
 }
 
 impl FromStr for StoreSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "" => Err("store: empty (use `memory` or a directory)".into()),
+            "" => Err("store: empty (use `memory`, a directory or a redis:// URL)".into()),
             "memory" => Ok(Self::Memory),
+            r if r.starts_with("redis://") || r.starts_with("redis+sentinel://") => r
+                .parse()
+                .map(Self::Redis)
+                .map_err(|e| format!("store: {e}")),
             p => Ok(Self::Path(PathBuf::from(p))),
         }
     }
@@ -223,6 +253,7 @@ impl fmt::Display for StoreSpec {
         match self {
             Self::Memory => f.write_str("memory"),
             Self::Path(p) => write!(f, "{}", p.display()),
+            Self::Redis(t) => write!(f, "{t}"),
         }
     }
 }
@@ -246,14 +277,72 @@ pub fn default_data_dir() -> PathBuf {
     PathBuf::from("holdline-data")
 }
 
+/// Where a static route sends its requests: an address (`udp:IP:PORT`, `tcp:`, `tls:`) or
+/// a name resolved with DNS (`sip:proxy.example.net[:PORT][;transport=T]`,
+/// `sips:proxy.example.net`; RFC 3263).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteTarget {
+    /// An address.
+    Addr(Listener),
+    /// A name.
+    Dns(holdline_proto::DnsTarget),
+}
+
+impl RouteTarget {
+    /// The address, for an address target.
+    pub fn addr(&self) -> Option<Listener> {
+        match self {
+            Self::Addr(l) => Some(*l),
+            Self::Dns(_) => None,
+        }
+    }
+
+    /// Whether requests go over TLS (a `tls:` address or a `sips:` name).
+    pub fn is_tls(&self) -> bool {
+        match self {
+            Self::Addr(l) => l.transport == Transport::Tls,
+            Self::Dns(t) => t.secure || t.transport == Some(Transport::Tls),
+        }
+    }
+}
+
+impl FromStr for RouteTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.trim().to_ascii_lowercase();
+        if lower.starts_with("sip:") || lower.starts_with("sips:") {
+            return s.parse().map(Self::Dns).map_err(|e| format!("{e}"));
+        }
+        s.parse().map(Self::Addr).map_err(|e: String| {
+            format!("{e} (or a name resolved with DNS: sip:proxy.example.net)")
+        })
+    }
+}
+
+impl fmt::Display for RouteTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Addr(l) => l.fmt(f),
+            Self::Dns(t) => t.fmt(f),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RouteTarget {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// A static route: requests for `domain` (or every domain, `*`) go to `target`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Route {
     /// The domain of the Request-URI, or `*`.
     pub domain: String,
-    /// The next hop.
-    pub target: Listener,
+    /// The next hop: an address, or a name resolved with DNS.
+    pub target: RouteTarget,
     /// Forward statelessly (no transaction state).
     #[serde(default)]
     pub stateless: bool,
@@ -265,8 +354,8 @@ pub struct Route {
 
 impl FromStr for Route {
     type Err = String;
-    /// `DOMAIN=udp:IP:PORT`, `DOMAIN=tcp:IP:PORT[,stateless]` or
-    /// `DOMAIN=tls:IP:PORT[,stateless][,server_name=NAME]`.
+    /// `DOMAIN=udp:IP:PORT`, `DOMAIN=tcp:IP:PORT[,stateless]`,
+    /// `DOMAIN=tls:IP:PORT[,stateless][,server_name=NAME]` or `DOMAIN=sip:NAME` (DNS).
     fn from_str(s: &str) -> Result<Self, String> {
         let (domain, rest) = s
             .split_once('=')
@@ -300,13 +389,21 @@ impl FromStr for Route {
 }
 
 impl Route {
-    /// Checks what serde cannot: `server_name` only with a TLS target, and a valid name.
+    /// Checks what serde cannot: `server_name` only with a TLS address target, and a valid
+    /// name; a DNS target is never stateless (its failover needs the transaction).
     fn check(&self) -> Result<(), String> {
         if let Some(name) = &self.server_name {
-            if self.target.transport != Transport::Tls {
+            if self
+                .target
+                .addr()
+                .is_none_or(|l| l.transport != Transport::Tls)
+            {
                 return Err("server_name needs a tls: target".into());
             }
             crate::tls::server_name(name)?;
+        }
+        if self.stateless && matches!(self.target, RouteTarget::Dns(_)) {
+            return Err("a sip: (DNS) target is always stateful: remove stateless".into());
         }
         Ok(())
     }
@@ -321,8 +418,9 @@ impl Route {
 pub struct HashRouteSettings {
     /// The domain of the Request-URI, or `*`.
     pub domain: String,
-    /// The destinations; their text (`udp:10.0.0.1:5060`) is their identity in the hash.
-    pub targets: Vec<Listener>,
+    /// The destinations; their text (`udp:10.0.0.1:5060`, or a name resolved with DNS,
+    /// `sip:cluster1.example.net`) is their identity in the hash.
+    pub targets: Vec<RouteTarget>,
     /// Relative weights, one per target (default: all 1).
     #[serde(default)]
     pub weights: Vec<f64>,
@@ -891,6 +989,108 @@ impl OverloadSettings {
     }
 }
 
+/// DNS resolution of `sip:` route targets (`[dns]`; RFC 3263, docs/scaling.md). The lookups
+/// run on a thread of their own, never on a worker; each worker caches the answers.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsSettings {
+    /// Name servers (`IP:PORT`), asked over UDP (TCP for truncated answers). Default (empty):
+    /// the system's (`/etc/resolv.conf`).
+    pub servers: Vec<SocketAddr>,
+    /// How long one query waits for a server's answer, ms (default 500).
+    pub timeout_ms: u64,
+    /// Times a query is sent before it has failed (default 2).
+    pub attempts: usize,
+    /// Shortest time an answer is kept, s (default 1).
+    pub min_ttl_s: u64,
+    /// Longest time an answer is kept whatever its TTL, s (default 3600).
+    pub max_ttl_s: u64,
+    /// Longest time a negative answer or a failed lookup is kept, ms (default 1000, at most
+    /// 60,000): the longest a name that resolves again can go on failing.
+    pub negative_ttl_ms: u64,
+    /// How long after its expiry an answer is still used while it is asked again, s
+    /// (default 300).
+    pub max_stale_s: u64,
+    /// How long a target whose branch failed (timeout, 503, transport error) goes last, ms
+    /// (default 30,000).
+    pub failed_hold_ms: u64,
+    /// How long a request may wait for DNS before it is answered 503, ms (default 5000).
+    pub park_timeout_ms: u64,
+    /// Most requests waiting for one name, per worker (default 256); more get 503.
+    pub max_parked_per_name: usize,
+    /// Most requests waiting for DNS, per worker (default 4096); more get 503.
+    pub max_parked: usize,
+    /// Answers cached, per worker (default 4096).
+    pub cache_entries: usize,
+    /// Resolve Request-URI (and Route) host names no route covers, instead of answering
+    /// 404 (default false). The relay policy applies: such a next hop is not a route.
+    pub request_uris: bool,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        let d = holdline_proto::DnsConfig::default();
+        Self {
+            servers: Vec::new(),
+            timeout_ms: 500,
+            attempts: 2,
+            min_ttl_s: d.min_ttl.as_secs(),
+            max_ttl_s: d.max_ttl.as_secs(),
+            negative_ttl_ms: d.negative_ttl.as_millis() as u64,
+            max_stale_s: d.max_stale.as_secs(),
+            failed_hold_ms: d.failed_hold.as_millis() as u64,
+            park_timeout_ms: d.park_timeout.as_millis() as u64,
+            max_parked_per_name: d.max_parked_per_name,
+            max_parked: d.max_parked,
+            cache_entries: d.max_entries,
+            request_uris: d.request_uris,
+        }
+    }
+}
+
+impl DnsSettings {
+    /// The proxy core's DNS settings, for a server sending over `transports` (in order of
+    /// preference: UDP, TCP, TLS).
+    pub fn proxy_config(&self, transports: Vec<Transport>) -> holdline_proto::DnsConfig {
+        let mut c = holdline_proto::DnsConfig::default();
+        c.min_ttl = Duration::from_secs(self.min_ttl_s);
+        c.max_ttl = Duration::from_secs(self.max_ttl_s.max(self.min_ttl_s));
+        c.negative_ttl = Duration::from_millis(self.negative_ttl_ms);
+        c.max_stale = Duration::from_secs(self.max_stale_s);
+        c.failed_hold = Duration::from_millis(self.failed_hold_ms);
+        c.park_timeout = Duration::from_millis(self.park_timeout_ms.max(1));
+        c.max_parked_per_name = self.max_parked_per_name;
+        c.max_parked = self.max_parked;
+        c.max_entries = self.cache_entries.max(1);
+        c.request_uris = self.request_uris;
+        if !transports.is_empty() {
+            c.transports = transports;
+        }
+        c
+    }
+
+    /// Checks the bounds.
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: &str| Err((format!("dns.{k}"), m.to_owned()));
+        if self.timeout_ms == 0 {
+            return err("timeout_ms", "must be at least 1");
+        }
+        if self.attempts == 0 {
+            return err("attempts", "must be at least 1");
+        }
+        if self.negative_ttl_ms > 60_000 {
+            return err(
+                "negative_ttl_ms",
+                "at most 60000: a failed lookup must not keep a name failing for long",
+            );
+        }
+        if self.max_ttl_s < self.min_ttl_s {
+            return err("max_ttl_s", "must be at least min_ttl_s");
+        }
+        Ok(())
+    }
+}
+
 /// OPTIONS probing of the load-sharing routes' targets (`[probing]`; docs/scaling.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -1002,7 +1202,9 @@ pub struct ServerConfig {
     /// What a REGISTER's 200 OK promises with the persistent store: `commit` (default) — the
     /// change is on disk (the 200 waits for its group commit); `write-behind` — it reaches
     /// the disk within 100 ms plus two commits, and a crash loses what is inside that window.
-    /// See `docs/registrar.md`.
+    /// See `docs/registrar.md`. With a Redis store, `commit` means the Redis primary executed
+    /// the write (and, with the URL's `wait_replicas=N`, N replicas acknowledged it or its
+    /// `wait_timeout_ms` passed); see `docs/scaling.md`.
     pub durability: String,
     /// The shortest time between the starts of two commits of the persistent store, µs
     /// (default 2,000): the REGISTERs that arrive within it share one commit. It bounds the
@@ -1028,6 +1230,8 @@ pub struct ServerConfig {
     pub hash_routes: Vec<HashRouteSettings>,
     /// Probing of the load-sharing routes' targets.
     pub probing: ProbingSettings,
+    /// DNS resolution of `sip:` route targets.
+    pub dns: DnsSettings,
     /// Local overload control.
     pub overload: OverloadSettings,
     /// TCP buffer sizes per listener or next hop.
@@ -1230,6 +1434,7 @@ impl Default for ServerConfig {
             routes: Vec::new(),
             hash_routes: Vec::new(),
             probing: ProbingSettings::default(),
+            dns: DnsSettings::default(),
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),
@@ -1413,6 +1618,7 @@ impl ServerConfig {
             }
         }
         self.auth.validate()?;
+        self.dns.validate()?;
         if !matches!(self.durability.as_str(), "commit" | "write-behind") {
             return err("durability", "expected \"commit\" or \"write-behind\"");
         }
@@ -1705,6 +1911,30 @@ stateless = true
         assert_eq!(c.limits.max_connections, 5);
         assert_eq!(c.timers.t1_ms, 100);
         assert!(c.routes[0].stateless);
+    }
+
+    #[test]
+    fn redis_store_values_and_errors() {
+        let c = ServerConfig::from_toml(
+            "r.toml",
+            "workers = 1\nstore = \"redis://127.0.0.1:6379/0?namespace=c1\"\n",
+        )
+        .expect("parses");
+        match c.store() {
+            StoreSpec::Redis(t) => assert_eq!(t.namespace, "c1"),
+            other => panic!("not a Redis store: {other:?}"),
+        }
+        assert!(matches!(
+            "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster".parse::<StoreSpec>(),
+            Ok(StoreSpec::Redis(_))
+        ));
+        let e = ServerConfig::from_toml(
+            "r.toml",
+            "workers = 1\nstore = \"redis://127.0.0.1:6379/0?namespace=a:b\"\n",
+        )
+        .expect_err("bad namespace");
+        assert_eq!((e.line, e.key.as_str()), (2, "store"), "{e}");
+        assert!(e.to_string().contains("namespace"), "{e}");
     }
 
     #[test]
@@ -2203,5 +2433,39 @@ send_buffer = 16384
         assert_eq!(c.worker_count(), 3);
         assert!(c.routes[0].stateless);
         assert!("x".parse::<Route>().is_err());
+    }
+
+    #[test]
+    fn routes_name_dns_targets_and_dns_settings_are_bounded() {
+        let c = ServerConfig::from_toml(
+            "d.toml",
+            "[dns]\nservers = [\"127.0.0.1:5353\"]\nnegative_ttl_ms = 500\n\
+             [[routes]]\ndomain = \"example.net\"\ntarget = \"sip:Proxy.Example.NET\"\n\
+             [[routes]]\ndomain = \"*\"\ntarget = \"udp:127.0.0.1:5070\"\n",
+        )
+        .expect("valid");
+        match &c.routes[0].target {
+            RouteTarget::Dns(t) => assert_eq!(t.to_string(), "sip:proxy.example.net"),
+            other => panic!("not a DNS target: {other}"),
+        }
+        assert!(c.routes[1].target.addr().is_some());
+        assert_eq!(c.dns.servers, ["127.0.0.1:5353".parse().expect("addr")]);
+        let p = c.dns.proxy_config(vec![Transport::Udp]);
+        assert_eq!(p.negative_ttl, Duration::from_millis(500));
+        assert_eq!(p.transports, [Transport::Udp]);
+        // From the command line too; never stateless.
+        let r: Route = "example.net=sip:proxy.example.net;transport=tcp"
+            .parse()
+            .expect("a DNS route");
+        assert!(matches!(r.target, RouteTarget::Dns(_)));
+        assert!(
+            "example.net=sip:proxy.example.net,stateless"
+                .parse::<Route>()
+                .is_err()
+        );
+        assert!("example.net=sip:bad host".parse::<Route>().is_err());
+        let e = ServerConfig::from_toml("d.toml", "[dns]\nnegative_ttl_ms = 3600000\n")
+            .expect_err("a negative TTL of an hour");
+        assert_eq!((e.line, e.key.as_str()), (2, "dns.negative_ttl_ms"));
     }
 }

@@ -57,6 +57,17 @@ pub trait WorkerCore: Send {
     fn poll_auth_failure(&mut self) -> Option<std::net::IpAddr> {
         None
     }
+    /// The next DNS lookup the engine needs (RFC 3263 resolution of a route's next hop):
+    /// the worker hands it to the resolver thread and feeds the answer back with
+    /// [`handle_dns_response`](Self::handle_dns_response). Engines without DNS have none.
+    fn poll_dns_query(&mut self) -> Option<holdline_proto::DnsQuery> {
+        None
+    }
+    /// The answer to a lookup from [`poll_dns_query`](Self::poll_dns_query). Engines
+    /// without DNS ignore it.
+    fn handle_dns_response(&mut self, now: Instant, response: holdline_proto::DnsResponse) {
+        let _ = (now, response);
+    }
     /// Fires every timer due at or before `now`.
     fn handle_timeout(&mut self, now: Instant);
     /// Appends the next message to send to `buf` and describes it.

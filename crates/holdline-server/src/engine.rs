@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use holdline_base::{Duration, Instant, Peer, Transmit};
+use holdline_base::{Duration, Instant, Peer, Transmit, Transport};
 use holdline_io::Clock;
 use holdline_overload::{Class, Rejection};
 use holdline_proto::{
@@ -15,7 +15,10 @@ use holdline_proto::{
 };
 use holdline_sip::Limits;
 
-use holdline_store::{Durability, MemoryStore, PersistentConfig, PersistentStore, StoreError};
+use holdline_store::{
+    Durability, MemoryStore, PersistentConfig, PersistentStore, RedisConfig, RedisStore,
+    RedisStoreError, StoreError,
+};
 
 use crate::core::HopEvent;
 use crate::{Listener, ServerConfig, StoreSpec, WorkerCore};
@@ -33,6 +36,9 @@ pub enum EngineError {
     /// The persistent store could not be opened.
     #[error("location store: {0}")]
     Store(#[from] StoreError),
+    /// The Redis store could not be opened.
+    #[error("{0}")]
+    Redis(#[from] RedisStoreError),
     /// The store's directory could not be created.
     #[error("cannot create the store directory {path}: {source}")]
     StoreDir {
@@ -51,6 +57,9 @@ pub struct OpenedStore {
     pub persistent: Option<Arc<PersistentStore>>,
     /// Where it lives (`None`: memory).
     pub path: Option<PathBuf>,
+    /// The Redis store, when the store is shared through Redis (to flush at shutdown and
+    /// wake the workers on commits).
+    pub redis: Option<Arc<RedisStore>>,
 }
 
 impl std::fmt::Debug for OpenedStore {
@@ -70,7 +79,31 @@ pub fn open_store(config: &ServerConfig, clock: &Clock) -> Result<OpenedStore, E
             store: Arc::new(MemoryStore::new()),
             persistent: None,
             path: None,
+            redis: None,
         }),
+        StoreSpec::Redis(target) => {
+            let durability = if config.durability == "write-behind" {
+                Durability::WriteBehind
+            } else {
+                Durability::Commit
+            };
+            let r = Arc::new(RedisStore::open(
+                target,
+                clock.now(),
+                std::time::SystemTime::now(),
+                RedisConfig {
+                    durability,
+                    commit_window: Duration::from_micros(config.commit_window_us),
+                    ..RedisConfig::default()
+                },
+            )?);
+            Ok(OpenedStore {
+                store: r.clone(),
+                persistent: None,
+                path: None,
+                redis: Some(r),
+            })
+        }
         StoreSpec::Path(dir) => {
             std::fs::create_dir_all(&dir).map_err(|source| EngineError::StoreDir {
                 path: dir.clone(),
@@ -96,6 +129,7 @@ pub fn open_store(config: &ServerConfig, clock: &Clock) -> Result<OpenedStore, E
                 store: p.clone(),
                 persistent: Some(p),
                 path: Some(path),
+                redis: None,
             })
         }
     }
@@ -137,13 +171,33 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     p.static_routes = config
         .routes
         .iter()
-        .map(|r| StaticRoute {
-            domain: r.domain.clone(),
-            next_hop: r.target.addr,
-            transport: r.target.transport,
-            stateless: r.stateless,
+        .filter_map(|r| {
+            r.target.addr().map(|t| StaticRoute {
+                domain: r.domain.clone(),
+                next_hop: t.addr,
+                transport: t.transport,
+                stateless: r.stateless,
+            })
         })
         .collect();
+    p.dns_routes = config
+        .routes
+        .iter()
+        .filter_map(|r| match &r.target {
+            crate::config::RouteTarget::Dns(t) => Some(holdline_proto::DnsRoute {
+                domain: r.domain.clone(),
+                target: t.clone(),
+            }),
+            crate::config::RouteTarget::Addr(_) => None,
+        })
+        .collect();
+    // DNS targets may use the transports the server listens on (UDP, TCP, TLS in that
+    // order of preference).
+    let transports = [Transport::Udp, Transport::Tcp, Transport::Tls]
+        .into_iter()
+        .filter(|t| bound.iter().any(|l| l.transport == *t))
+        .collect();
+    p.dns = config.dns.proxy_config(transports);
     p.hash_routes = config
         .hash_routes
         .iter()
@@ -154,11 +208,15 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
                 .iter()
                 .enumerate()
                 .map(|(i, t)| {
-                    HashTarget::new(
-                        t.addr,
-                        t.transport,
-                        r.weights.get(i).copied().unwrap_or(1.0),
-                    )
+                    let weight = r.weights.get(i).copied().unwrap_or(1.0);
+                    match t {
+                        crate::config::RouteTarget::Addr(l) => {
+                            HashTarget::new(l.addr, l.transport, weight)
+                        }
+                        crate::config::RouteTarget::Dns(name) => {
+                            HashTarget::named(name.clone(), weight)
+                        }
+                    }
                 })
                 .collect(),
         })
@@ -227,6 +285,8 @@ pub struct Engine {
     /// Sources of failed authentications not yet taken by the worker
     /// ([`WorkerCore::poll_auth_failure`]).
     auth_failures: std::collections::VecDeque<std::net::IpAddr>,
+    /// The Redis store, whose counters worker 0 renders ([`Engine::with_redis`]).
+    redis: Option<Arc<RedisStore>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -247,7 +307,15 @@ impl Engine {
             purged: 0,
             feedback: std::collections::VecDeque::new(),
             auth_failures: std::collections::VecDeque::new(),
+            redis: None,
         }
+    }
+
+    /// Has worker 0 render `redis`'s counters in `/metrics` (`holdline_store_redis_*`).
+    #[must_use]
+    pub fn with_redis(mut self, redis: Option<Arc<RedisStore>>) -> Self {
+        self.redis = redis;
+        self
     }
 
     /// The endpoint's counters.
@@ -321,6 +389,39 @@ fn reason_text(r: holdline_overload::RejectReason) -> &'static str {
     }
 }
 
+/// The DNS lines of one worker (RFC 3263 resolution of DNS routes' next hops).
+fn render_dns(s: &EndpointStats, d: &holdline_proto::DnsStats, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "holdline_dns_lookups_total {}\n\
+         holdline_dns_answers_total{{result=\"records\"}} {}\n\
+         holdline_dns_answers_total{{result=\"not_found\"}} {}\n\
+         holdline_dns_answers_total{{result=\"failed\"}} {}\n\
+         holdline_dns_cache_hits_total {}\n\
+         holdline_dns_cache_misses_total {}\n\
+         holdline_dns_cache_entries {}\n\
+         holdline_dns_targets_failed_total {}\n\
+         holdline_dns_parked {}\n\
+         holdline_dns_parked_total {}\n\
+         holdline_dns_rejected_total{{reason=\"parking_full\"}} {}\n\
+         holdline_dns_rejected_total{{reason=\"timeout\"}} {}\n\
+         holdline_dns_rejected_total{{reason=\"unresolved\"}} {}",
+        d.queries,
+        d.answers,
+        d.not_found,
+        d.failures,
+        d.cache_hits,
+        d.cache_misses,
+        d.entries,
+        d.targets_marked,
+        s.dns_parked,
+        s.dns_parked_total,
+        s.dns_park_full,
+        s.dns_park_timeouts,
+        s.dns_unresolved,
+    );
+}
+
 impl WorkerCore for Engine {
     fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer) {
         self.endpoint.handle(now, bytes, from, from.transport);
@@ -357,6 +458,15 @@ impl WorkerCore for Engine {
 
     fn poll_hop_event(&mut self) -> Option<HopEvent> {
         self.feedback.pop_front()
+    }
+
+    fn poll_dns_query(&mut self) -> Option<holdline_proto::DnsQuery> {
+        self.endpoint.poll_dns_query()
+    }
+
+    fn handle_dns_response(&mut self, now: Instant, response: holdline_proto::DnsResponse) {
+        self.endpoint.handle_dns_response(now, response);
+        self.drain_events();
     }
 
     fn poll_auth_failure(&mut self) -> Option<std::net::IpAddr> {
@@ -484,6 +594,9 @@ impl WorkerCore for Engine {
         );
         let _ = writeln!(out, "holdline_sip_acks_absorbed_total {}", s.acks_absorbed);
         let _ = writeln!(out, "holdline_sip_failovers_total {}", s.failovers);
+        if self.endpoint.config().uses_dns() {
+            render_dns(s, &self.endpoint.dns_stats(), out);
+        }
         let _ = writeln!(out, "holdline_sip_probes_total {}", s.probes_sent);
         let _ = writeln!(out, "holdline_sip_probes_failed_total {}", s.probes_failed);
         let _ = writeln!(out, "holdline_sip_targets_down {}", s.targets_down);
@@ -502,7 +615,49 @@ impl WorkerCore for Engine {
         if self.next_purge.is_some() {
             let _ = writeln!(out, "holdline_store_bindings {}", self.store.len());
             let _ = writeln!(out, "holdline_store_purged_total {}", self.purged);
+            if let Some(r) = &self.redis {
+                render_redis(&r.stats(), out);
+            }
         }
+    }
+}
+
+/// The Redis store's counters (worker 0 only: the store is shared).
+fn render_redis(s: &holdline_store::RedisStats, out: &mut String) {
+    let lines = [
+        ("holdline_store_redis_batches_total", s.batches_written),
+        (
+            "holdline_store_redis_records_written_total",
+            s.records_written,
+        ),
+        ("holdline_store_redis_pending", s.pending as u64),
+        ("holdline_store_redis_write_errors_total", s.write_errors),
+        (
+            "holdline_store_redis_connect_errors_total",
+            s.connect_errors,
+        ),
+        (
+            "holdline_store_redis_replica_shortfalls_total",
+            s.replica_shortfalls,
+        ),
+        (
+            "holdline_store_redis_notices_applied_total",
+            s.notices_applied,
+        ),
+        (
+            "holdline_store_redis_notices_ignored_total",
+            s.notices_ignored,
+        ),
+        ("holdline_store_redis_bad_records_total", s.bad_records),
+        ("holdline_store_redis_resyncs_total", s.resyncs),
+        ("holdline_store_redis_reseeds_total", s.reseeds),
+        (
+            "holdline_store_redis_inbox_overflows_total",
+            s.inbox_overflows,
+        ),
+    ];
+    for (name, v) in lines {
+        let _ = writeln!(out, "{name} {v}");
     }
 }
 

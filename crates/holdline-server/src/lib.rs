@@ -27,6 +27,7 @@
 mod auth;
 mod config;
 mod core;
+mod dns;
 mod engine;
 mod metrics;
 pub mod shard;
@@ -51,11 +52,12 @@ use mio::{Poll, Waker};
 
 pub use crate::auth::{AuthRuntime, AuthSetupError, load_auth, read_users};
 pub use crate::config::{
-    AuthSettings, BufferSizes, ConfigError, LimitsConfig, Listener, OverloadSettings, Overrides,
-    RegistrarSettings, Route, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, TlsSettings,
-    default_data_dir,
+    AuthSettings, BufferSizes, ConfigError, DnsSettings, LimitsConfig, Listener, OverloadSettings,
+    Overrides, RegistrarSettings, Route, RouteTarget, ServerConfig, StoreSpec, TcpBuffers,
+    TimersConfig, TlsSettings, default_data_dir,
 };
 pub use crate::core::{CoreFactory, HopEvent, TestCore, WorkerCore, default_core_factory};
+pub use crate::dns::DnsSetupError;
 pub use crate::engine::{
     Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config, seq_base,
 };
@@ -100,6 +102,9 @@ pub enum StartError {
     /// The configuration is invalid (a server started without validating it).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The DNS resolver thread could not be set up.
+    #[error(transparent)]
+    Dns(#[from] DnsSetupError),
 }
 
 /// What [`Server::shutdown`] observed.
@@ -165,6 +170,8 @@ impl WakeHandle {
 pub struct Server {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// The DNS resolver thread, when routes name next hops by DNS.
+    dns_thread: Option<JoinHandle<()>>,
     bound: Vec<Listener>,
     /// The UDP receive buffer asked for and the one the kernel gave (of the first UDP socket).
     udp_recv_buffer: Option<(usize, usize)>,
@@ -337,6 +344,20 @@ impl Server {
                 .collect()
         };
         let udp_inodes = [inodes(&udp), inodes(&invite_udp)];
+        // DNS lookups run on a thread of their own, started once the workers' state exists.
+        let named = |t: &RouteTarget| matches!(t, RouteTarget::Dns(_));
+        let (dns, dns_runner) = if config.dns.request_uris
+            || config.routes.iter().any(|r| named(&r.target))
+            || config
+                .hash_routes
+                .iter()
+                .any(|r| r.targets.iter().any(named))
+        {
+            let (handle, runner) = dns::channel(&config.dns);
+            (Some(handle), Some(runner))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             deadline: AtomicU64::new(u64::MAX),
@@ -347,7 +368,12 @@ impl Server {
             clock,
             accepted: std::sync::Mutex::new(std::collections::HashMap::new()),
             udp_inodes,
+            dns,
         });
+        let dns_thread = match dns_runner {
+            Some(r) => Some(r.spawn(Arc::downgrade(&shared))?),
+            None => None,
+        };
         let mut limits = Limits::DEFAULT;
         limits.max_message_size(l.max_message_size);
         let settings = Settings {
@@ -482,6 +508,7 @@ impl Server {
         Ok(Self {
             shared,
             threads,
+            dns_thread,
             bound,
             udp_recv_buffer,
             metrics,
@@ -591,6 +618,14 @@ impl Server {
                 Ok(()) => report.workers_joined += 1,
                 Err(_) => report.workers_panicked += 1,
             }
+        }
+        // The resolver thread ends when its queue closes (lookups still under way are
+        // dropped: no worker waits for them any more).
+        if let Some(d) = &self.shared.dns {
+            d.close();
+        }
+        if let Some(t) = self.dns_thread.take() {
+            let _ = t.join();
         }
         if let Some(m) = self.metrics.as_mut() {
             m.stop();

@@ -380,6 +380,9 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             s.busy_ns.load(Relaxed) as f64 / total
         );
     });
+    if let Some(d) = &shared.dns {
+        d.render(&mut out);
+    }
     let histograms: [(&str, &str, PickHistogram); 4] = [
         (
             "holdline_processing_seconds",

@@ -77,10 +77,7 @@ fn private_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, KeyErro
 /// settings beyond the defaults).
 pub(crate) fn wanted(config: &ServerConfig) -> bool {
     config.listen.iter().any(|l| l.transport == Transport::Tls)
-        || config
-            .routes
-            .iter()
-            .any(|r| r.target.transport == Transport::Tls)
+        || config.routes.iter().any(|r| r.target.is_tls())
         || config.tls != crate::config::TlsSettings::default()
 }
 
@@ -211,7 +208,10 @@ pub(crate) fn setup(config: &ServerConfig) -> Result<Option<Arc<TlsSetup>>, KeyE
         if let Some(name) = &r.server_name {
             let name =
                 server_name(name).map_err(|m| err(&format!("routes[{i}].server_name"), m))?;
-            names.insert(r.target.addr, name);
+            // check() allows server_name on address targets only.
+            if let Some(l) = r.target.addr() {
+                names.insert(l.addr, name);
+            }
         }
     }
     Ok(Some(Arc::new(TlsSetup {
@@ -249,7 +249,7 @@ mod tests {
         let r: crate::config::Route = "*=tls:127.0.0.1:5061,server_name=sip.example.net"
             .parse()
             .expect("route");
-        assert_eq!(r.target.transport, Transport::Tls);
+        assert_eq!(r.target.addr().map(|l| l.transport), Some(Transport::Tls));
         assert_eq!(r.server_name.as_deref(), Some("sip.example.net"));
         let e = "*=tcp:127.0.0.1:5061,server_name=x.example"
             .parse::<crate::config::Route>()

@@ -72,6 +72,8 @@ pub(crate) enum Handoff {
     /// A request from `ip` failed authentication at the sender: count it in the receiver's
     /// flood guard too, so that every worker throttles the source at the same count.
     AuthFailure { ip: std::net::IpAddr },
+    /// The answer to a DNS lookup this worker asked the resolver thread for.
+    Dns(holdline_proto::DnsResponse),
 }
 
 /// State every worker and the server share.
@@ -95,6 +97,8 @@ pub(crate) struct Shared {
     /// The inodes of the workers' UDP sockets, and of their INVITE sockets: where to look
     /// for the kernel's drops (`holdline_udp_kernel_drops_total`).
     pub(crate) udp_inodes: [Vec<u64>; 2],
+    /// The DNS resolver thread's queue, when routes name next hops by DNS.
+    pub(crate) dns: Option<crate::dns::DnsHandle>,
 }
 
 impl Shared {
@@ -594,6 +598,7 @@ impl Worker {
             for conn in std::mem::take(&mut self.resumes) {
                 self.resume(now, conn);
             }
+            self.send_dns_queries(now);
             self.flush_udp();
             self.flush_wakes();
             if self.stats().core_wanted.swap(false, Relaxed) {
@@ -1241,10 +1246,37 @@ impl Worker {
                         g.auth_failure(ip, now);
                     }
                 }
+                Ok(Handoff::Dns(response)) => {
+                    self.core.handle_dns_response(now, response);
+                    self.take_feedback(now);
+                    self.drain_transmits(now);
+                }
                 Err(_) => return,
             }
         }
         self.more_handoffs = true;
+    }
+
+    /// Hands the engine's DNS lookups to the resolver thread (never waiting for it); a lookup
+    /// it cannot take (no resolver, its queue full) has failed at once.
+    fn send_dns_queries(&mut self, now: Instant) {
+        // Bounded: every failure makes an answer negative, so the engine asks less each turn.
+        for _ in 0..HANDOFF_BUDGET {
+            let Some(query) = self.core.poll_dns_query() else {
+                return;
+            };
+            let taken = self
+                .shared
+                .dns
+                .as_ref()
+                .is_some_and(|d| d.submit(self.index, query.clone()));
+            if !taken {
+                let answer = holdline_proto::dns::DnsAnswer::Failed;
+                self.core
+                    .handle_dns_response(now, holdline_proto::DnsResponse { query, answer });
+                self.drain_transmits(now);
+            }
+        }
     }
 
     fn drain_transmits(&mut self, now: Instant) {

@@ -10,6 +10,11 @@
 //!   under its shard's write lock); `len` is an atomic counter.
 //! - [`PersistentStore`] (the server's default): a `MemoryStore` serves every read, and a
 //!   background thread writes changes behind the caller's back to an embedded database.
+//! - [`RedisStore`]: a `MemoryStore` serves every read; a background thread writes changes
+//!   through to a Redis shared by every server of a cluster (one key per address-of-record,
+//!   expiring with its latest binding) and applies what the other servers write, announced on
+//!   a pub/sub channel; a full load after every (re)connection. Sentinel finds the primary
+//!   after a failover. See the `redis` module's documentation (and `docs/scaling.md`).
 //!
 //! # Write-behind
 //!
@@ -75,6 +80,7 @@
 mod memory;
 mod persistent;
 mod record;
+mod redis;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,6 +90,7 @@ pub use persistent::{
     CommitListener, Durability, LoadReport, PersistentConfig, PersistentStore, StoreStats,
 };
 pub use record::DecodeError;
+pub use redis::{RedisConfig, RedisStats, RedisStore, RedisStoreError, RedisTarget, TargetError};
 
 /// The errors of [`PersistentStore`]. Every variant names the database file.
 #[derive(Debug, thiserror::Error)]

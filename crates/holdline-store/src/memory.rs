@@ -135,6 +135,77 @@ impl MemoryStore {
         f(g.map.get(aor).map(Vec::as_slice))
     }
 
+    /// Stores `bindings` for `aor` as another server wrote them (replacing what was there;
+    /// not marked changed), unless `aor` has a change of this store's not yet taken by the
+    /// writer (that change is written later and wins). Returns whether it stored them.
+    pub(crate) fn apply_remote(&self, aor: &[u8], mut bindings: Vec<Binding>) -> bool {
+        bindings.shrink_to_fit();
+        let mut g = self.shard(aor).0.write();
+        if g.dirty.contains(aor) {
+            return false;
+        }
+        let new = bindings.len();
+        let old = if bindings.is_empty() {
+            g.map.remove(aor).map_or(0, |v| v.len())
+        } else {
+            g.map.insert(aor.into(), bindings).map_or(0, |v| v.len())
+        };
+        drop(g);
+        self.add_len(old, new);
+        true
+    }
+
+    /// Removes every address-of-record for which `keep` says no, unless it has a change not
+    /// yet taken by the writer; returns how many were removed.
+    pub(crate) fn remove_unkept(&self, mut keep: impl FnMut(&[u8]) -> bool) -> usize {
+        let mut removed_aors = 0;
+        let mut removed = 0;
+        for shard in &*self.shards {
+            let mut g = shard.0.write();
+            let ShardData { map, dirty } = &mut *g;
+            map.retain(|aor, bindings| {
+                let k = dirty.contains(aor) || keep(aor);
+                if !k {
+                    removed_aors += 1;
+                    removed += bindings.len();
+                }
+                k
+            });
+        }
+        self.add_len(removed, 0);
+        removed_aors
+    }
+
+    /// Marks every stored address-of-record for which `skip` says no as changed (to write
+    /// them again); returns how many it marked.
+    pub(crate) fn mark_dirty_unless(&self, mut skip: impl FnMut(&[u8]) -> bool) -> usize {
+        let mut aors = Vec::new();
+        for shard in &*self.shards {
+            aors.extend(shard.0.read().map.keys().filter(|a| !skip(a)).cloned());
+        }
+        for aor in &aors {
+            self.mark_dirty(aor);
+        }
+        aors.len()
+    }
+
+    /// Removes every binding expired at `now` without marking anything changed (for a store
+    /// whose backend expires records itself); returns how many were removed.
+    pub(crate) fn purge_expired_quietly(&self, now: Instant) -> usize {
+        let mut removed = 0;
+        for shard in &*self.shards {
+            let mut g = shard.0.write();
+            g.map.retain(|_, bindings| {
+                let before = bindings.len();
+                bindings.retain(|b| b.expires_at > now);
+                removed += before - bindings.len();
+                !bindings.is_empty()
+            });
+        }
+        self.add_len(removed, 0);
+        removed
+    }
+
     /// Stores `bindings` for `aor` as loaded from disk (replacing what was there; not marked
     /// changed). An empty `bindings` removes the entry.
     pub(crate) fn insert_loaded(&self, aor: &[u8], mut bindings: Vec<Binding>) {
@@ -300,6 +371,38 @@ mod tests {
         };
         assert_eq!(cap(b"a@x"), 2);
         assert_eq!(cap(b"b@x"), 1);
+    }
+
+    /// The Redis store's helpers: another server's state never replaces a change of this
+    /// store's waiting for the writer; a quiet purge marks nothing.
+    #[test]
+    fn remote_state_yields_to_local_changes() {
+        let s = MemoryStore::tracked(Arc::new(Tracker::new(100)));
+        let t0 = Instant::from_secs(10);
+        assert!(s.apply_remote(
+            b"r@x",
+            vec![binding("sip:remote@h", Instant::from_secs(99))]
+        ));
+        assert_eq!(s.len(), 1);
+        s.modify(b"l@x", t0, &mut |v| {
+            v.push(binding("sip:local@h", Instant::from_secs(99)))
+        });
+        // l@x is dirty: a remote state for it is refused, and a resync keeps it.
+        assert!(!s.apply_remote(b"l@x", Vec::new()));
+        assert_eq!(get(&s, b"l@x", t0).len(), 1);
+        assert_eq!(s.remove_unkept(|_| false), 1, "only r@x goes");
+        assert_eq!(s.aor_count(), 1);
+        let mut taken = Vec::new();
+        assert_eq!(s.take_dirty(&mut taken), 1);
+        // Not dirty any more: marking all but l@x marks nothing; marking all marks it.
+        assert_eq!(s.mark_dirty_unless(|aor| aor == b"l@x"), 0);
+        assert_eq!(s.mark_dirty_unless(|_| false), 1);
+        taken.clear();
+        assert_eq!(s.take_dirty(&mut taken), 1);
+        assert!(s.apply_remote(b"e@x", vec![binding("sip:e@h", Instant::from_secs(20))]));
+        assert_eq!(s.purge_expired_quietly(Instant::from_secs(20)), 1);
+        assert_eq!(s.take_dirty(&mut taken), 0, "a quiet purge marks nothing");
+        assert_eq!(s.len(), 1);
     }
 
     #[test]

@@ -115,36 +115,37 @@ pub struct StoreStats {
 /// yet taken by the writer; a modify touches `state` only when it must wake the writer (the
 /// first change after an idle period, or `max_batch` reached).
 pub(crate) struct Tracker {
-    pending: AtomicUsize,
-    max_batch: usize,
-    state: Mutex<WriterState>,
+    pub(crate) pending: AtomicUsize,
+    pub(crate) max_batch: usize,
+    pub(crate) state: Mutex<WriterState>,
     /// The writer waits here for work.
-    work: Condvar,
+    pub(crate) work: Condvar,
     /// Callers of `flush` wait here for batches to finish.
-    done: Condvar,
+    pub(crate) done: Condvar,
 }
 
+/// The writer's bookkeeping, under [`Tracker::state`] (shared with the Redis store's writer).
 #[derive(Default)]
-struct WriterState {
+pub(crate) struct WriterState {
     /// The id of the last batch the writer started (taken its addresses-of-record for).
-    started: u64,
+    pub(crate) started: u64,
     /// The id of the last batch that finished, successfully or not.
-    done: u64,
+    pub(crate) done: u64,
     /// The id of the last batch that committed.
-    last_ok: u64,
+    pub(crate) last_ok: u64,
     /// A `flush` waits for this batch: the writer does not wait for `flush_interval`.
-    flush_target: u64,
+    pub(crate) flush_target: u64,
     /// Whether the last batch failed (the writer then waits `flush_interval` before retrying).
-    failing: bool,
+    pub(crate) failing: bool,
     last_error: Option<Arc<redb::Error>>,
     /// Set by `Drop`: write what is left and stop.
-    shutdown: bool,
+    pub(crate) shutdown: bool,
     /// Set when the writer thread has exited.
-    stopped: bool,
+    pub(crate) stopped: bool,
 }
 
 impl Tracker {
-    fn new(max_batch: usize) -> Self {
+    pub(crate) fn new(max_batch: usize) -> Self {
         Self {
             pending: AtomicUsize::new(0),
             max_batch: max_batch.max(1),
@@ -166,7 +167,7 @@ impl Tracker {
         self.work.notify_one();
     }
 
-    fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.pending.load(Ordering::Acquire)
     }
 }

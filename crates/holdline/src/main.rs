@@ -69,8 +69,10 @@ struct ServeArgs {
     /// A domain this server is responsible for (repeatable).
     #[arg(long, value_name = "NAME")]
     domain: Vec<String>,
-    /// Location store: `memory` or a directory.
-    #[arg(long, value_name = "memory|PATH")]
+    /// Location store: `memory`, a directory, or shared through Redis:
+    /// `redis://HOST:PORT[/DB][?namespace=NAME]` or
+    /// `redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER[?namespace=NAME]`.
+    #[arg(long, value_name = "memory|PATH|redis://...")]
     store: Option<StoreSpec>,
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N")]
@@ -82,7 +84,8 @@ struct ServeArgs {
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     record_route: Option<bool>,
     /// Static route DOMAIN=udp:IP:PORT (or tcp:, tls:; `*` for any domain; `,stateless` and,
-    /// for tls, `,server_name=NAME` suffixes).
+    /// for tls, `,server_name=NAME` suffixes), or DOMAIN=sip:NAME resolved with DNS (RFC 3263:
+    /// NAPTR, SRV, A/AAAA; `[dns]` in the config file).
     #[arg(long, value_name = "DOMAIN=TRANSPORT:IP:PORT")]
     route: Vec<Route>,
     /// Local overload control: occ (default), queue-delay, queue-limit, bang-bang, or none
@@ -370,6 +373,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let clock = holdline_io::Clock::new();
     let opened = holdline_server::open_store(&config, &clock)?;
     let store = opened.store.clone();
+    let redis = opened.redis.clone();
     let engine_config = config.clone();
     let seq_base = holdline_server::seq_base(&clock);
     let engine_auth = auth.clone();
@@ -378,13 +382,18 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         proxy.overload_seq_base = seq_base;
         // seq_base counts 10 µs units: the wall clock at the engines' zero, in ms.
         proxy.auth = engine_auth.as_ref().map(|a| a.proxy_auth(seq_base / 100));
-        Box::new(holdline_server::Engine::new(proxy, store.clone(), i))
+        Box::new(holdline_server::Engine::new(proxy, store.clone(), i).with_redis(redis.clone()))
     })?;
     if let Some(p) = &opened.persistent {
         // REGISTER 200s wait for their commit (durability = commit): wake the workers
         // holding them as soon as a batch is on disk.
         let wake = server.wake_handle();
         p.set_commit_listener(std::sync::Arc::new(move |_| wake.wake_all()));
+    }
+    if let Some(r) = &opened.redis {
+        // The same for the Redis store: a batch acknowledged by the primary.
+        let wake = server.wake_handle();
+        r.set_commit_listener(std::sync::Arc::new(move |_| wake.wake_all()));
     }
     match &auth {
         Some(a) => {
@@ -431,7 +440,26 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 Err(e) => eprintln!("holdline: store flush failed: {e}"),
             }));
         }
-        _ => eprintln!("holdline: store in memory (bindings are lost at exit)"),
+        _ => match &opened.redis {
+            Some(r) => {
+                let st = r.stats();
+                eprintln!(
+                    "holdline: store redis {} ({} bindings of {} addresses-of-record loaded, {} records read)",
+                    r.target(),
+                    holdline_proto::LocationStore::len(&**r),
+                    r.aor_count(),
+                    st.last_resync_records
+                );
+                let r = r.clone();
+                server.on_shutdown(Box::new(move || {
+                    match r.flush(std::time::Duration::from_secs(5)) {
+                        Ok(()) => eprintln!("holdline: store flushed"),
+                        Err(e) => eprintln!("holdline: store flush failed: {e}"),
+                    }
+                }));
+            }
+            None => eprintln!("holdline: store in memory (bindings are lost at exit)"),
+        },
     }
     if config.domains.is_empty() {
         eprintln!(

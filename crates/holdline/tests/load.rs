@@ -860,7 +860,11 @@ fn uac_spreads_over_first_hops_and_fails_over_from_a_silent_one() {
                 .expect("holdline load uas stops by itself");
             answered.push(total(&read_json(json), "uas_invites"));
         }
-        assert_eq!(answered.iter().sum::<u64>(), 200, "{transport}: {answered:?}");
+        assert_eq!(
+            answered.iter().sum::<u64>(),
+            200,
+            "{transport}: {answered:?}"
+        );
         // Binomial(200, 1/2): far more than 6 standard deviations would be a bias.
         assert!(
             answered.iter().all(|a| (50..=150).contains(a)),

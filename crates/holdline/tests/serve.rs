@@ -169,3 +169,30 @@ fn datagrams_the_kernel_drops_on_our_sockets_are_counted() {
     );
     drop(server);
 }
+
+/// The ready-made configurations shipped in `ops/` (the S_n P_m files of docs/scaling.md)
+/// are valid: a key renamed in the server without updating them fails here.
+#[test]
+fn shipped_configurations_pass_check_config() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ops/scaling");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    for f in files {
+        let out = Command::new(BIN)
+            .args(["serve", "--check-config"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            f.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

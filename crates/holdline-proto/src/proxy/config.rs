@@ -37,6 +37,18 @@ pub struct StaticRoute {
     pub stateless: bool,
 }
 
+/// A route to a next hop given by DNS name (RFC 3263): requests whose Request-URI host is
+/// `domain` (or any host, for `*`) go to the targets `target` resolves to, in order, each
+/// next one tried in a new branch of the same transaction when one fails (a 503, a timeout,
+/// a transport error). Always stateful.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsRoute {
+    /// The Request-URI host this route applies to (compared case-insensitively), or `*`.
+    pub domain: String,
+    /// The next hop's name (`sip:proxy.example.net`).
+    pub target: crate::dns::DnsTarget,
+}
+
 /// Identifier-based load sharing (seed 001): requests for `domain` (or every domain, `*`)
 /// go to one of `targets`, chosen by rendezvous hashing of the user's address-of-record
 /// ([`crate::hrw`]): the Request-URI's, or the To URI's when the Request-URI has no user
@@ -52,13 +64,17 @@ pub struct HashRoute {
 /// One destination of a [`HashRoute`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct HashTarget {
-    /// Where its requests are sent.
+    /// Where its requests are sent (unused when [`name`](Self::name) is set).
     pub next_hop: SocketAddr,
-    /// The transport towards `next_hop`.
+    /// The transport towards `next_hop` (unused when [`name`](Self::name) is set).
     pub transport: Transport,
     /// Its identity and weight in the hash: the identity is the target as configured
-    /// (`udp:10.0.0.1:5060`), the same on every node that shares the set.
+    /// (`udp:10.0.0.1:5060`, `sip:cluster1.example.net`), the same on every node that
+    /// shares the set.
     pub node: crate::hrw::HrwNode,
+    /// A name resolved with DNS (RFC 3263) instead of `next_hop`: the users this target
+    /// gets go to its resolved targets in order, then to the next target's. Not probed.
+    pub name: Option<crate::dns::DnsTarget>,
 }
 
 impl HashTarget {
@@ -69,6 +85,18 @@ impl HashTarget {
             next_hop,
             transport,
             node: crate::hrw::HrwNode::new(id, weight),
+            name: None,
+        }
+    }
+
+    /// A name resolved with DNS, with `weight`, its identity the name's text
+    /// (`sip:cluster1.example.net`).
+    pub fn named(name: crate::dns::DnsTarget, weight: f64) -> Self {
+        Self {
+            next_hop: SocketAddr::from(([0, 0, 0, 0], 0)),
+            transport: Transport::Udp,
+            node: crate::hrw::HrwNode::new(name.to_string(), weight),
+            name: Some(name),
         }
     }
 }
@@ -242,6 +270,12 @@ pub struct ProxyConfig {
     /// Load-sharing routes ([`HashRoute`]), tried before the static routes for requests the
     /// location service does not handle: an exact domain first, then `*`. Default: none.
     pub hash_routes: Vec<HashRoute>,
+    /// Routes to next hops given by DNS name ([`DnsRoute`]), resolved with RFC 3263: an
+    /// exact domain is tried after an exact static route, `*` after the `*` static route.
+    /// Default: none.
+    pub dns_routes: Vec<DnsRoute>,
+    /// How DNS names are resolved and cached. Default [`DnsConfig::default`](crate::dns::DnsConfig).
+    pub dns: crate::dns::DnsConfig,
     /// Probing of the load-sharing routes' targets with OPTIONS (the job of Kamailio's
     /// dispatcher probing): `None` (default) probes nothing. A target that fails
     /// `probe.down_after` probes in a row (no final response within `probe.timeout`, a 5xx,
@@ -313,6 +347,8 @@ impl Default for ProxyConfig {
             record_route: true,
             static_routes: Vec::new(),
             hash_routes: Vec::new(),
+            dns_routes: Vec::new(),
+            dns: crate::dns::DnsConfig::default(),
             timer_c: Duration::from_secs(180),
             probe: None,
             commit_timeout: Duration::from_secs(2),
@@ -356,6 +392,41 @@ impl ProxyConfig {
             .iter()
             .find(|r| trim_dot(r.domain.as_bytes()).eq_ignore_ascii_case(host))
             .or_else(|| self.hash_routes.iter().find(|r| r.domain == "*"))
+    }
+
+    /// Whether any next hop may be a DNS name (a DNS route, a named load-sharing target, or
+    /// Request-URIs resolved with DNS).
+    pub fn uses_dns(&self) -> bool {
+        self.dns.request_uris
+            || !self.dns_routes.is_empty()
+            || self
+                .hash_routes
+                .iter()
+                .any(|r| r.targets.iter().any(|t| t.name.is_some()))
+    }
+
+    /// The DNS route for a Request-URI host, if one applies: an exact match unless an exact
+    /// static route takes the host; else, for a host name (not an IP address) no static route
+    /// covers, the `*` DNS route.
+    pub fn dns_route(&self, host: &[u8]) -> Option<&DnsRoute> {
+        let host = trim_dot(host);
+        let exact = |d: &str| trim_dot(d.as_bytes()).eq_ignore_ascii_case(host);
+        if self.dns_routes.is_empty() || self.static_routes.iter().any(|r| exact(&r.domain)) {
+            return None;
+        }
+        if let Some(r) = self.dns_routes.iter().find(|r| exact(&r.domain)) {
+            return Some(r);
+        }
+        let literal = std::str::from_utf8(host).is_ok_and(|h| {
+            h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .is_ok()
+        });
+        if literal || self.static_routes.iter().any(|r| r.domain == "*") {
+            return None;
+        }
+        self.dns_routes.iter().find(|r| r.domain == "*")
     }
 
     /// The static route for `host`: an exact match, else the `*` route.

@@ -16,7 +16,8 @@
 //! This module holds the configuration ([`ProxyConfig`]) and the rules that do not need the
 //! endpoint's state: whether a URI or a Via means this proxy, the Route preprocessing plan,
 //! next-hop resolution, branch and loop-detection hashes, and the ranking of final responses.
-//! DNS (RFC 3263) is not done yet: a host name is routable only through a static route.
+//! Host names are routable through a static route, or resolved with DNS (RFC 3263,
+//! [`crate::dns`]) through a [`DnsRoute`].
 
 mod config;
 #[cfg(test)]
@@ -28,8 +29,8 @@ use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
 pub use config::{
-    HashRoute, HashTarget, IpNet, IpNetError, ListenAddr, ProbeConfig, ProxyConfig, RelayPolicy,
-    StaticRoute,
+    DnsRoute, HashRoute, HashTarget, IpNet, IpNetError, ListenAddr, ProbeConfig, ProxyConfig,
+    RelayPolicy, StaticRoute,
 };
 
 /// FNV-1a, 64 bits: a fixed, portable hash for the loop-detection and stateless branches,

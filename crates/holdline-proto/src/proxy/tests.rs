@@ -10,6 +10,7 @@ use holdline_base::{Duration, Instant, Peer, Transport};
 use holdline_sip::{HeaderName, Limits, Message, build_response};
 
 use super::*;
+use crate::dns::{DnsAnswer, DnsQuery, DnsRecords, DnsResponse, QueryKind, SrvRecord};
 use crate::endpoint::{DropReason, Endpoint};
 use crate::location::{Binding, LocationStore};
 
@@ -395,6 +396,14 @@ struct Net {
     latency: Duration,
     /// Everything the proxy sent: (time, destination, bytes).
     sent: Vec<(Instant, SocketAddr, Vec<u8>)>,
+    /// The DNS zone the proxy's lookups are answered from (absent: not found).
+    zone: BTreeMap<DnsQuery, DnsAnswer>,
+    /// Names whose answers take this long (others take `latency`); `Duration::MAX`: never.
+    slow_names: HashMap<String, Duration>,
+    /// Answers on their way back to the proxy.
+    dns_wire: Vec<(Instant, DnsResponse)>,
+    /// Every lookup the proxy asked for.
+    dns_asked: Vec<DnsQuery>,
 }
 
 impl Net {
@@ -408,6 +417,10 @@ impl Net {
             seq: 0,
             latency: Duration::from_millis(1),
             sent: Vec::new(),
+            zone: BTreeMap::new(),
+            slow_names: HashMap::new(),
+            dns_wire: Vec::new(),
+            dns_asked: Vec::new(),
         }
     }
 
@@ -442,6 +455,24 @@ impl Net {
             self.put(PROXY, t.destination.addr, bytes);
         }
         while self.proxy.poll_event().is_some() {}
+        while let Some(q) = self.proxy.poll_dns_query() {
+            self.dns_asked.push(q.clone());
+            let delay = self
+                .slow_names
+                .get(&q.name)
+                .copied()
+                .unwrap_or(self.latency);
+            if delay == Duration::MAX {
+                continue;
+            }
+            let answer = self
+                .zone
+                .get(&q)
+                .cloned()
+                .unwrap_or(DnsAnswer::NotFound { ttl: None });
+            self.dns_wire
+                .push((self.now + delay, DnsResponse { query: q, answer }));
+        }
         for i in 0..self.uas.len() {
             let now = self.now;
             let from = self.uas[i].addr;
@@ -454,7 +485,8 @@ impl Net {
     fn next_wake(&self) -> Option<Instant> {
         let wire = self.wire.iter().map(|p| p.at).min();
         let uas = self.uas.iter().filter_map(Ua::next_wake).min();
-        [wire, uas, self.proxy.poll_timeout()]
+        let dns = self.dns_wire.iter().map(|d| d.0).min();
+        [wire, uas, dns, self.proxy.poll_timeout()]
             .into_iter()
             .flatten()
             .min()
@@ -478,6 +510,14 @@ impl Net {
             }
         }
         due.sort_by_key(|p| (p.at, p.seq));
+        let (answers, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.dns_wire)
+            .into_iter()
+            .partition(|d| d.0 <= now);
+        self.dns_wire = later;
+        for (_, r) in answers {
+            self.proxy.handle_dns_response(now, r);
+            self.flush();
+        }
         for p in due {
             if p.to == PROXY {
                 self.proxy
@@ -3564,4 +3604,346 @@ fn probing_takes_a_dead_target_out_of_its_users_way() {
     assert_eq!(net.ua(second).requests("INVITE").len(), 1);
     assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
     assert_eq!(net.proxy.stats().failovers, 0);
+}
+
+// ---------------------------------------------------------------- DNS routes (RFC 3263)
+
+fn dns_answer(net: &mut Net, name: &str, kind: QueryKind, records: DnsRecords) {
+    net.zone.insert(
+        DnsQuery {
+            name: name.into(),
+            kind,
+        },
+        DnsAnswer::Records {
+            records,
+            ttl: Duration::from_secs(300),
+        },
+    );
+}
+
+/// A proxy routing example.net to `sip:svc.example.net`, whose SRV records give UA 5
+/// (priority 10) and UA 6 (priority 20); no NAPTR.
+fn dns_net(primary: Script, backup: Script) -> Net {
+    let mut c = config();
+    c.dns_routes = vec![DnsRoute {
+        domain: "example.net".into(),
+        target: "sip:svc.example.net".parse().expect("target"),
+    }];
+    // Another domain on a static route, to the backup.
+    c.static_routes = vec![StaticRoute {
+        domain: "other.net".into(),
+        next_hop: ua_addr(6),
+        transport: Transport::Udp,
+        stateless: false,
+    }];
+    let mut net = Net::new(c, vec![alice(), Ua::new(5, primary), Ua::new(6, backup)]);
+    dns_answer(
+        &mut net,
+        "_sip._udp.svc.example.net",
+        QueryKind::Srv,
+        DnsRecords::Srv(vec![
+            SrvRecord {
+                priority: 20,
+                weight: 1,
+                port: 5060,
+                target: "backup.example.net".into(),
+            },
+            SrvRecord {
+                priority: 10,
+                weight: 1,
+                port: 5060,
+                target: "primary.example.net".into(),
+            },
+        ]),
+    );
+    for (host, last) in [("primary.example.net", 5), ("backup.example.net", 6)] {
+        dns_answer(
+            &mut net,
+            host,
+            QueryKind::Addr,
+            DnsRecords::Addr(vec![ua_addr(last).ip()]),
+        );
+    }
+    net
+}
+
+fn invite_to(user: &str, call: &str) -> Vec<u8> {
+    request(
+        "INVITE",
+        &format!("sip:{user}@example.net"),
+        ua_addr(1),
+        &format!("z9hG4bK{call}"),
+        1,
+        &[("Call-ID", call)],
+    )
+}
+
+/// INVITEs `ua` received for Call-ID `call` (retransmissions included).
+fn invites_of(net: &Net, last: u8, call: &str) -> usize {
+    net.ua(last)
+        .requests("INVITE")
+        .iter()
+        .filter(|b| parse(b).call_id().ok() == Some(call.as_bytes()))
+        .count()
+}
+
+#[test]
+fn a_dns_routed_call_waits_for_its_lookups_then_fails_over_to_the_srv_backup() {
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let mut net = dns_net(silent, Script::answers(1, 2, 200));
+    net.send(1, invite_to("kim", "dns-1"));
+    net.run_until(ms(10));
+    // Parked, answered 100 meanwhile; NAPTR first, then SRV per transport, then A/AAAA.
+    assert_eq!(net.ua(1).responses(100, "INVITE").len(), 1);
+    let asked: Vec<String> = net
+        .dns_asked
+        .iter()
+        .map(|q| format!("{} {}", q.kind, q.name))
+        .collect();
+    assert_eq!(
+        asked[..3],
+        [
+            "NAPTR svc.example.net",
+            "SRV _sip._udp.svc.example.net",
+            "SRV _sip._tcp.svc.example.net"
+        ]
+    );
+    assert_eq!(invites_of(&net, 5, "dns-1"), 1, "sent to the primary");
+    assert_eq!(net.proxy.stats().dns_parked, 0);
+    assert_eq!(net.proxy.stats().dns_parked_total, 1);
+    // The primary never answers: after Timer B (64 × T1 = 32 s) the backup gets the INVITE
+    // in a new branch of the same transaction, and the call completes.
+    net.run_until(ms(40_000));
+    assert_eq!(invites_of(&net, 6, "dns-1"), 1, "failed over");
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 1);
+    // The next call goes to the backup at once: the primary is marked failed, and the
+    // answers are cached (the expired negative ones are asked again in the background,
+    // the call does not wait for them).
+    net.send(1, invite_to("lee", "dns-2"));
+    net.run_until(ms(40_100));
+    assert_eq!(invites_of(&net, 5, "dns-2"), 0);
+    assert_eq!(invites_of(&net, 6, "dns-2"), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 2);
+    assert_eq!(net.proxy.stats().dns_parked_total, 1, "not parked");
+    assert_eq!(net.proxy.stats().failovers, 1);
+    assert!(net.proxy.dns_stats().cache_hits >= 1);
+}
+
+#[test]
+fn a_503_from_the_primary_fails_over_at_once() {
+    let mut net = dns_net(Script::answers(1, 2, 503), Script::answers(1, 2, 200));
+    net.send(1, invite_to("kim", "dns-3"));
+    net.run_until(ms(100));
+    assert_eq!(invites_of(&net, 5, "dns-3"), 1);
+    assert_eq!(invites_of(&net, 6, "dns-3"), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert!(net.ua(1).responses(503, "INVITE").is_empty());
+    assert_eq!(net.proxy.stats().failovers, 1);
+}
+
+#[test]
+fn a_slow_lookup_delays_only_the_requests_waiting_for_it() {
+    let mut net = dns_net(Script::answers(1, 2, 200), Script::answers(1, 2, 200));
+    net.slow_names
+        .insert("svc.example.net".into(), Duration::MAX);
+    net.send(1, invite_to("kim", "slow-1"));
+    net.run_until(ms(5));
+    assert_eq!(net.proxy.stats().dns_parked, 1);
+    // A request on another route goes on at once, its answer relayed while the other waits.
+    net.send(
+        1,
+        request(
+            "INVITE",
+            "sip:bob@other.net",
+            ua_addr(1),
+            "z9hG4bKip1",
+            1,
+            &[("Call-ID", "ip-1")],
+        ),
+    );
+    net.run_until(ms(20));
+    assert_eq!(invites_of(&net, 6, "ip-1"), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().dns_parked, 1);
+    // The lookup never comes back: the waiting request is answered 503 after park_timeout.
+    net.run_until(ms(5_100));
+    assert_eq!(net.ua(1).responses(503, "INVITE").len(), 1);
+    let s = net.proxy.stats();
+    assert_eq!((s.dns_parked, s.dns_park_timeouts), (0, 1));
+    assert_eq!(invites_of(&net, 5, "slow-1"), 0);
+}
+
+#[test]
+fn a_failed_lookup_stops_failing_once_the_name_resolves() {
+    let mut net = dns_net(Script::answers(1, 2, 200), Script::answers(1, 2, 200));
+    let saved = std::mem::take(&mut net.zone);
+    net.send(1, invite_to("kim", "nx-1"));
+    net.run_until(ms(100));
+    assert_eq!(net.ua(1).responses(503, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().dns_unresolved, 1);
+    // Within the negative TTL (1 s) the failure is answered from the cache: no lookup.
+    let asked = net.dns_asked.len();
+    net.send(1, invite_to("kim", "nx-2"));
+    net.run_until(ms(200));
+    assert_eq!(net.ua(1).responses(503, "INVITE").len(), 2);
+    assert_eq!(net.dns_asked.len(), asked);
+    // The records appear; once the negative answer is a second old, the very next call asks
+    // again and goes through.
+    net.zone = saved;
+    net.run_until(ms(1_200));
+    net.send(1, invite_to("kim", "nx-3"));
+    net.run_until(ms(1_300));
+    assert_eq!(invites_of(&net, 5, "nx-3"), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.ua(1).responses(503, "INVITE").len(), 2);
+}
+
+#[test]
+fn parking_is_bounded_and_a_cancel_ends_a_parked_invite() {
+    let mut c = config();
+    c.dns_routes = vec![DnsRoute {
+        domain: "*".into(),
+        target: "sip:svc.example.net".parse().expect("target"),
+    }];
+    c.dns.max_parked_per_name = 2;
+    let mut net = Net::new(c, vec![alice()]);
+    net.slow_names
+        .insert("svc.example.net".into(), Duration::MAX);
+    for i in 0..3 {
+        net.send(1, invite_to("kim", &format!("park-{i}")));
+    }
+    net.run_until(ms(10));
+    let s = net.proxy.stats();
+    assert_eq!((s.dns_parked, s.dns_park_full), (2, 1));
+    assert_eq!(net.ua(1).responses(503, "INVITE").len(), 1);
+    // One lookup for the three requests.
+    assert_eq!(net.dns_asked.len(), 1);
+    // CANCEL the first parked INVITE: 200 for the CANCEL, 487 for the INVITE, nothing sent.
+    net.send(
+        1,
+        request(
+            "CANCEL",
+            "sip:kim@example.net",
+            ua_addr(1),
+            "z9hG4bKpark-0",
+            1,
+            &[("Call-ID", "park-0")],
+        ),
+    );
+    net.run_until(ms(20));
+    assert_eq!(net.ua(1).responses(200, "CANCEL").len(), 1);
+    assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().dns_parked, 1);
+}
+
+#[test]
+fn hash_route_targets_may_be_names_resolved_with_dns() {
+    // Two clusters by name, each one address (port given: A/AAAA only).
+    let names = ["sip:c5.example.test:5060", "sip:c6.example.test:5060"];
+    let targets: Vec<HashTarget> = names
+        .iter()
+        .map(|n| HashTarget::named(n.parse().expect("target"), 1.0))
+        .collect();
+    let nodes: Vec<crate::hrw::HrwNode> = targets.iter().map(|t| t.node.clone()).collect();
+    assert_eq!(nodes[0].id, "sip:c5.example.test:5060");
+    let mut order = Vec::new();
+    crate::hrw::rank(b"kim@example.net", &nodes, &mut order);
+    let (first, second) = ([5u8, 6][order[0]], [5u8, 6][order[1]]);
+    let mut c = config();
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets,
+    }];
+    c.probe = Some(ProbeConfig::default());
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(first, Script::answers(1, 2, 503)),
+            Ua::new(second, Script::answers(1, 2, 200)),
+        ],
+    );
+    for last in [5u8, 6] {
+        dns_answer(
+            &mut net,
+            &format!("c{last}.example.test"),
+            QueryKind::Addr,
+            DnsRecords::Addr(vec![ua_addr(last).ip()]),
+        );
+    }
+    net.send(1, invite_to("kim", "named-1"));
+    net.run_until(ms(200));
+    // Kim's target by the hash got it first, answered 503: the other cluster got it in a new
+    // branch of the same transaction.
+    assert_eq!(invites_of(&net, first, "named-1"), 1);
+    assert_eq!(invites_of(&net, second, "named-1"), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 1);
+    assert_eq!(net.proxy.stats().dns_parked_total, 1);
+    // Named targets are not probed (their address is DNS's business).
+    assert!(net.ua(first).requests("OPTIONS").is_empty());
+    assert_eq!(net.proxy.stats().probes_sent, 0);
+}
+
+#[test]
+fn request_uri_host_names_are_resolved_when_on_and_the_source_may_relay() {
+    let mut c = config();
+    c.dns.request_uris = true;
+    c.relay = RelayPolicy::Restricted {
+        trusted: vec!["10.0.0.1".parse().expect("net")],
+    };
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(6, Script::answers(1, 2, 200)),
+            Ua::new(9, Script::UAC),
+        ],
+    );
+    // No NAPTR, no SRV: the name's address on the default port.
+    dns_answer(
+        &mut net,
+        "far.example.test",
+        QueryKind::Addr,
+        DnsRecords::Addr(vec![ua_addr(6).ip()]),
+    );
+    net.send(
+        1,
+        request(
+            "INVITE",
+            "sip:bob@far.example.test",
+            ua_addr(1),
+            "z9hG4bKfar1",
+            1,
+            &[("Call-ID", "far-1")],
+        ),
+    );
+    net.run_until(ms(100));
+    assert_eq!(invites_of(&net, 6, "far-1"), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1);
+    // An untrusted source may not relay to a host no route covers: 403 before any lookup.
+    let asked = net.dns_asked.len();
+    net.send(
+        9,
+        request(
+            "INVITE",
+            "sip:bob@other.example.test",
+            ua_addr(9),
+            "z9hG4bKfar2",
+            1,
+            &[("Call-ID", "far-2")],
+        ),
+    );
+    net.run_until(ms(200));
+    assert_eq!(net.ua(9).responses(403, "INVITE").len(), 1);
+    assert_eq!(
+        net.dns_asked.len(),
+        asked,
+        "no lookup for a source that may not relay"
+    );
+    assert_eq!(net.proxy.stats().dns_parked, 0);
 }
