@@ -17,11 +17,12 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Guard, Holdline, SipClient, free_port, metric, scrape, status_code};
+use common::{
+    Guard, Holdline, SipClient, free_port, load, metric, run_load_report, scrape, status_code,
+};
 use hickory_server::Server;
 use hickory_server::net::runtime::TokioRuntimeProvider;
 use hickory_server::proto::rr::rdata::{A, NAPTR, SOA, SRV};
@@ -183,20 +184,6 @@ fn serve(
     (h, port, SocketAddr::from(([127, 0, 0, 1], metrics)))
 }
 
-/// `holdline load ARGS` in the background, output discarded, stopped by PID when dropped.
-fn load(args: &[String]) -> Guard {
-    Guard(
-        Command::new(BIN)
-            .arg("load")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load"),
-    )
-}
-
 /// A UAS answering every INVITE with 200 on `port`.
 fn uas(port: u16) -> Guard {
     let g = load(&[
@@ -255,23 +242,21 @@ fn calls_fail_over_to_the_srv_backup_within_their_transaction() {
         "[[routes]]\ndomain = \"example.net\"\ntarget = \"sip:svc.example.test\"\n",
     );
     let json = dir.path().join("uac.json");
-    let mut uac = load(&[
-        "uac".to_owned(),
-        "--progress=off".to_owned(),
-        "--rate=20".to_owned(),
-        "--calls=120".to_owned(),
-        "--drain=10".to_owned(),
-        "--max-time=30".to_owned(),
-        format!("--target=127.0.0.1:{port}"),
-        "--to=u{0..99}@example.net".to_owned(),
-        format!("--json={}", json.display()),
-    ]);
-    let status = uac
-        .wait_for(Duration::from_secs(40))
-        .expect("holdline load uac stops by itself");
-    assert!(status.success(), "{status:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("uac.json")).expect("json");
+    let v = run_load_report(
+        &[
+            "uac".to_owned(),
+            "--progress=off".to_owned(),
+            "--rate=20".to_owned(),
+            "--calls=120".to_owned(),
+            "--drain=10".to_owned(),
+            "--max-time=30".to_owned(),
+            format!("--target=127.0.0.1:{port}"),
+            "--to=u{0..99}@example.net".to_owned(),
+            format!("--json={}", json.display()),
+        ],
+        &json,
+        Duration::from_secs(40),
+    );
     assert_eq!(v["calls_attempted"], 120, "{v}");
     assert_eq!(v["calls_completed"], 120, "every call completes: {v}");
     // The primary got INVITEs (it was tried first) and none was answered by it: the calls

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Guard, Holdline, free_port, metric, scrape, wait_metrics};
+use common::{Holdline, free_port, load, metric, run_load_report, scrape, wait_metrics};
 
 /// A `redis-server` (no persistence, temp dir), killed by PID when dropped.
 struct Redis(Child);
@@ -47,20 +47,6 @@ fn start_redis(dir: &std::path::Path, port: u16) -> Redis {
     r
 }
 
-/// `holdline load ARGS` in the background, output discarded, stopped by PID when dropped.
-fn load(args: &[String]) -> Guard {
-    Guard(
-        Command::new(BIN)
-            .arg("load")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load"),
-    )
-}
-
 fn serve(sip: u16, metrics: u16, store: &str) -> Holdline {
     Holdline::start(&[
         format!("--listen=udp:127.0.0.1:{sip}"),
@@ -74,23 +60,21 @@ fn serve(sip: u16, metrics: u16, store: &str) -> Holdline {
 /// Places `calls` calls to the 100 users through `target`; returns the completed ones.
 fn call_all(dir: &std::path::Path, target: u16, calls: u32, name: &str) -> u64 {
     let json = dir.join(format!("{name}.json"));
-    let mut uac = load(&[
-        "uac".to_owned(),
-        "--progress=off".to_owned(),
-        "--rate=200".to_owned(),
-        format!("--calls={calls}"),
-        "--drain=5".to_owned(),
-        "--max-time=20".to_owned(),
-        format!("--target=127.0.0.1:{target}"),
-        "--to=user{0..99}@example.com".to_owned(),
-        format!("--json={}", json.display()),
-    ]);
-    let status = uac
-        .wait_for(Duration::from_secs(40))
-        .expect("holdline load uac stops by itself");
-    assert!(status.success(), "{status:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("uac json")).expect("json");
+    let v = run_load_report(
+        &[
+            "uac".to_owned(),
+            "--progress=off".to_owned(),
+            "--rate=200".to_owned(),
+            format!("--calls={calls}"),
+            "--drain=5".to_owned(),
+            "--max-time=20".to_owned(),
+            format!("--target=127.0.0.1:{target}"),
+            "--to=user{0..99}@example.com".to_owned(),
+            format!("--json={}", json.display()),
+        ],
+        &json,
+        Duration::from_secs(40),
+    );
     v["calls_completed"].as_u64().unwrap_or(0)
 }
 

@@ -13,25 +13,10 @@ mod common;
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Guard, Holdline, free_port, metric, scrape, wait_metrics};
+use common::{Holdline, free_port, load, metric, run_load_report, scrape, wait_metrics};
 use holdline_proto::hrw::HrwNode;
-
-/// `holdline load ARGS` in the background, output discarded, stopped by PID when dropped.
-fn load(args: &[String]) -> Guard {
-    Guard(
-        Command::new(BIN)
-            .arg("load")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load"),
-    )
-}
 
 #[test]
 fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
@@ -110,23 +95,21 @@ fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
         assert!(expected[i] > 50, "an even share: {expected:?}");
     }
     let json = dir.path().join("uac.json");
-    let mut uac = load(&[
-        "uac".to_owned(),
-        "--progress=off".to_owned(),
-        "--rate=200".to_owned(),
-        "--calls=600".to_owned(),
-        "--drain=5".to_owned(),
-        "--max-time=20".to_owned(),
-        format!("--target=127.0.0.1:{first_port}"),
-        "--to=user{0..299}@example.com".to_owned(),
-        format!("--json={}", json.display()),
-    ]);
-    let status = uac
-        .wait_for(Duration::from_secs(40))
-        .expect("holdline load uac stops by itself");
-    assert!(status.success(), "{status:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("uac.json")).expect("json");
+    let v = run_load_report(
+        &[
+            "uac".to_owned(),
+            "--progress=off".to_owned(),
+            "--rate=200".to_owned(),
+            "--calls=600".to_owned(),
+            "--drain=5".to_owned(),
+            "--max-time=20".to_owned(),
+            format!("--target=127.0.0.1:{first_port}"),
+            "--to=user{0..299}@example.com".to_owned(),
+            format!("--json={}", json.display()),
+        ],
+        &json,
+        Duration::from_secs(40),
+    );
     assert_eq!(v["calls_completed"], 600, "{v}");
     // Each second stage took calls, and found every callee it was sent (no 4xx anywhere).
     for (i, (_, _, m)) in seconds.iter().enumerate() {

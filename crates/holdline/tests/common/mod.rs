@@ -64,6 +64,30 @@ impl Drop for Guard {
     }
 }
 
+/// `holdline load ARGS` in the background, output discarded, stopped by PID when dropped.
+pub fn load(args: &[String]) -> Guard {
+    Guard(
+        Command::new(BIN)
+            .arg("load")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holdline load"),
+    )
+}
+
+/// Runs `holdline load ARGS` (which writes its report to `json`) to its end, at most
+/// `limit`; asserts it exited 0 and returns the report.
+pub fn run_load_report(args: &[String], json: &Path, limit: Duration) -> serde_json::Value {
+    let status = load(args)
+        .wait_for(limit)
+        .expect("holdline load stops by itself");
+    assert!(status.success(), "holdline load {args:?}: {status:?}");
+    serde_json::from_str(&std::fs::read_to_string(json).expect("load report")).expect("json")
+}
+
 /// A running `holdline serve`: its stderr up to the ready line, the rest on demand.
 pub struct Holdline {
     child: Guard,
