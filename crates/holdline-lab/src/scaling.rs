@@ -115,6 +115,10 @@ pub(crate) struct Args {
     /// Skip the calibration: use these capacities, calls/s (`C_s,C_p`).
     #[arg(long, value_name = "CS,CP", value_delimiter = ',')]
     pub capacities: Vec<f64>,
+    /// An extra argument for every `holdline serve` (repeat for more), e.g.
+    /// `--serve-arg=--overload=none` to compare overload control.
+    #[arg(long = "serve-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub serve_args: Vec<String>,
     /// The `holdline` binary to run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub exe: Option<PathBuf>,
@@ -243,6 +247,8 @@ pub(crate) struct Results {
     pub cfs_quota_us: u64,
     /// Users registered and called.
     pub users: u64,
+    /// Extra arguments of every `holdline serve`.
+    pub serve_args: Vec<String>,
     /// Seconds of offered load per step.
     pub step_seconds: f64,
     /// First-stage capacity under the quota, calls/s.
@@ -282,6 +288,7 @@ struct Ctx<'a> {
     runs: &'a Path,
     groups: &'a [CpuGroup],
     users: u64,
+    serve_args: &'a [String],
 }
 
 /// Starts `holdline serve` as server number `idx` (its own CPU group), with `extra` args.
@@ -301,6 +308,7 @@ fn start_server(
         "--store=memory".to_owned(),
     ];
     args.extend_from_slice(extra);
+    args.extend_from_slice(ctx.serve_args);
     let group = ctx.groups.get(idx).map(CpuGroup::procs_file);
     let mut p = spawn_in(SERVER_CORE, group.as_deref(), ctx.exe, &args, &log)?;
     wait_bound(&mut p.0, port, Some(Transport::Udp), "holdline serve", &log)?;
@@ -645,6 +653,7 @@ fn run(args: &Args) -> Result<Results> {
         runs: &runs,
         groups: &groups,
         users: args.users,
+        serve_args: &args.serve_args,
     };
     eprintln!(
         "scaling: {} configuration(s), each server {}% of a core ({quota} µs per {period} µs), {} user(s), {seconds} s per step",
@@ -698,6 +707,7 @@ fn run(args: &Args) -> Result<Results> {
         cfs_period_us: period,
         cfs_quota_us: quota,
         users: args.users,
+        serve_args: args.serve_args.clone(),
         step_seconds: seconds,
         cs_cps: cs,
         cp_cps: cp,
@@ -808,6 +818,12 @@ fn write(out: &Path, r: &Results) -> Result<()> {
          | --- | ---: | ---: | ---: | ---: | --- | ---: |\n",
         r.quota_percent, r.cs_cps, r.cp_cps, r.users, r.step_seconds
     );
+    if !r.serve_args.is_empty() {
+        md.insert_str(
+            md.find("\n\n| config").unwrap_or(md.len()),
+            &format!(" Every server ran with `{}`.", r.serve_args.join(" ")),
+        );
+    }
     for c in &r.configs {
         let _ = writeln!(
             md,

@@ -2019,6 +2019,9 @@ impl Endpoint {
         self.failover.clear();
         self.targets_from_dns = false;
         if let Some(route) = &plan.next_route {
+            if let Some(found) = self.covered_route(now, plan, route, &ruri) {
+                return found;
+            }
             let Some(dest) = resolve_uri(&self.config, route, true) else {
                 // A host name in the Route: RFC 3263, when on.
                 return match DnsTarget::from_uri(route).filter(|_| self.config.dns.request_uris) {
@@ -2093,7 +2096,7 @@ impl Endpoint {
         if me {
             return Err((404, "Not Found").into());
         }
-        if let Some(route) = self.config.hash_route(host) {
+        if let Some(index) = self.config.hash_route_index(host, true) {
             // Identifier-based load sharing: the user's AOR picks the target.
             let uri = match (&plan.to_uri, plan.ruri.user()) {
                 (Some(to), None) => to,
@@ -2103,50 +2106,7 @@ impl Endpoint {
             if !Registrar::aor_key(uri, &mut key) {
                 return Err((404, "Not Found").into());
             }
-            let mut order = Vec::with_capacity(route.targets.len());
-            crate::hrw::rank_by(&key, route.targets.iter().map(|t| &t.node), &mut order);
-            // A named target stands for the targets its name resolves to, in their order.
-            let mut ranked = Vec::with_capacity(order.len());
-            let (mut resolving, mut unresolved, mut from_dns) = (None, false, false);
-            for t in order.iter().filter_map(|&i| route.targets.get(i)) {
-                let Some(name) = &t.name else {
-                    ranked.push(Peer {
-                        addr: t.next_hop,
-                        transport: t.transport,
-                        conn: None,
-                    });
-                    continue;
-                };
-                match self.dns.resolve(now, name, &mut self.rng) {
-                    Resolution::Ready(peers) => {
-                        from_dns = true;
-                        ranked.extend(peers);
-                    }
-                    Resolution::Pending => {
-                        resolving.get_or_insert_with(|| name.clone());
-                    }
-                    Resolution::Failed => unresolved = true,
-                }
-            }
-            if let Some(name) = resolving {
-                return Err(NoTargets::Resolving(name));
-            }
-            // Targets that probing found down go last: their users' requests go to their
-            // next-highest target at once (and to a down one only if all are down).
-            let (mut up, down): (Vec<Peer>, Vec<Peer>) =
-                ranked.into_iter().partition(|p| !self.target_down(p));
-            up.extend(down);
-            let mut ranked = up.into_iter();
-            let Some(dest) = ranked.next() else {
-                if unresolved {
-                    self.stats.dns_unresolved += 1;
-                    return Err((503, "DNS Failure").into());
-                }
-                return Err((404, "Not Found").into());
-            };
-            self.failover = ranked.take(MAX_ALTERNATIVES).collect();
-            self.targets_from_dns = from_dns;
-            return Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute));
+            return self.hash_targets(now, index, &key, ruri);
         }
         if let Some(route) = self.config.dns_route(host) {
             let target = route.target.clone();
@@ -2176,6 +2136,117 @@ impl Endpoint {
             FoundBy::StaticRoute
         };
         Ok((vec![Target { uri: ruri, dest }], found_by))
+    }
+
+    /// The targets of load-sharing route `index` (in [`ProxyConfig::hash_routes`]) for hash
+    /// key `key`: the highest-ranked target not down, the others (named ones standing for
+    /// the targets their names resolve to) its failover order; or park the request while a
+    /// name is being resolved.
+    fn hash_targets(
+        &mut self,
+        now: Instant,
+        index: usize,
+        key: &[u8],
+        ruri: Vec<u8>,
+    ) -> Result<(Vec<Target>, FoundBy), NoTargets> {
+        let Some(route) = self.config.hash_routes.get(index) else {
+            return Err((404, "Not Found").into());
+        };
+        let mut order = Vec::with_capacity(route.targets.len());
+        crate::hrw::rank_by(key, route.targets.iter().map(|t| &t.node), &mut order);
+        // A named target stands for the targets its name resolves to, in their order.
+        let mut ranked = Vec::with_capacity(order.len());
+        let (mut resolving, mut unresolved, mut from_dns) = (None, false, false);
+        for t in order.iter().filter_map(|&i| route.targets.get(i)) {
+            let Some(name) = &t.name else {
+                ranked.push(Peer {
+                    addr: t.next_hop,
+                    transport: t.transport,
+                    conn: None,
+                });
+                continue;
+            };
+            match self.dns.resolve(now, name, &mut self.rng) {
+                Resolution::Ready(peers) => {
+                    from_dns = true;
+                    ranked.extend(peers);
+                }
+                Resolution::Pending => {
+                    resolving.get_or_insert_with(|| name.clone());
+                }
+                Resolution::Failed => unresolved = true,
+            }
+        }
+        if let Some(name) = resolving {
+            return Err(NoTargets::Resolving(name));
+        }
+        // Targets that probing found down go last: their users' requests go to their
+        // next-highest target at once (and to a down one only if all are down).
+        let (mut up, down): (Vec<Peer>, Vec<Peer>) =
+            ranked.into_iter().partition(|p| !self.target_down(p));
+        up.extend(down);
+        let mut ranked = up.into_iter();
+        let Some(dest) = ranked.next() else {
+            if unresolved {
+                self.stats.dns_unresolved += 1;
+                return Err((503, "DNS Failure").into());
+            }
+            return Err((404, "Not Found").into());
+        };
+        self.failover = ranked.take(MAX_ALTERNATIVES).collect();
+        self.targets_from_dns = from_dns;
+        Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute))
+    }
+
+    /// The targets of a request whose next hop is a Route naming a host (not an address)
+    /// that a configured route covers by its exact domain: a cluster's name, written into
+    /// Record-Route by the cluster's servers ([`ProxyConfig::record_route_host`]). The
+    /// request goes through that route's targets with the same failover as an initial
+    /// request (its Route header kept: the server it reaches pops its alias): a load-sharing
+    /// route's, ranked by the Call-ID (a dialog's requests pick one server); a DNS route's;
+    /// or, when the name is a named load-sharing target, the targets it resolves to. `None`
+    /// when no such route covers the host (an exact static route, too, is left to
+    /// [`resolve_uri`]): routed as before.
+    fn covered_route(
+        &mut self,
+        now: Instant,
+        plan: &RoutePlan<'_>,
+        route: &holdline_sip::Uri<'_>,
+        ruri: &[u8],
+    ) -> Option<Result<(Vec<Target>, FoundBy), NoTargets>> {
+        if self.config.hash_routes.is_empty() && self.config.dns_routes.is_empty() {
+            return None;
+        }
+        let name = route.host()?.name()?;
+        if let Some(index) = self.config.hash_route_index(name, false) {
+            let key = plan.call_id.unwrap_or_default();
+            return Some(self.hash_targets(now, index, key, ruri.to_vec()));
+        }
+        let exact = |d: &str| {
+            let d = d.as_bytes();
+            d.strip_suffix(b".")
+                .unwrap_or(d)
+                .eq_ignore_ascii_case(name.strip_suffix(b".").unwrap_or(name))
+        };
+        if self.config.static_routes.iter().any(|r| exact(&r.domain)) {
+            return None;
+        }
+        let target = self
+            .config
+            .dns_routes
+            .iter()
+            .find(|r| exact(&r.domain))
+            .map(|r| &r.target)
+            .or_else(|| {
+                self.config
+                    .hash_routes
+                    .iter()
+                    .flat_map(|r| &r.targets)
+                    .filter_map(|t| t.name.as_ref())
+                    .find(|t| exact(&t.host))
+            })?
+            .clone();
+        Some(self.dns_targets(now, ruri.to_vec(), target, FoundBy::StaticRoute))
     }
 
     /// The targets of a next hop given by name (a DNS route, or a host name resolved with
@@ -2259,10 +2330,10 @@ impl Endpoint {
             if let Some(in_l) = in_l
                 && out_l.is_some_and(|o| o != in_l)
             {
-                ed.add_record_route(record_route_value(&in_l).as_bytes())?;
+                ed.add_record_route(record_route_value(&self.config, &in_l).as_bytes())?;
             }
             if let Some(o) = out_l {
-                ed.add_record_route(record_route_value(&o).as_bytes())?;
+                ed.add_record_route(record_route_value(&self.config, &o).as_bytes())?;
             }
         }
         let sent_by = out_l.map(|l| host_port(l.addr)).unwrap_or_default();

@@ -64,7 +64,7 @@ pub use endpoint::{
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{
-    DnsRoute, HashRoute, HashTarget, IpNet, ListenAddr, ProbeConfig, ProxyConfig, RelayPolicy,
-    StaticRoute,
+    DnsRoute, HashRoute, HashTarget, HostPortError, IpNet, ListenAddr, ProbeConfig, ProxyConfig,
+    RelayPolicy, StaticRoute, check_host_port,
 };
 pub use registrar::{Registered, Registrar, RegistrarConfig};

@@ -6,6 +6,10 @@
 //! workers = 4                      # 0: one per available core
 //! domains = ["example.com"]
 //! record_route = true
+//! # record_route_host = "c1.example.net" # Record-Route names this host[:port] (a cluster's
+//!                                  # name) instead of the listener's address; it is an alias
+//! # aliases = ["c1.example.net"]   # hosts (host[:port]) that also mean this server: a Route
+//!                                  # naming one is popped, never forwarded to
 //! relay = "restricted"             # or "open" (an open relay)
 //! trusted = ["127.0.0.0/8", "::1"] # sources that may relay anywhere (default: loopback)
 //! store = "memory"                 # or a directory; default: the data directory; or shared:
@@ -1188,6 +1192,17 @@ pub struct ServerConfig {
     /// come back through this server. Default `true` (as Kamailio's stock configuration);
     /// `false` turns it off.
     pub record_route: bool,
+    /// The `host[:port]` written into Record-Route instead of the listener's address (the
+    /// `transport` parameter stays the listener's): the name of the cluster this server
+    /// belongs to, so that in-dialog requests survive its death (the first stage routes the
+    /// name through the `[[hash_routes]]` or `[[routes]]` entry whose domain it is, with
+    /// failover; see `docs/scaling.md`). It is an alias too. Absent (default): the
+    /// listener's address.
+    pub record_route_host: Option<String>,
+    /// Hosts (`host` or `host:port`) that also mean this server: a Request-URI or Route naming
+    /// one is ours (the Route is popped, RFC 3261 §16.4, and never forwarded to). Default:
+    /// none (the listeners' addresses only).
+    pub aliases: Vec<String>,
     /// Relay policy: `restricted` (default) relays only requests for a served domain or the
     /// server itself, requests a static route covers, in-dialog requests that came through
     /// the server's own Record-Route, and requests from a `trusted` source; the rest get
@@ -1419,6 +1434,8 @@ impl Default for ServerConfig {
             workers: 0,
             domains: Vec::new(),
             record_route: true,
+            record_route_host: None,
+            aliases: Vec::new(),
             relay: "restricted".into(),
             durability: "commit".into(),
             commit_window_us: 2_000,
@@ -1476,6 +1493,8 @@ pub struct Overrides {
     pub metrics: Option<SocketAddr>,
     /// `--record-route`.
     pub record_route: Option<bool>,
+    /// `--record-route-host`.
+    pub record_route_host: Option<String>,
     /// `--route`.
     pub routes: Vec<Route>,
     /// `--overload`: the local control algorithm.
@@ -1568,6 +1587,9 @@ impl ServerConfig {
         if let Some(r) = o.record_route {
             self.record_route = r;
         }
+        if let Some(h) = o.record_route_host {
+            self.record_route_host = Some(h);
+        }
         if let Some(a) = o.overload {
             self.overload.local = a;
         }
@@ -1630,6 +1652,20 @@ impl ServerConfig {
         }
         if self.workers > 1024 {
             return err("workers", "at most 1024 workers");
+        }
+        if let Some(Err(e)) = self
+            .record_route_host
+            .as_deref()
+            .map(holdline_proto::check_host_port)
+        {
+            return err("record_route_host", &e.to_string());
+        }
+        if let Some(e) = self
+            .aliases
+            .iter()
+            .find_map(|a| holdline_proto::check_host_port(a).err())
+        {
+            return err("aliases", &e.to_string());
         }
         let l = &self.limits;
         if !(512..=1 << 20).contains(&l.max_message_size) {
@@ -1935,6 +1971,36 @@ stateless = true
         .expect_err("bad namespace");
         assert_eq!((e.line, e.key.as_str()), (2, "store"), "{e}");
         assert!(e.to_string().contains("namespace"), "{e}");
+    }
+
+    #[test]
+    fn record_route_host_and_aliases_are_checked() {
+        let c = ServerConfig::from_toml(
+            "a.toml",
+            "record_route_host = \"c1.example.net\"\naliases = [\"c1.example.net:5070\", \"192.0.2.7\"]\n",
+        )
+        .expect("valid");
+        assert_eq!(c.record_route_host.as_deref(), Some("c1.example.net"));
+        assert_eq!(c.aliases.len(), 2);
+        let e = ServerConfig::from_toml("a.toml", "workers = 1\nrecord_route_host = \"c1 x\"\n")
+            .expect_err("bad host");
+        assert_eq!((e.line, e.key.as_str()), (2, "record_route_host"));
+        assert!(e.message.contains("`c1 x`"), "{e}");
+        let e = ServerConfig::from_toml(
+            "a.toml",
+            "\n\naliases = [\"ok.example.net\", \"bad.example.net:99999\"]\n",
+        )
+        .expect_err("bad alias");
+        assert_eq!((e.line, e.key.as_str()), (3, "aliases"));
+        assert!(e.message.contains("bad.example.net:99999"), "{e}");
+        let mut c = ServerConfig::default();
+        let err = c
+            .apply(Overrides {
+                record_route_host: Some("sip:c1".into()),
+                ..Overrides::default()
+            })
+            .expect_err("bad --record-route-host");
+        assert!(err.starts_with("record_route_host"), "{err}");
     }
 
     #[test]

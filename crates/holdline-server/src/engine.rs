@@ -158,6 +158,8 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         })
         .collect();
     p.record_route = config.record_route;
+    p.record_route_host.clone_from(&config.record_route_host);
+    p.aliases.clone_from(&config.aliases);
     p.relay = config.relay_policy();
     // validate() checked the setting.
     let algos = config.overload.feedback_algos().unwrap_or_default();

@@ -83,6 +83,10 @@ struct ServeArgs {
     /// Record-Route initial dialog-creating requests (default on).
     #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
     record_route: Option<bool>,
+    /// Write HOST[:PORT] (a cluster's name) into Record-Route instead of the listener's
+    /// address, and take a Route naming it as this server's (`record_route_host`).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    record_route_host: Option<String>,
     /// Static route DOMAIN=udp:IP:PORT (or tcp:, tls:; `*` for any domain; `,stateless` and,
     /// for tls, `,server_name=NAME` suffixes), or DOMAIN=sip:NAME resolved with DNS (RFC 3263:
     /// NAPTR, SRV, A/AAAA; `[dns]` in the config file).
@@ -349,6 +353,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             workers: args.workers,
             metrics: args.metrics,
             record_route: args.record_route,
+            record_route_host: args.record_route_host,
             routes: args.route,
             overload: args.overload,
             emulate_cost_us: args.emulate_cost_us,

@@ -204,3 +204,173 @@ fn a_dead_target_is_probed_out_and_its_users_calls_go_to_the_other() {
     assert!(attempted >= 700, "{v}");
     assert_eq!(v["calls_completed"].as_u64(), Some(attempted), "{v}");
 }
+
+/// What one run of [`second_stage_dies_under_calls`] measured.
+#[derive(Debug)]
+struct DeathRun {
+    /// Calls placed.
+    attempted: u64,
+    /// Calls that did not end with a BYE answered 2xx (setup failures and BYEs that failed
+    /// or timed out).
+    failed: u64,
+    /// INVITEs the killed second stage had taken before its death.
+    through_dead: f64,
+    /// In-dialog requests the first stage failed over to the other second stage.
+    failovers: f64,
+    /// The caller's report.
+    report: serde_json::Value,
+}
+
+/// A first stage (probing every 400 ms) hashes `example.net`'s users over two second stages
+/// P_a and P_b and covers the cluster name `c1.example.net` with a hash route over the same
+/// two; each second stage sends every call to one `holdline load uas` (a static route),
+/// with `--record-route-host=c1.example.net` when `cluster_rr`. `holdline load uac` places
+/// 80 calls/s for 8 s, each held 2.5 s; P_a is killed with SIGKILL in the middle.
+fn second_stage_dies_under_calls(cluster_rr: bool) -> DeathRun {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pa, pb, uas, first, m_first, m_pa) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let second = |port: u16, metrics: u16| {
+        let mut args = vec![
+            format!("--listen=udp:127.0.0.1:{port}"),
+            format!("--metrics=127.0.0.1:{metrics}"),
+            format!("--route=*=udp:127.0.0.1:{uas}"),
+            "--store=memory".into(),
+            "--workers=1".into(),
+        ];
+        if cluster_rr {
+            args.push("--record-route-host=c1.example.net".into());
+        }
+        Holdline::start(&args)
+    };
+    let p_a = second(pa, m_pa);
+    let _p_b = second(pb, free_port());
+    let conf = dir.path().join("first.toml");
+    let targets = format!("targets = [\"udp:127.0.0.1:{pa}\", \"udp:127.0.0.1:{pb}\"]");
+    std::fs::write(
+        &conf,
+        format!(
+            "[probing]\ninterval_ms = 400\ntimeout_ms = 300\ndown_after = 2\n\
+             [[hash_routes]]\ndomain = \"example.net\"\n{targets}\n\
+             [[hash_routes]]\ndomain = \"c1.example.net\"\n{targets}\n"
+        ),
+    )
+    .expect("config");
+    let _first = Holdline::start(&[
+        format!("--config={}", conf.display()),
+        format!("--listen=udp:127.0.0.1:{first}"),
+        format!("--metrics=127.0.0.1:{m_first}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+    ]);
+    let _uas = load(&[
+        "uas".to_owned(),
+        "--progress=off".to_owned(),
+        "--max-time=60".to_owned(),
+        format!("--listen=127.0.0.1:{uas}"),
+    ]);
+    common::wait_udp_bound(uas, Duration::from_secs(10));
+    let json = dir.path().join("uac.json");
+    let mut uac = load(&[
+        "uac".to_owned(),
+        "--progress=off".to_owned(),
+        "--rate=80".to_owned(),
+        "--duration=8".to_owned(),
+        "--hold=fixed:2.5".to_owned(),
+        // Timer F of the caller's BYEs 6.4 s: a BYE lost with the dead server fails within
+        // the run.
+        "--t1-ms=100".to_owned(),
+        "--drain=15".to_owned(),
+        "--max-time=40".to_owned(),
+        format!("--target=127.0.0.1:{first}"),
+        "--to=u{0..999}@example.net".to_owned(),
+        format!("--json={}", json.display()),
+    ]);
+    let m_first = SocketAddr::from(([127, 0, 0, 1], m_first));
+    let m_pa = SocketAddr::from(([127, 0, 0, 1], m_pa));
+    // About 4 s of calls (more than a holding time): calls set up through P_a are in
+    // progress, some already hung up. Then P_a dies.
+    wait_metrics(m_first, Duration::from_secs(20), |m| {
+        metric(m, "holdline_sip_requests_in_total", &["method=\"INVITE\""]) >= 320.0
+    });
+    let through_dead = metric(
+        &scrape(m_pa),
+        "holdline_sip_requests_in_total",
+        &["method=\"INVITE\""],
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &p_a.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(killed.success());
+    wait_metrics(m_first, Duration::from_secs(5), |m| {
+        metric(m, "holdline_sip_targets_down", &[]) >= 1.0
+    });
+    let status = uac
+        .wait_for(Duration::from_secs(50))
+        .expect("holdline load uac stops by itself");
+    assert!(status.success(), "{status:?}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("uac.json")).expect("json");
+    let attempted = report["calls_attempted"].as_u64().expect("attempted");
+    let ok = report["totals"]["calls_ok"].as_u64().expect("calls_ok");
+    let failovers = metric(&scrape(m_first), "holdline_sip_failovers_total", &[]);
+    drop(p_a);
+    DeathRun {
+        attempted,
+        failed: attempted.saturating_sub(ok),
+        through_dead,
+        failovers,
+        report,
+    }
+}
+
+/// Issue 18's failover criterion for dialogs: with the cluster's name in Record-Route, the
+/// BYEs of the calls set up through the killed second stage reach the other one (which pops
+/// the name as its alias and forwards them to the callee): at most 1% of the calls fail.
+/// Without it (each second stage record-routes its own address) the same run loses the
+/// calls in progress through the dead one.
+#[test]
+fn dialogs_survive_the_death_of_the_second_stage_that_set_them_up() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let run = second_stage_dies_under_calls(true);
+    eprintln!(
+        "cluster Record-Route: {} of {} calls failed; {} INVITEs through the dead second \
+         stage, {} failovers",
+        run.failed, run.attempted, run.through_dead, run.failovers
+    );
+    assert!(run.attempted >= 560, "{:?}", run.report);
+    assert!(
+        run.through_dead >= 100.0,
+        "P_a took its share: {}",
+        run.through_dead
+    );
+    assert!(
+        run.failed * 100 <= run.attempted,
+        "at most 1% of the calls fail: {run:?}"
+    );
+}
+
+/// The same run with each second stage record-routing its own address: the calls in
+/// progress through the killed one lose their BYE (this is what
+/// [`dialogs_survive_the_death_of_the_second_stage_that_set_them_up`] fixes).
+#[test]
+fn without_a_cluster_record_route_the_calls_in_progress_through_a_dead_second_stage_fail() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let run = second_stage_dies_under_calls(false);
+    eprintln!(
+        "own Record-Route: {} of {} calls failed; {} INVITEs through the dead second stage",
+        run.failed, run.attempted, run.through_dead
+    );
+    assert!(run.attempted >= 560, "{:?}", run.report);
+    assert!(
+        run.failed * 100 >= run.attempted * 5 && run.failed >= 30,
+        "the calls in progress through P_a (about 100 of 640) fail: {run:?}"
+    );
+}

@@ -249,9 +249,19 @@ pub struct ProxyConfig {
     /// are routed through the location service, and REGISTERs for them go to the registrar.
     /// Compared case-insensitively. Default: none.
     pub domains: Vec<String>,
-    /// Host names that also mean "this proxy" (besides the [`listen`](Self::listen)
-    /// addresses), compared case-insensitively. Default: none.
+    /// Hosts that also mean "this proxy" (besides the [`listen`](Self::listen) addresses):
+    /// `host` (a name, compared case-insensitively, or an IP address), `host:port` or
+    /// `[v6]:port` ([`check_host_port`] tells a good one). A Request-URI or Route naming one is
+    /// ours (a Route is popped, RFC 3261 §16.4, never forwarded to); without a port an alias
+    /// counts with any of the listeners' ports or none, with one only with that port or none.
+    /// Default: none.
     pub aliases: Vec<String>,
+    /// The `host[:port]` this proxy writes into its Record-Route instead of its listener's
+    /// address (the transport parameter stays the listener's): a cluster's name, so that the
+    /// in-dialog requests of the dialogs it record-routes may reach any server of the cluster
+    /// (the first stage routes the name through its load-sharing route, with failover). It is
+    /// an alias too ([`aliases`](Self::aliases)). Default `None`: the listener's address.
+    pub record_route_host: Option<String>,
     /// The server's listening addresses, one per transport at least: the first listener of a
     /// transport is used as sent-by and in Record-Route for messages leaving over it.
     /// Default: `127.0.0.1:5060` over UDP.
@@ -339,6 +349,7 @@ impl Default for ProxyConfig {
         Self {
             domains: Vec::new(),
             aliases: Vec::new(),
+            record_route_host: None,
             listen: vec![ListenAddr {
                 transport: Transport::Udp,
                 addr: SocketAddr::from(([127, 0, 0, 1], 5060)),
@@ -387,11 +398,22 @@ impl ProxyConfig {
 
     /// The load-sharing route for a Request-URI host: an exact match first, then `*`.
     pub fn hash_route(&self, host: &[u8]) -> Option<&HashRoute> {
+        self.hash_route_index(host, true)
+            .and_then(|i| self.hash_routes.get(i))
+    }
+
+    /// The position in [`hash_routes`](Self::hash_routes) of the route for `host`: an exact
+    /// match, else (with `wildcard`) the `*` route.
+    pub(crate) fn hash_route_index(&self, host: &[u8], wildcard: bool) -> Option<usize> {
         let host = trim_dot(host);
         self.hash_routes
             .iter()
-            .find(|r| trim_dot(r.domain.as_bytes()).eq_ignore_ascii_case(host))
-            .or_else(|| self.hash_routes.iter().find(|r| r.domain == "*"))
+            .position(|r| trim_dot(r.domain.as_bytes()).eq_ignore_ascii_case(host))
+            .or_else(|| {
+                wildcard
+                    .then(|| self.hash_routes.iter().position(|r| r.domain == "*"))
+                    .flatten()
+            })
     }
 
     /// Whether any next hop may be a DNS name (a DNS route, a named load-sharing target, or
@@ -439,7 +461,59 @@ impl ProxyConfig {
     }
 }
 
+/// Why a string is not a `host[:port]` (see [`check_host_port`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not a host or host:port (a domain name, an IPv4 address or [IPv6], optionally \
+     :PORT from 1 to 65535)"
+)]
+pub struct HostPortError(String);
+
+/// Splits `host`, `host:port`, `[v6]` or `[v6]:port` (a bare IPv6 address has no port) into
+/// the host (IPv6 without brackets) and the port text.
+pub(crate) fn split_host_port(s: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = s.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((h, tail)) => (h, tail.strip_prefix(':')),
+            None => (s, None),
+        };
+    }
+    match s.split_once(':') {
+        Some((h, p)) if !p.contains(':') => (h, Some(p)),
+        _ => (s, None),
+    }
+}
+
+/// Checks a [`ProxyConfig::record_route_host`] or an [`alias`](ProxyConfig::aliases): a
+/// domain name (letters, digits, `-`, `.`; an optional trailing dot), an IPv4 address or an
+/// IPv6 address in brackets, optionally followed by `:PORT` (1–65535).
+pub fn check_host_port(s: &str) -> Result<(), HostPortError> {
+    let bad = || HostPortError(s.to_owned());
+    let (host, port) = split_host_port(s);
+    if let Some(p) = port {
+        p.parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(bad)?;
+    }
+    if s.starts_with('[') {
+        return host.parse::<Ipv6Addr>().map(|_| ()).map_err(|_| bad());
+    }
+    if host.parse::<Ipv4Addr>().is_ok() {
+        return Ok(());
+    }
+    let name = host.strip_suffix('.').unwrap_or(host);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(bad());
+    }
+    Ok(())
+}
+
 /// A fully qualified name may end with a dot.
-fn trim_dot(s: &[u8]) -> &[u8] {
+pub(crate) fn trim_dot(s: &[u8]) -> &[u8] {
     s.strip_suffix(b".").unwrap_or(s)
 }

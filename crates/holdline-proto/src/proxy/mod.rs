@@ -29,9 +29,10 @@ use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
 pub use config::{
-    DnsRoute, HashRoute, HashTarget, IpNet, IpNetError, ListenAddr, ProbeConfig, ProxyConfig,
-    RelayPolicy, StaticRoute,
+    DnsRoute, HashRoute, HashTarget, HostPortError, IpNet, IpNetError, ListenAddr, ProbeConfig,
+    ProxyConfig, RelayPolicy, StaticRoute, check_host_port,
 };
+use config::{split_host_port, trim_dot};
 
 /// FNV-1a, 64 bits: a fixed, portable hash for the loop-detection and stateless branches,
 /// which must come out the same on every worker and every run.
@@ -89,21 +90,39 @@ fn is_me_host(
         Some(p) => l.addr.port() == p,
         None => any_port || l.addr.port() == default,
     };
+    // An alias names the host (a name case-insensitively, an address by value); with a
+    // port of its own it counts only with that port (or none written).
+    let alias = |a: &str| {
+        let (h, p) = split_host_port(a);
+        let host_ok = match host.ip() {
+            Some(ip) => h.parse::<IpAddr>().is_ok_and(|a| a == ip),
+            None => trim_dot(h.as_bytes())
+                .eq_ignore_ascii_case(trim_dot(host.name().unwrap_or_default())),
+        };
+        host_ok
+            && match (p.and_then(|p| p.parse::<u16>().ok()), port) {
+                (Some(p), Some(q)) => p == q,
+                (Some(p), None) => any_port || p == default,
+                (None, _) => config.listen.iter().any(port_ok),
+            }
+    };
+    let by_alias = || {
+        config
+            .aliases
+            .iter()
+            .map(String::as_str)
+            .chain(config.record_route_host.as_deref())
+            .any(alias)
+    };
     match host.ip() {
-        Some(ip) => config.listen.iter().any(|l| {
-            listener_has_ip(config, l, ip)
-                && port_ok(l)
-                && transport.is_none_or(|t| t == l.transport)
-        }),
-        None => {
-            let name = host.name().unwrap_or_default();
-            let name = name.strip_suffix(b".").unwrap_or(name);
-            config
-                .aliases
-                .iter()
-                .any(|a| a.as_bytes().eq_ignore_ascii_case(name))
-                && config.listen.iter().any(port_ok)
+        Some(ip) => {
+            config.listen.iter().any(|l| {
+                listener_has_ip(config, l, ip)
+                    && port_ok(l)
+                    && transport.is_none_or(|t| t == l.transport)
+            }) || by_alias()
         }
+        None => by_alias(),
     }
 }
 
@@ -140,13 +159,14 @@ pub(crate) fn host_port(addr: SocketAddr) -> String {
     }
 }
 
-/// The Record-Route value naming listener `l`: `<sip:ADDR:PORT;transport=T;lr>`.
-pub(crate) fn record_route_value(l: &ListenAddr) -> String {
-    format!(
-        "<sip:{};transport={};lr>",
-        host_port(l.addr),
-        l.transport.as_param_str()
-    )
+/// The Record-Route value naming listener `l`: `<sip:ADDR:PORT;transport=T;lr>`, or with
+/// [`ProxyConfig::record_route_host`] in place of `ADDR:PORT`.
+pub(crate) fn record_route_value(config: &ProxyConfig, l: &ListenAddr) -> String {
+    let t = l.transport.as_param_str();
+    match &config.record_route_host {
+        Some(h) => format!("<sip:{h};transport={t};lr>"),
+        None => format!("<sip:{};transport={t};lr>", host_port(l.addr)),
+    }
 }
 
 /// Where a URI's host leads without DNS: an exact static route for its host, else an IP
@@ -264,6 +284,10 @@ pub(crate) struct RoutePlan<'a> {
     /// The To URI, when load-sharing routes are configured: the user a REGISTER (whose
     /// Request-URI has no user part) is hashed by.
     pub(crate) to_uri: Option<Uri<'a>>,
+    /// The Call-ID, when load-sharing routes are configured and a Route is left: what a
+    /// request routed through a load-sharing route by its Route (a cluster's name) is hashed
+    /// by, so that every request of a dialog picks the same server of the cluster.
+    pub(crate) call_id: Option<&'a [u8]>,
 }
 
 impl<'a> RoutePlan<'a> {
@@ -350,6 +374,11 @@ impl<'a> RoutePlan<'a> {
         } else {
             msg.to().ok().map(|t| t.uri)
         };
+        let call_id = if config.hash_routes.is_empty() || next_route.is_none() {
+            None
+        } else {
+            msg.call_id().ok()
+        };
         Ok(Self {
             ruri,
             remove,
@@ -357,6 +386,7 @@ impl<'a> RoutePlan<'a> {
             remaining,
             own_route,
             to_uri,
+            call_id,
         })
     }
 

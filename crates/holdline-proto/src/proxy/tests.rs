@@ -2,7 +2,7 @@
 //! in-memory network, time jumping to the next wake-up (quinn-proto's `Pair` is the model),
 //! with a livelock guard.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -3450,7 +3450,7 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
         );
     }
     net.run_until(ms(500));
-    let mut used = std::collections::BTreeSet::new();
+    let mut used = BTreeSet::new();
     for (i, u) in users.iter().enumerate() {
         let expect = crate::hrw::pick_by(
             format!("{u}@example.net").as_bytes(),
@@ -3946,4 +3946,267 @@ fn request_uri_host_names_are_resolved_when_on_and_the_source_may_relay() {
         "no lookup for a source that may not relay"
     );
     assert_eq!(net.proxy.stats().dns_parked, 0);
+}
+
+// ---------------------------------------------------------------- cluster Record-Route
+
+const CLUSTER_RR: &str = "<sip:c1.example.net;transport=udp;lr>";
+
+/// The branches (client transactions) of the `method` requests UA `last` received:
+/// retransmissions counted once.
+fn branches(net: &Net, last: u8, method: &str) -> BTreeSet<String> {
+    net.ua(last)
+        .requests(method)
+        .iter()
+        .map(|r| top_branch(r))
+        .collect()
+}
+
+#[test]
+fn a_cluster_record_route_names_the_cluster_and_its_route_is_popped_as_ours() {
+    let mut c = config();
+    c.record_route_host = Some("c1.example.net".into());
+    let mut net = Net::new(c, vec![alice(), Ua::new(2, Script::answers(10, 50, 200))]);
+    net.register("bob", 2);
+    net.send(1, invite("z9hG4bKcl1"));
+    net.run_until(ms(500));
+    // The Record-Route names the cluster, with the listener's transport.
+    let invites = net.ua(2).requests("INVITE");
+    assert_eq!(invites.len(), 1);
+    assert_eq!(
+        header(&invites[0], HeaderName::RecordRoute).as_deref(),
+        Some(CLUSTER_RR)
+    );
+    let ok = net.ua(1).responses(200, "INVITE");
+    assert_eq!(ok.len(), 1);
+    assert_eq!(
+        header(&ok[0].1, HeaderName::RecordRoute).as_deref(),
+        Some(CLUSTER_RR)
+    );
+    let to = header(&ok[0].1, HeaderName::To).expect("To");
+    // A BYE whose Route names the cluster (any case, a trailing dot) is ours: popped, and
+    // the BYE goes to the Request-URI, never to the name.
+    let bye = request(
+        "BYE",
+        "sip:bob@10.0.0.2:5060",
+        ua_addr(1),
+        "z9hG4bKclbye",
+        2,
+        &[
+            ("To", &to),
+            ("Route", "<sip:C1.Example.NET.;transport=udp;lr>"),
+        ],
+    );
+    net.send(1, bye);
+    net.run_until(ms(700));
+    let byes = net.ua(2).requests("BYE");
+    assert_eq!(byes.len(), 1);
+    assert_eq!(
+        header(&byes[0], HeaderName::Route),
+        None,
+        "our Route popped"
+    );
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+
+    // Aliases: a name with a port counts with that port only, an address by value; the
+    // record_route_host is one without being listed.
+    let mut c = config();
+    c.record_route_host = Some("c1.example.net".into());
+    c.aliases = vec!["alias.example.net:5070".into(), "192.0.2.7".into()];
+    for (route, ours) in [
+        ("<sip:alias.example.net:5070;lr>", true),
+        ("<sip:ALIAS.example.net;lr>", true),
+        ("<sip:alias.example.net:5071;lr>", false),
+        ("<sip:192.0.2.7;lr>", true),
+        ("<sip:192.0.2.7:5060;lr>", true),
+        ("<sip:192.0.2.8;lr>", false),
+        ("<sip:c1.example.net:5060;transport=tcp;lr>", true),
+        ("<sip:c2.example.net;lr>", false),
+    ] {
+        let bytes = request(
+            "BYE",
+            "sip:bob@10.0.0.2",
+            ua_addr(1),
+            "z9hG4bKal",
+            2,
+            &[("Route", route)],
+        );
+        let m = parse(&bytes);
+        let plan = RoutePlan::new(&c, &m).expect("plan");
+        assert_eq!(plan.own_route, ours, "{route}");
+        assert_eq!(plan.next_route.is_none(), ours, "{route}");
+    }
+    for good in [
+        "c1.example.net",
+        "c1.example.net.",
+        "c1.example.net:5070",
+        "192.0.2.7",
+        "192.0.2.7:5060",
+        "[2001:db8::1]",
+        "[2001:db8::1]:5060",
+    ] {
+        assert_eq!(check_host_port(good), Ok(()), "{good}");
+    }
+    for bad in [
+        "",
+        "c1 example",
+        "c1.example.net:0",
+        "c1.example.net:70000",
+        "c1.example.net:x",
+        "-c1.example.net",
+        "c1..example.net",
+        "sip:c1.example.net",
+        "2001:db8::1",
+        "[2001:db8::1",
+        "c1.example.net;lr",
+    ] {
+        assert!(check_host_port(bad).is_err(), "{bad}");
+    }
+}
+
+/// A first stage whose hash route covers the cluster name `c1.example.net` with UAs 5 and
+/// 6; UA `dead` never answers, the other answers everything. Returns the net and a Call-ID
+/// that ranks the dead UA first.
+fn cluster_net(dead: u8, probe: bool) -> (Net, String) {
+    let targets: Vec<HashTarget> = [5, 6]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    let nodes: Vec<crate::hrw::HrwNode> = targets.iter().map(|t| t.node.clone()).collect();
+    let call_id = (0..100)
+        .map(|i| format!("dlg-{i}@test"))
+        .find(|id| {
+            let mut order = Vec::new();
+            crate::hrw::rank(id.as_bytes(), &nodes, &mut order);
+            [5u8, 6][order[0]] == dead
+        })
+        .expect("a Call-ID ranking the dead UA first");
+    let mut c = config();
+    c.hash_routes = vec![HashRoute {
+        domain: "c1.example.net".into(),
+        targets,
+    }];
+    c.probe = probe.then(ProbeConfig::default);
+    let live = if dead == 5 { 6 } else { 5 };
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(dead, silent),
+            Ua::new(live, Script::answers(1, 2, 200)),
+        ],
+    );
+    (net, call_id)
+}
+
+/// An in-dialog request of `call_id` through this proxy (its Record-Route first) and the
+/// cluster `c1.example.net`.
+fn in_dialog_to_cluster(method: &str, call_id: &str, cseq: u32) -> Vec<u8> {
+    let routes = format!("{RR}, {CLUSTER_RR}");
+    request(
+        method,
+        "sip:bob@10.0.0.9:5060",
+        ua_addr(1),
+        &format!("z9hG4bKdl{method}{cseq}"),
+        cseq,
+        &[
+            ("To", "<sip:bob@example.com>;tag=b1"),
+            ("Call-ID", call_id),
+            ("Route", &routes),
+        ],
+    )
+}
+
+#[test]
+fn a_bye_to_a_cluster_name_fails_over_to_the_other_member_on_timeout() {
+    for dead in [5u8, 6] {
+        let live = if dead == 5 { 6 } else { 5 };
+        let (mut net, call_id) = cluster_net(dead, false);
+        net.send(1, in_dialog_to_cluster("BYE", &call_id, 2));
+        net.run_until(ms(1_000));
+        // The Call-ID ranks the dead member first: the BYE went there, Route kept (the
+        // member pops its alias), not to the Request-URI's host nor to the name.
+        let first = net.ua(dead).requests("BYE");
+        assert_eq!(parse(&first[0]).call_id().ok(), Some(call_id.as_bytes()));
+        assert_eq!(
+            header(&first[0], HeaderName::Route).as_deref(),
+            Some(CLUSTER_RR)
+        );
+        assert!(net.ua(live).requests("BYE").is_empty());
+        assert!(net.ua(1).responses(200, "BYE").is_empty());
+        // Timer F (64 × T1): the next member gets it in a new branch, and answers.
+        net.run_until(ms(40_000));
+        let second = net.ua(live).requests("BYE");
+        assert_eq!(second.len(), 1, "failed over");
+        assert_eq!(
+            header(&second[0], HeaderName::Route).as_deref(),
+            Some(CLUSTER_RR)
+        );
+        assert_ne!(top_branch(&first[0]), top_branch(&second[0]));
+        assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+        assert_eq!(net.proxy.stats().failovers, 1);
+    }
+}
+
+#[test]
+fn a_bye_to_a_cluster_name_goes_to_the_live_member_when_probing_found_the_other_down() {
+    let (mut net, call_id) = cluster_net(5, true);
+    net.run_until(ms(2_500));
+    assert_eq!(net.proxy.stats().targets_down, 1);
+    // The 2xx ACK (stateless) and the BYE go to the live member at once.
+    net.send(1, in_dialog_to_cluster("ACK", &call_id, 1));
+    net.send(1, in_dialog_to_cluster("BYE", &call_id, 2));
+    net.run_until(ms(2_700));
+    assert!(net.ua(5).requests("ACK").is_empty());
+    assert!(net.ua(5).requests("BYE").is_empty());
+    assert_eq!(net.ua(6).requests("ACK").len(), 1);
+    let byes = net.ua(6).requests("BYE");
+    assert_eq!(byes.len(), 1);
+    assert_eq!(
+        header(&byes[0], HeaderName::Route).as_deref(),
+        Some(CLUSTER_RR)
+    );
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 0);
+    // A BYE sent to it while it was still counted up fails over when probing takes it
+    // down, without waiting for Timer F.
+    let (mut net, call_id) = cluster_net(5, true);
+    net.send(1, in_dialog_to_cluster("BYE", &call_id, 2));
+    net.run_until(ms(2_500));
+    assert_eq!(branches(&net, 5, "BYE").len(), 1);
+    assert_eq!(branches(&net, 6, "BYE").len(), 1);
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 1);
+}
+
+#[test]
+fn a_route_naming_a_dns_routes_domain_goes_through_its_srv_targets() {
+    // dns_net routes example.net to svc.example.net: SRV primary UA 5 (silent here), backup
+    // UA 6. A BYE whose Route names example.net fails over to the backup like a call would.
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let mut net = dns_net(silent, Script::answers(1, 2, 200));
+    let routes = format!("{RR}, <sip:example.net;transport=udp;lr>");
+    net.send(
+        1,
+        request(
+            "BYE",
+            "sip:bob@10.0.0.9:5060",
+            ua_addr(1),
+            "z9hG4bKdnsbye",
+            2,
+            &[("To", "<sip:bob@example.com>;tag=b1"), ("Route", &routes)],
+        ),
+    );
+    net.run_until(ms(40_000));
+    assert_eq!(branches(&net, 5, "BYE").len(), 1);
+    assert_eq!(branches(&net, 6, "BYE").len(), 1);
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+    assert_eq!(net.proxy.stats().failovers, 1);
 }
