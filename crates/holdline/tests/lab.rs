@@ -342,3 +342,68 @@ fn lab_names_its_experiments_and_refuses_unknown_ones() {
         "{err}"
     );
 }
+
+/// `holdline lab scaling`, small: S0P1 and S2P2 at half their expected capacity (given, no
+/// calibration), 2 s steps, 100 users. Checks the files, that the users' calls completed
+/// through both stages, that the first stages shared the users between both second stages,
+/// and that the model is computed from those shares. No speed is asserted.
+#[test]
+fn scaling_runs_two_stages_and_compares_with_the_model() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("scaling");
+    let err = run_lab(
+        &[
+            "scaling",
+            "--quick",
+            "--configs",
+            "S0P1,S2P2",
+            "--capacities",
+            "600,600",
+            "--loads",
+            "0.5",
+            "--step-seconds",
+            "2",
+            "--users",
+            "100",
+        ],
+        &out,
+    );
+    assert!(err.contains("S2P2"), "progress is shown:\n{err}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["experiment"], "scaling");
+    let steps = v["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 2, "{text}");
+    for s in steps {
+        let attempted = s["attempted"].as_u64().expect("attempted");
+        assert!(attempted > 0, "{s}");
+        assert_eq!(s["calls_ok"].as_u64(), Some(attempted), "{s}");
+    }
+    let configs = v["configs"].as_array().expect("configs");
+    let s2p2 = configs
+        .iter()
+        .find(|c| c["config"] == "S2P2")
+        .expect("S2P2");
+    let shares: Vec<f64> = s2p2["shares"]
+        .as_array()
+        .expect("shares")
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .collect();
+    assert_eq!(shares.len(), 2, "{s2p2}");
+    assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-6, "{s2p2}");
+    assert!(
+        shares.iter().all(|f| *f > 0.2),
+        "both second stages took calls: {s2p2}"
+    );
+    // min(f_j · min(∞, 2·600), 600) summed: 1,200 unless a share exceeds one half.
+    let want: f64 = shares.iter().map(|f| (f * 1200.0).min(600.0)).sum();
+    let model = s2p2["model_cps"].as_f64().expect("model");
+    assert!((model - want).abs() < 1e-6, "{model} vs {want}");
+    let csv = std::fs::read_to_string(out.join("steps.csv")).expect("steps.csv");
+    assert!(csv.starts_with("config,offered_cps,"), "{csv}");
+    assert_eq!(csv.lines().count(), 3, "header + 2 steps");
+    let svg = std::fs::read_to_string(out.join("throughput.svg")).expect("svg");
+    assert!(svg.contains("S2P2 model"));
+}
