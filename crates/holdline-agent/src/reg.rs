@@ -148,16 +148,11 @@ impl Reg {
             u.timer_e = (!cx.reliable).then(|| cx.now + cx.t.t1);
             u.timer_f = Some(cx.now + cx.t.timeout());
             u.first_sent.get_or_insert(cx.now);
-            for (at, kind) in [(u.timer_e, Kind::RegE), (u.timer_f, Kind::RegF)] {
-                if let Some(at) = at {
-                    cx.timers.schedule(Entry {
-                        at,
-                        slot: user,
-                        gen_: u.cseq,
-                        kind,
-                    });
-                }
-            }
+            cx.timers.arm(
+                user,
+                u.cseq,
+                [(u.timer_e, Kind::RegE), (u.timer_f, Kind::RegF)],
+            );
             cx.rec.c.reg_sent += 1;
             cx.rec.msgs.row(MsgKey::Request(M::Register)).sent += 1;
         }

@@ -99,6 +99,25 @@ impl TimerQueue {
         }
     }
 
+    /// Schedules, for `slot` of generation `gen_`, each timer whose deadline is set.
+    pub(crate) fn arm(
+        &mut self,
+        slot: u32,
+        gen_: u32,
+        timers: impl IntoIterator<Item = (Option<Instant>, Kind)>,
+    ) {
+        for (at, kind) in timers {
+            if let Some(at) = at {
+                self.schedule(Entry {
+                    at,
+                    slot,
+                    gen_,
+                    kind,
+                });
+            }
+        }
+    }
+
     pub(crate) fn next(&self) -> Option<Instant> {
         let lanes = self.lanes.iter().filter_map(|l| l.front().map(|e| e.at));
         lanes.chain(self.heap.peek().map(|Reverse(e)| e.at)).min()

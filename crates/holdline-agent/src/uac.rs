@@ -204,21 +204,16 @@ impl Uac {
         let gen_ = self.slots[slot as usize].gen_;
         // Timer B is armed by the checkpoint T1 from now, if the call still lives then.
         let check = Some(now + t1);
-        for (at, kind) in [
-            (call.timer_a, Kind::UacA),
-            (check, Kind::UacCheck),
-            (call.cancel_at, Kind::UacCancel),
-            (call.failover_at, Kind::UacFailover),
-        ] {
-            if let Some(at) = at {
-                cx.timers.schedule(Entry {
-                    at,
-                    slot,
-                    gen_,
-                    kind,
-                });
-            }
-        }
+        cx.timers.arm(
+            slot,
+            gen_,
+            [
+                (call.timer_a, Kind::UacA),
+                (check, Kind::UacCheck),
+                (call.cancel_at, Kind::UacCancel),
+                (call.failover_at, Kind::UacFailover),
+            ],
+        );
         self.slots[slot as usize].call = Some(call);
         self.active += 1;
         cx.rec.c.attempted += 1;
@@ -408,16 +403,11 @@ impl Uac {
         call.timer_e = (!cx.reliable).then(|| now + cx.t.t1);
         call.timer_f = Some(now + cx.t.timeout());
         let check = Some(now + cx.t.t1);
-        for (at, kind) in [(call.timer_e, Kind::UacE), (check, Kind::UacCheck)] {
-            if let Some(at) = at {
-                cx.timers.schedule(Entry {
-                    at,
-                    slot,
-                    gen_,
-                    kind,
-                });
-            }
-        }
+        cx.timers.arm(
+            slot,
+            gen_,
+            [(call.timer_e, Kind::UacE), (check, Kind::UacCheck)],
+        );
         cx.rec.msgs.row(MsgKey::Request(method)).sent += 1;
         self.send_nit(cx, slot, method);
     }
@@ -537,20 +527,15 @@ impl Uac {
         call.failover_at = after.map(|d| now + d);
         call.to_tag.clear();
         let check = Some(now + cx.t.t1);
-        for (at, kind) in [
-            (call.timer_a, Kind::UacA),
-            (check, Kind::UacCheck),
-            (call.failover_at, Kind::UacFailover),
-        ] {
-            if let Some(at) = at {
-                cx.timers.schedule(Entry {
-                    at,
-                    slot,
-                    gen_,
-                    kind,
-                });
-            }
-        }
+        cx.timers.arm(
+            slot,
+            gen_,
+            [
+                (call.timer_a, Kind::UacA),
+                (check, Kind::UacCheck),
+                (call.failover_at, Kind::UacFailover),
+            ],
+        );
         cx.rec.c.failovers += 1;
         cx.rec.msgs.row(MsgKey::Request(M::Invite)).sent += 1;
         self.send_invite(cx, slot);
@@ -759,16 +744,11 @@ impl Uac {
                 }
             }
             Kind::UacCheck => {
-                for (at, kind) in [(call.timer_b, Kind::UacB), (call.timer_f, Kind::UacF)] {
-                    if let Some(at) = at {
-                        cx.timers.schedule(Entry {
-                            at,
-                            slot: e.slot,
-                            gen_,
-                            kind,
-                        });
-                    }
-                }
+                cx.timers.arm(
+                    e.slot,
+                    gen_,
+                    [(call.timer_b, Kind::UacB), (call.timer_f, Kind::UacF)],
+                );
             }
             Kind::UacE if call.timer_e == Some(e.at) => {
                 call.e_interval = (call.e_interval * 2).min(cx.t.t2);
