@@ -279,6 +279,13 @@ pub struct RegisterConfig {
     /// retries against [`MAX_REGISTER_RETRIES`]. `None`: a timeout ends the user's attempt
     /// (SIPp's behaviour).
     pub retry_timeout_base: Option<Duration>,
+    /// Further registrars besides [`registrar`](Self::registrar) (a phone configured with a
+    /// primary and backup proxies): with [`Hops::failover_after`], a REGISTER without any
+    /// response after that long, or answered `503`, is sent again as a new transaction to
+    /// the user's next registrar, where the user then stays (its refreshes go there); the
+    /// one that failed is avoided by users starting a new registration for
+    /// [`Hops::hold_down`]. With [`Hops::spread`], user `u` starts at registrar `u mod n`.
+    pub hops: Hops,
 }
 
 /// How often one user's REGISTER is re-sent after a `Retry-After` or a timeout before the

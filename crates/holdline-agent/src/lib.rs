@@ -73,6 +73,10 @@ pub enum ConfigError {
         /// Legs configured.
         legs: usize,
     },
+    /// Several registrars over a connection-oriented transport (not supported: a phone's
+    /// connection goes to one registrar).
+    #[error("several registrars (--alternate) are supported over UDP only")]
+    RegisterHopsNeedUdp,
 }
 
 /// Messages waiting to be sent: one byte buffer and their boundaries.
@@ -238,6 +242,13 @@ impl Agent {
                 }
                 if !(r.rate > 0.0 && r.rate.is_finite()) {
                     return Err(ConfigError::BadRate(r.rate.to_string()));
+                }
+                let hops = 1 + r.hops.alternates.len();
+                if hops > MAX_HOPS {
+                    return Err(ConfigError::TooManyHops(hops));
+                }
+                if hops > 1 && cfg.transport.is_reliable() {
+                    return Err(ConfigError::RegisterHopsNeedUdp);
                 }
                 // The contact: as configured, else the UAS of this agent (calls to the users
                 // must reach it), else each user's sending address (its leg).
@@ -445,7 +456,11 @@ impl Agent {
                             u.fire(&mut cx, e);
                         }
                     }
-                    Kind::RegE | Kind::RegF | Kind::RegRefresh | Kind::RegRetry => {
+                    Kind::RegE
+                    | Kind::RegF
+                    | Kind::RegRefresh
+                    | Kind::RegRetry
+                    | Kind::RegFailover => {
                         if let Some(r) = reg.as_mut() {
                             r.fire(&mut cx, e);
                         }

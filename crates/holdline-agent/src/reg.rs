@@ -2,14 +2,19 @@
 //! Min-Expires on 423, retried after a 5xx's Retry-After (when honoured) and after a timeout
 //! (RFC 5626's backoff, when on), non-INVITE transaction timers E/F. User `u` registers
 //! over leg `u mod legs` (its own connection or source port when there are as many legs as
-//! users: a phone), with that leg's address as Contact unless one is configured.
+//! users: a phone), with that leg's address as Contact unless one is configured. With
+//! several registrars (`RegisterConfig::hops`), a REGISTER that hears nothing for
+//! `failover_after`, or is answered `503`, goes to the user's next registrar as a new
+//! transaction (RFC 3263 §4.3), and the user stays there.
+
+use std::net::SocketAddr;
 
 use holdline_base::{ConnId, Duration, Instant, Peer};
 use holdline_metrics::{Method as M, MsgKey};
 use holdline_sip::{HeaderName, Message};
 
 use crate::build::{self, LegText, num};
-use crate::config::{MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT};
+use crate::config::{MAX_HOPS, MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT};
 use crate::timers::{Entry, Kind};
 use crate::{Arrivals, Ctx, RegisterConfig};
 
@@ -34,6 +39,12 @@ struct User {
     retries: u32,
     /// Consecutive timeouts (the exponent of the backoff after a timeout).
     timeouts: u32,
+    /// The registrar this user sends to (index into `Reg::hops`).
+    hop: u8,
+    /// The registrars the REGISTER in progress was sent to, one bit each.
+    tried: u8,
+    /// When the REGISTER in progress fails over if its registrar has not answered at all.
+    failover_at: Option<Instant>,
 }
 
 /// The registration role.
@@ -50,6 +61,10 @@ pub(crate) struct Reg {
     /// Transactions in progress plus refreshes scheduled.
     pub(crate) outstanding: u64,
     end: Option<Instant>,
+    /// The registrar and then the alternates.
+    hops: Vec<SocketAddr>,
+    /// Until when each registrar is avoided by users starting a registration, after it failed.
+    down_until: Vec<Option<Instant>>,
 }
 
 const PREFIX: &[u8] = b"-r";
@@ -76,7 +91,12 @@ impl Reg {
             None => legs.iter().map(tail).collect(),
         };
         let end = cfg.duration.map(|d| arrivals.start() + d);
+        let mut hops = vec![cfg.registrar];
+        hops.extend(cfg.hops.alternates.iter().copied());
+        hops.truncate(MAX_HOPS);
         Self {
+            down_until: vec![None; hops.len()],
+            hops,
             cfg,
             legs,
             contacts,
@@ -111,19 +131,13 @@ impl Reg {
         user as usize % self.legs.len().max(1)
     }
 
-    fn peer(&self, cx: &Ctx<'_>, leg: usize) -> Peer {
-        Peer {
-            addr: self.cfg.registrar,
-            transport: cx.transport,
-            conn: Some(ConnId(leg as u64)),
-        }
-    }
-
     pub(crate) fn poll_arrivals(&mut self, cx: &mut Ctx<'_>) {
         while self.arrivals.poll(cx.now, cx.rng).is_some() {
             let user = self.users.len() as u32;
+            let hop = self.first_hop(cx.now, user);
             self.users.push(User {
                 expires: self.cfg.expires,
+                hop,
                 ..User::default()
             });
             self.outstanding += 1;
@@ -134,13 +148,62 @@ impl Reg {
         }
     }
 
+    /// The registrar a new user starts at: `u mod n` with `spread`, else the first; the next
+    /// one not held down if that one is.
+    fn first_hop(&self, now: Instant, user: u32) -> u8 {
+        let n = self.hops.len();
+        let start = if self.cfg.hops.spread {
+            user as usize % n
+        } else {
+            0
+        };
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|h| self.down_until[*h].is_none_or(|t| t <= now))
+            .unwrap_or(start) as u8
+    }
+
+    /// Sends the user's REGISTER: a new transaction (a new CSeq, so a new branch) unless
+    /// `retrans`. A new transaction that is not a failover starts a new set of tried
+    /// registrars; one whose registrar is held down moves to the next that is not.
     fn send(&mut self, cx: &mut Ctx<'_>, user: u32, retrans: bool) {
+        self.send_to(cx, user, retrans, false);
+    }
+
+    fn send_to(&mut self, cx: &mut Ctx<'_>, user: u32, retrans: bool, failover: bool) {
         let li = self.leg_of(user);
-        let peer = self.peer(cx, li);
+        let now = cx.now;
+        let n = self.hops.len();
+        let moved = (!retrans && !failover && n > 1)
+            .then(|| {
+                let u = self.users.get(user as usize)?;
+                let held = |h: usize| self.down_until[h].is_some_and(|t| t > now);
+                if !held(usize::from(u.hop)) {
+                    return None;
+                }
+                (1..n)
+                    .map(|k| (usize::from(u.hop) + k) % n)
+                    .find(|h| !held(*h))
+            })
+            .flatten();
+        let failover_after = self.cfg.hops.failover_after.filter(|_| n > 1);
         let Some(u) = self.users.get_mut(user as usize) else {
             return;
         };
+        if let Some(h) = moved {
+            u.hop = h as u8;
+        }
+        let peer = Peer {
+            addr: self.hops[usize::from(u.hop).min(n - 1)],
+            transport: cx.transport,
+            conn: Some(ConnId(li as u64)),
+        };
         if !retrans {
+            if !failover {
+                u.tried = 0;
+            }
+            u.tried |= 1 << u.hop;
+            u.failover_at = failover_after.map(|d| now + d);
             u.cseq += 1;
             u.pending = true;
             u.t_sent = cx.now;
@@ -151,7 +214,11 @@ impl Reg {
             cx.timers.arm(
                 user,
                 u.cseq,
-                [(u.timer_e, Kind::RegE), (u.timer_f, Kind::RegF)],
+                [
+                    (u.timer_e, Kind::RegE),
+                    (u.timer_f, Kind::RegF),
+                    (u.failover_at, Kind::RegFailover),
+                ],
             );
             cx.rec.c.reg_sent += 1;
             cx.rec.msgs.row(MsgKey::Request(M::Register)).sent += 1;
@@ -221,8 +288,6 @@ impl Reg {
         };
         let key = MsgKey::Response(code, M::Register);
         let cseq = msg.cseq().map_or(0, |c| c.seq);
-        let end = self.end;
-        let refresh = self.cfg.refresh;
         let Some(u) = self
             .users
             .get_mut(user as usize)
@@ -233,9 +298,29 @@ impl Reg {
             return true;
         };
         cx.rec.msgs.row(key).received += 1;
+        // Any answer: this registrar is alive.
+        u.failover_at = None;
         if code < 200 {
             return true;
         }
+        cx.rec
+            .record_register(code, cx.now.saturating_duration_since(u.t_sent));
+        // A 503 before its Retry-After: a user with a registrar left to try goes there now.
+        if code == 503 && self.fail_over(cx, user) {
+            return true;
+        }
+        self.finish(cx, msg, user, code);
+        true
+    }
+
+    /// The final response `code` ended the user's REGISTER transaction: retry, refresh or
+    /// done.
+    fn finish(&mut self, cx: &mut Ctx<'_>, msg: &Message<'_>, user: u32, code: u16) {
+        let end = self.end;
+        let refresh = self.cfg.refresh;
+        let Some(u) = self.users.get_mut(user as usize) else {
+            return;
+        };
         u.pending = false;
         u.timer_e = None;
         u.timer_f = None;
@@ -247,8 +332,6 @@ impl Reg {
                 .record(cx.now.saturating_duration_since(since));
         }
         u.acked |= (200..300).contains(&code);
-        cx.rec
-            .record_register(code, cx.now.saturating_duration_since(u.t_sent));
         // A 5xx with Retry-After: come back then, as a phone does (within the run).
         if (500..600).contains(&code)
             && let Some(cap) = self.cfg.retry_after_cap
@@ -266,7 +349,7 @@ impl Reg {
                     gen_: u.cseq,
                     kind: Kind::RegRetry,
                 });
-                return true;
+                return;
             }
         }
         if code == 423
@@ -276,7 +359,7 @@ impl Reg {
             u.expires = min;
             u.retried_423 = true;
             self.send(cx, user, false);
-            return true;
+            return;
         }
         match refresh {
             Some(every) if code < 300 && end.is_none_or(|e| cx.now + every < e) => {
@@ -291,6 +374,37 @@ impl Reg {
             }
             _ => self.outstanding -= 1,
         }
+    }
+
+    /// Registration failover (RFC 3263 §4.3): the user's REGISTER goes, as a new
+    /// transaction, to the next registrar it has not tried in this attempt (one not held
+    /// down if there is one), where the user stays; the one that failed is held down.
+    /// Returns false, changing nothing, when every registrar has been tried (or there is
+    /// only one, or failover is off).
+    fn fail_over(&mut self, cx: &mut Ctx<'_>, user: u32) -> bool {
+        let n = self.hops.len();
+        let now = cx.now;
+        if n < 2 || self.cfg.hops.failover_after.is_none() {
+            return false;
+        }
+        let Some(u) = self.users.get(user as usize) else {
+            return false;
+        };
+        let (from, tried) = (usize::from(u.hop), u.tried);
+        let untried: Vec<usize> = (1..n)
+            .map(|k| (from + k) % n)
+            .filter(|h| tried & (1 << h) == 0)
+            .collect();
+        let up = |h: &&usize| self.down_until[**h].is_none_or(|t| t <= now);
+        let Some(&hop) = untried.iter().find(up).or_else(|| untried.first()) else {
+            return false;
+        };
+        self.down_until[from] = Some(now + self.cfg.hops.hold_down);
+        if let Some(u) = self.users.get_mut(user as usize) {
+            u.hop = hop as u8;
+        }
+        cx.rec.c.failovers += 1;
+        self.send_to(cx, user, false, true);
         true
     }
 
@@ -302,6 +416,12 @@ impl Reg {
             return;
         }
         match e.kind {
+            Kind::RegFailover if u.pending && u.failover_at == Some(e.at) => {
+                u.failover_at = None;
+                // No answer at all from this registrar: the next one (the current
+                // transaction keeps running to its Timer F if none is left).
+                self.fail_over(cx, e.slot);
+            }
             Kind::RegE if u.pending && u.timer_e == Some(e.at) => {
                 u.interval = (u.interval * 2).min(cx.t.t2);
                 let at = cx.now + u.interval;

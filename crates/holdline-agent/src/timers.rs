@@ -49,6 +49,8 @@ pub(crate) enum Kind {
     RegRefresh,
     /// A REGISTER's resend after a 5xx's Retry-After.
     RegRetry,
+    /// Registration failover: no response to the REGISTER from this registrar yet.
+    RegFailover,
 }
 
 /// A timer entry: when, which slot (and its generation), which timer.

@@ -17,6 +17,12 @@ const INVITE_BRANCH: [&[u8]; MAX_HOPS] = [
     b"-i", b"-i1", b"-i2", b"-i3", b"-i4", b"-i5", b"-i6", b"-i7",
 ];
 
+/// Branch suffixes of the BYE by attempt: a BYE failed over to another first hop is a new
+/// transaction.
+const BYE_BRANCH: [&[u8]; MAX_HOPS] = [
+    b"-b", b"-b1", b"-b2", b"-b3", b"-b4", b"-b5", b"-b6", b"-b7",
+];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// INVITE sent, nothing back.
@@ -41,8 +47,12 @@ struct Call {
     attempt: u8,
     /// The hops tried so far, one bit each.
     tried: u8,
-    /// When the call fails over if the hop has not answered at all.
+    /// When the call's INVITE (or BYE) fails over if the hop has not answered at all.
     failover_at: Option<Instant>,
+    /// How many times the BYE failed over to another hop.
+    bye_attempt: u8,
+    /// The hops the BYE was sent to, one bit each.
+    bye_tried: u8,
     state: State,
     t_invite: Instant,
     stamp: u64,
@@ -181,6 +191,8 @@ impl Uac {
             attempt: 0,
             tried: 1 << hop,
             failover_at,
+            bye_attempt: 0,
+            bye_tried: 0,
             state: State::Calling,
             t_invite: now,
             stamp: now.as_nanos(),
@@ -347,7 +359,13 @@ impl Uac {
             Req::Invite => (b"INVITE ", false, inv, false, b"CSeq: 1 INVITE\r\n"),
             Req::Ack { failure: true } => (b"ACK ", false, inv, true, b"CSeq: 1 ACK\r\n"),
             Req::Ack { failure: false } => (b"ACK ", true, b"-a", true, b"CSeq: 1 ACK\r\n"),
-            Req::Bye => (b"BYE ", true, b"-b", true, b"CSeq: 2 BYE\r\n"),
+            Req::Bye => (
+                b"BYE ",
+                true,
+                BYE_BRANCH[usize::from(call.bye_attempt).min(MAX_HOPS - 1)],
+                true,
+                b"CSeq: 2 BYE\r\n",
+            ),
             Req::Cancel => (b"CANCEL ", false, inv, false, b"CSeq: 1 CANCEL\r\n"),
         };
         let leg = &self.legs[call.leg as usize];
@@ -422,11 +440,70 @@ impl Uac {
     }
 
     fn hang_up(&mut self, cx: &mut Ctx<'_>, slot: u32) {
+        let now = cx.now;
+        let n = self.hops.len();
+        // A first hop held down (it failed another call) is not where the BYE goes: the
+        // next one that is not (any first hop routes the dialog's Route set).
+        let held = |h: usize| self.down_until[h].is_some_and(|t| t > now);
+        let moved = self.slots[slot as usize].call.as_ref().and_then(|c| {
+            let from = usize::from(c.hop);
+            (n > 1 && held(from))
+                .then(|| (1..n).map(|k| (from + k) % n).find(|h| !held(*h)))
+                .flatten()
+        });
+        let leg = moved.map(|h| self.leg_for(h, cx.reliable));
+        let after = self.cfg.hops.failover_after.filter(|_| n > 1);
+        let gen_ = self.slots[slot as usize].gen_;
         if let Some(call) = self.slots[slot as usize].call.as_mut() {
             call.state = State::Closing;
             call.hold_at = None;
+            if let (Some(h), Some(leg)) = (moved, leg) {
+                call.hop = h as u8;
+                call.leg = leg;
+            }
+            call.bye_tried = 1 << call.hop;
+            call.failover_at = after.map(|d| now + d);
+            cx.timers
+                .arm(slot, gen_, [(call.failover_at, Kind::UacFailover)]);
         }
         self.start_nit(cx, slot, M::Bye);
+    }
+
+    /// Client failover of a BYE that heard nothing from its first hop: sent again, as a new
+    /// transaction, to the next hop not yet tried (one not held down if there is one); the
+    /// silent hop is held down. Returns false when every hop has been tried.
+    fn bye_fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
+        let n = self.hops.len();
+        let now = cx.now;
+        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+            return false;
+        };
+        let (from, tried) = (usize::from(call.hop), call.bye_tried);
+        let untried: Vec<usize> = (1..n)
+            .map(|k| (from + k) % n)
+            .filter(|h| tried & (1 << h) == 0)
+            .collect();
+        let up = |h: &&usize| self.down_until[**h].is_none_or(|t| t <= now);
+        let Some(&hop) = untried.iter().find(up).or_else(|| untried.first()) else {
+            return false;
+        };
+        self.down_until[from] = Some(now + self.cfg.hops.hold_down);
+        let leg = self.leg_for(hop, cx.reliable);
+        let after = self.cfg.hops.failover_after;
+        let gen_ = self.slots[slot as usize].gen_;
+        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+            return false;
+        };
+        call.hop = hop as u8;
+        call.leg = leg;
+        call.bye_tried |= 1 << hop;
+        call.bye_attempt += 1;
+        call.failover_at = after.map(|d| now + d);
+        cx.timers
+            .arm(slot, gen_, [(call.failover_at, Kind::UacFailover)]);
+        cx.rec.c.failovers += 1;
+        self.start_nit(cx, slot, M::Bye);
+        true
     }
 
     /// A response whose Call-ID is ours. Returns false when it matches no call.
@@ -670,6 +747,10 @@ impl Uac {
         let Some(call) = self.slots[slot as usize].call.as_mut() else {
             return;
         };
+        if call.nit == Some(M::Bye) && method == M::Bye {
+            // Any answer: the hop is alive.
+            call.failover_at = None;
+        }
         if call.nit != Some(method) || code < 200 {
             return;
         }
@@ -741,6 +822,9 @@ impl Uac {
                     // Not even a 100 from this hop: try the next one (the call keeps its
                     // Timer B if none is left).
                     self.fail_over(cx, e.slot);
+                } else if call.state == State::Closing && call.nit == Some(M::Bye) {
+                    // The BYE heard nothing: the same (its Timer F runs on if none is left).
+                    self.bye_fail_over(cx, e.slot);
                 }
             }
             Kind::UacCheck => {

@@ -224,3 +224,81 @@ fn hops_over_tcp_need_a_connection_each() {
     c.legs.push(addr("127.0.0.1:5011"));
     assert!(Agent::new(c, Instant::from_secs(1)).is_ok());
 }
+
+#[test]
+fn a_bye_whose_first_hop_died_fails_over_and_later_byes_avoid_it() {
+    let hops = Hops {
+        alternates: vec![addr(UAS2)],
+        spread: false,
+        failover_after: Some(Duration::from_millis(500)),
+        hold_down: Duration::from_secs(60),
+    };
+    // 10 calls at 10/s to the first hop (a UAS), each held 2 s; the first hop dies at 2.5 s
+    // (virtual, 1.5 s into the run): every call is set up there, every BYE meets it dead.
+    let mut c = uac_config(Transport::Udp, 10.0, 10);
+    if let Some(u) = c.uac.as_mut() {
+        u.hops = hops;
+        u.hold = holdline_agent::Hold::Fixed(Duration::from_secs(2));
+    }
+    let uac = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let agents = vec![
+        (addr(UAC), uac),
+        (addr(UAS), uas_at(UAS, UasConfig::default(), 8)),
+        (addr(UAS2), uas_at(UAS2, UasConfig::default(), 9)),
+    ];
+    let mut net = Net::new(Transport::Udp, agents);
+    let dies = Instant::from_millis(2_500);
+    let dead = addr(UAS);
+    net.filter = Box::new(move |p| !(p.at >= dies && (p.to == dead || p.from == dead)));
+    assert!(net.run_to_completion(Duration::from_secs(40)));
+    let c = &net.agent(0).recorder().c;
+    // Every call ended with an answer to its BYE (the second hop, which does not know the
+    // dialog, answers it), none waited for Timer F.
+    assert_eq!(c.calls_ok + c.calls_failed, 10);
+    assert_eq!(c.timeouts, 0);
+    assert_eq!(net.agent(1).recorder().c.uas_invites, 10);
+    let byes = net.sent("BYE ");
+    let to_second: Vec<_> = byes.iter().filter(|p| p.to == addr(UAS2)).collect();
+    assert_eq!(
+        to_second.len(),
+        10,
+        "one BYE per call reached the second hop"
+    );
+    // The first BYE (at 3.0 s) failed over after 0.5 s, as a new transaction; the BYEs
+    // after that went to the second hop at once (the first being held down).
+    let branch = |p: &&&Packet| {
+        String::from_utf8_lossy(&p.bytes)
+            .lines()
+            .find(|l| l.starts_with("Via:"))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let failed_over: Vec<_> = to_second
+        .iter()
+        .filter(|p| branch(p).contains("-b1;"))
+        .collect();
+    assert_eq!(c.failovers as usize, failed_over.len());
+    assert!(!failed_over.is_empty());
+    let first_failover = failed_over.iter().map(|p| p.at).min();
+    // Only the BYEs sent to the dead hop before that failover held it down failed over
+    // (each 0.5 s after it was sent); the ones after it went to the second hop at once.
+    let mut first_sent = std::collections::BTreeMap::new();
+    for p in byes.iter().filter(|p| p.to == dead) {
+        first_sent.entry(branch(&p)).or_insert(p.at);
+    }
+    assert!(
+        first_sent.values().all(|at| Some(*at) <= first_failover),
+        "no new BYE to the dead hop after it was held down: {first_sent:?}"
+    );
+    let direct = to_second.len() - failed_over.len();
+    assert!(direct > 0, "later BYEs went straight to the second hop");
+    assert_eq!(
+        byes.iter()
+            .filter(|p| p.to == dead)
+            .map(|p| branch(&p))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        failed_over.len(),
+        "one first BYE to the dead hop per failed-over call (retransmissions aside)"
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use holdline_agent::{Agent, AgentConfig, ArrivalKind, RegisterConfig, UserPattern};
+use holdline_agent::{Agent, AgentConfig, ArrivalKind, Hops, RegisterConfig, UserPattern};
 use holdline_base::{ConnId, Duration, Instant, Peer, Transport};
 use holdline_metrics::{Method as M, MsgKey};
 use holdline_sip::{HeaderName, Limits, Message};
@@ -42,6 +42,7 @@ fn config(
         contact: None,
         retry_after_cap: None,
         retry_timeout_base: None,
+        hops: Hops::default(),
     });
     c
 }
@@ -389,4 +390,116 @@ fn each_user_registers_over_its_own_leg_with_its_address_as_contact() {
             "{via}"
         );
     }
+}
+
+/// Every request sent, with the registrar it went to.
+fn sent_to(a: &mut Agent) -> Vec<(SocketAddr, Vec<u8>)> {
+    let mut out = Vec::new();
+    a.drain_transmits(|p, b| out.push((p.addr, b.to_vec())));
+    out
+}
+
+fn cseq_of(req: &[u8]) -> u32 {
+    let msg = Message::parse(req, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+    msg.cseq().map_or(0, |c| c.seq)
+}
+
+const BACKUP: &str = "127.0.0.1:5062";
+
+#[test]
+fn a_silent_registrar_is_failed_over_and_the_user_stays_on_the_next() {
+    // Two users at 10/s, refreshing every 5 s for 20 s; the first registrar never answers.
+    let mut c = config(
+        "u{0..1}@example.com",
+        10.0,
+        Some(Duration::from_secs(5)),
+        Some(Duration::from_secs(20)),
+    );
+    if let Some(r) = c.register.as_mut() {
+        r.hops = Hops {
+            alternates: vec![addr(BACKUP)],
+            spread: false,
+            failover_after: Some(Duration::from_millis(500)),
+            hold_down: Duration::from_secs(60),
+        };
+    }
+    let mut a = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut now = Instant::from_secs(1);
+    let mut log: Vec<(Instant, SocketAddr, u32)> = Vec::new();
+    for _ in 0..2500 {
+        now += Duration::from_millis(10);
+        a.handle_timeout(now);
+        for (to, req) in sent_to(&mut a) {
+            log.push((now, to, cseq_of(&req)));
+            if to == addr(BACKUP) {
+                a.handle(now, registrar(), &answer(&req, 200));
+            }
+        }
+    }
+    let primary: Vec<_> = log
+        .iter()
+        .filter(|l| l.1 == addr("127.0.0.1:5060"))
+        .collect();
+    let backup: Vec<_> = log.iter().filter(|l| l.1 == addr(BACKUP)).collect();
+    // User 0 (at 0.01 s) found the first registrar silent: its Timer E retransmission at
+    // 0.51 s races the failover; the second user (0.11 s) went there too, before the first
+    // failover held it down. Nothing else ever went to it.
+    assert!(
+        primary.iter().all(|l| l.0 <= Instant::from_millis(1_700)),
+        "{primary:?}"
+    );
+    // Each user failed over with a new CSeq (a new transaction) 0.5 s after its first
+    // REGISTER, then refreshed at the backup every 5 s until 20 s: 1 + 3 REGISTERs each.
+    assert_eq!(backup.len(), 8, "{backup:?}");
+    assert!(backup.iter().all(|l| l.2 >= 2));
+    let r = a.recorder();
+    assert_eq!(r.c.failovers, 2);
+    assert_eq!(r.c.reg_ok, 8);
+    assert_eq!(r.c.timeouts, 0);
+    assert_eq!(a.acked_registrations().len(), 2);
+    assert!(a.is_done());
+}
+
+#[test]
+fn a_503_fails_over_at_once_and_a_new_user_avoids_the_held_down_registrar() {
+    let mut c = config("u{0..1}@example.com", 10.0, None, None);
+    if let Some(r) = c.register.as_mut() {
+        r.hops = Hops {
+            alternates: vec![addr(BACKUP)],
+            spread: false,
+            failover_after: Some(Duration::from_secs(2)),
+            hold_down: Duration::from_secs(60),
+        };
+    }
+    let mut a = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut now = Instant::from_secs(1);
+    let mut log = Vec::new();
+    for _ in 0..300 {
+        now += Duration::from_millis(10);
+        a.handle_timeout(now);
+        for (to, req) in sent_to(&mut a) {
+            log.push(to);
+            let status = if to == addr(BACKUP) { 200 } else { 503 };
+            a.handle(now, registrar(), &answer(&req, status));
+        }
+    }
+    // User 0: 503 from the first, then 200 from the backup; user 1 (0.1 s later) starts at
+    // the backup, the first being held down.
+    assert_eq!(
+        log,
+        vec![addr("127.0.0.1:5060"), addr(BACKUP), addr(BACKUP)]
+    );
+    let r = a.recorder();
+    assert_eq!((r.c.failovers, r.c.reg_ok, r.c.reg_5xx), (1, 2, 1));
+    assert!(a.is_done());
+}
+
+#[test]
+fn several_registrars_need_udp() {
+    let mut c = config("u{0..1}@example.com", 10.0, None, None);
+    c.transport = Transport::Tcp;
+    if let Some(r) = c.register.as_mut() {
+        r.hops.alternates = vec![addr(BACKUP)];
+    }
+    assert!(Agent::new(c, Instant::from_secs(1)).is_err());
 }

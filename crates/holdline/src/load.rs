@@ -179,29 +179,40 @@ struct Answering {
 #[derive(Clone, Debug)]
 struct Mix(Vec<(u16, f64)>);
 
+/// Several first hops (UAC) or registrars (REGISTER load), and failover between them.
 #[derive(Debug, Args)]
-struct UacArgs {
-    /// Where requests go (the proxy under test, or a UAS).
-    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
-    target: SocketAddr,
-    /// A further first hop (repeat for more; at most 7): with --spread each call picks one
-    /// of --target and these at random (seed 001's loaders over several first-stage
-    /// servers); with --failover-after a call fails over to the next. Over TCP/TLS,
-    /// --connections is raised to the number of hops if smaller (connection i goes to hop
-    /// i mod hops).
+struct HopArgs {
+    /// A further first hop (repeat for more; at most 7 besides --target). Calls: with
+    /// --spread each call picks one of --target and these at random (seed 001's loaders over
+    /// several first-stage servers); with --failover-after a call fails over to the next,
+    /// its INVITE and its BYE alike. Over TCP/TLS, --connections is raised to the number of
+    /// hops if smaller (connection i goes to hop i mod hops). REGISTERs (UDP only): each
+    /// user registers with --target (with --spread, user u with hop u mod hops) and stays
+    /// with the hop it failed over to.
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
     alternate: Vec<SocketAddr>,
-    /// Each call starts at a first hop chosen at random (among those not held down).
+    /// Each call starts at a first hop chosen at random (among those not held down); each
+    /// user registers with hop u mod hops.
     #[arg(long)]
     spread: bool,
-    /// Client failover (RFC 3263 §4.3): an INVITE with no response at all after S seconds,
-    /// or answered 503, is sent again as a new transaction to the next hop not yet tried;
-    /// the failed hop is avoided by new calls for --hold-down seconds.
+    /// Client failover (RFC 3263 §4.3): a request (INVITE, BYE, REGISTER) with no response
+    /// at all after S seconds, or an INVITE or REGISTER answered 503, is sent again as a new
+    /// transaction to the next hop not yet tried; the failed hop is avoided for --hold-down
+    /// seconds.
     #[arg(long, value_name = "S")]
     failover_after: Option<f64>,
     /// How long a first hop that failed is avoided, seconds.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     hold_down: f64,
+}
+
+#[derive(Debug, Args)]
+struct UacArgs {
+    /// Where requests go (the proxy under test, or a UAS).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_target)]
+    target: SocketAddr,
+    #[command(flatten)]
+    hops: HopArgs,
     #[command(flatten)]
     calling: Calling,
     #[command(flatten)]
@@ -296,6 +307,8 @@ struct RegisterArgs {
     /// per line (what the registrar acknowledged; compare it with the store after a crash).
     #[arg(long, value_name = "FILE")]
     acked: Option<PathBuf>,
+    #[command(flatten)]
+    hops: HopArgs,
     #[command(flatten)]
     common: Common,
 }
@@ -417,8 +430,9 @@ fn uac_config(c: &Calling, target: SocketAddr) -> Result<UacConfig, String> {
     })
 }
 
-/// The first hops of `holdline load uac`: `--alternate`, `--spread`, `--failover-after`.
-fn hops(a: &UacArgs) -> Result<Hops, String> {
+/// The first hops of `holdline load uac` and `register`: `--alternate`, `--spread`,
+/// `--failover-after`, `--hold-down`.
+fn hops(a: &HopArgs) -> Result<Hops, String> {
     if a.alternate.len() + 1 > MAX_HOPS {
         return Err(format!(
             "{} first hops (--target and --alternate): at most {MAX_HOPS}",
@@ -506,9 +520,9 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
         Mode::Uac(a) => {
             let mut cfg = base_config(&a.common)?;
             let mut uac = uac_config(&a.calling, a.target)?;
-            uac.hops = hops(&a)?;
+            uac.hops = hops(&a.hops)?;
             let connections = if cfg.transport.is_reliable() {
-                a.calling.connections.max(1 + a.alternate.len())
+                a.calling.connections.max(1 + a.hops.alternate.len())
             } else {
                 a.calling.connections
             };
@@ -543,6 +557,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                     contact: None,
                     retry_after_cap: None,
                     retry_timeout_base: None,
+                    hops: Hops::default(),
                 });
             }
             let mut l = load_config(
@@ -580,6 +595,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 retry_timeout_base: (a.retry_timeout != 0.0)
                     .then(|| secs(a.retry_timeout, "--retry-timeout"))
                     .transpose()?,
+                hops: hops(&a.hops)?,
             });
             let mut l = load_config(
                 cfg,
