@@ -29,6 +29,11 @@
 //! the paper's model `τ(λ) = Σ_j min(f_j · min(λ, n·C_s), C_p)` with `f_j` the measured share
 //! of INVITEs each second stage received (the hash skew), as `../shared/seeds/NOTES.md` says.
 //!
+//! `--first-stage-mode stateless` writes `mode = "stateless"` into the first stages'
+//! configuration files (seed 001's stateless first stage with stateful fallback; the second
+//! stages stay stateful), so `C_s` and every `SnPm` are measured with stateless first stages;
+//! the mode is recorded in `results.json` and `summary.md`.
+//!
 //! Output in `--out DIR`: `results.json` (calibration, every step, per configuration its
 //! throughput, its ratio to `S1P1`, its shares and its model), `steps.csv`, `summary.md`,
 //! `throughput.svg/png` (goodput against offered load, measured and model, one pair of lines
@@ -122,6 +127,15 @@ pub(crate) struct Args {
     /// The `holdline` binary to run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub exe: Option<PathBuf>,
+    /// The first stages' `mode` (their configuration files only; the second stages stay
+    /// stateful): `stateless` is seed 001's stateless first stage with stateful fallback.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "stateful",
+        value_parser = ["stateful", "stateless"]
+    )]
+    pub first_stage_mode: String,
 }
 
 /// `n` first-stage and `m` second-stage servers.
@@ -249,6 +263,8 @@ pub(crate) struct Results {
     pub users: u64,
     /// Extra arguments of every `holdline serve`.
     pub serve_args: Vec<String>,
+    /// The first stages' `mode`: `stateful` or `stateless` (the second stages: stateful).
+    pub first_stage_mode: String,
     /// Seconds of offered load per step.
     pub step_seconds: f64,
     /// First-stage capacity under the quota, calls/s.
@@ -289,6 +305,8 @@ struct Ctx<'a> {
     groups: &'a [CpuGroup],
     users: u64,
     serve_args: &'a [String],
+    /// The first stages' `mode`.
+    first_stage_mode: &'a str,
 }
 
 /// Starts `holdline serve` as server number `idx` (its own CPU group), with `extra` args.
@@ -315,8 +333,9 @@ fn start_server(
     Ok((p, port, metrics))
 }
 
-/// Writes a first stage's configuration: every request for [`DOMAIN`] hashed over `targets`.
-fn first_stage_config(dir: &Path, tag: &str, targets: &[String]) -> Result<PathBuf> {
+/// Writes a first stage's configuration: every request for [`DOMAIN`] hashed over `targets`,
+/// forwarded in `mode` (`stateful` or `stateless`).
+fn first_stage_config(dir: &Path, tag: &str, targets: &[String], mode: &str) -> Result<PathBuf> {
     let path = dir.join(format!("{tag}.toml"));
     let list = targets
         .iter()
@@ -326,6 +345,7 @@ fn first_stage_config(dir: &Path, tag: &str, targets: &[String]) -> Result<PathB
     let text = format!(
         "# holdline lab scaling: a first stage (seed 001), hashing each user of {DOMAIN}\n\
          # to one second stage by rendezvous hashing of its address-of-record.\n\
+         mode = \"{mode}\"\n\
          [[hash_routes]]\ndomain = \"{DOMAIN}\"\ntargets = [{list}]\n"
     );
     std::fs::write(&path, text)
@@ -359,7 +379,12 @@ fn start_cluster(ctx: &Ctx<'_>, c: Config, tag: &str) -> Result<Cluster> {
     let mut entry_ports = Vec::new();
     let mut firsts = Vec::new();
     for i in 0..c.n {
-        let conf = first_stage_config(ctx.runs, &format!("{tag}-s{i}"), &second_targets)?;
+        let conf = first_stage_config(
+            ctx.runs,
+            &format!("{tag}-s{i}"),
+            &second_targets,
+            ctx.first_stage_mode,
+        )?;
         let s = start_server(
             ctx,
             i,
@@ -654,12 +679,14 @@ fn run(args: &Args) -> Result<Results> {
         groups: &groups,
         users: args.users,
         serve_args: &args.serve_args,
+        first_stage_mode: &args.first_stage_mode,
     };
     eprintln!(
-        "scaling: {} configuration(s), each server {}% of a core ({quota} µs per {period} µs), {} user(s), {seconds} s per step",
+        "scaling: {} configuration(s), each server {}% of a core ({quota} µs per {period} µs), {} user(s), {seconds} s per step, {} first stages",
         configs.len(),
         args.quota,
-        args.users
+        args.users,
+        args.first_stage_mode
     );
     let mut calibration = Vec::new();
     let (cs, cp) = match args.capacities.as_slice() {
@@ -708,6 +735,7 @@ fn run(args: &Args) -> Result<Results> {
         cfs_quota_us: quota,
         users: args.users,
         serve_args: args.serve_args.clone(),
+        first_stage_mode: args.first_stage_mode.clone(),
         step_seconds: seconds,
         cs_cps: cs,
         cp_cps: cp,
@@ -813,10 +841,10 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     let path = out.join("steps.csv");
     std::fs::write(&path, csv).map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
     let mut md = format!(
-        "# holdline lab scaling\n\nEach server {}% of a core; C_s = {:.0} calls/s, C_p = {:.0} calls/s (calibrated); {} users; {} s per step.\n\n\
+        "# holdline lab scaling\n\nEach server {}% of a core; {} first stages; C_s = {:.0} calls/s, C_p = {:.0} calls/s (calibrated); {} users; {} s per step.\n\n\
          | config | expected | throughput | ratio to S1P1 | model (measured shares) | shares | goodput at max load / throughput |\n\
          | --- | ---: | ---: | ---: | ---: | --- | ---: |\n",
-        r.quota_percent, r.cs_cps, r.cp_cps, r.users, r.step_seconds
+        r.quota_percent, r.first_stage_mode, r.cs_cps, r.cp_cps, r.users, r.step_seconds
     );
     if !r.serve_args.is_empty() {
         md.insert_str(

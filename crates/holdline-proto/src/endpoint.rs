@@ -31,8 +31,9 @@ use crate::dns::{DnsCache, DnsQuery, DnsResponse, DnsStats, DnsTarget, Resolutio
 
 use crate::location::{Binding, LocationStore};
 use crate::proxy::{
-    ProxyConfig, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via, is_own_socket,
-    record_route_value, resolve_uri, response_rank, stateless_branch, via_destination,
+    ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via,
+    is_own_socket, record_route_value, resolve_uri, response_rank, stateless_branch,
+    via_destination,
 };
 use crate::registrar::Registrar;
 use crate::txn::{
@@ -130,6 +131,68 @@ impl DropReason {
             Self::TooManyHops => 4,
             Self::TooManyTransactions => 5,
             Self::Internal => 6,
+        }
+    }
+}
+
+/// Why a request that [`ProxyMode::Stateless`] would forward without a transaction went
+/// through the stateful path instead (counted in [`EndpointStats::stateless_fallbacks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum StatelessFallback {
+    /// It is not UDP in and UDP out. A transport change (TCP in, UDP out) needs a client
+    /// transaction to retransmit over the unreliable side; over a stream (TCP, TLS) the
+    /// caller does not retransmit, so a request sent to a next hop whose connection fails is
+    /// lost unless a transaction answers the transport error by failing over (§16.9).
+    Transport,
+    /// It is subject to digest authentication (a `407` challenge, the credentials consumed):
+    /// an out-of-dialog request from a user of a served domain, from a source not trusted.
+    Authentication,
+    /// Its next hop comes from DNS (RFC 3263): it may wait for a lookup, and the failover
+    /// between the resolved targets needs the transaction.
+    Dns,
+    /// A retransmission of a request handled statefully, or a CANCEL of one: it goes to that
+    /// request's transaction.
+    Transaction,
+    /// The proxy answers it itself with an error (no target: `404`, `403`, `482`): through a
+    /// server transaction, so that retransmissions get the same answer and its ACK is
+    /// absorbed.
+    Answered,
+    /// It has more than one target (forking).
+    Forking,
+}
+
+impl StatelessFallback {
+    /// Every reason, in the order of [`EndpointStats::stateless_fallbacks`].
+    pub const ALL: [Self; 6] = [
+        Self::Transport,
+        Self::Authentication,
+        Self::Dns,
+        Self::Transaction,
+        Self::Answered,
+        Self::Forking,
+    ];
+
+    /// The metrics label: `transport`, `auth`, `dns`, `transaction`, `answered`, `fork`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Transport => "transport",
+            Self::Authentication => "auth",
+            Self::Dns => "dns",
+            Self::Transaction => "transaction",
+            Self::Answered => "answered",
+            Self::Forking => "fork",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Self::Transport => 0,
+            Self::Authentication => 1,
+            Self::Dns => 2,
+            Self::Transaction => 3,
+            Self::Answered => 4,
+            Self::Forking => 5,
         }
     }
 }
@@ -292,13 +355,21 @@ pub struct EndpointStats {
     pub events_lost: u64,
     /// Live server transactions (a gauge).
     pub server_transactions: u64,
+    /// Server transactions created (every request handled statefully, retransmissions not
+    /// counted): stays 0 on a [`ProxyMode::Stateless`] first stage that forwards everything
+    /// statelessly.
+    pub server_transactions_total: u64,
     /// Live client transactions (a gauge; CANCELs included).
     pub client_transactions: u64,
     /// Requests forwarded through a client transaction (one per branch).
     pub forwarded: u64,
-    /// Messages forwarded statelessly: requests on stateless routes, ACKs for 2xx, unmatched
-    /// CANCELs, and responses routed back by their Via.
+    /// Messages forwarded statelessly: requests on stateless routes or in
+    /// [`ProxyMode::Stateless`], ACKs for 2xx, unmatched CANCELs, and responses routed back by
+    /// their Via.
     pub stateless: u64,
+    /// Requests [`ProxyMode::Stateless`] handled statefully, indexed like
+    /// [`StatelessFallback::ALL`].
+    pub stateless_fallbacks: [u64; 6],
     /// Retransmitted requests absorbed by a server transaction.
     pub retransmissions_absorbed: u64,
     /// Requests sent to their next alternative target after their branch failed (a 503, a
@@ -370,6 +441,11 @@ impl EndpointStats {
     /// How many messages were dropped for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()]
+    }
+
+    /// How many requests [`ProxyMode::Stateless`] handled statefully for `reason`.
+    pub fn fell_back(&self, reason: StatelessFallback) -> u64 {
+        self.stateless_fallbacks[reason.index()]
     }
 }
 
@@ -846,6 +922,54 @@ impl Endpoint {
             *self.stats.requests_in.slot(m) += 1;
         }
         self.stats.rejected_by_gate += 1;
+        self.send_gate_rejection(req, to, r);
+    }
+
+    /// Answers a request that found no target (`code`) through a new server transaction, as
+    /// the stateful path does, so that its retransmissions get the same answer and the ACK
+    /// of an INVITE's is absorbed (a CANCEL, which no transaction of ours awaits, statelessly).
+    fn answer_statefully(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        from: Peer,
+        code: u16,
+        reason: &'static str,
+    ) {
+        if msg.method() == Some(Method::Cancel) {
+            self.respond_stateless(msg, from, code, reason, &[]);
+            return;
+        }
+        match self.txns.handle_parsed_request(now, msg, from) {
+            RequestOutcome::New(sid) => {
+                self.stats.server_transactions += 1;
+                self.stats.server_transactions_total += 1;
+                self.respond(now, sid, msg, code, reason, &[]);
+            }
+            RequestOutcome::Retransmission(_) | RequestOutcome::AckAbsorbed(_) => {
+                self.stats.retransmissions_absorbed += 1;
+            }
+            RequestOutcome::TooMany => {
+                self.drop_msg(DropReason::TooManyTransactions);
+                self.respond_stateless(
+                    msg,
+                    from,
+                    503,
+                    "Service Unavailable",
+                    &[("Retry-After", b"5")],
+                );
+            }
+            RequestOutcome::Malformed(e) => {
+                self.stats.parse_errors += 1;
+                self.respond_stateless(msg, from, 400, e.kind.reason(), &[]);
+            }
+            RequestOutcome::PassThrough => self.drop_msg(DropReason::Internal),
+        }
+    }
+
+    /// Answers `req` statelessly with rejection `r`, its To tag the gate's (so that its ACK
+    /// is recognised and absorbed without state).
+    fn send_gate_rejection(&mut self, req: &Message<'_>, to: Peer, r: GateRejection) {
         let secs = r.retry_after_secs.map(|s| s.to_string());
         let why = r.reason_header();
         let mut extra: Vec<(&str, &[u8])> = Vec::new();
@@ -1385,6 +1509,7 @@ impl Endpoint {
                 RequestOutcome::New(sid) => {
                     // Not expected for an ACK; do not leave a transaction waiting for us.
                     self.stats.server_transactions += 1;
+                    self.stats.server_transactions_total += 1;
                     self.txns.abandon(TxnId::Server(sid));
                 }
                 RequestOutcome::TooMany => self.drop_msg(DropReason::TooManyTransactions),
@@ -1396,9 +1521,17 @@ impl Endpoint {
             self.stateless_request(now, msg, &plan, from, local);
             return;
         }
+        if self.config.mode == ProxyMode::Stateless && self.stateless_candidate(msg, &plan) {
+            match self.try_stateless(now, msg, &plan, from, local, forward) {
+                Ok(()) => return,
+                // Handled statefully below.
+                Err(why) => self.stats.stateless_fallbacks[why.index()] += 1,
+            }
+        }
         match self.txns.handle_parsed_request(now, msg, from) {
             RequestOutcome::New(sid) => {
                 self.stats.server_transactions += 1;
+                self.stats.server_transactions_total += 1;
                 self.on_new_request(now, sid, method, msg, &plan, from, local, forward);
             }
             RequestOutcome::Retransmission(_) | RequestOutcome::AckAbsorbed(_) => {
@@ -1675,7 +1808,16 @@ impl Endpoint {
             std::str::from_utf8(&token).unwrap_or("x")
         );
         let result = self
-            .forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, consumed)
+            .forward_copy(
+                msg,
+                plan,
+                Some(&t.uri),
+                t.dest,
+                &branch,
+                local,
+                consumed,
+                true,
+            )
             .ok()
             .map(|bytes| self.txns.send_request(now, bytes, t.dest));
         match result {
@@ -1898,12 +2040,7 @@ impl Endpoint {
         let role = if for_registrar {
             Role::Registrar
         } else {
-            let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
-            let ip = from.addr.ip();
-            let from_served = msg
-                .from()
-                .is_ok_and(|f| f.uri.host_bytes().is_some_and(|h| self.config.serves(h)));
-            if in_dialog || !from_served || auth.config().trusted.iter().any(|n| n.contains(ip)) {
+            if !self.proxy_auth_applies(msg, from) {
                 return Ok(None);
             }
             Role::Proxy
@@ -1950,6 +2087,21 @@ impl Endpoint {
             .collect();
         self.respond(now, sid, msg, role.status(), role.reason(), &extra);
         Err(())
+    }
+
+    /// Whether a request not for the registrar is subject to proxy authentication (`407`):
+    /// authentication is configured and it is an out-of-dialog request whose From is a user
+    /// of a served domain, from a source not trusted.
+    fn proxy_auth_applies(&self, msg: &Message<'_>, from: Peer) -> bool {
+        let Some(auth) = &self.auth else {
+            return false;
+        };
+        let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
+        let ip = from.addr.ip();
+        let from_served = msg
+            .from()
+            .is_ok_and(|f| f.uri.host_bytes().is_some_and(|h| self.config.serves(h)));
+        !in_dialog && from_served && !auth.config().trusted.iter().any(|n| n.contains(ip))
     }
 
     /// §16.5: the targets of a request and their next hops. With `fork`, a served domain
@@ -2303,6 +2455,7 @@ impl Endpoint {
         branch: &str,
         local: Transport,
         consumed: Option<Span>,
+        offer: bool,
     ) -> Result<Vec<u8>, EditError> {
         let mut ed = Editor::new(msg);
         for span in &plan.remove {
@@ -2337,12 +2490,17 @@ impl Endpoint {
             }
         }
         let sent_by = out_l.map(|l| host_port(l.addr)).unwrap_or_default();
+        // The overload-control offer goes only into requests forwarded through a client
+        // transaction: the answer comes in a response matched to it. A stateless proxy could
+        // not act on the answer, and a next hop that exempts clients taking its answer from
+        // its own admission gate would lose its control.
+        let offer_params: &[u8] = if offer { &self.offer_params } else { &[] };
         ed.push_via_with(
             dest.transport,
             sent_by.as_bytes(),
             branch.as_bytes(),
             true,
-            &self.offer_params,
+            offer_params,
         )?;
         if dest.transport.is_stream() {
             ed.ensure_content_length()?;
@@ -2458,10 +2616,20 @@ impl Endpoint {
         from: Peer,
         local: Transport,
     ) {
+        if self.stateless_checks(msg, from) {
+            return;
+        }
+        self.forward_stateless(now, msg, plan, from, local);
+    }
+
+    /// The §16.3 checks a stateless proxy answers itself, without a transaction: `483` for
+    /// Max-Forwards 0, `420` for a Proxy-Require (never for a CANCEL). Returns whether the
+    /// request was answered.
+    fn stateless_checks(&mut self, msg: &Message<'_>, from: Peer) -> bool {
         let max_forwards_zero = msg.max_forwards().ok().flatten() == Some(0);
         if max_forwards_zero {
             self.respond_stateless(msg, from, 483, "Too Many Hops", &[]);
-            return;
+            return true;
         }
         let required: Vec<&[u8]> = msg
             .values(HeaderName::ProxyRequire)
@@ -2476,9 +2644,111 @@ impl Endpoint {
                 "Bad Extension",
                 &[("Unsupported", &unsupported)],
             );
-            return;
+            return true;
         }
-        self.forward_stateless(now, msg, plan, from, local);
+        false
+    }
+
+    /// Whether [`ProxyMode::Stateless`] applies to a request (not an ACK), by how it will be
+    /// routed: a load-sharing route by its Request-URI host (not a served domain nor this
+    /// proxy: the location service and the registrar stay stateful), or by a Route naming a
+    /// host a load-sharing route covers exactly (a cluster's name); or an in-dialog request
+    /// of a dialog this proxy record-routed (it came through our Route), wherever its next
+    /// hop is (a second stage's Record-Route, a callee's Contact), unless it is for the
+    /// location service.
+    fn stateless_candidate(&self, msg: &Message<'_>, plan: &RoutePlan<'_>) -> bool {
+        let ours = plan.own_route && msg.to().is_ok_and(|to| to.tag().is_some());
+        if let Some(route) = &plan.next_route {
+            return ours
+                || route
+                    .host()
+                    .and_then(|h| h.name())
+                    .is_some_and(|n| self.config.hash_route_index(n, false).is_some());
+        }
+        let host = plan.ruri.host_bytes().unwrap_or_default();
+        if self.config.serves(host) || is_me_uri(&self.config, &plan.ruri) {
+            return false;
+        }
+        ours || self.config.hash_route_index(host, true).is_some()
+    }
+
+    /// [`ProxyMode::Stateless`] for a [candidate](Self::stateless_candidate) request (§16.11):
+    /// its one target found as the stateful path would find it (the user's highest-ranked
+    /// target that probing has not taken down; a retransmission, the CANCEL and the ACK of
+    /// a non-2xx find the same one while probing says the same), the forward gate asked for
+    /// a new INVITE (a rejection answered statelessly, its ACK recognised by its To tag), and
+    /// the copy sent with a branch computed from the request, without an overload-control
+    /// offer. `Err` when it must be handled statefully instead: nothing was sent then.
+    fn try_stateless(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        from: Peer,
+        local: Transport,
+        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+    ) -> Result<(), StatelessFallback> {
+        let method = msg.method();
+        let cancel = method == Some(Method::Cancel);
+        // A request handled statefully keeps its transaction: its retransmissions and its
+        // CANCEL go there (no lookup at all while no server transaction lives).
+        if self.stats.server_transactions > 0 {
+            let live = if cancel {
+                self.txns.matches_cancel_target(msg)
+            } else {
+                self.txns.matches_server(msg) == Ok(true)
+            };
+            if live {
+                return Err(StatelessFallback::Transaction);
+            }
+        }
+        if !cancel && self.proxy_auth_applies(msg, from) {
+            return Err(StatelessFallback::Authentication);
+        }
+        if self.stateless_checks(msg, from) {
+            return Ok(());
+        }
+        let in_dialog = msg.to().is_ok_and(|to| to.tag().is_some());
+        let targets = match self.targets(now, plan, true, &from, in_dialog, false) {
+            Ok(t) => t,
+            Err(NoTargets::Resolving(_)) => return Err(StatelessFallback::Dns),
+            Err(NoTargets::Answer(code, reason)) => {
+                self.stats.stateless_fallbacks[StatelessFallback::Answered.index()] += 1;
+                self.answer_statefully(now, msg, from, code, reason);
+                return Ok(());
+            }
+        };
+        self.failover.clear();
+        if std::mem::take(&mut self.targets_from_dns) {
+            return Err(StatelessFallback::Dns);
+        }
+        let [t] = targets.as_slice() else {
+            return Err(StatelessFallback::Forking);
+        };
+        // Seed 001's rule: UDP in, UDP out. A transport change needs a client transaction
+        // (retransmissions over the unreliable side); over a stream the caller does not
+        // retransmit, so only a transaction can fail over when the next hop's connection
+        // fails.
+        if local != Transport::Udp || t.dest.transport != Transport::Udp {
+            return Err(StatelessFallback::Transport);
+        }
+        if method == Some(Method::Invite)
+            && !in_dialog
+            && let Some(r) = forward(t.dest)
+        {
+            self.stats.rejected_by_forward_gate += 1;
+            self.send_gate_rejection(msg, from, r);
+            return Ok(());
+        }
+        let branch = stateless_branch(msg);
+        match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, None, false) {
+            Ok(bytes) => {
+                self.stats.stateless += 1;
+                self.out.push_back((t.dest, bytes));
+            }
+            Err(_) => self.drop_msg(DropReason::Internal),
+        }
+        Ok(())
     }
 
     /// Forwards a request without a transaction: ACK for a 2xx, unmatched CANCEL, requests on
@@ -2516,7 +2786,7 @@ impl Endpoint {
         };
         let branch = stateless_branch(msg);
         for t in targets {
-            match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, None) {
+            match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, None, false) {
                 Ok(bytes) => {
                     self.stats.stateless += 1;
                     self.out.push_back((t.dest, bytes));

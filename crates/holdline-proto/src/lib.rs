@@ -59,12 +59,12 @@ pub use auth::{
 pub use dns::{DnsCache, DnsConfig, DnsQuery, DnsResponse, DnsStats, DnsTarget};
 pub use endpoint::{
     AuthStats, DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
-    MethodCounters, OverloadAnswer, RateAnswer,
+    MethodCounters, OverloadAnswer, RateAnswer, StatelessFallback,
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{
     DnsRoute, HashRoute, HashTarget, HostPortError, IpNet, ListenAddr, ProbeConfig, ProxyConfig,
-    RelayPolicy, StaticRoute, check_host_port,
+    ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
 };
 pub use registrar::{Registered, Registrar, RegistrarConfig};

@@ -10,6 +10,9 @@
 //!                                  # name) instead of the listener's address; it is an alias
 //! # aliases = ["c1.example.net"]   # hosts (host[:port]) that also mean this server: a Route
 //!                                  # naming one is popped, never forwarded to
+//! mode = "stateful"                # or "stateless": seed 001's stateless first stage
+//!                                  # (hash-routed and record-routed in-dialog requests
+//!                                  # forwarded without transactions; docs/scaling.md)
 //! relay = "restricted"             # or "open" (an open relay)
 //! trusted = ["127.0.0.0/8", "::1"] # sources that may relay anywhere (default: loopback)
 //! store = "memory"                 # or a directory; default: the data directory; or shared:
@@ -167,7 +170,7 @@ use std::time::Duration;
 use holdline_base::Transport;
 use holdline_base::toml_loc::{find_key_line, locate};
 use holdline_overload::{Algorithm, ControllerConfig};
-use holdline_proto::{IpNet, RelayPolicy};
+use holdline_proto::{IpNet, ProxyMode, RelayPolicy};
 use serde::Deserialize;
 
 /// A socket the server listens on: `udp:IP:PORT`, `tcp:IP:PORT` or `tls:IP:PORT` (IPv6 as
@@ -1199,6 +1202,15 @@ pub struct ServerConfig {
     /// failover; see `docs/scaling.md`). It is an alias too. Absent (default): the
     /// listener's address.
     pub record_route_host: Option<String>,
+    /// `stateful` (default) or `stateless`: seed 001's stateless first stage with stateful
+    /// fallback. In `stateless` mode the requests `[[hash_routes]]` carry (initial requests,
+    /// and in-dialog requests whose Route names a host a hash route covers) and the
+    /// in-dialog requests of the dialogs this server record-routed are forwarded without
+    /// transactions (RFC 3261 §16.11), UDP in and UDP out; those that need state (TCP or TLS
+    /// on either side, a transport change, digest authentication, a DNS next hop, a retransmission or CANCEL of a request handled
+    /// statefully, an error answered here) go the stateful way. See `docs/scaling.md`.
+    #[serde(deserialize_with = "deserialize_mode")]
+    pub mode: ProxyMode,
     /// Hosts (`host` or `host:port`) that also mean this server: a Request-URI or Route naming
     /// one is ours (the Route is popped, RFC 3261 §16.4, and never forwarded to). Default:
     /// none (the listeners' addresses only).
@@ -1435,6 +1447,7 @@ impl Default for ServerConfig {
             domains: Vec::new(),
             record_route: true,
             record_route_host: None,
+            mode: ProxyMode::Stateful,
             aliases: Vec::new(),
             relay: "restricted".into(),
             durability: "commit".into(),
@@ -1472,6 +1485,12 @@ impl ServerConfig {
             }
         }
     }
+}
+
+/// `mode = "stateful" | "stateless"`, refused with the value and what is expected.
+fn deserialize_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ProxyMode, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
 }
 
 /// The default `SO_RCVBUF` of UDP sockets (`[limits] udp_recv_buffer`): 8 MiB, what the bench
@@ -1646,6 +1665,15 @@ impl ServerConfig {
         }
         if self.commit_window_us > 1_000_000 {
             return err("commit_window_us", "at most 1000000 (one second)");
+        }
+        if self.mode == ProxyMode::Stateless
+            && (self.overload.window_client().is_some() || self.overload.deoc_client().is_some())
+        {
+            return err(
+                "mode",
+                "\"stateless\" forwards INVITEs without the transactions that overload.feedback \
+                 = \"window\" or \"deoc\" counts: use mode = \"stateful\" with them",
+            );
         }
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
@@ -2001,6 +2029,33 @@ stateless = true
             })
             .expect_err("bad --record-route-host");
         assert!(err.starts_with("record_route_host"), "{err}");
+    }
+
+    #[test]
+    fn mode_is_stateful_unless_set_and_a_bad_value_is_refused_where_it_is() {
+        assert_eq!(ServerConfig::default().mode, ProxyMode::Stateful);
+        let c = ServerConfig::from_toml("m.toml", "workers = 1\n").expect("valid");
+        assert_eq!(c.mode, ProxyMode::Stateful, "absent: stateful");
+        let c = ServerConfig::from_toml("m.toml", "mode = \"stateless\"\n").expect("valid");
+        assert_eq!(c.mode, ProxyMode::Stateless);
+        let e = ServerConfig::from_toml("m.toml", "workers = 1\n\nmode = \"stateles\"\n")
+            .expect_err("bad mode");
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("m.toml", 3, "mode"),
+            "{e}"
+        );
+        assert!(e.message.contains("`stateles`"), "{e}");
+        assert!(e.message.contains("\"stateless\""), "{e}");
+        let e = ServerConfig::from_toml("m.toml", "mode = 1\n").expect_err("not a string");
+        assert_eq!((e.line, e.key.as_str()), (1, "mode"), "{e}");
+        // The window and DEOC controllers count the server's own INVITE transactions.
+        let e = ServerConfig::from_toml(
+            "m.toml",
+            "mode = \"stateless\"\n[overload]\nfeedback = \"window\"\n",
+        )
+        .expect_err("window without transactions");
+        assert_eq!((e.line, e.key.as_str()), (1, "mode"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use holdline_io::Clock;
 use holdline_overload::{Class, Rejection};
 use holdline_proto::{
     DropReason, Endpoint, EndpointEvent, EndpointStats, GateRejection, HashRoute, HashTarget,
-    ListenAddr, LocationStore, OverloadAnswer, ProxyConfig, StaticRoute,
+    ListenAddr, LocationStore, OverloadAnswer, ProxyConfig, StatelessFallback, StaticRoute,
 };
 use holdline_sip::Limits;
 
@@ -158,6 +158,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         })
         .collect();
     p.record_route = config.record_route;
+    p.mode = config.mode;
     p.record_route_host.clone_from(&config.record_route_host);
     p.aliases.clone_from(&config.aliases);
     p.relay = config.relay_policy();
@@ -589,6 +590,19 @@ impl WorkerCore for Engine {
             "holdline_sip_stateless_forwarded_total {}",
             s.stateless
         );
+        for r in StatelessFallback::ALL {
+            let _ = writeln!(
+                out,
+                "holdline_sip_stateless_fallbacks_total{{reason=\"{}\"}} {}",
+                r.label(),
+                s.fell_back(r)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "holdline_sip_server_transactions_total {}",
+            s.server_transactions_total
+        );
         let _ = writeln!(
             out,
             "holdline_sip_retransmissions_absorbed_total {}",
@@ -724,6 +738,43 @@ CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
         assert!(
             text.contains("holdline_sip_requests_in_total{method=\"OPTIONS\"} 1"),
             "{text}"
+        );
+        // Answered here through a server transaction; nothing fell back (stateful mode).
+        assert!(
+            text.contains("holdline_sip_server_transactions_total 1"),
+            "{text}"
+        );
+        for reason in [
+            "transport",
+            "auth",
+            "dns",
+            "transaction",
+            "answered",
+            "fork",
+        ] {
+            assert!(
+                text.contains(&format!(
+                    "holdline_sip_stateless_fallbacks_total{{reason=\"{reason}\"}} 0"
+                )),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_mode_reaches_the_proxy() {
+        let bound = [Listener {
+            transport: Transport::Udp,
+            addr: "127.0.0.1:5060".parse().expect("addr"),
+        }];
+        let c = ServerConfig::from_toml("m.toml", "mode = \"stateless\"\n").expect("valid");
+        assert_eq!(
+            proxy_config(&c, &bound, 0).mode,
+            holdline_proto::ProxyMode::Stateless
+        );
+        assert_eq!(
+            proxy_config(&ServerConfig::default(), &bound, 0).mode,
+            holdline_proto::ProxyMode::Stateful
         );
     }
 }

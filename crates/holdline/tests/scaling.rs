@@ -374,3 +374,124 @@ fn without_a_cluster_record_route_the_calls_in_progress_through_a_dead_second_st
         "the calls in progress through P_a (about 100 of 640) fail: {run:?}"
     );
 }
+
+/// Seed 001's stateless first stage (`mode = "stateless"`): a first stage hashing
+/// `example.com`'s users over two second stages (probing every 500 ms) forwards every
+/// REGISTER, INVITE, ACK and BYE, and relays every response, without a transaction:
+/// `holdline load uas --register` registers 200 users through it and `holdline load uac`
+/// places 400 calls through it, every one completes, and the first stage's metrics show
+/// only stateless forwarding (no server transaction created, no fallback), its probes
+/// (its own client transactions) still running.
+#[test]
+fn a_stateless_first_stage_carries_registrations_and_calls_without_transactions() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut seconds = Vec::new();
+    for _ in 0..2 {
+        let (port, metrics) = (free_port(), free_port());
+        let h = Holdline::start(&[
+            format!("--listen=udp:127.0.0.1:{port}"),
+            format!("--metrics=127.0.0.1:{metrics}"),
+            "--domain=example.com".into(),
+            "--store=memory".into(),
+            "--workers=1".into(),
+        ]);
+        seconds.push((h, port, SocketAddr::from(([127, 0, 0, 1], metrics))));
+    }
+    let conf = dir.path().join("first.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "mode = \"stateless\"\n\
+             [probing]\ninterval_ms = 500\ntimeout_ms = 300\ndown_after = 2\n\
+             [[hash_routes]]\ndomain = \"example.com\"\n\
+             targets = [\"udp:127.0.0.1:{}\", \"udp:127.0.0.1:{}\"]\n",
+            seconds[0].1, seconds[1].1
+        ),
+    )
+    .expect("config");
+    let (first_port, first_metrics) = (free_port(), free_port());
+    let _first = Holdline::start(&[
+        format!("--config={}", conf.display()),
+        format!("--listen=udp:127.0.0.1:{first_port}"),
+        format!("--metrics=127.0.0.1:{first_metrics}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+    ]);
+    let first_metrics = SocketAddr::from(([127, 0, 0, 1], first_metrics));
+    let uas = free_port();
+    let _phones = load(&[
+        "uas".to_owned(),
+        "--progress=off".to_owned(),
+        "--max-time=60".to_owned(),
+        format!("--listen=127.0.0.1:{uas}"),
+        "--register=200".to_owned(),
+        format!("--registrar=127.0.0.1:{first_port}"),
+        "--users=user{0..199}@example.com".to_owned(),
+        "--register-rate=1000".to_owned(),
+    ]);
+    for (_, _, m) in &seconds {
+        wait_metrics(*m, Duration::from_secs(20), |text| {
+            metric(text, "holdline_store_bindings", &[]) > 0.0
+        });
+    }
+    let total = || -> f64 {
+        seconds
+            .iter()
+            .map(|(_, _, m)| metric(&scrape(*m), "holdline_store_bindings", &[]))
+            .sum()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while total() < 200.0 && std::time::Instant::now() < deadline {
+        // Bounded poll of the second stages' bindings.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        total(),
+        200.0,
+        "every user registered through the first stage"
+    );
+    let json = dir.path().join("uac.json");
+    let v = run_load_report(
+        &[
+            "uac".to_owned(),
+            "--progress=off".to_owned(),
+            "--rate=200".to_owned(),
+            "--calls=400".to_owned(),
+            "--drain=5".to_owned(),
+            "--max-time=20".to_owned(),
+            format!("--target=127.0.0.1:{first_port}"),
+            "--to=user{0..199}@example.com".to_owned(),
+            format!("--json={}", json.display()),
+        ],
+        &json,
+        Duration::from_secs(40),
+    );
+    assert_eq!(v["calls_completed"], 400, "{v}");
+    for (i, (_, _, m)) in seconds.iter().enumerate() {
+        let invites = metric(
+            &scrape(*m),
+            "holdline_sip_requests_in_total",
+            &["method=\"INVITE\""],
+        );
+        assert!(invites > 0.0, "second stage {i} took calls");
+    }
+    let text = scrape(first_metrics);
+    let stateless = metric(&text, "holdline_sip_stateless_forwarded_total", &[]);
+    // At least: 200 REGISTERs and their 200s; per call INVITE, ACK, BYE forwarded and
+    // 100, 180, 200, 200 (BYE) relayed.
+    assert!(stateless >= 400.0 + 400.0 * 7.0, "{stateless}\n{text}");
+    assert_eq!(
+        metric(&text, "holdline_sip_server_transactions_total", &[]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "holdline_sip_stateless_fallbacks_total", &[]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(metric(&text, "holdline_sip_forwarded_total", &[]), 0.0);
+    assert!(metric(&text, "holdline_sip_probes_total", &[]) > 0.0);
+    assert_eq!(metric(&text, "holdline_sip_targets_down", &[]), 0.0);
+}

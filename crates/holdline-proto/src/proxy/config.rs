@@ -124,6 +124,60 @@ impl Default for ProbeConfig {
     }
 }
 
+/// How the proxy forwards the requests it can forward without state (see
+/// [`ProxyConfig::mode`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProxyMode {
+    /// Every proxied request goes through a server transaction and a client transaction per
+    /// branch (RFC 3261 §16), except on static routes flagged
+    /// [`stateless`](StaticRoute::stateless). The default.
+    #[default]
+    Stateful,
+    /// Seed 001's stateless first stage with stateful fallback: requests routed by a
+    /// [`HashRoute`] (initial requests, and in-dialog requests whose Route names a host a
+    /// load-sharing route covers) and the in-dialog requests of dialogs this proxy
+    /// record-routed are forwarded without a transaction (RFC 3261 §16.11) when they come in
+    /// and go out over UDP: one target (the user's highest-ranked one that probing has not
+    /// taken down), a branch computed from the request, responses relayed by their Via. No failover within a request: the
+    /// caller's retransmission, routed again, reaches the next target once probing took the
+    /// first down. A request that needs state (see
+    /// [`StatelessFallback`](crate::StatelessFallback)) is handled statefully.
+    Stateless,
+}
+
+impl ProxyMode {
+    /// The configuration text: `stateful` or `stateless`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stateful => "stateful",
+            Self::Stateless => "stateless",
+        }
+    }
+}
+
+impl fmt::Display for ProxyMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a string is not a [`ProxyMode`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a mode (expected \"stateful\" or \"stateless\")")]
+pub struct ProxyModeError(String);
+
+impl FromStr for ProxyMode {
+    type Err = ProxyModeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "stateful" => Ok(Self::Stateful),
+            "stateless" => Ok(Self::Stateless),
+            _ => Err(ProxyModeError(s.to_owned())),
+        }
+    }
+}
+
 /// An IP network: an address and a prefix length (`10.0.0.0/8`, `2001:db8::/32`; a bare
 /// address is a single host).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -286,6 +340,11 @@ pub struct ProxyConfig {
     pub dns_routes: Vec<DnsRoute>,
     /// How DNS names are resolved and cached. Default [`DnsConfig::default`](crate::dns::DnsConfig).
     pub dns: crate::dns::DnsConfig,
+    /// Whether the requests load-sharing routes carry (and the in-dialog requests of the
+    /// dialogs this proxy record-routed) are forwarded without transactions
+    /// ([`ProxyMode::Stateless`]: seed 001's stateless first stage, with stateful fallback).
+    /// Default [`ProxyMode::Stateful`].
+    pub mode: ProxyMode,
     /// Probing of the load-sharing routes' targets with OPTIONS (the job of Kamailio's
     /// dispatcher probing): `None` (default) probes nothing. A target that fails
     /// `probe.down_after` probes in a row (no final response within `probe.timeout`, a 5xx,
@@ -359,6 +418,7 @@ impl Default for ProxyConfig {
             static_routes: Vec::new(),
             hash_routes: Vec::new(),
             dns_routes: Vec::new(),
+            mode: ProxyMode::Stateful,
             dns: crate::dns::DnsConfig::default(),
             timer_c: Duration::from_secs(180),
             probe: None,

@@ -30,7 +30,7 @@ use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span
 
 pub use config::{
     DnsRoute, HashRoute, HashTarget, HostPortError, IpNet, IpNetError, ListenAddr, ProbeConfig,
-    ProxyConfig, RelayPolicy, StaticRoute, check_host_port,
+    ProxyConfig, ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
 };
 use config::{split_host_port, trim_dot};
 

@@ -11,7 +11,7 @@ use holdline_sip::{HeaderName, Limits, Message, build_response};
 
 use super::*;
 use crate::dns::{DnsAnswer, DnsQuery, DnsRecords, DnsResponse, QueryKind, SrvRecord};
-use crate::endpoint::{DropReason, Endpoint};
+use crate::endpoint::{DropReason, Endpoint, StatelessFallback};
 use crate::location::{Binding, LocationStore};
 
 // ---------------------------------------------------------------- location store
@@ -4209,4 +4209,321 @@ fn a_route_naming_a_dns_routes_domain_goes_through_its_srv_targets() {
     assert_eq!(branches(&net, 6, "BYE").len(), 1);
     assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
     assert_eq!(net.proxy.stats().failovers, 1);
+}
+
+// ---------------------------------------------------------------- stateless first stage
+
+/// A stateless first stage ([`ProxyMode::Stateless`]) sharing example.net's users between
+/// UAs 5 and 6, `user` hashing to the one with script `first` (the other runs `second`).
+/// Returns the net and the two UAs in the user's rendezvous order.
+fn stateless_net(user: &str, first: Script, second: Script, probe: bool) -> (Net, u8, u8) {
+    let targets: Vec<HashTarget> = [5, 6]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    let nodes: Vec<crate::hrw::HrwNode> = targets.iter().map(|t| t.node.clone()).collect();
+    let mut order = Vec::new();
+    crate::hrw::rank(format!("{user}@example.net").as_bytes(), &nodes, &mut order);
+    let (a, b) = ([5u8, 6][order[0]], [5u8, 6][order[1]]);
+    let mut c = config();
+    c.mode = ProxyMode::Stateless;
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets,
+    }];
+    c.probe = probe.then(ProbeConfig::default);
+    let net = Net::new(c, vec![alice(), Ua::new(a, first), Ua::new(b, second)]);
+    (net, a, b)
+}
+
+fn invite_for(user: &str, branch: &str, call_id: &str) -> Vec<u8> {
+    request(
+        "INVITE",
+        &format!("sip:{user}@example.net"),
+        ua_addr(1),
+        branch,
+        1,
+        &[
+            ("To", &format!("<sip:{user}@example.net>")),
+            ("Call-ID", call_id),
+        ],
+    )
+}
+
+/// Nothing the stateless path did created a server transaction or fell back.
+fn assert_stateless(net: &Net) {
+    let s = net.proxy.stats();
+    assert_eq!(s.server_transactions_total, 0, "{s:?}");
+    assert_eq!(s.stateless_fallbacks, [0; 6], "{s:?}");
+    assert_eq!(net.proxy.active_calls(), 0);
+}
+
+#[test]
+fn a_stateless_first_stage_forwards_a_call_to_the_hashed_target_without_a_transaction() {
+    let (mut net, first, other) = stateless_net(
+        "kim",
+        Script::answers(10, 50, 200),
+        Script::answers(10, 50, 200),
+        false,
+    );
+    net.send(1, invite_for("kim", "z9hG4bKsl1", "sl-call-1"));
+    net.run_until(ms(1));
+    assert_eq!(net.sent.len(), 1, "forwarded at once");
+    // Sent on at once, without a transaction (no 100 Trying of our own either).
+    assert!(net.proxy.transactions().is_empty());
+    assert_eq!(net.proxy.poll_timeout(), None, "no timer");
+    assert!(net.ua(1).responses(100, "INVITE").is_empty());
+    // The caller retransmits before anything came back: the same copy goes to the same
+    // target (the target absorbs it as a retransmission).
+    net.send(1, invite_for("kim", "z9hG4bKsl1", "sl-call-1"));
+    net.run_until(ms(500));
+    let got = net.ua(first).requests("INVITE");
+    assert_eq!(got.len(), 2, "each copy forwarded");
+    assert!(net.ua(other).requests("INVITE").is_empty());
+    let branch = top_branch(&got[0]);
+    assert!(branch.starts_with("z9hG4bKs"), "{branch}");
+    assert_eq!(
+        branch,
+        top_branch(&got[1]),
+        "same branch for a retransmission"
+    );
+    assert_eq!(got[0], got[1], "the same copy");
+    // Record-routed as the stateful first stage does; no overload offer.
+    assert_eq!(
+        header(&got[0], HeaderName::RecordRoute).as_deref(),
+        Some(RR)
+    );
+    assert_eq!(parse(&got[0]).vias().count(), 2);
+    // The responses came back by their Via: 100 (the target's), 180, 200.
+    assert_eq!(net.ua(1).responses(100, "INVITE").len(), 1);
+    assert_eq!(net.ua(1).responses(180, "INVITE").len(), 1);
+    let ok = net.ua(1).responses(200, "INVITE");
+    assert_eq!(ok.len(), 1);
+    assert_eq!(parse(&ok[0].1).vias().count(), 1, "our Via popped");
+    // The ACK and the BYE of the dialog (through our Record-Route, then the target's
+    // Contact) go to the same target, statelessly too.
+    let contact = format!("sip:bob@{}", ua_addr(first));
+    for (method, cseq, branch) in [("ACK", 1, "z9hG4bKsla"), ("BYE", 2, "z9hG4bKslb")] {
+        net.send(
+            1,
+            request(
+                method,
+                &contact,
+                ua_addr(1),
+                branch,
+                cseq,
+                &[
+                    ("To", &format!("<sip:kim@example.net>;tag=tag{first}")),
+                    ("Call-ID", "sl-call-1"),
+                    ("Route", RR),
+                ],
+            ),
+        );
+    }
+    net.run_until(ms(1_000));
+    assert_eq!(net.ua(first).requests("ACK").len(), 1);
+    let bye = net.ua(first).requests("BYE");
+    assert_eq!(bye.len(), 1);
+    assert_eq!(header(&bye[0], HeaderName::Route), None, "our Route popped");
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+    assert_stateless(&net);
+    // Forwarded: INVITE ×2, ACK, BYE; relayed: 100, 180, 200, 200.
+    assert_eq!(net.proxy.stats().stateless, 8);
+    assert!(net.proxy.transactions().is_empty());
+}
+
+#[test]
+fn a_stateless_cancel_and_the_ack_of_the_487_follow_the_invite() {
+    let (mut net, first, other) = stateless_net(
+        "kim",
+        Script::rings_forever(),
+        Script::rings_forever(),
+        false,
+    );
+    // The caller acknowledges the 487 below (the scripted one would write another
+    // Request-URI).
+    net.uas[0].script.answer = Some((0, 200));
+    net.send(1, invite_for("kim", "z9hG4bKslc", "sl-call-2"));
+    net.run_until(ms(100));
+    assert_eq!(net.ua(1).responses(180, "INVITE").len(), 1);
+    net.send(
+        1,
+        request(
+            "CANCEL",
+            "sip:kim@example.net",
+            ua_addr(1),
+            "z9hG4bKslc",
+            1,
+            &[("To", "<sip:kim@example.net>"), ("Call-ID", "sl-call-2")],
+        ),
+    );
+    net.run_until(ms(500));
+    let invite = net.ua(first).requests("INVITE");
+    let cancel = net.ua(first).requests("CANCEL");
+    assert_eq!(cancel.len(), 1);
+    assert_eq!(
+        top_branch(&cancel[0]),
+        top_branch(&invite[0]),
+        "the INVITE's branch"
+    );
+    // The target answered the CANCEL (200) and the INVITE (487): both relayed; the caller's
+    // ACK of the 487 goes to the target with the INVITE's branch too.
+    assert_eq!(net.ua(1).responses(200, "CANCEL").len(), 1);
+    assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
+    net.send(
+        1,
+        request(
+            "ACK",
+            "sip:kim@example.net",
+            ua_addr(1),
+            "z9hG4bKslc",
+            1,
+            &[
+                ("To", &format!("<sip:kim@example.net>;tag=tag{first}")),
+                ("Call-ID", "sl-call-2"),
+            ],
+        ),
+    );
+    net.run_until(ms(600));
+    let ack = net.ua(first).requests("ACK");
+    assert_eq!(ack.len(), 1);
+    assert_eq!(top_branch(&ack[0]), top_branch(&invite[0]));
+    assert!(
+        net.ua(other).inbox.is_empty(),
+        "nothing to the other target"
+    );
+    assert_stateless(&net);
+    assert!(net.proxy.transactions().is_empty());
+}
+
+#[test]
+fn a_stateless_first_stage_skips_a_target_probing_took_down() {
+    let silent = Script {
+        silent: true,
+        ..Script::UAC
+    };
+    let (mut net, dead, live) = stateless_net("kim", silent, Script::answers(1, 2, 200), true);
+    // Sent before probing found anything: to the (dead) first target.
+    net.send(1, invite_for("kim", "z9hG4bKslp1", "sl-call-3"));
+    net.run_until(ms(100));
+    assert_eq!(net.ua(dead).requests("INVITE").len(), 1);
+    // Probes every second, failed after 500 ms, down after two: down within 2 s.
+    net.run_until(ms(2_500));
+    assert_eq!(net.proxy.stats().targets_down, 1);
+    // No failover within the request (there is no transaction): the caller's own
+    // retransmission, routed again, reaches the next target, with the same branch.
+    assert!(net.ua(live).requests("INVITE").is_empty());
+    net.send(1, invite_for("kim", "z9hG4bKslp1", "sl-call-3"));
+    // A new call for the same user goes straight to the live target.
+    net.send(1, invite_for("kim", "z9hG4bKslp2", "sl-call-4"));
+    net.run_until(ms(3_000));
+    let got = net.ua(live).requests("INVITE");
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        top_branch(&got[0]),
+        top_branch(&net.ua(dead).requests("INVITE")[0]),
+        "the retransmission keeps its branch"
+    );
+    assert_eq!(net.ua(dead).requests("INVITE").len(), 1);
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 2);
+    let s = net.proxy.stats();
+    assert_eq!(s.failovers, 0);
+    assert!(
+        s.probes_sent >= 4,
+        "probes are the proxy's own transactions"
+    );
+    assert_stateless(&net);
+}
+
+#[test]
+fn a_transport_change_falls_back_to_the_stateful_path() {
+    let (mut net, first, _) = stateless_net(
+        "kim",
+        Script::rings_forever(),
+        Script::rings_forever(),
+        false,
+    );
+    // The caller reaches the first stage over TCP; the second stages are UDP targets.
+    let tcp = Peer {
+        addr: ua_addr(1),
+        transport: Transport::Tcp,
+        conn: None,
+    };
+    let mut c = net.proxy.config().clone();
+    c.listen.push(ListenAddr {
+        transport: Transport::Tcp,
+        addr: PROXY,
+    });
+    net.proxy = Endpoint::new(c, Arc::new(MemStore::default()));
+    let via = format!("SIP/2.0/TCP {};branch=z9hG4bKsltcp", ua_addr(1));
+    let over_tcp = |method: &str| {
+        request(
+            method,
+            "sip:kim@example.net",
+            ua_addr(1),
+            "z9hG4bKsltcp",
+            1,
+            &[
+                ("Via", &via),
+                ("To", "<sip:kim@example.net>"),
+                ("Call-ID", "sl-call-5"),
+            ],
+        )
+    };
+    let now = net.now;
+    net.proxy
+        .handle(now, &over_tcp("INVITE"), tcp, Transport::Tcp);
+    net.run_until(ms(100));
+    let s = net.proxy.stats();
+    assert_eq!(s.fell_back(StatelessFallback::Transport), 1, "{s:?}");
+    assert_eq!(s.server_transactions_total, 1);
+    assert_eq!(s.forwarded, 1, "through a client transaction");
+    let got = net.ua(first).requests("INVITE");
+    assert_eq!(got.len(), 1);
+    assert!(
+        !top_branch(&got[0]).starts_with("z9hG4bKs"),
+        "a stateful branch"
+    );
+    // The stateful path double record-routes the transport change and answers 100 itself.
+    assert_eq!(parse(&got[0]).values(HeaderName::RecordRoute).count(), 2);
+    assert_eq!(
+        net.ua(1).responses(100, "INVITE").len(),
+        1,
+        "ours (100 is hop by hop)"
+    );
+    // The CANCEL goes to the INVITE's transaction: answered here, and a CANCEL of the
+    // client transaction goes to the target.
+    let now = net.now;
+    net.proxy
+        .handle(now, &over_tcp("CANCEL"), tcp, Transport::Tcp);
+    net.run_until(ms(500));
+    let s = net.proxy.stats();
+    assert_eq!(s.fell_back(StatelessFallback::Transaction), 1, "{s:?}");
+    let cancel = net.ua(first).requests("CANCEL");
+    assert_eq!(cancel.len(), 1);
+    assert_eq!(top_branch(&cancel[0]), top_branch(&got[0]));
+    assert_eq!(net.ua(1).responses(200, "CANCEL").len(), 1);
+    assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
+}
+
+#[test]
+fn proxy_authentication_falls_back_to_the_stateful_path() {
+    let (net, _, _) = stateless_net(
+        "kim",
+        Script::answers(1, 2, 200),
+        Script::answers(1, 2, 200),
+        false,
+    );
+    // The first stage serves example.com (alice's domain, in From): her calls must
+    // authenticate (no source trusted).
+    let mut c = auth_config(Vec::new());
+    c.mode = ProxyMode::Stateless;
+    c.hash_routes = net.proxy.config().hash_routes.clone();
+    let mut net = Net::new(c, net.uas);
+    net.send(1, invite_for("kim", "z9hG4bKslauth", "sl-call-6"));
+    net.run_until(ms(100));
+    let s = net.proxy.stats();
+    assert_eq!(s.fell_back(StatelessFallback::Authentication), 1, "{s:?}");
+    assert_eq!(net.ua(1).responses(407, "INVITE").len(), 1);
+    assert_eq!(s.stateless, 0);
 }

@@ -594,6 +594,24 @@ impl Transactions {
         found
     }
 
+    /// Whether `msg`, a CANCEL, targets a live INVITE server transaction of this table
+    /// (RFC 3261 §9.2, matched as [`cancel_target`](Self::cancel_target) does), without
+    /// creating anything. `false` for any other request or one that cannot be matched.
+    pub fn matches_cancel_target(&mut self, msg: &Message<'_>) -> bool {
+        if msg.method() != Some(Method::Cancel) {
+            return false;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let found = self
+            .request_key(msg, &mut scratch)
+            .ok()
+            .and_then(|(_, prefix_len)| self.find_cancel_target(msg, &scratch, prefix_len))
+            .is_some();
+        self.scratch = scratch;
+        found
+    }
+
     /// Makes room for one more transaction: ends lingering transactions, oldest first, while
     /// the table is at its count or memory bound. Requests that start something new
     /// (`in_dialog` false) get only 90% of either bound, so that a table filled by new calls
