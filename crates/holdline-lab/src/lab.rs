@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 /// The experiments: name and one line on what each does.
-pub const EXPERIMENTS: [(&str, &str); 7] = [
+pub const EXPERIMENTS: &[(&str, &str)] = &[
     (
         "udp-overload",
         "local control over UDP (seed 003): no control vs 503 on a full queue vs OCC, 0.5x-10x",
@@ -32,6 +32,14 @@ pub const EXPERIMENTS: [(&str, &str); 7] = [
     (
         "scaling",
         "seed 001's two-stage SnPm configurations (SIPstone Proxy 200), each server under a CPU quota: throughput vs offered load beside the paper's model",
+    ),
+    (
+        "failover",
+        "seed 001's failover drills: kill -9 a second-stage server, a first-stage server and the Redis primary under calls and re-REGISTERs; calls and registrations lost, bindings lost, time to recover",
+    ),
+    (
+        "vrrp",
+        "IP takeover with VRRP (keepalived) in network namespaces: kill -9 of the active holdline under calls and re-REGISTERs; takeover time, calls failed, bindings lost",
     ),
 ];
 
@@ -61,6 +69,8 @@ pub fn run(args: Vec<String>) -> ExitCode {
         Some("soak") => crate::soak::main(it.collect()),
         Some("storm") => crate::storm::main(it.collect()),
         Some("scaling") => crate::scaling::main(it.collect()),
+        Some("failover") => crate::failover::main(it.collect()),
+        Some("vrrp") => crate::vrrp::main(it.collect()),
         Some("-h" | "--help" | "help") => {
             print!("{}", usage_text());
             ExitCode::SUCCESS

@@ -11,6 +11,7 @@
 pub mod bench;
 mod cgroup;
 mod error;
+mod failover;
 pub mod feedback;
 mod generator;
 pub mod lab;
@@ -28,6 +29,7 @@ mod storm;
 mod sustain;
 pub mod tcp_overload;
 pub mod udp_overload;
+mod vrrp;
 pub mod window;
 
 pub use error::LabError;

@@ -98,6 +98,15 @@ fn color_for(name: &str) -> RGBColor {
         ("paper: window", RGBColor(148, 103, 189)),
         ("upstream: window", RGBColor(188, 189, 34)),
         ("upstream", RGBColor(127, 127, 127)),
+        // `failover`'s timelines: calls, REGISTERs, the kill.
+        ("calls placed", RGBColor(127, 127, 127)),
+        ("calls answered", RGBColor(0, 94, 184)),
+        ("calls failed", RGBColor(214, 39, 40)),
+        ("call failovers", RGBColor(255, 127, 14)),
+        ("register 2xx", RGBColor(44, 160, 44)),
+        ("register failed", RGBColor(148, 103, 189)),
+        ("register failovers", RGBColor(188, 189, 34)),
+        ("kill -9", RGBColor(0, 0, 0)),
     ] {
         if n.starts_with(prefix) {
             return c;
