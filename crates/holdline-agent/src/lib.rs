@@ -28,6 +28,7 @@
 mod arrivals;
 mod build;
 mod config;
+mod holddown;
 mod reg;
 mod timers;
 mod uac;

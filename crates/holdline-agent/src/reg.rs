@@ -15,6 +15,7 @@ use holdline_sip::{HeaderName, Message};
 
 use crate::build::{self, LegText, num};
 use crate::config::{MAX_HOPS, MAX_REGISTER_RETRIES, MAX_REGISTER_RETRY_WAIT};
+use crate::holddown::HoldDowns;
 use crate::timers::{Entry, Kind};
 use crate::{Arrivals, Ctx, RegisterConfig};
 
@@ -64,7 +65,7 @@ pub(crate) struct Reg {
     /// The registrar and then the alternates.
     hops: Vec<SocketAddr>,
     /// Until when each registrar is avoided by users starting a registration, after it failed.
-    down_until: Vec<Option<Instant>>,
+    down: HoldDowns,
 }
 
 const PREFIX: &[u8] = b"-r";
@@ -95,7 +96,7 @@ impl Reg {
         hops.extend(cfg.hops.alternates.iter().copied());
         hops.truncate(MAX_HOPS);
         Self {
-            down_until: vec![None; hops.len()],
+            down: HoldDowns::new(hops.len()),
             hops,
             cfg,
             legs,
@@ -159,7 +160,7 @@ impl Reg {
         };
         (0..n)
             .map(|k| (start + k) % n)
-            .find(|h| self.down_until[*h].is_none_or(|t| t <= now))
+            .find(|&h| self.down.is_up(h, now))
             .unwrap_or(start) as u8
     }
 
@@ -177,13 +178,7 @@ impl Reg {
         let moved = (!retrans && !failover && n > 1)
             .then(|| {
                 let u = self.users.get(user as usize)?;
-                let held = |h: usize| self.down_until[h].is_some_and(|t| t > now);
-                if !held(usize::from(u.hop)) {
-                    return None;
-                }
-                (1..n)
-                    .map(|k| (usize::from(u.hop) + k) % n)
-                    .find(|h| !held(*h))
+                self.down.moved_from(usize::from(u.hop), now)
             })
             .flatten();
         let failover_after = self.cfg.hops.failover_after.filter(|_| n > 1);
@@ -391,15 +386,12 @@ impl Reg {
             return false;
         };
         let (from, tried) = (usize::from(u.hop), u.tried);
-        let untried: Vec<usize> = (1..n)
-            .map(|k| (from + k) % n)
-            .filter(|h| tried & (1 << h) == 0)
-            .collect();
-        let up = |h: &&usize| self.down_until[**h].is_none_or(|t| t <= now);
-        let Some(&hop) = untried.iter().find(up).or_else(|| untried.first()) else {
+        let Some(hop) = self
+            .down
+            .fail_over(from, tried, now, self.cfg.hops.hold_down)
+        else {
             return false;
         };
-        self.down_until[from] = Some(now + self.cfg.hops.hold_down);
         if let Some(u) = self.users.get_mut(user as usize) {
             u.hop = hop as u8;
         }

@@ -8,6 +8,7 @@ use holdline_metrics::{Method as M, MsgKey};
 use holdline_sip::Message;
 
 use crate::build::{self, LegText, num};
+use crate::holddown::HoldDowns;
 use crate::timers::{Entry, Kind};
 use crate::{Arrivals, Ctx, Hold, MAX_HOPS, UacConfig};
 
@@ -104,7 +105,7 @@ pub(crate) struct Uac {
     /// `target` and then the alternates.
     hops: Vec<SocketAddr>,
     /// Until when each hop is avoided by new calls, after it failed.
-    down_until: Vec<Option<Instant>>,
+    down: HoldDowns,
 }
 
 /// Identifies the call of a message: `{token}-{slot}-{gen}` in Call-ID and tags.
@@ -131,7 +132,7 @@ impl Uac {
         hops.extend(cfg.hops.alternates.iter().copied());
         hops.truncate(MAX_HOPS);
         Self {
-            down_until: vec![None; hops.len()],
+            down: HoldDowns::new(hops.len()),
             hops,
             cfg,
             legs,
@@ -241,7 +242,7 @@ impl Uac {
             return 0;
         }
         let now = cx.now;
-        let up = |i: &usize| self.down_until[*i].is_none_or(|t| t <= now);
+        let up = |i: &usize| self.down.is_up(*i, now);
         let ups = (0..n).filter(up).count();
         if self.cfg.hops.spread {
             if ups == 0 {
@@ -444,13 +445,10 @@ impl Uac {
         let n = self.hops.len();
         // A first hop held down (it failed another call) is not where the BYE goes: the
         // next one that is not (any first hop routes the dialog's Route set).
-        let held = |h: usize| self.down_until[h].is_some_and(|t| t > now);
-        let moved = self.slots[slot as usize].call.as_ref().and_then(|c| {
-            let from = usize::from(c.hop);
-            (n > 1 && held(from))
-                .then(|| (1..n).map(|k| (from + k) % n).find(|h| !held(*h)))
-                .flatten()
-        });
+        let moved = self.slots[slot as usize]
+            .call
+            .as_ref()
+            .and_then(|c| self.down.moved_from(usize::from(c.hop), now));
         let leg = moved.map(|h| self.leg_for(h, cx.reliable));
         let after = self.cfg.hops.failover_after.filter(|_| n > 1);
         let gen_ = self.slots[slot as usize].gen_;
@@ -473,21 +471,17 @@ impl Uac {
     /// transaction, to the next hop not yet tried (one not held down if there is one); the
     /// silent hop is held down. Returns false when every hop has been tried.
     fn bye_fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
-        let n = self.hops.len();
         let now = cx.now;
         let Some(call) = self.slots[slot as usize].call.as_ref() else {
             return false;
         };
         let (from, tried) = (usize::from(call.hop), call.bye_tried);
-        let untried: Vec<usize> = (1..n)
-            .map(|k| (from + k) % n)
-            .filter(|h| tried & (1 << h) == 0)
-            .collect();
-        let up = |h: &&usize| self.down_until[**h].is_none_or(|t| t <= now);
-        let Some(&hop) = untried.iter().find(up).or_else(|| untried.first()) else {
+        let Some(hop) = self
+            .down
+            .fail_over(from, tried, now, self.cfg.hops.hold_down)
+        else {
             return false;
         };
-        self.down_until[from] = Some(now + self.cfg.hops.hold_down);
         let leg = self.leg_for(hop, cx.reliable);
         let after = self.cfg.hops.failover_after;
         let gen_ = self.slots[slot as usize].gen_;
@@ -572,21 +566,17 @@ impl Uac {
     /// next hop it has not tried (one not held down if there is one); the hop that failed is
     /// held down. Returns false, changing nothing, when every hop has been tried.
     fn fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
-        let n = self.hops.len();
         let now = cx.now;
         let Some(call) = self.slots[slot as usize].call.as_ref() else {
             return false;
         };
         let (from, tried) = (usize::from(call.hop), call.tried);
-        let untried: Vec<usize> = (1..n)
-            .map(|k| (from + k) % n)
-            .filter(|h| tried & (1 << h) == 0)
-            .collect();
-        let up = |h: &&usize| self.down_until[**h].is_none_or(|t| t <= now);
-        let Some(&hop) = untried.iter().find(up).or_else(|| untried.first()) else {
+        let Some(hop) = self
+            .down
+            .fail_over(from, tried, now, self.cfg.hops.hold_down)
+        else {
             return false;
         };
-        self.down_until[from] = Some(now + self.cfg.hops.hold_down);
         let leg = self.leg_for(hop, cx.reliable);
         let after = self.cfg.hops.failover_after;
         let gen_ = self.slots[slot as usize].gen_;
