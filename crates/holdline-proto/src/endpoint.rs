@@ -940,11 +940,25 @@ impl Endpoint {
             self.respond_stateless(msg, from, code, reason, &[]);
             return;
         }
+        if let Some(sid) = self.new_server_txn(now, msg, from) {
+            self.respond(now, sid, msg, code, reason, &[]);
+        }
+    }
+
+    /// Hands a request (not an ACK) to the transaction layer: a new server transaction
+    /// (counted) is returned for the caller to handle; a retransmission is absorbed, a
+    /// request past the table's bound answered `503`, a malformed one `400`.
+    fn new_server_txn(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        from: Peer,
+    ) -> Option<ServerTxnId> {
         match self.txns.handle_parsed_request(now, msg, from) {
             RequestOutcome::New(sid) => {
                 self.stats.server_transactions += 1;
                 self.stats.server_transactions_total += 1;
-                self.respond(now, sid, msg, code, reason, &[]);
+                return Some(sid);
             }
             RequestOutcome::Retransmission(_) | RequestOutcome::AckAbsorbed(_) => {
                 self.stats.retransmissions_absorbed += 1;
@@ -965,6 +979,7 @@ impl Endpoint {
             }
             RequestOutcome::PassThrough => self.drop_msg(DropReason::Internal),
         }
+        None
     }
 
     /// Answers `req` statelessly with rejection `r`, its To tag the gate's (so that its ACK
@@ -1528,30 +1543,8 @@ impl Endpoint {
                 Err(why) => self.stats.stateless_fallbacks[why.index()] += 1,
             }
         }
-        match self.txns.handle_parsed_request(now, msg, from) {
-            RequestOutcome::New(sid) => {
-                self.stats.server_transactions += 1;
-                self.stats.server_transactions_total += 1;
-                self.on_new_request(now, sid, method, msg, &plan, from, local, forward);
-            }
-            RequestOutcome::Retransmission(_) | RequestOutcome::AckAbsorbed(_) => {
-                self.stats.retransmissions_absorbed += 1;
-            }
-            RequestOutcome::TooMany => {
-                self.drop_msg(DropReason::TooManyTransactions);
-                self.respond_stateless(
-                    msg,
-                    from,
-                    503,
-                    "Service Unavailable",
-                    &[("Retry-After", b"5")],
-                );
-            }
-            RequestOutcome::Malformed(e) => {
-                self.stats.parse_errors += 1;
-                self.respond_stateless(msg, from, 400, e.kind.reason(), &[]);
-            }
-            RequestOutcome::PassThrough => self.drop_msg(DropReason::Internal),
+        if let Some(sid) = self.new_server_txn(now, msg, from) {
+            self.on_new_request(now, sid, method, msg, &plan, from, local, forward);
         }
     }
 
