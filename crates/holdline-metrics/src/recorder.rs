@@ -43,6 +43,9 @@ pub struct Recorder {
     /// A 200 OK counts as goodput when it arrives this soon after the first INVITE.
     pub goodput_window: Duration,
     load_end: Option<Instant>,
+    /// Goodput answers that arrived while calls were still being offered (before
+    /// [`Recorder::mark_load_end`]).
+    goodput_in_load: u64,
 }
 
 impl Recorder {
@@ -63,6 +66,7 @@ impl Recorder {
             active: 0,
             goodput_window,
             load_end: None,
+            goodput_in_load: 0,
         }
     }
 
@@ -139,6 +143,9 @@ impl Recorder {
         self.lat.pdd.record(pdd);
         if pdd <= self.goodput_window {
             self.c.goodput += 1;
+            if self.load_end.is_none() {
+                self.goodput_in_load += 1;
+            }
         }
     }
 
@@ -169,6 +176,7 @@ impl Recorder {
     /// one recorder per process.
     pub fn merge(&mut self, other: &Self) {
         self.c.add(&other.c);
+        self.goodput_in_load += other.goodput_in_load;
         for (k, v) in &other.failures {
             *self.failures.entry(*k).or_default() += v;
         }
@@ -195,6 +203,7 @@ impl Recorder {
             calls_completed: self.c.completed,
             calls_failed: self.c.calls_failed,
             goodput_cps: rate(self.c.goodput),
+            goodput_in_load_cps: rate(self.goodput_in_load),
             throughput_cps: rate(self.c.completed),
             offered_cps: rate(self.c.offered),
             pdd_p50_ms: pdd.p50_ms,
@@ -280,8 +289,15 @@ pub struct Report {
     pub calls_completed: u64,
     /// Calls the UAC gave up.
     pub calls_failed: u64,
-    /// Goodput per second of the load phase.
+    /// Goodput per second of the load phase: every 200 OK within the goodput window of its
+    /// INVITE, also those that arrive after the load phase (while the run drains).
     pub goodput_cps: f64,
+    /// Goodput answers that arrived *during* the load phase, per second of it: what a server
+    /// sustains. An overloaded server with a backlog keeps answering after the arrivals stop
+    /// (a queue of seconds drains within the goodput window), which `goodput_cps` credits
+    /// to the load phase; this figure does not (a few answers in flight at its end are
+    /// left out: PDD / duration of them).
+    pub goodput_in_load_cps: f64,
     /// Completed calls per second of the load phase.
     pub throughput_cps: f64,
     /// Offered calls per second of the load phase.

@@ -184,3 +184,30 @@ fn merge_adds_everything() {
         5
     );
 }
+
+#[test]
+fn goodput_in_load_leaves_out_what_the_drain_answers() {
+    // 10 s of load: 4 answers while calls are offered, then the backlog drains 6 more
+    // within their goodput window after the arrivals stopped.
+    let mut r = Recorder::new(ms(0), Duration::from_secs(1), Duration::from_secs(10));
+    for _ in 0..4 {
+        r.record_answer(Duration::from_millis(50));
+    }
+    r.mark_load_end(ms(10_000));
+    for _ in 0..6 {
+        r.record_answer(Duration::from_secs(3));
+    }
+    let rep = r.report(ms(20_000), serde_json::Value::Null);
+    assert_eq!(r.c.goodput, 10);
+    assert!((rep.goodput_cps - 1.0).abs() < 1e-9, "{}", rep.goodput_cps);
+    assert!(
+        (rep.goodput_in_load_cps - 0.4).abs() < 1e-9,
+        "{}",
+        rep.goodput_in_load_cps
+    );
+    // Merged recorders add up.
+    let mut m = r.clone();
+    m.merge(&r);
+    let rep = m.report(ms(20_000), serde_json::Value::Null);
+    assert!((rep.goodput_in_load_cps - 0.8).abs() < 1e-9);
+}
