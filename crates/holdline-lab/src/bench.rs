@@ -183,8 +183,7 @@ fn prerequisites(args: &Args) -> Result<Env> {
             package: "util-linux",
         });
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::runner::is_root() {
         return Err(LabError::Precondition(
             "must run as root (cgroup CPU quota for the overload curve)".into(),
         ));

@@ -14,20 +14,33 @@ use crate::generator::{GENERATOR_CORE, spawn_pinned, spawn_pinned_in};
 use crate::server::{Transport, wait_bound};
 
 pub(crate) fn check_tools() -> Result<()> {
-    let ok = Command::new("taskset")
-        .arg("-V")
+    require("taskset", "util-linux", "-V")
+}
+
+/// Fails with [`LabError::Missing`] (naming its Debian `package`) unless `program` can be
+/// run (`program version_arg`).
+pub(crate) fn require(
+    program: &'static str,
+    package: &'static str,
+    version_arg: &str,
+) -> Result<()> {
+    let ok = Command::new(program)
+        .arg(version_arg)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
+        .is_ok();
     if ok {
         Ok(())
     } else {
-        Err(LabError::Missing {
-            program: "taskset",
-            package: "util-linux",
-        })
+        Err(LabError::Missing { program, package })
     }
+}
+
+/// Whether this process runs as root (cgroups, network namespaces).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions, cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// The fields every lab's `results.json` starts with (flattened into it).

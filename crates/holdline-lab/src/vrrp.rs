@@ -74,7 +74,7 @@ use serde::Serialize;
 use crate::error::{LabError, Result};
 use crate::generator::{count, num, read_json};
 use crate::plot;
-use crate::runner::{RunHeader, holdline_exe, lab_main, metric};
+use crate::runner::{RunHeader, holdline_exe, is_root, lab_main, metric, require};
 
 /// The domain the servers serve.
 const DOMAIN: &str = "example.com";
@@ -1035,26 +1035,6 @@ pub(crate) fn keepalived_conf(
 // ---------------------------------------------------------------------------------------
 // The run
 
-/// Fails unless `program` runs (`--version`), naming its Debian package.
-fn require(program: &'static str, package: &'static str) -> Result<()> {
-    let ok = Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if ok {
-        Ok(())
-    } else {
-        Err(LabError::Missing { program, package })
-    }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid(2) cannot fail and touches no memory.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The plan from the arguments, defaults applied and checked.
 fn plan(args: &Args, pid: u32) -> Result<Plan> {
     let q = args.quick;
@@ -1147,10 +1127,10 @@ fn run(args: &Args) -> Result<Results> {
             "holdline lab vrrp creates network namespaces: run it as root".into(),
         ));
     }
-    require("ip", "iproute2")?;
-    require("keepalived", "keepalived")?;
-    require("redis-server", "redis-server")?;
-    require("redis-cli", "redis-tools")?;
+    require("ip", "iproute2", "-V")?;
+    require("keepalived", "keepalived", "--version")?;
+    require("redis-server", "redis-server", "--version")?;
+    require("redis-cli", "redis-tools", "--version")?;
     let out_text = args.out.display().to_string();
     if out_text.contains(|c: char| c.is_whitespace() || c == '"' || c == '\'') {
         return Err(LabError::Precondition(format!(
