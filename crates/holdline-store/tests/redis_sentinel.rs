@@ -65,7 +65,7 @@ fn a_promoted_replica_keeps_every_acknowledged_binding() {
     );
 
     let target: RedisTarget = format!(
-        "redis+sentinel://127.0.0.1:{sp}/mymaster?namespace=s1&wait_replicas=1&wait_timeout_ms=20"
+        "redis+sentinel://127.0.0.1:{sp}/mymaster?namespace=s1&wait_replicas=1&wait_timeout_ms=200"
     )
     .parse()
     .expect("target");
