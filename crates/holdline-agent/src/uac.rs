@@ -467,15 +467,17 @@ impl Uac {
         self.start_nit(cx, slot, M::Bye);
     }
 
-    /// Client failover of a BYE that heard nothing from its first hop: sent again, as a new
-    /// transaction, to the next hop not yet tried (one not held down if there is one); the
-    /// silent hop is held down. Returns false when every hop has been tried.
-    fn bye_fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
+    /// The common part of the INVITE's (`bye` false) and the BYE's failover: the call moves
+    /// to the next hop its request has not tried (the failed one held down), on that hop's
+    /// leg, with the attempt counted and the next failover check set. False, changing
+    /// nothing, when every hop has been tried.
+    fn move_to_next_hop(&mut self, cx: &Ctx<'_>, slot: u32, bye: bool) -> bool {
         let now = cx.now;
         let Some(call) = self.slots[slot as usize].call.as_ref() else {
             return false;
         };
-        let (from, tried) = (usize::from(call.hop), call.bye_tried);
+        let tried = if bye { call.bye_tried } else { call.tried };
+        let from = usize::from(call.hop);
         let Some(hop) = self
             .down
             .fail_over(from, tried, now, self.cfg.hops.hold_down)
@@ -484,15 +486,33 @@ impl Uac {
         };
         let leg = self.leg_for(hop, cx.reliable);
         let after = self.cfg.hops.failover_after;
-        let gen_ = self.slots[slot as usize].gen_;
         let Some(call) = self.slots[slot as usize].call.as_mut() else {
             return false;
         };
         call.hop = hop as u8;
         call.leg = leg;
-        call.bye_tried |= 1 << hop;
-        call.bye_attempt += 1;
+        if bye {
+            call.bye_tried |= 1 << hop;
+            call.bye_attempt += 1;
+        } else {
+            call.tried |= 1 << hop;
+            call.attempt += 1;
+        }
         call.failover_at = after.map(|d| now + d);
+        true
+    }
+
+    /// Client failover of a BYE that heard nothing from its first hop: sent again, as a new
+    /// transaction, to the next hop not yet tried (one not held down if there is one); the
+    /// silent hop is held down. Returns false when every hop has been tried.
+    fn bye_fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
+        if !self.move_to_next_hop(cx, slot, true) {
+            return false;
+        }
+        let gen_ = self.slots[slot as usize].gen_;
+        let Some(call) = self.slots[slot as usize].call.as_mut() else {
+            return false;
+        };
         cx.timers
             .arm(slot, gen_, [(call.failover_at, Kind::UacFailover)]);
         cx.rec.c.failovers += 1;
@@ -567,31 +587,17 @@ impl Uac {
     /// held down. Returns false, changing nothing, when every hop has been tried.
     fn fail_over(&mut self, cx: &mut Ctx<'_>, slot: u32) -> bool {
         let now = cx.now;
-        let Some(call) = self.slots[slot as usize].call.as_ref() else {
+        if !self.move_to_next_hop(cx, slot, false) {
             return false;
-        };
-        let (from, tried) = (usize::from(call.hop), call.tried);
-        let Some(hop) = self
-            .down
-            .fail_over(from, tried, now, self.cfg.hops.hold_down)
-        else {
-            return false;
-        };
-        let leg = self.leg_for(hop, cx.reliable);
-        let after = self.cfg.hops.failover_after;
+        }
         let gen_ = self.slots[slot as usize].gen_;
         let Some(call) = self.slots[slot as usize].call.as_mut() else {
             return false;
         };
-        call.hop = hop as u8;
-        call.leg = leg;
-        call.tried |= 1 << hop;
-        call.attempt += 1;
         call.state = State::Calling;
         call.a_interval = cx.t.t1;
         call.timer_a = (!cx.reliable).then(|| now + cx.t.t1);
         call.timer_b = Some(now + cx.t.timeout());
-        call.failover_at = after.map(|d| now + d);
         call.to_tag.clear();
         let check = Some(now + cx.t.t1);
         cx.timers.arm(
