@@ -621,6 +621,7 @@ impl WorkerCore for Engine {
         let _ = writeln!(out, "holdline_txn_lingering {}", t.lingering);
         let _ = writeln!(out, "holdline_txn_memory_bytes {}", t.memory_bytes);
         let _ = writeln!(out, "holdline_txn_kept_bytes {}", t.kept_bytes);
+        let _ = writeln!(out, "holdline_txn_index_bytes {}", t.index_bytes);
         let _ = writeln!(out, "holdline_txn_evicted_total {}", t.evicted);
         let _ = writeln!(out, "holdline_txn_refused_total {}", t.refused);
         let _ = writeln!(

@@ -1,6 +1,12 @@
-//! The matching-key index: [`KeyHash`] → transaction id, in 64 independently grown shards.
+//! The matching-key index: [`KeyHash`] → transaction, in 64 independently grown shards.
 //!
-//! A hash map grows by rehashing every entry at once. With a million lingering transactions
+//! The index stores only the transaction's slab index (4 bytes, plus hashbrown's control
+//! byte): the key itself is in the transaction, which the index reads through [`Keys`] to
+//! compare a hit and to rehash. A map from the 16-byte key to an 8-byte id took 25 bytes per
+//! bucket, and at the fill that avoids growth under churn (below) that was about 80 of the
+//! ≈ 320 bytes a lingering transaction cost (issue 14: the target is 256); now it is ≈ 15.
+//!
+//! A hash table grows by rehashing every entry at once. With a million lingering transactions
 //! (one worker at 10,000 calls/s over UDP) one growth step of a single map stalled the worker
 //! for tens of milliseconds, long enough for local overload control to see a queue and answer
 //! hundreds of `503`s (issue 14's soak: bursts at the moments the key maps grew). Sharded by
@@ -11,13 +17,23 @@
 //! hundred inserts of each other — the whole index was still rehashed within tens of
 //! milliseconds (issue 14's soak, 2026-11-25: a 28 MB RSS step and ~3,000 `503`s at ≈48 s of
 //! 13,750 calls/s). So each shard grows itself *early*, at its own fill fraction of its
-//! capacity (shard `i` at `0.45 + 0.4·i/64`): the growth steps are spread evenly over the
-//! whole time the index takes to double, one shard (1/64 of the entries, well under a
+//! bucket capacity (shard `i` at `0.25 + 0.25·i/64`): the growth steps are spread evenly over
+//! the whole time the index takes to double, one shard (1/64 of the entries, well under a
 //! millisecond at a million entries) at a time.
+//!
+//! The fractions stay under one half for a reason: at a steady count the removed entries'
+//! tombstones use up a shard's growth margin, and hashbrown then rehashes it in place if it
+//! is at most half full, else *doubles* it. A shard that was grown at a fill above one half
+//! (or whose threshold is measured against `capacity()`, which shrinks as tombstones
+//! accumulate) keeps doubling long after the load is steady: one worker's RSS rose by 13-19
+//! MB a minute after 32 s (issue 14's bench, 2026-11-25), and the index ended a quarter
+//! full. Grown below one half, a shard reaches its final size while the load ramps up and is
+//! only ever rehashed in place afterwards.
 
-use std::collections::HashMap;
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry as Slot;
 
-use super::{KeyHash, Spread};
+use super::KeyHash;
 
 const SHARDS: usize = 64;
 
@@ -25,14 +41,124 @@ const SHARDS: usize = 64;
 /// so that the shards fall out of step (the first early growths come together) while tiny.
 const EARLY_GROWTH_MIN: usize = 64;
 
-/// Shard `i` grows once its length reaches `capacity · (GROW_LOW + GROW_SPAN · i / SHARDS)`.
-const GROW_LOW: f64 = 0.45;
-const GROW_SPAN: f64 = 0.4;
+/// Shard `i` grows once its length reaches `buckets' capacity · (GROW_LOW + GROW_SPAN · i /
+/// SHARDS)`; the sum stays below one half (see the [module documentation](self)).
+const GROW_LOW: f64 = 0.25;
+const GROW_SPAN: f64 = 0.25;
+
+/// The top bit of an [`Entry`]: the transaction is indexed under its RFC 2543 ACK key.
+const ACK_FLAG: u32 = 1 << 31;
+
+/// Slab indexes an [`Entry`] can hold (the table's bounds stay below).
+pub(super) const MAX_INDEX: usize = (ACK_FLAG - 1) as usize;
+
+/// What the index stores: a slab index, and which of the transaction's keys it is under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Entry(u32);
+
+impl Entry {
+    /// The transaction at slab `index` under its main key; `None` past [`MAX_INDEX`].
+    pub(super) fn main(index: usize) -> Option<Self> {
+        u32::try_from(index)
+            .ok()
+            .filter(|&i| i & ACK_FLAG == 0)
+            .map(Self)
+    }
+
+    /// The transaction at slab `index` under its RFC 2543 ACK key.
+    pub(super) fn ack(index: usize) -> Option<Self> {
+        Self::main(index).map(|e| Self(e.0 | ACK_FLAG))
+    }
+
+    /// The slab index.
+    pub(super) fn index(self) -> usize {
+        (self.0 & !ACK_FLAG) as usize
+    }
+
+    /// Whether this is the RFC 2543 ACK key.
+    pub(super) fn is_ack(self) -> bool {
+        self.0 & ACK_FLAG != 0
+    }
+}
+
+/// Where the index reads an entry's key: the transactions' slab.
+pub(super) trait Keys {
+    /// The key `entry` is indexed under, `None` if its slot is empty.
+    fn key_of(&self, entry: Entry) -> Option<KeyHash>;
+}
+
+fn hash(k: &KeyHash) -> u64 {
+    // Already a keyed hash: the table uses one word of it as is, the shard another.
+    k.0[0]
+}
+
+fn hasher(keys: &impl Keys) -> impl Fn(&Entry) -> u64 + '_ {
+    // An entry whose transaction is gone cannot occur (a transaction leaves the index before
+    // its slot is freed); were it to, it would only be misplaced, never matched wrongly.
+    |e| keys.key_of(*e).map_or(0, |k| hash(&k))
+}
+
+/// One shard: the table and the number of entries its buckets hold when free of tombstones.
+#[derive(Debug)]
+struct Shard {
+    table: HashTable<Entry>,
+    /// hashbrown's `capacity()` right after its last growth or in-place rehash. `capacity()`
+    /// itself is entries plus growth margin, which tombstones shrink; it never exceeds this.
+    full: usize,
+}
+
+impl Shard {
+    /// Grows early if the shard is past its threshold (see the [module documentation](self)).
+    fn grow_early(&mut self, i: usize, keys: &impl Keys) {
+        let len = self.table.len();
+        if len < EARLY_GROWTH_MIN {
+            return;
+        }
+        let threshold = self.full as f64 * (GROW_LOW + GROW_SPAN * i as f64 / SHARDS as f64);
+        if len as f64 >= threshold {
+            // More than the growth margin and more than half the buckets: hashbrown resizes
+            // to the next power of two instead of rehashing in place.
+            self.table.reserve(self.full + 1 - len, hasher(keys));
+        }
+    }
+
+    /// Inserts `entry` under `k`: replaces the entry there if `replace`, else keeps it.
+    fn insert(&mut self, i: usize, k: &KeyHash, entry: Entry, replace: bool, keys: &impl Keys) {
+        self.grow_early(i, keys);
+        let found = self
+            .table
+            .entry(hash(k), |e| keys.key_of(*e) == Some(*k), hasher(keys));
+        match found {
+            Slot::Occupied(mut o) => {
+                if replace {
+                    *o.get_mut() = entry;
+                }
+            }
+            Slot::Vacant(v) => {
+                v.insert(entry);
+            }
+        }
+        self.full = self.full.max(self.table.capacity());
+    }
+
+    /// The bytes of the shard's buckets (entries and control bytes).
+    fn bytes(&self) -> usize {
+        if self.full == 0 {
+            return 0;
+        }
+        let buckets = if self.full < 8 {
+            self.full + 1
+        } else {
+            (self.full * 8 / 7).next_power_of_two()
+        };
+        buckets * (size_of::<Entry>() + 1)
+    }
+}
 
 /// See the [module documentation](self).
 #[derive(Debug)]
 pub(super) struct KeyMap {
-    shards: Vec<HashMap<KeyHash, u64, Spread>>,
+    shards: Vec<Shard>,
 }
 
 fn shard(k: &KeyHash) -> usize {
@@ -42,69 +168,59 @@ fn shard(k: &KeyHash) -> usize {
 impl KeyMap {
     pub(super) fn new() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| HashMap::with_hasher(Spread)).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Shard {
+                    table: HashTable::new(),
+                    full: 0,
+                })
+                .collect(),
         }
     }
 
-    fn of(&self, k: &KeyHash) -> Option<&HashMap<KeyHash, u64, Spread>> {
-        self.shards.get(shard(k))
+    /// The entry indexed under `k`.
+    pub(super) fn get(&self, k: &KeyHash, keys: &impl Keys) -> Option<Entry> {
+        self.shards
+            .get(shard(k))?
+            .table
+            .find(hash(k), |e| keys.key_of(*e) == Some(*k))
+            .copied()
     }
 
-    fn of_mut(&mut self, k: &KeyHash) -> Option<&mut HashMap<KeyHash, u64, Spread>> {
-        self.shards.get_mut(shard(k))
-    }
-
-    pub(super) fn get(&self, k: &KeyHash) -> Option<u64> {
-        self.of(k)?.get(k).copied()
-    }
-
-    pub(super) fn contains_key(&self, k: &KeyHash) -> bool {
-        self.get(k).is_some()
-    }
-
-    pub(super) fn insert(&mut self, k: KeyHash, id: u64) {
-        let i = shard(&k);
-        if let Some(m) = self.shards.get_mut(i) {
-            grow_early(m, i);
-            m.insert(k, id);
+    /// Indexes `entry` under `k` (a later transaction takes the key over).
+    pub(super) fn insert(&mut self, k: &KeyHash, entry: Entry, keys: &impl Keys) {
+        let i = shard(k);
+        if let Some(s) = self.shards.get_mut(i) {
+            s.insert(i, k, entry, true, keys);
         }
     }
 
-    /// Inserts unless the key is there already.
-    pub(super) fn insert_if_absent(&mut self, k: KeyHash, id: u64) {
-        let i = shard(&k);
-        if let Some(m) = self.shards.get_mut(i) {
-            grow_early(m, i);
-            m.entry(k).or_insert(id);
+    /// Indexes `entry` under `k` unless the key is there already.
+    pub(super) fn insert_if_absent(&mut self, k: &KeyHash, entry: Entry, keys: &impl Keys) {
+        let i = shard(k);
+        if let Some(s) = self.shards.get_mut(i) {
+            s.insert(i, k, entry, false, keys);
+        }
+    }
+
+    /// Removes `entry` from under `k` if it is there (a later transaction may own the key).
+    /// Reads no key: the transaction may have left its slot already.
+    pub(super) fn remove_if(&mut self, k: &KeyHash, entry: Entry) {
+        if let Some(s) = self.shards.get_mut(shard(k))
+            && let Ok(o) = s.table.find_entry(hash(k), |e| *e == entry)
+        {
+            o.remove();
         }
     }
 
     /// Entries in all shards.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.shards.iter().map(HashMap::len).sum()
+        self.shards.iter().map(|s| s.table.len()).sum()
     }
 
-    /// Removes `k` if it names transaction `id` (a later transaction may own the key).
-    pub(super) fn remove_if(&mut self, k: &KeyHash, id: u64) {
-        if let Some(m) = self.of_mut(k)
-            && m.get(k) == Some(&id)
-        {
-            m.remove(k);
-        }
-    }
-}
-
-/// Grows shard `i` (doubling it, or rehashing it in place when tombstones are what filled
-/// it) once it is fuller than its own threshold; see the [module documentation](self).
-fn grow_early(m: &mut HashMap<KeyHash, u64, Spread>, i: usize) {
-    let len = m.len();
-    if len < EARLY_GROWTH_MIN {
-        return;
-    }
-    let threshold = m.capacity() as f64 * (GROW_LOW + GROW_SPAN * i as f64 / SHARDS as f64);
-    if len as f64 >= threshold {
-        m.reserve(len);
+    /// The bytes of the index's buckets: what it really holds, whatever its fill.
+    pub(super) fn bytes(&self) -> usize {
+        self.shards.iter().map(Shard::bytes).sum()
     }
 }
 
@@ -112,47 +228,91 @@ fn grow_early(m: &mut HashMap<KeyHash, u64, Spread>, i: usize) {
 mod tests {
     use super::*;
 
+    /// Keys by slab index, as a test's stand-in for the slab (ACK keys: the key's words
+    /// swapped).
+    struct Vk(Vec<Option<KeyHash>>);
+
+    impl Keys for Vk {
+        fn key_of(&self, e: Entry) -> Option<KeyHash> {
+            let k = (*self.0.get(e.index())?)?;
+            Some(if e.is_ack() {
+                KeyHash([k.0[1], k.0[0]])
+            } else {
+                k
+            })
+        }
+    }
+
+    fn main(i: u64) -> Entry {
+        Entry::main(i as usize).expect("a small index")
+    }
+
     #[test]
     fn keys_in_every_shard_are_found_and_removed_only_by_their_owner() {
         let mut m = KeyMap::new();
-        let keys: Vec<KeyHash> = (0..1000u64)
-            .map(|i| KeyHash::of(7, &i.to_le_bytes()))
-            .collect();
-        for (i, k) in keys.iter().enumerate() {
-            m.insert(*k, i as u64);
+        let mut vk = Vk((0..1000u64)
+            .map(|i| Some(KeyHash::of(7, &i.to_le_bytes())))
+            .collect());
+        for i in 0..1000 {
+            let k = vk.0[i as usize].expect("a key");
+            m.insert(&k, main(i), &vk);
         }
-        let used = m.shards.iter().filter(|s| !s.is_empty()).count();
+        let used = m.shards.iter().filter(|s| !s.table.is_empty()).count();
         assert!(used > SHARDS / 2, "{used} shards used");
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(m.get(k), Some(i as u64));
+        for i in 0..1000 {
+            assert_eq!(m.get(&vk.0[i as usize].expect("a key"), &vk), Some(main(i)));
         }
-        m.insert_if_absent(keys[0], 99);
-        assert_eq!(m.get(&keys[0]), Some(0));
-        m.remove_if(&keys[0], 5);
-        assert!(m.contains_key(&keys[0]), "not its owner");
-        m.remove_if(&keys[0], 0);
-        assert!(!m.contains_key(&keys[0]));
+        let k0 = vk.0[0].expect("a key");
+        // A second transaction with the same key: kept out by insert_if_absent, takes the
+        // key over with insert.
+        vk.0.push(Some(k0));
+        m.insert_if_absent(&k0, main(1000), &vk);
+        assert_eq!(m.get(&k0, &vk), Some(main(0)));
+        m.insert(&k0, main(1000), &vk);
+        assert_eq!(m.get(&k0, &vk), Some(main(1000)));
+        m.remove_if(&k0, main(0));
+        assert_eq!(m.get(&k0, &vk), Some(main(1000)), "not its owner");
+        m.remove_if(&k0, main(1000));
+        assert_eq!(m.get(&k0, &vk), None);
+        // An ACK key is another entry of the same slot.
+        let k5 = vk.0[5].expect("a key");
+        let ack5 = KeyHash([k5.0[1], k5.0[0]]);
+        let e = Entry::ack(5).expect("a key");
+        m.insert_if_absent(&ack5, e, &vk);
+        assert_eq!(m.get(&ack5, &vk), Some(e));
+        assert_eq!(m.get(&k5, &vk), Some(main(5)));
+        m.remove_if(&ack5, e);
+        assert_eq!(m.get(&ack5, &vk), None);
+        assert_eq!(m.get(&k5, &vk), Some(main(5)));
+        // A key whose transaction left its slot is not found (it must leave the index first;
+        // remove_if reads no key).
+        vk.0[6] = None;
+        assert_eq!(m.get(&KeyHash::of(7, &6u64.to_le_bytes()), &vk), None);
+        assert_eq!(Entry::main(MAX_INDEX + 1), None);
     }
 
     /// The shards grow one at a time: while the index grows from 200k to 1M entries, no
-    /// 20,000 inserts grow more than a few shards (measured: at most 9; the early-growth
-    /// thresholds are spread over the whole doubling), where without the stagger all 64
-    /// shards grow within some 25,000 inserts of each other at 230k entries (their lengths
-    /// differ by the hash's noise only).
+    /// 20,000 inserts grow more than a few shards (the early-growth thresholds are spread
+    /// over the whole doubling), where without the stagger all 64 shards grow within some
+    /// 25,000 inserts of each other at 230k entries (their lengths differ by the hash's
+    /// noise only).
     #[test]
     fn shards_grow_one_at_a_time() {
         let mut m = KeyMap::new();
-        let mut caps: Vec<usize> = m.shards.iter().map(HashMap::capacity).collect();
+        let mut vk = Vk(Vec::new());
+        let mut caps: Vec<usize> = m.shards.iter().map(|s| s.table.capacity()).collect();
         let mut max_grown_in_window = 0;
         let mut grown_in_window = 0;
         for i in 0..1_000_000u64 {
-            m.insert(KeyHash::of(3, &i.to_le_bytes()), i);
+            let k = KeyHash::of(3, &i.to_le_bytes());
+            vk.0.push(Some(k));
+            m.insert(&k, main(i), &vk);
             let mut grown = 0;
             for (s, c) in m.shards.iter().zip(caps.iter_mut()) {
-                if s.capacity() > *c {
+                if s.table.capacity() > *c {
                     grown += 1;
                 }
-                *c = s.capacity();
+                *c = s.table.capacity();
             }
             grown_in_window += grown;
             if i % 20_000 == 19_999 {
@@ -167,5 +327,63 @@ mod tests {
             max_grown_in_window <= 14,
             "{max_grown_in_window} shards grew within 20,000 inserts"
         );
+    }
+
+    /// At a steady count (entries removed as fast as new ones come, as lingering transactions
+    /// end while new ones start) a shard grows only if its own length reaches its threshold
+    /// (the count per shard wanders by the hash's noise), never because tombstones filled it:
+    /// those are cleared by rehashing in place. Before the thresholds were kept under one half
+    /// (and measured against the buckets, not `capacity()`), shards kept doubling under churn
+    /// until a quarter full: RSS that grew for minutes at a steady load.
+    #[test]
+    fn a_steady_count_grows_a_shard_only_past_its_threshold() {
+        const LIVE: usize = 200_000;
+        let mut m = KeyMap::new();
+        // Slots reused like the slab's: transaction n lives in slot n % LIVE.
+        let mut vk = Vk(vec![None; LIVE]);
+        let key = |n: usize| KeyHash::of(11, &n.to_le_bytes());
+        for n in 0..LIVE {
+            vk.0[n] = Some(key(n));
+            m.insert(&key(n), main(n as u64), &vk);
+        }
+        let after_ramp = m.bytes();
+        let fulls: Vec<usize> = m.shards.iter().map(|s| s.full).collect();
+        let mut longest: Vec<usize> = m.shards.iter().map(|s| s.table.len()).collect();
+        for n in LIVE..LIVE * 12 {
+            let slot = n % LIVE;
+            m.remove_if(&key(n - LIVE), main(slot as u64));
+            vk.0[slot] = Some(key(n));
+            m.insert(&key(n), main(slot as u64), &vk);
+            let s = shard(&key(n));
+            longest[s] = longest[s].max(m.shards[s].table.len());
+        }
+        assert_eq!(m.len(), LIVE);
+        for (i, (s, f)) in m.shards.iter().zip(&fulls).enumerate() {
+            if s.full > *f {
+                let threshold = *f as f64 * (GROW_LOW + GROW_SPAN * i as f64 / SHARDS as f64);
+                assert!(
+                    longest[i] as f64 >= threshold,
+                    "shard {i} grew from {f} to {} at most {} long",
+                    s.full,
+                    longest[i]
+                );
+                assert!(s.full <= 2 * f + 2, "shard {i} grew more than once");
+            }
+        }
+        let after_churn = m.bytes();
+        assert!(
+            after_churn <= after_ramp + after_ramp / 5,
+            "{after_ramp} -> {after_churn} bytes"
+        );
+        // Between an eighth and a half full: what the bytes gauge is worth.
+        let per_entry = after_churn as f64 / LIVE as f64;
+        let bucket = (size_of::<Entry>() + 1) as f64;
+        assert!(
+            (2.0 * bucket..=8.0 * bucket).contains(&per_entry),
+            "{per_entry} bytes per entry"
+        );
+        for n in LIVE * 11..LIVE * 12 {
+            assert_eq!(m.get(&key(n), &vk), Some(main((n % LIVE) as u64)));
+        }
     }
 }

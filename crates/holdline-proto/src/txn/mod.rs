@@ -55,9 +55,9 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BinaryHeap, VecDeque};
 
 use fifo::ChunkQueue;
-use keymap::KeyMap;
+use keymap::{Entry, KeyMap, Keys};
 use slab::Slab;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::Hasher;
 
 use holdline_base::{Duration, Instant, Peer, Transmit};
 use holdline_sip::{HeaderName, MAGIC_COOKIE, Message, Method, ParseError, ParseErrorKind};
@@ -230,42 +230,6 @@ impl KeyHash {
     }
 }
 
-impl Hash for KeyHash {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // Already a keyed hash: the map uses one word of it as is.
-        state.write_u64(self.0[0]);
-    }
-}
-
-/// The hasher of the key maps: a [`KeyHash`] word is already a keyed hash, taken as is
-/// (mixed once more by a multiplication).
-#[derive(Clone, Copy, Debug, Default)]
-struct Spread;
-
-#[derive(Clone, Copy, Debug, Default)]
-struct SpreadHasher(u64);
-
-impl Hasher for SpreadHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl BuildHasher for Spread {
-    type Hasher = SpreadHasher;
-    fn build_hasher(&self) -> SpreadHasher {
-        SpreadHasher(0)
-    }
-}
-
 /// The retransmission timer (A, E or G) of a transaction, in the heap. Live only while the
 /// transaction's `retx_at` equals `at` (lazy deletion: cancelling is setting `None`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -414,6 +378,10 @@ pub struct TxnStats {
     pub memory_bytes: usize,
     /// Bytes of messages kept for retransmission (part of `memory_bytes`).
     pub kept_bytes: usize,
+    /// Bytes the two matching-key indexes' buckets really hold, whatever their fill (the
+    /// estimate in `memory_bytes` counts a share per transaction instead, so that ending
+    /// transactions lowers it).
+    pub index_bytes: usize,
     /// Lingering transactions ended before their timer to make room (oldest first).
     pub evicted: u64,
     /// New transactions refused because the table was full of live ones.
@@ -468,15 +436,17 @@ fn malformed_at(kind: ParseErrorKind, offset: usize) -> ParseError {
     ParseError::new(kind, offset)
 }
 
-/// The memory one transaction costs beside the bytes it keeps: its slab slot, its key map
-/// entry (with hashbrown's control byte, at a load of about 2/3) and two end-timer queue
-/// entries. An estimate, checked against the process's RSS in `docs/benchmarks.md`.
+/// The memory one transaction costs beside the bytes it keeps: its slab slot, its key index
+/// entry (with hashbrown's control byte, at a load of about 1/3: the index grows below half
+/// full, see `keymap`) and two end-timer queue entries. An estimate, checked against the
+/// process's RSS in `docs/benchmarks.md`; `holdline_txn_index_bytes` shows the index's real
+/// size.
 pub const TXN_OVERHEAD_BYTES: usize = {
     let server = size_of::<Option<ServerTxn>>() + 8;
     let client = size_of::<Option<ClientTxn>>() + 8;
     let entry = if server > client { server } else { client };
-    let key = size_of::<(KeyHash, u64)>() + 1;
-    entry + key * 3 / 2 + 2 * size_of::<EndEntry>()
+    let key = size_of::<Entry>() + 1;
+    entry + key * 3 + 2 * size_of::<EndEntry>()
 };
 
 // The compact layout is a design target (issue 14: at most 256 bytes per lingering
@@ -550,6 +520,7 @@ impl Transactions {
             lingering: self.lingering,
             memory_bytes: self.memory_bytes(),
             kept_bytes: self.kept,
+            index_bytes: self.client_keys.bytes() + self.server_keys.bytes(),
             evicted: self.evicted,
             refused: self.refused,
         }
@@ -587,9 +558,11 @@ impl Transactions {
     pub fn matches_server(&mut self, msg: &Message<'_>) -> Result<bool, ParseError> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let found = self
-            .request_key(msg, &mut scratch)
-            .map(|_| self.server_keys.contains_key(&self.hash(&scratch)));
+        let found = self.request_key(msg, &mut scratch).map(|_| {
+            self.server_keys
+                .get(&self.hash(&scratch), &self.servers)
+                .is_some()
+        });
         self.scratch = scratch;
         found
     }
@@ -618,7 +591,9 @@ impl Transactions {
     /// never refuses the BYE of a call it admitted. `false` when the live transactions alone
     /// fill the bound.
     fn make_room(&mut self, in_dialog: bool) -> bool {
-        let (max_n, max_b) = (self.config.max_transactions, self.config.memory_budget);
+        // Each slab's slots stay addressable by the key index.
+        let max_n = self.config.max_transactions.min(keymap::MAX_INDEX);
+        let (max_n, max_b) = (max_n, self.config.memory_budget);
         let (max_n, max_b) = if in_dialog {
             (max_n, max_b)
         } else {
@@ -693,7 +668,7 @@ impl Transactions {
         let outcome = match self.request_key(msg, &mut scratch) {
             Ok((method, prefix_len)) => {
                 let key = self.hash(&scratch);
-                match self.server_keys.get(&key) {
+                match self.server_id(&key) {
                     Some(id) => self.matched_request(now, id, method, reply_to),
                     None if method == Method::Ack => RequestOutcome::PassThrough,
                     None => self.new_server(msg, key, &scratch, method, prefix_len, reply_to),
@@ -831,7 +806,9 @@ impl Transactions {
             },
             linger: false,
         });
-        self.server_keys.insert(key, id);
+        if let Some(e) = Entry::main(slab::index_of(id)) {
+            self.server_keys.insert(&key, e, &self.servers);
+        }
         RequestOutcome::New(ServerTxnId(id))
     }
 
@@ -850,7 +827,7 @@ impl Transactions {
             let via = msg.top_via().ok()?;
             key::server_3261(&mut k, &via, via.branch()?, b"INVITE");
         }
-        let id = self.server_keys.get(&self.hash(&k))?;
+        let id = self.server_id(&self.hash(&k))?;
         self.servers
             .get(id)
             .is_some_and(|t| t.invite)
@@ -930,7 +907,11 @@ impl Transactions {
                 t.timers.end_at = Some(at);
                 push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                 self.out.push_back(Out::Owned(t.peer, response));
-                Self::register_ack_key(&mut self.server_keys, t, id, &to_tag, seed);
+                if let Some(k) = Self::ack_key(t, &to_tag, seed)
+                    && let Some(e) = Entry::ack(slab::index_of(id.0))
+                {
+                    self.server_keys.insert_if_absent(&k, e, &self.servers);
+                }
             }
             (true, ServerState::Accepted) if success => {
                 self.out.push_back(Out::Owned(t.peer, response));
@@ -949,7 +930,11 @@ impl Transactions {
                 t.timers.end_at = Some(at);
                 push_end(&mut self.ends, EndQueue::Live, at, tid);
                 self.out.push_back(Out::Response(id));
-                Self::register_ack_key(&mut self.server_keys, t, id, &to_tag, seed);
+                if let Some(k) = Self::ack_key(t, &to_tag, seed)
+                    && let Some(e) = Entry::ack(slab::index_of(id.0))
+                {
+                    self.server_keys.insert_if_absent(&k, e, &self.servers);
+                }
             }
             (false, ServerState::Trying | ServerState::Proceeding) if provisional => {
                 t.state = ServerState::Proceeding;
@@ -978,25 +963,30 @@ impl Transactions {
     }
 
     /// RFC 2543 fallback: from the final response on, the INVITE's ACK matches under the
-    /// response's To tag.
-    fn register_ack_key(
-        keys: &mut KeyMap,
-        t: &mut ServerTxn,
-        id: ServerTxnId,
-        to_tag: &[u8],
-        seed: u64,
-    ) {
-        let Some(r) = t.rfc2543.as_mut() else {
-            return;
-        };
+    /// response's To tag. Records that key in the transaction and returns it for the index
+    /// (`None` when the transaction has no such key or has it already).
+    fn ack_key(t: &mut ServerTxn, to_tag: &[u8], seed: u64) -> Option<KeyHash> {
+        let r = t.rfc2543.as_mut()?;
         if r.ack_key.is_some() {
-            return;
+            return None;
         }
         let mut k = r.prefix.to_vec();
         key::server_2543_finish(&mut k, b"ACK", to_tag);
         let k = KeyHash::of(seed, &k);
-        keys.insert_if_absent(k, id.0);
         r.ack_key = Some(k);
+        Some(k)
+    }
+
+    /// The server transaction indexed under `key`.
+    fn server_id(&self, key: &KeyHash) -> Option<u64> {
+        let e = self.server_keys.get(key, &self.servers)?;
+        self.servers.id_at(e.index())
+    }
+
+    /// The client transaction indexed under `key`.
+    fn client_id(&self, key: &KeyHash) -> Option<u64> {
+        let e = self.client_keys.get(key, &self.clients)?;
+        self.clients.id_at(e.index())
     }
 
     /// Starts a client transaction for `request`, to be sent to `to` (RFC 3261 §17.1).
@@ -1021,7 +1011,7 @@ impl Transactions {
         let key = self.hash(&scratch);
         self.scratch = scratch;
         let invite = r?;
-        if self.client_keys.contains_key(&key) {
+        if self.client_id(&key).is_some() {
             return Err(TxnError::DuplicateTransaction);
         }
         if !self.make_room(true) {
@@ -1029,7 +1019,6 @@ impl Transactions {
         }
         let id = self.clients.next_id();
         let cid = ClientTxnId(id);
-        self.client_keys.insert(key, id);
         let mut timers = Timers::default();
         let t1 = self.config.eff_t1();
         if !to.transport.is_reliable() {
@@ -1056,6 +1045,9 @@ impl Transactions {
             linger: false,
         });
         debug_assert_eq!(inserted, id);
+        if let Some(e) = Entry::main(slab::index_of(id)) {
+            self.client_keys.insert(&key, e, &self.clients);
+        }
         self.out.push_back(Out::Request(cid));
         Ok(cid)
     }
@@ -1149,7 +1141,7 @@ impl Transactions {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         key::client(&mut scratch, branch, cseq.method.as_bytes());
-        let found = self.client_keys.get(&self.hash(&scratch));
+        let found = self.client_id(&self.hash(&scratch));
         self.scratch = scratch;
         let Some(id) = found else {
             return ResponseOutcome::Stray;
@@ -1283,7 +1275,9 @@ impl Transactions {
         match id {
             TxnId::Client(c) => {
                 if let Some(t) = self.clients.remove(c.0) {
-                    self.client_keys.remove_if(&t.key, c.0);
+                    if let Some(e) = Entry::main(slab::index_of(c.0)) {
+                        self.client_keys.remove_if(&t.key, e);
+                    }
                     self.kept = self.kept.saturating_sub(t.bytes.len());
                     if t.linger {
                         self.lingering = self.lingering.saturating_sub(1);
@@ -1293,9 +1287,14 @@ impl Transactions {
             }
             TxnId::Server(s) => {
                 if let Some(t) = self.servers.remove(s.0) {
-                    let ack_key = t.rfc2543.as_ref().and_then(|r| r.ack_key);
-                    for k in std::iter::once(t.key).chain(ack_key) {
-                        self.server_keys.remove_if(&k, s.0);
+                    let i = slab::index_of(s.0);
+                    if let Some(e) = Entry::main(i) {
+                        self.server_keys.remove_if(&t.key, e);
+                    }
+                    if let Some(k) = t.rfc2543.as_ref().and_then(|r| r.ack_key)
+                        && let Some(e) = Entry::ack(i)
+                    {
+                        self.server_keys.remove_if(&k, e);
                     }
                     let prefix = t.rfc2543.as_ref().map_or(0, |r| r.prefix.len());
                     self.kept = self.kept.saturating_sub(t.response.len() + prefix);
@@ -1554,5 +1553,23 @@ pub(crate) fn response_peer(msg: &Message<'_>, from: Peer) -> Peer {
             ..from
         },
         _ => from,
+    }
+}
+
+impl Keys for Slab<ClientTxn> {
+    fn key_of(&self, e: Entry) -> Option<KeyHash> {
+        let t = self.at(e.index())?;
+        (!e.is_ack()).then_some(t.key)
+    }
+}
+
+impl Keys for Slab<ServerTxn> {
+    fn key_of(&self, e: Entry) -> Option<KeyHash> {
+        let t = self.at(e.index())?;
+        if e.is_ack() {
+            t.rfc2543.as_ref()?.ack_key
+        } else {
+            Some(t.key)
+        }
     }
 }

@@ -33,6 +33,11 @@ const CHUNK: usize = 4096;
 
 const GENERATION_MASK: u32 = 0x7fff_ffff;
 
+/// The slot index of `id`.
+pub(super) fn index_of(id: u64) -> usize {
+    split(id).0
+}
+
 fn split(id: u64) -> (usize, u32) {
     ((id & 0xffff_ffff) as usize, (id >> 32) as u32)
 }
@@ -130,6 +135,17 @@ impl<T> Slab<T> {
         } else {
             None
         }
+    }
+
+    /// The entry in slot `index`, whatever its generation.
+    pub(super) fn at(&self, index: usize) -> Option<&T> {
+        self.slot(index)?.value.as_ref()
+    }
+
+    /// The id of the entry in slot `index`, if there is one.
+    pub(super) fn id_at(&self, index: usize) -> Option<u64> {
+        let slot = self.slot(index)?;
+        slot.value.as_ref().map(|_| join(index, slot.generation))
     }
 
     pub(super) fn contains(&self, id: u64) -> bool {
