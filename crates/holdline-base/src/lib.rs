@@ -26,6 +26,7 @@
 //! - [`Machine`]: the drive contract.
 #![forbid(unsafe_code)]
 
+mod growth;
 mod machine;
 mod net;
 mod rng;
@@ -33,6 +34,7 @@ mod time;
 pub mod toml_loc;
 
 pub use core::time::Duration;
+pub use growth::EarlyGrowth;
 pub use machine::Machine;
 pub use net::{ConnId, Peer, Transmit, Transport, UnknownTransport};
 pub use rng::Rng;

@@ -56,6 +56,20 @@ pub trait LocationStore: Send + Sync {
     /// Removes every binding expired at `now`; returns how many were removed.
     fn purge_expired(&self, now: Instant) -> usize;
 
+    /// How many parts [`purge_part`](Self::purge_part) splits the store into, so that a
+    /// periodic purge can walk it one part at a time instead of stalling its caller for the
+    /// whole store (a million bindings: 33 ms at once). 1: no split.
+    fn purge_parts(&self) -> usize {
+        1
+    }
+
+    /// Removes the bindings expired at `now` in part `part` (of [`purge_parts`](Self::purge_parts));
+    /// returns how many were removed. The default purges everything.
+    fn purge_part(&self, now: Instant, part: usize) -> usize {
+        let _ = part;
+        self.purge_expired(now)
+    }
+
     /// The number of bindings currently stored (expired ones not yet purged included).
     fn len(&self) -> usize;
 

@@ -23,7 +23,9 @@ use holdline_store::{
 use crate::core::HopEvent;
 use crate::{Listener, ServerConfig, StoreSpec, WorkerCore};
 
-/// How often worker 0 removes expired bindings from the store.
+/// How often worker 0 walks the whole store to remove expired bindings: one part of it
+/// ([`LocationStore::purge_part`]) at a time, spread over this period, so that no step stalls
+/// the worker for the whole store (a million bindings took 33 ms at once).
 const PURGE_EVERY: Duration = Duration::from_secs(10);
 
 /// File name of the persistent store inside its directory.
@@ -281,6 +283,8 @@ pub struct Engine {
     endpoint: Endpoint,
     store: Arc<dyn LocationStore>,
     next_purge: Option<Instant>,
+    /// The store part the next purge step walks.
+    purge_cursor: usize,
     purged: u64,
     /// Events for the hop-by-hop client not yet taken by the worker
     /// ([`WorkerCore::poll_hop_event`]).
@@ -307,6 +311,7 @@ impl Engine {
             endpoint: Endpoint::new(config, store.clone()),
             store,
             next_purge: (index == 0).then_some(Instant::ZERO),
+            purge_cursor: 0,
             purged: 0,
             feedback: std::collections::VecDeque::new(),
             auth_failures: std::collections::VecDeque::new(),
@@ -479,8 +484,12 @@ impl WorkerCore for Engine {
     fn handle_timeout(&mut self, now: Instant) {
         self.endpoint.handle_timeout(now);
         if let Some(t) = self.next_purge.filter(|t| *t <= now) {
-            self.purged += self.store.purge_expired(now) as u64;
-            self.next_purge = Some(t.max(now) + PURGE_EVERY);
+            let parts = self.store.purge_parts().max(1);
+            let part = self.purge_cursor % parts;
+            self.purged += self.store.purge_part(now, part) as u64;
+            self.purge_cursor = (part + 1) % parts;
+            let step = PURGE_EVERY / u32::try_from(parts).unwrap_or(u32::MAX);
+            self.next_purge = Some(t.max(now) + step);
         }
         self.drain_events();
     }
@@ -777,5 +786,51 @@ CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
             proxy_config(&ServerConfig::default(), &bound, 0).mode,
             holdline_proto::ProxyMode::Stateful
         );
+    }
+
+    /// Worker 0 purges expired bindings one store part per step, walking the whole store
+    /// once per `PURGE_EVERY`: never all at once (a million bindings stalled it 33 ms).
+    #[test]
+    fn expired_bindings_are_purged_one_part_at_a_time_within_the_period() {
+        let bound = [Listener {
+            transport: Transport::Udp,
+            addr: "127.0.0.1:5060".parse().expect("addr"),
+        }];
+        let proxy = proxy_config(&ServerConfig::default(), &bound, 0);
+        let store = Arc::new(holdline_store::MemoryStore::new());
+        let mut e = Engine::new(proxy, store.clone(), 0);
+        let t0 = Instant::from_secs(100);
+        for i in 0..2_000 {
+            store.modify(format!("u{i}@example.com").as_bytes(), t0, &mut |v| {
+                v.push(holdline_proto::Binding {
+                    contact: format!("sip:u{i}@192.0.2.1").into_bytes().into(),
+                    expires_at: t0 + Duration::from_secs(1),
+                    q: 1000,
+                    call_id: b"c".to_vec().into(),
+                    cseq: 1,
+                    source: None,
+                })
+            });
+        }
+        let now = t0 + Duration::from_secs(2);
+        let parts = store.purge_parts();
+        assert!(parts > 1);
+        let mut steps = Vec::new();
+        let mut at = now;
+        while store.len() > 0 && at < now + PURGE_EVERY * 2 {
+            e.handle_timeout(at);
+            steps.push(store.len());
+            at = e.poll_timeout().expect("the next purge step").max(at);
+        }
+        assert_eq!(store.len(), 0, "all purged within two periods");
+        assert!(at <= now + PURGE_EVERY + PURGE_EVERY / 4, "in about one period");
+        assert!(steps.len() >= parts - 1, "{} steps for {parts} parts", steps.len());
+        let largest = steps
+            .windows(2)
+            .map(|w| w[0] - w[1])
+            .chain(std::iter::once(2_000 - steps[0]))
+            .max()
+            .unwrap_or(0);
+        assert!(largest < 2_000 / 8, "a step purged {largest} of 2,000");
     }
 }

@@ -793,6 +793,14 @@ impl Worker {
                                 .is_some_and(|(w, _)| d.received_at.is_some_and(|t| age_of(t) > w));
                         self.dispatch(now, d.payload, peer, stale);
                     }
+                    // A short batch emptied the socket: the next datagram raises a new edge
+                    // (each arrival wakes the edge-triggered poll), so the receive that would
+                    // only confirm it with `WouldBlock` is saved — and for an INVITE socket,
+                    // the loop iteration that would have made it.
+                    if n < batch.capacity() {
+                        drained = true;
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     drained = true;

@@ -192,17 +192,45 @@ impl MemoryStore {
     /// Removes every binding expired at `now` without marking anything changed (for a store
     /// whose backend expires records itself); returns how many were removed.
     pub(crate) fn purge_expired_quietly(&self, now: Instant) -> usize {
+        (0..SHARDS).map(|i| self.purge_part_quietly(now, i)).sum()
+    }
+
+    /// [`purge_expired_quietly`](Self::purge_expired_quietly) of shard `part` only.
+    pub(crate) fn purge_part_quietly(&self, now: Instant, part: usize) -> usize {
+        self.purge_shard(now, part, false)
+    }
+
+    /// Removes the bindings expired at `now` from shard `i`, marking their
+    /// addresses-of-record changed if `mark` (and the store is tracked).
+    fn purge_shard(&self, now: Instant, i: usize, mark: bool) -> usize {
+        let Some(shard) = self.shards.get(i) else {
+            return 0;
+        };
         let mut removed = 0;
-        for shard in &*self.shards {
-            let mut g = shard.0.write();
-            g.map.retain(|_, bindings| {
-                let before = bindings.len();
-                bindings.retain(|b| b.expires_at > now);
-                removed += before - bindings.len();
-                !bindings.is_empty()
-            });
-        }
+        let mut wake = false;
+        let mut g = shard.0.write();
+        let ShardData { map, dirty } = &mut *g;
+        map.retain(|aor, bindings| {
+            let before = bindings.len();
+            bindings.retain(|b| b.expires_at > now);
+            let gone = before - bindings.len();
+            if gone > 0 {
+                removed += gone;
+                if mark
+                    && let Some(t) = &self.tracker
+                    && !dirty.contains(aor)
+                {
+                    dirty.insert(aor.clone());
+                    wake |= t.marked();
+                }
+            }
+            !bindings.is_empty()
+        });
+        drop(g);
         self.add_len(removed, 0);
+        if wake {
+            self.wake();
+        }
         removed
     }
 
@@ -291,32 +319,16 @@ impl LocationStore for MemoryStore {
     }
 
     fn purge_expired(&self, now: Instant) -> usize {
-        let mut removed = 0;
-        let mut wake = false;
-        for shard in &*self.shards {
-            let mut g = shard.0.write();
-            let ShardData { map, dirty } = &mut *g;
-            map.retain(|aor, bindings| {
-                let before = bindings.len();
-                bindings.retain(|b| b.expires_at > now);
-                let gone = before - bindings.len();
-                if gone > 0 {
-                    removed += gone;
-                    if let Some(t) = &self.tracker
-                        && !dirty.contains(aor)
-                    {
-                        dirty.insert(aor.clone());
-                        wake |= t.marked();
-                    }
-                }
-                !bindings.is_empty()
-            });
-        }
-        self.add_len(removed, 0);
-        if wake {
-            self.wake();
-        }
-        removed
+        (0..SHARDS).map(|i| self.purge_shard(now, i, true)).sum()
+    }
+
+    /// One part per shard: a part is 1/64 of the store.
+    fn purge_parts(&self) -> usize {
+        SHARDS
+    }
+
+    fn purge_part(&self, now: Instant, part: usize) -> usize {
+        self.purge_shard(now, part, true)
     }
 
     fn len(&self) -> usize {

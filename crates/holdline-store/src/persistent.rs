@@ -381,6 +381,14 @@ impl LocationStore for PersistentStore {
         self.shared.mem.purge_expired(now)
     }
 
+    fn purge_parts(&self) -> usize {
+        self.shared.mem.purge_parts()
+    }
+
+    fn purge_part(&self, now: Instant, part: usize) -> usize {
+        self.shared.mem.purge_part(now, part)
+    }
+
     fn len(&self) -> usize {
         self.shared.mem.len()
     }

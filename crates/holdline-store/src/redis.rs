@@ -694,6 +694,14 @@ impl LocationStore for RedisStore {
         self.shared.mem.purge_expired_quietly(now)
     }
 
+    fn purge_parts(&self) -> usize {
+        self.shared.mem.purge_parts()
+    }
+
+    fn purge_part(&self, now: Instant, part: usize) -> usize {
+        self.shared.mem.purge_part_quietly(now, part)
+    }
+
     fn len(&self) -> usize {
         self.shared.mem.len()
     }

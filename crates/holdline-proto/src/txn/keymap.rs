@@ -10,41 +10,22 @@
 //! (one worker at 10,000 calls/s over UDP) one growth step of a single map stalled the worker
 //! for tens of milliseconds, long enough for local overload control to see a queue and answer
 //! hundreds of `503`s (issue 14's soak: bursts at the moments the key maps grew). Sharded by
-//! the key's second hash word, a growth step rehashes 1/64 of the entries.
-//!
-//! Sharding alone is not enough: the key hash spreads entries evenly, so the 64 shards hold
-//! nearly the same number of entries and reach hashbrown's growth threshold within a few
-//! hundred inserts of each other — the whole index was still rehashed within tens of
-//! milliseconds (issue 14's soak, 2026-11-25: a 28 MB RSS step and ~3,000 `503`s at ≈48 s of
-//! 13,750 calls/s). So each shard grows itself *early*, at its own fill fraction of its
-//! bucket capacity (shard `i` at `0.25 + 0.25·i/64`): the growth steps are spread evenly over
-//! the whole time the index takes to double, one shard (1/64 of the entries, well under a
-//! millisecond at a million entries) at a time.
-//!
-//! The fractions stay under one half for a reason: at a steady count the removed entries'
-//! tombstones use up a shard's growth margin, and hashbrown then rehashes it in place if it
-//! is at most half full, else *doubles* it. A shard that was grown at a fill above one half
-//! (or whose threshold is measured against `capacity()`, which shrinks as tombstones
-//! accumulate) keeps doubling long after the load is steady: one worker's RSS rose by 13-19
-//! MB a minute after 32 s (issue 14's bench, 2026-11-25), and the index ended a quarter
-//! full. Grown below one half, a shard reaches its final size while the load ramps up and is
-//! only ever rehashed in place afterwards.
+//! the key's second hash word, a growth step rehashes 1/64 of the entries, and each shard
+//! grows early at its own fill fraction, below one half ([`EarlyGrowth`]): the steps are
+//! spread over the time the index takes to double (the shards grew within tens of
+//! milliseconds of each other before: a 28 MB RSS step and ~3,000 `503`s at ≈48 s of 13,750
+//! calls/s), and a shard reaches its final size while the load ramps up instead of doubling
+//! again and again under churn (one worker's RSS rose by 13-19 MB a minute after 32 s in
+//! issue 14's bench of 2026-11-25, and the index ended a quarter full).
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry as Slot;
 
+use holdline_base::EarlyGrowth;
+
 use super::KeyHash;
 
 const SHARDS: usize = 64;
-
-/// Below this many entries a shard grows when hashbrown decides (a rehash is cheap). Small,
-/// so that the shards fall out of step (the first early growths come together) while tiny.
-const EARLY_GROWTH_MIN: usize = 64;
-
-/// Shard `i` grows once its length reaches `buckets' capacity · (GROW_LOW + GROW_SPAN · i /
-/// SHARDS)`; the sum stays below one half (see the [module documentation](self)).
-const GROW_LOW: f64 = 0.25;
-const GROW_SPAN: f64 = 0.25;
 
 /// The top bit of an [`Entry`]: the transaction is indexed under its RFC 2543 ACK key.
 const ACK_FLAG: u32 = 1 << 31;
@@ -98,33 +79,22 @@ fn hasher(keys: &impl Keys) -> impl Fn(&Entry) -> u64 + '_ {
     |e| keys.key_of(*e).map_or(0, |k| hash(&k))
 }
 
-/// One shard: the table and the number of entries its buckets hold when free of tombstones.
+/// One shard: the table and its growth state.
 #[derive(Debug)]
 struct Shard {
     table: HashTable<Entry>,
-    /// hashbrown's `capacity()` right after its last growth or in-place rehash. `capacity()`
-    /// itself is entries plus growth margin, which tombstones shrink; it never exceeds this.
-    full: usize,
+    growth: EarlyGrowth,
 }
 
 impl Shard {
-    /// Grows early if the shard is past its threshold (see the [module documentation](self)).
-    fn grow_early(&mut self, i: usize, keys: &impl Keys) {
-        let len = self.table.len();
-        if len < EARLY_GROWTH_MIN {
-            return;
-        }
-        let threshold = self.full as f64 * (GROW_LOW + GROW_SPAN * i as f64 / SHARDS as f64);
-        if len as f64 >= threshold {
-            // More than the growth margin and more than half the buckets: hashbrown resizes
-            // to the next power of two instead of rehashing in place.
-            self.table.reserve(self.full + 1 - len, hasher(keys));
-        }
-    }
-
     /// Inserts `entry` under `k`: replaces the entry there if `replace`, else keeps it.
     fn insert(&mut self, i: usize, k: &KeyHash, entry: Entry, replace: bool, keys: &impl Keys) {
-        self.grow_early(i, keys);
+        if let Some(n) = self
+            .growth
+            .reserve_before_insert(self.table.len(), i, SHARDS)
+        {
+            self.table.reserve(n, hasher(keys));
+        }
         let found = self
             .table
             .entry(hash(k), |e| keys.key_of(*e) == Some(*k), hasher(keys));
@@ -138,20 +108,12 @@ impl Shard {
                 v.insert(entry);
             }
         }
-        self.full = self.full.max(self.table.capacity());
+        self.growth.note_capacity(self.table.capacity());
     }
 
     /// The bytes of the shard's buckets (entries and control bytes).
     fn bytes(&self) -> usize {
-        if self.full == 0 {
-            return 0;
-        }
-        let buckets = if self.full < 8 {
-            self.full + 1
-        } else {
-            (self.full * 8 / 7).next_power_of_two()
-        };
-        buckets * (size_of::<Entry>() + 1)
+        self.growth.buckets() * (size_of::<Entry>() + 1)
     }
 }
 
@@ -171,7 +133,7 @@ impl KeyMap {
             shards: (0..SHARDS)
                 .map(|_| Shard {
                     table: HashTable::new(),
-                    full: 0,
+                    growth: EarlyGrowth::new(),
                 })
                 .collect(),
         }
@@ -347,7 +309,7 @@ mod tests {
             m.insert(&key(n), main(n as u64), &vk);
         }
         let after_ramp = m.bytes();
-        let fulls: Vec<usize> = m.shards.iter().map(|s| s.full).collect();
+        let fulls: Vec<usize> = m.shards.iter().map(|s| s.growth.full()).collect();
         let mut longest: Vec<usize> = m.shards.iter().map(|s| s.table.len()).collect();
         for n in LIVE..LIVE * 12 {
             let slot = n % LIVE;
@@ -359,15 +321,18 @@ mod tests {
         }
         assert_eq!(m.len(), LIVE);
         for (i, (s, f)) in m.shards.iter().zip(&fulls).enumerate() {
-            if s.full > *f {
-                let threshold = *f as f64 * (GROW_LOW + GROW_SPAN * i as f64 / SHARDS as f64);
+            if s.growth.full() > *f {
+                let threshold = *f as f64 * EarlyGrowth::threshold(i, SHARDS);
                 assert!(
                     longest[i] as f64 >= threshold,
                     "shard {i} grew from {f} to {} at most {} long",
-                    s.full,
+                    s.growth.full(),
                     longest[i]
                 );
-                assert!(s.full <= 2 * f + 2, "shard {i} grew more than once");
+                assert!(
+                    s.growth.full() <= 2 * f + 2,
+                    "shard {i} grew more than once"
+                );
             }
         }
         let after_churn = m.bytes();
