@@ -823,8 +823,15 @@ CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
             at = e.poll_timeout().expect("the next purge step").max(at);
         }
         assert_eq!(store.len(), 0, "all purged within two periods");
-        assert!(at <= now + PURGE_EVERY + PURGE_EVERY / 4, "in about one period");
-        assert!(steps.len() >= parts - 1, "{} steps for {parts} parts", steps.len());
+        assert!(
+            at <= now + PURGE_EVERY + PURGE_EVERY / 4,
+            "in about one period"
+        );
+        assert!(
+            steps.len() >= parts - 1,
+            "{} steps for {parts} parts",
+            steps.len()
+        );
         let largest = steps
             .windows(2)
             .map(|w| w[0] - w[1])
