@@ -797,7 +797,7 @@ CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
             addr: "127.0.0.1:5060".parse().expect("addr"),
         }];
         let proxy = proxy_config(&ServerConfig::default(), &bound, 0);
-        let store = Arc::new(holdline_store::MemoryStore::new());
+        let store = Arc::new(MemoryStore::new());
         let mut e = Engine::new(proxy, store.clone(), 0);
         let t0 = Instant::from_secs(100);
         for i in 0..2_000 {
