@@ -230,6 +230,9 @@ struct UasArgs {
     #[arg(long, value_name = "S")]
     duration: Option<f64>,
     /// Register N users (from --users) at --registrar first, with this UAS as their contact.
+    /// A REGISTER answered 5xx with Retry-After is sent again after that many seconds, at
+    /// most 5 (as a phone does, shortened: a registrar that sheds a burst of registrations
+    /// must not leave its users unregistered for the run).
     #[arg(long, value_name = "N")]
     register: Option<u64>,
     /// The registrar for --register.
@@ -332,6 +335,9 @@ fn parse_target(s: &str) -> Result<SocketAddr, String> {
         .next()
         .ok_or_else(|| format!("`{s}`: no address"))
 }
+
+/// The longest a `load uas --register` user waits on a Retry-After before registering again.
+const UAS_REGISTER_RETRY_AFTER_CAP: Duration = Duration::from_secs(5);
 
 fn secs(s: f64, what: &str) -> Result<Duration, String> {
     if (0.0..1e9).contains(&s) {
@@ -555,7 +561,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                     refresh: None,
                     duration: None,
                     contact: None,
-                    retry_after_cap: None,
+                    retry_after_cap: Some(UAS_REGISTER_RETRY_AFTER_CAP),
                     retry_timeout_base: None,
                     hops: Hops::default(),
                 });

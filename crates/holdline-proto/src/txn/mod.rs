@@ -276,11 +276,42 @@ fn from_raw(raw: u64) -> TxnId {
     }
 }
 
+/// An optional deadline in 8 bytes (`Option<Instant>` takes 16, and every transaction has
+/// two: issue 14's memory per lingering transaction). [`Instant::MAX`] stands for none: a
+/// deadline there would never be reached anyway.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Deadline(Instant);
+
+impl Deadline {
+    const NONE: Self = Self(Instant::MAX);
+
+    /// The deadline `at`.
+    fn at(at: Instant) -> Self {
+        Self(at)
+    }
+
+    fn get(self) -> Option<Instant> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+impl Default for Deadline {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl std::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
 /// The timers of one transaction.
 #[derive(Clone, Copy, Debug, Default)]
 struct Timers {
-    retx_at: Option<Instant>,
-    end_at: Option<Instant>,
+    retx_at: Deadline,
+    end_at: Deadline,
     /// The current retransmission interval, nanoseconds.
     retx_every_ns: u64,
 }
@@ -735,7 +766,7 @@ impl Transactions {
             return match t.state {
                 ServerState::Completed => {
                     t.state = ServerState::Confirmed;
-                    t.timers.retx_at = None;
+                    t.timers.retx_at = Deadline::NONE;
                     keep(&mut self.kept, &mut t.response, Box::default());
                     if t.peer.transport.is_reliable() {
                         self.terminate(TxnId::Server(sid));
@@ -743,7 +774,7 @@ impl Transactions {
                         self.lingering += 1;
                         t.linger = true;
                         let at = now + self.config.t4;
-                        t.timers.end_at = Some(at);
+                        t.timers.end_at = Deadline::at(at);
                         push_end(&mut self.ends, EndQueue::LingerT4, at, TxnId::Server(sid));
                     }
                     RequestOutcome::AckAbsorbed(sid)
@@ -904,7 +935,7 @@ impl Transactions {
                 t.linger = true;
                 keep(&mut self.kept, &mut t.response, Box::default());
                 let at = now + t1x64;
-                t.timers.end_at = Some(at);
+                t.timers.end_at = Deadline::at(at);
                 push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                 self.out.push_back(Out::Owned(t.peer, response));
                 if let Some(k) = Self::ack_key(t, &to_tag, seed)
@@ -923,11 +954,11 @@ impl Transactions {
                 if !reliable {
                     t.timers.set_retx_every(t1);
                     let at = now + t1;
-                    t.timers.retx_at = Some(at);
+                    t.timers.retx_at = Deadline::at(at);
                     arm_retx(&mut self.retx, tid, at);
                 }
                 let at = now + t1x64;
-                t.timers.end_at = Some(at);
+                t.timers.end_at = Deadline::at(at);
                 push_end(&mut self.ends, EndQueue::Live, at, tid);
                 self.out.push_back(Out::Response(id));
                 if let Some(k) = Self::ack_key(t, &to_tag, seed)
@@ -951,7 +982,7 @@ impl Transactions {
                     t.linger = true;
                     keep(&mut self.kept, &mut t.response, response.into_boxed_slice());
                     let at = now + t1x64;
-                    t.timers.end_at = Some(at);
+                    t.timers.end_at = Deadline::at(at);
                     push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                     self.out.push_back(Out::Response(id));
                 }
@@ -1023,11 +1054,11 @@ impl Transactions {
         let t1 = self.config.eff_t1();
         if !to.transport.is_reliable() {
             timers.set_retx_every(t1);
-            timers.retx_at = Some(now + t1);
+            timers.retx_at = Deadline::at(now + t1);
             arm_retx(&mut self.retx, TxnId::Client(cid), now + t1);
         }
         let end = now + self.config.t1x64();
-        timers.end_at = Some(end);
+        timers.end_at = Deadline::at(end);
         push_end(&mut self.ends, EndQueue::Live, end, TxnId::Client(cid));
         let bytes: Box<[u8]> = request.into_boxed_slice();
         self.kept += bytes.len();
@@ -1096,9 +1127,9 @@ impl Transactions {
         let at = now + self.config.t1x64();
         if let Some(t) = self.clients.get_mut(invite.0)
             && t.state == ClientState::Proceeding
-            && t.timers.end_at.is_none_or(|e| e > at)
+            && t.timers.end_at.get().is_none_or(|e| e > at)
         {
-            t.timers.end_at = Some(at);
+            t.timers.end_at = Deadline::at(at);
             push_end(&mut self.ends, EndQueue::Live, at, TxnId::Client(invite));
         }
         Ok(cancel_id)
@@ -1194,7 +1225,7 @@ impl Transactions {
                 keep(&mut self.kept, &mut t.bytes, Box::default());
                 t.timers = Timers::default();
                 let at = now + t1x64;
-                t.timers.end_at = Some(at);
+                t.timers.end_at = Deadline::at(at);
                 push_end(&mut self.ends, EndQueue::Linger64, at, tid);
                 ResponseOutcome::ForTu(cid)
             }
@@ -1213,7 +1244,7 @@ impl Transactions {
                     t.linger = true;
                     keep(&mut self.kept, &mut t.bytes, ack.into_boxed_slice());
                     let at = now + self.config.timer_d;
-                    t.timers.end_at = Some(at);
+                    t.timers.end_at = Deadline::at(at);
                     push_end(&mut self.ends, EndQueue::LingerD, at, tid);
                     self.out.push_back(Out::Ack(cid));
                 }
@@ -1229,7 +1260,7 @@ impl Transactions {
                     t.linger = true;
                     keep(&mut self.kept, &mut t.bytes, Box::default());
                     let at = now + self.config.t4;
-                    t.timers.end_at = Some(at);
+                    t.timers.end_at = Deadline::at(at);
                     push_end(&mut self.ends, EndQueue::LingerT4, at, tid);
                 }
                 ResponseOutcome::ForTu(cid)
@@ -1335,15 +1366,15 @@ impl Transactions {
 
     fn retx_at(&self, id: TxnId) -> Option<Instant> {
         match id {
-            TxnId::Client(c) => self.clients.get(c.0)?.timers.retx_at,
-            TxnId::Server(s) => self.servers.get(s.0)?.timers.retx_at,
+            TxnId::Client(c) => self.clients.get(c.0)?.timers.retx_at.get(),
+            TxnId::Server(s) => self.servers.get(s.0)?.timers.retx_at.get(),
         }
     }
 
     fn end_at(&self, id: TxnId) -> Option<Instant> {
         match id {
-            TxnId::Client(c) => self.clients.get(c.0)?.timers.end_at,
-            TxnId::Server(s) => self.servers.get(s.0)?.timers.end_at,
+            TxnId::Client(c) => self.clients.get(c.0)?.timers.end_at.get(),
+            TxnId::Server(s) => self.servers.get(s.0)?.timers.end_at.get(),
         }
     }
 
@@ -1365,7 +1396,7 @@ impl Transactions {
                 }
                 .max(floor);
                 t.timers.set_retx_every(next);
-                t.timers.retx_at = Some(now + next);
+                t.timers.retx_at = Deadline::at(now + next);
                 arm_retx(&mut self.retx, id, now + next);
                 self.out.push_back(Out::Request(c));
             }
@@ -1375,7 +1406,7 @@ impl Transactions {
                 };
                 let next = t.timers.retx_every().saturating_mul(2).min(t2).max(floor);
                 t.timers.set_retx_every(next);
-                t.timers.retx_at = Some(now + next);
+                t.timers.retx_at = Deadline::at(now + next);
                 arm_retx(&mut self.retx, id, now + next);
                 self.out.push_back(Out::Response(s));
             }
