@@ -712,14 +712,18 @@ mod tests {
         assert_ne!(w0.gate_key, other.gate_key, "another server, another key");
     }
 
-    #[test]
-    fn metrics_label_status_classes_correctly() {
+    /// Worker 0's engine with the default configuration, listening on UDP 127.0.0.1:5060.
+    fn udp_engine(store: Arc<dyn LocationStore>) -> Engine {
         let bound = [Listener {
             transport: Transport::Udp,
             addr: "127.0.0.1:5060".parse().expect("addr"),
         }];
-        let proxy = proxy_config(&ServerConfig::default(), &bound, 0);
-        let mut e = Engine::new(proxy, Arc::new(MemoryLocationStore::new()), 0);
+        Engine::new(proxy_config(&ServerConfig::default(), &bound, 0), store, 0)
+    }
+
+    #[test]
+    fn metrics_label_status_classes_correctly() {
+        let mut e = udp_engine(Arc::new(MemoryLocationStore::new()));
         // A health probe to the engine's own address: answered 200 (class 2).
         let req = b"OPTIONS sip:127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:9;branch=z9hG4bKm\r\n\
 Max-Forwards: 70\r\nTo: <sip:127.0.0.1:5060>\r\nFrom: <sip:a@127.0.0.1>;tag=1\r\nCall-ID: m@1\r\n\
@@ -792,13 +796,8 @@ CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
     /// once per `PURGE_EVERY`: never all at once (a million bindings stalled it 33 ms).
     #[test]
     fn expired_bindings_are_purged_one_part_at_a_time_within_the_period() {
-        let bound = [Listener {
-            transport: Transport::Udp,
-            addr: "127.0.0.1:5060".parse().expect("addr"),
-        }];
-        let proxy = proxy_config(&ServerConfig::default(), &bound, 0);
         let store = Arc::new(MemoryStore::new());
-        let mut e = Engine::new(proxy, store.clone(), 0);
+        let mut e = udp_engine(store.clone());
         let t0 = Instant::from_secs(100);
         for i in 0..2_000 {
             store.modify(format!("u{i}@example.com").as_bytes(), t0, &mut |v| {
