@@ -344,9 +344,15 @@ fn lab_names_its_experiments_and_refuses_unknown_ones() {
 }
 
 /// `holdline lab scaling`, small: S0P1 and S2P2 at half their expected capacity (given, no
-/// calibration), 2 s steps, 100 users. Checks the files, that the users' calls completed
-/// through both stages, that the first stages shared the users between both second stages,
-/// and that the model is computed from those shares. No speed is asserted.
+/// calibration), each server at 20% of a core, 2 s steps, 100 users. Checks the files, that
+/// the users' calls completed through both stages, that the first stages shared the users
+/// between both second stages, and that the model is computed from those shares. No speed is
+/// asserted.
+///
+/// A debug build under a CPU quota on a shared machine can stall for a moment; the overload
+/// control then rightly sheds a new INVITE with 503 (CI saw 1 of 1,167 once). So a call
+/// counts as accounted for when it completed or got that 503, at most 1% of a step may be
+/// 503s, and no call may fail any other way (a routing fault, a lost user, a timeout).
 #[test]
 fn scaling_runs_two_stages_and_compares_with_the_model() {
     let _one_run_at_a_time = common::sipp_lock();
@@ -360,6 +366,8 @@ fn scaling_runs_two_stages_and_compares_with_the_model() {
             "S0P1,S2P2",
             "--capacities",
             "600,600",
+            "--quota",
+            "20",
             "--loads",
             "0.5",
             "--step-seconds",
@@ -378,7 +386,14 @@ fn scaling_runs_two_stages_and_compares_with_the_model() {
     for s in steps {
         let attempted = s["attempted"].as_u64().expect("attempted");
         assert!(attempted > 0, "{s}");
-        assert_eq!(s["calls_ok"].as_u64(), Some(attempted), "{s}");
+        let ok = s["calls_ok"].as_u64().expect("calls_ok");
+        let shed = s["r503"].as_u64().expect("r503");
+        assert_eq!(
+            ok + shed,
+            attempted,
+            "every call completed or was shed: {s}"
+        );
+        assert!(shed * 100 <= attempted, "at most 1% shed: {s}");
     }
     let configs = v["configs"].as_array().expect("configs");
     let s2p2 = configs
