@@ -16,10 +16,10 @@
 //! [`poll_timeout`](Endpoint::poll_timeout). Nothing here panics on any input.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use holdline_base::{Duration, Instant, Peer, Rng, Transmit, Transport};
+use holdline_base::{Duration, EarlyGrowth, Instant, Peer, Rng, Transmit, Transport};
 use holdline_overload::Class;
 use holdline_sip::{
     EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport, Span,
@@ -456,9 +456,9 @@ enum BranchState {
     Calling,
     /// A provisional response arrived.
     Proceeding,
-    /// A final response arrived (or was synthesized).
-    Done,
 }
+// No `Done`: a branch leaves `Endpoint::branches` with its final response
+// (`Endpoint::branch_final`); an accepted INVITE branch moves to `Endpoint::accepted`.
 
 #[derive(Debug)]
 struct Branch {
@@ -538,7 +538,16 @@ pub struct Endpoint {
     store: Arc<dyn LocationStore>,
     rng: Rng,
     calls: BTreeMap<ServerTxnId, Call>,
+    /// The branches still waiting for their final response (a few per call in flight).
     branches: BTreeMap<ClientTxnId, Branch>,
+    /// INVITE branches that got a 2xx, until their client transaction ends (Timer M, 32 s
+    /// over UDP): a retransmitted 2xx goes up through its server transaction (RFC 6026).
+    /// Only this pair is kept for those 32 s, not the whole [`Branch`] (issue 14: the
+    /// memory of a lingering transaction).
+    accepted: HashMap<ClientTxnId, ServerTxnId>,
+    /// `accepted` grows while its count ramps up, never at a steady count (see
+    /// [`EarlyGrowth`]: entries come and go, and their tombstones would double it then).
+    accepted_growth: EarlyGrowth,
     cancels: BTreeSet<ClientTxnId>,
     timers: BinaryHeap<Reverse<(Instant, ClientTxnId)>>,
     out: VecDeque<(Peer, Vec<u8>)>,
@@ -573,6 +582,13 @@ pub struct Endpoint {
     targets_from_dns: bool,
 }
 
+/// Stale Timer C entries the heap may hold beside twice the live branches before
+/// [`Endpoint::after`] sweeps them out.
+const STALE_TIMERS_KEPT: usize = 1024;
+
+/// `accepted` grows as shard 7 of 8 of [`EarlyGrowth`] would: at 47% of its buckets.
+const ACCEPTED_GROWTH_SHARD: usize = 7;
+
 /// Most rate-answered clients remembered per interval.
 const MAX_RATE_CLIENTS: usize = 4096;
 
@@ -585,6 +601,7 @@ impl std::fmt::Debug for Endpoint {
         f.debug_struct("Endpoint")
             .field("calls", &self.calls.len())
             .field("branches", &self.branches.len())
+            .field("accepted", &self.accepted.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -655,6 +672,8 @@ impl Endpoint {
             store,
             calls: BTreeMap::new(),
             branches: BTreeMap::new(),
+            accepted: HashMap::new(),
+            accepted_growth: EarlyGrowth::new(),
             cancels: BTreeSet::new(),
             timers: BinaryHeap::new(),
             out: VecDeque::new(),
@@ -696,6 +715,19 @@ impl Endpoint {
     /// final response).
     pub fn active_calls(&self) -> usize {
         self.calls.len()
+    }
+
+    /// The number of branches waiting for their final response. A branch keeps no record
+    /// once final (an accepted INVITE branch keeps only the pair of transaction ids that
+    /// forwarding a retransmitted 2xx needs).
+    pub fn pending_branches(&self) -> usize {
+        self.branches.len()
+    }
+
+    /// The number of Timer C entries held, live and stale (for inspection: stale ones are
+    /// swept once they outnumber twice the pending branches by more than a thousand).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
     }
 
     /// Sets (or, with `None`, stops) the server role's overload answer: from now on every
@@ -1197,6 +1229,14 @@ impl Endpoint {
             }
             self.timers.pop();
         }
+        // A ringing branch at the top (Timer C: 180 s) keeps every stale entry behind it;
+        // when they outnumber the live ones, they go all at once.
+        if self.timers.len() > 2 * self.branches.len() + STALE_TIMERS_KEPT {
+            let branches = &self.branches;
+            self.timers.retain(|Reverse((at, cid))| {
+                branches.get(cid).and_then(|b| b.timer_at) == Some(*at)
+            });
+        }
     }
 
     fn on_txn_event(&mut self, now: Instant, e: TxnEvent) {
@@ -1216,15 +1256,9 @@ impl Endpoint {
             }
             TxnEvent::Terminated(TxnId::Client(cid)) => {
                 self.stats.client_transactions = self.stats.client_transactions.saturating_sub(1);
-                if !self.cancels.remove(&cid) {
-                    if self
-                        .branches
-                        .get(&cid)
-                        .is_some_and(|b| b.state != BranchState::Done)
-                    {
-                        self.branch_final(now, cid, 408, None);
-                    }
-                    self.branches.remove(&cid);
+                if !self.cancels.remove(&cid) && self.accepted.remove(&cid).is_none() {
+                    // A branch still here never got its final response.
+                    self.branch_final(now, cid, 408, None);
                 }
             }
             TxnEvent::Terminated(TxnId::Server(sid)) => {
@@ -2570,7 +2604,6 @@ impl Endpoint {
                     Err(_) => self.drop_msg(DropReason::Internal),
                 }
             }
-            BranchState::Done => {}
         }
     }
 
@@ -2581,14 +2614,11 @@ impl Endpoint {
         };
         b.timer_at = None;
         match (b.state, b.cancel_sent) {
-            (BranchState::Done, _) => {}
             // §16.8: Timer C with a provisional response: CANCEL the branch.
             (BranchState::Proceeding, false) => self.cancel_branch(now, cid),
-            // No provisional response: as if a 408 arrived; a late provisional is CANCELled.
-            (BranchState::Calling, _) => {
-                b.cancel_wanted = true;
-                self.branch_final(now, cid, 408, None);
-            }
+            // No provisional response: as if a 408 arrived; a late provisional finds no
+            // branch and is CANCELled (`on_branch_response`).
+            (BranchState::Calling, _) => self.branch_final(now, cid, 408, None),
             // The CANCEL went unanswered by a final response: give the branch up.
             (BranchState::Proceeding, true) => {
                 self.branch_final(now, cid, 408, None);
@@ -2919,6 +2949,13 @@ impl Endpoint {
             self.drop_msg(DropReason::Malformed);
             return;
         };
+        if let Some(&sid) = self.accepted.get(&cid) {
+            // RFC 6026: further 2xx on an accepted INVITE branch are forwarded too.
+            if (200..300).contains(&status) {
+                self.forward_upstream(now, sid, popped);
+            }
+            return;
+        }
         let Some(b) = self.branches.get_mut(&cid) else {
             if (200..300).contains(&status) {
                 self.forward_by_via(&popped);
@@ -2942,34 +2979,19 @@ impl Endpoint {
             }
             let invite = b.invite;
             // §16.7 step 2: any provisional but 100 resets Timer C.
-            if invite && status > 100 && !b.cancel_sent && b.state != BranchState::Done {
+            if invite && status > 100 && !b.cancel_sent {
                 let at = now + self.config.timer_c;
                 b.timer_at = Some(at);
                 self.timers.push(Reverse((at, cid)));
             }
             if b.cancel_wanted && !b.cancel_sent {
-                if b.state == BranchState::Done {
-                    b.state = BranchState::Proceeding;
-                    self.cancel_branch(now, cid);
-                    if let Some(b) = self.branches.get_mut(&cid) {
-                        b.state = BranchState::Done;
-                    }
-                } else {
-                    self.cancel_branch(now, cid);
-                }
+                self.cancel_branch(now, cid);
             }
             // 100 is hop by hop; RFC 4320: no other provisional goes up a non-INVITE.
             let forward =
                 invite && status > 100 && self.calls.get(&sid).is_some_and(|c| !c.final_sent);
             if forward && self.txns.respond(now, sid, popped).is_err() {
                 self.drop_msg(DropReason::Internal);
-            }
-            return;
-        }
-        if b.state == BranchState::Done {
-            // RFC 6026: further 2xx on an accepted INVITE branch are forwarded too.
-            if (200..300).contains(&status) {
-                self.forward_upstream(now, sid, popped);
             }
             return;
         }
@@ -2985,16 +3007,27 @@ impl Endpoint {
         status: u16,
         bytes: Option<Vec<u8>>,
     ) {
-        let Some(b) = self.branches.get_mut(&cid) else {
+        // The branch ends here: its record goes, but for the server transaction an accepted
+        // INVITE branch's further 2xx go up through. A late provisional on any other finds
+        // no branch and is CANCELled (`on_branch_response`), as this one would have been.
+        let Some(b) = self.branches.remove(&cid) else {
             return;
         };
-        if b.state == BranchState::Done {
-            return;
-        }
-        b.state = BranchState::Done;
-        b.timer_at = None;
         let sid = b.server;
         let dest = b.dest;
+        if b.invite && (200..300).contains(&status) && bytes.is_some() {
+            // One table: it grows at just under half full (the last of eight shards' fill
+            // fraction), so it reaches its size while the calls ramp up.
+            let (i, of) = (ACCEPTED_GROWTH_SHARD, ACCEPTED_GROWTH_SHARD + 1);
+            if let Some(n) = self
+                .accepted_growth
+                .reserve_before_insert(self.accepted.len(), i, of)
+            {
+                self.accepted.reserve(n);
+            }
+            self.accepted.insert(cid, sid);
+            self.accepted_growth.note_capacity(self.accepted.capacity());
+        }
         if b.invite && self.config.branch_events {
             // A 500 that stands for a 503 further on (RFC 3326 Reason, as this proxy sends
             // it) is reported as the 503 it was: the overload signal of end-to-end control.

@@ -634,6 +634,14 @@ fn full_call_with_record_route_ack_and_bye_through_the_proxy() {
     let ok = a.responses(200, "INVITE");
     assert_eq!(ok.len(), 1);
     let ok = ok[0].1.clone();
+
+    // The branch is final: no record of it is kept but the pair that forwards a 2xx that
+    // bob resends before the ACK (RFC 6026) up through alice's server transaction.
+    assert_eq!(net.proxy.pending_branches(), 0);
+    let again = net.ua(2).respond(&invites[0], 200);
+    net.send(2, again);
+    net.run_until(ms(550));
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 2, "2xx resent");
     assert_eq!(parse(&ok).vias().count(), 1);
     assert_eq!(header(&ok, HeaderName::RecordRoute).as_deref(), Some(RR));
     let to = header(&ok, HeaderName::To).expect("To");
@@ -683,6 +691,7 @@ fn full_call_with_record_route_ack_and_bye_through_the_proxy() {
     // (Timers L, M, J, K) and the REGISTER's (J) linger, holding only what absorbing
     // retransmissions needs.
     assert_eq!(net.proxy.active_calls(), 0, "contexts freed once final");
+    assert_eq!(net.proxy.pending_branches(), 0, "branches freed once final");
     let t = net.proxy.transactions().stats();
     assert_eq!((t.transactions, t.lingering), (5, 5));
 
@@ -1021,6 +1030,49 @@ fn timer_c_cancels_a_ringing_branch() {
         .collect();
     assert_eq!(cancels.len(), 1);
     assert!(cancels[0] >= Duration::from_secs(180) && cancels[0] < Duration::from_secs(181));
+    assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
+}
+
+/// One call ringing (its Timer C 180 s away) while 1,500 others come and go: their stale
+/// Timer C entries are swept, not kept behind the ringing one for 180 s, and the ringing
+/// call's Timer C still fires.
+#[test]
+fn stale_timer_c_entries_behind_a_ringing_call_are_swept() {
+    let mut net = Net::new(
+        config(),
+        vec![
+            alice(),
+            Ua::new(2, Script::rings_forever()),
+            Ua::new(3, Script::answers(1, 2, 200)),
+        ],
+    );
+    net.register("bob", 2);
+    net.register("carol", 3);
+    let start = net.now;
+    net.send(1, invite("z9hG4bKring"));
+    net.run_until(start + Duration::from_millis(50));
+    for i in 0..1500 {
+        let call_id = format!("short-{i}@test");
+        let req = request(
+            "INVITE",
+            "sip:carol@example.com",
+            ua_addr(1),
+            &format!("z9hG4bKshort{i}"),
+            1,
+            &[("Call-ID", &call_id), ("To", "<sip:carol@example.com>")],
+        );
+        net.send(1, req);
+        let until = net.now + Duration::from_millis(1);
+        net.run_until(until);
+    }
+    net.run_until(net.now + Duration::from_millis(100));
+    assert_eq!(net.ua(1).responses(200, "INVITE").len(), 1500);
+    // Two entries per short call (its start and its 180): 3,000 without the sweep.
+    assert_eq!(net.proxy.pending_branches(), 1, "only the ringing call");
+    let held = net.proxy.timer_entries();
+    assert!((1..=1026).contains(&held), "{held} Timer C entries held");
+    net.run_until(start + Duration::from_secs(200));
+    assert_eq!(net.ua(2).requests("CANCEL").len(), 1, "its Timer C fired");
     assert_eq!(net.ua(1).responses(487, "INVITE").len(), 1);
 }
 
