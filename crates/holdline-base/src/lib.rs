@@ -24,6 +24,7 @@
 //! - [`Rng`]: a seeded, portable pseudo-random generator (xoshiro256++), the only randomness a
 //!   pure crate may use.
 //! - [`Machine`]: the drive contract.
+//! - [`WaitHistogram`]: waits counted in fixed buckets, rendered for Prometheus.
 #![forbid(unsafe_code)]
 
 mod growth;
@@ -32,6 +33,7 @@ mod net;
 mod rng;
 mod time;
 pub mod toml_loc;
+mod waits;
 
 pub use core::time::Duration;
 pub use growth::EarlyGrowth;
@@ -39,3 +41,4 @@ pub use machine::Machine;
 pub use net::{ConnId, Peer, Transmit, Transport, UnknownTransport};
 pub use rng::Rng;
 pub use time::Instant;
+pub use waits::{WAIT_BOUNDS_US, WaitHistogram, render_histogram};

@@ -55,8 +55,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, wait_bounded};
 use crate::plot::{self, Series};
 use crate::procfs;
 use crate::runner::{
-    Proc, RunHeader, check_tools, holdline_exe, lab_main, metric, scrape, spawn, spawn_in,
-    with_fresh_ports,
+    Proc, RunHeader, check_tools, holdline_exe, lab_main, metric, metric_where, scrape, spawn,
+    spawn_in, with_fresh_ports,
 };
 use crate::server::{DOMAIN, SERVER_CORE, Transport, free_port, tail};
 
@@ -201,6 +201,22 @@ pub(crate) struct Sample {
     pub rejected: Option<f64>,
     /// Which server: 0 the first, i after drill i.
     pub incarnation: usize,
+    /// The persistent store's commits so far (`holdline_store_commit_seconds_count`; this
+    /// incarnation's; absent with the memory store).
+    #[serde(default)]
+    pub commits: Option<f64>,
+    /// Those that took longer than 10 ms (the disk's fsync stalls).
+    #[serde(default)]
+    pub commits_over_10ms: Option<f64>,
+    /// The longest commit so far, ms.
+    #[serde(default)]
+    pub commit_max_ms: Option<f64>,
+    /// REGISTER 200s held for their commit so far (`holdline_register_commit_wait_seconds`).
+    #[serde(default)]
+    pub held: Option<f64>,
+    /// Those held longer than 10 ms.
+    #[serde(default)]
+    pub held_over_10ms: Option<f64>,
 }
 
 /// One row of the generator's per-second CSV.
@@ -300,6 +316,22 @@ pub(crate) struct Storm {
     /// generator's second in which the 2xx count reached the users); absent when some user
     /// never did.
     pub all_registered_at_s: Option<f64>,
+    /// The persistent store's commits over the storm (every incarnation, up to its last
+    /// sample; absent with the memory store).
+    #[serde(default)]
+    pub commits: Option<u64>,
+    /// Those that took longer than 10 ms: each holds every REGISTER answered meanwhile.
+    #[serde(default)]
+    pub commits_over_10ms: Option<u64>,
+    /// The longest commit, ms.
+    #[serde(default)]
+    pub commit_max_ms: Option<f64>,
+    /// REGISTER 200s the servers held for their commit (every incarnation).
+    #[serde(default)]
+    pub held: Option<u64>,
+    /// Those held longer than 10 ms (the server's side of the REGISTER latency's tail).
+    #[serde(default)]
+    pub held_over_10ms: Option<u64>,
     /// The highest RSS sampled, MiB.
     pub rss_max_mb: f64,
     /// The RSS when the generator exited, MiB.
@@ -496,7 +528,7 @@ fn measure(args: &Args) -> Result<Results> {
         };
         let s = with_fresh_ports("storm", &spec.tag, || run_storm(&ctx, &spec))?;
         eprintln!(
-            "[{}/{} {:>4.0} s] {}: {} users at {rate:.0}/s: 200 {} / 5xx {} ({}) / retransmitted {} / timed out {}; REGISTER p50 {:.1} ms p99 {:.1} ms; registered {}/{}, {}; RSS max {:.0} MB; {} drill(s); acknowledged {}, lost {}",
+            "[{}/{} {:>4.0} s] {}: {} users at {rate:.0}/s: 200 {} / 5xx {} ({}) / retransmitted {} / timed out {}; REGISTER p50 {:.1} ms p99 {:.1} ms; {}; registered {}/{}, {}; RSS max {:.0} MB; {} drill(s); acknowledged {}, lost {}",
             i + 1,
             rates.len(),
             started.elapsed().as_secs_f64(),
@@ -513,6 +545,14 @@ fn measure(args: &Args) -> Result<Results> {
             s.timeouts,
             s.register_p50_ms,
             s.register_p99_ms,
+            match (s.commits, s.commits_over_10ms, s.commit_max_ms) {
+                (Some(n), Some(slow), Some(max)) => format!(
+                    "commits {n}, {slow} over 10 ms, longest {max:.1} ms; 200s held {}, {} over 10 ms",
+                    s.held.unwrap_or(0),
+                    s.held_over_10ms.unwrap_or(0)
+                ),
+                _ => "no commits (memory store)".to_string(),
+            },
             s.registered,
             s.users,
             s.all_registered_at_s
@@ -653,6 +693,28 @@ fn sample(
         rejected: has("holdline_overload_rejected_total")
             .then(|| metric(&text, "holdline_overload_rejected_total")),
         incarnation,
+        commits: has("holdline_store_commit_seconds_count")
+            .then(|| metric(&text, "holdline_store_commit_seconds_count")),
+        commits_over_10ms: has("holdline_store_commit_seconds_count").then(|| {
+            metric(&text, "holdline_store_commit_seconds_count")
+                - metric_where(
+                    &text,
+                    "holdline_store_commit_seconds_bucket",
+                    &["le=\"0.010000\""],
+                )
+        }),
+        commit_max_ms: has("holdline_store_commit_seconds_max")
+            .then(|| metric(&text, "holdline_store_commit_seconds_max") * 1e3),
+        held: has("holdline_register_commit_wait_seconds_count")
+            .then(|| metric(&text, "holdline_register_commit_wait_seconds_count")),
+        held_over_10ms: has("holdline_register_commit_wait_seconds_count").then(|| {
+            metric(&text, "holdline_register_commit_wait_seconds_count")
+                - metric_where(
+                    &text,
+                    "holdline_register_commit_wait_seconds_bucket",
+                    &["le=\"0.010000\""],
+                )
+        }),
     }
 }
 
@@ -1025,6 +1087,15 @@ fn summarize(spec: &Spec, ctx: &Ctx, report: &Value, o: Outcome) -> Storm {
         registered_p99_ms: registered("p99_ms"),
         registered_max_ms: registered("max_ms"),
         all_registered_at_s: all_registered_at(&o.per_second, spec.users),
+        commits: per_incarnation_total(&o.samples, |s| s.commits),
+        commits_over_10ms: per_incarnation_total(&o.samples, |s| s.commits_over_10ms),
+        commit_max_ms: o
+            .samples
+            .iter()
+            .filter_map(|s| s.commit_max_ms)
+            .reduce(f64::max),
+        held: per_incarnation_total(&o.samples, |s| s.held),
+        held_over_10ms: per_incarnation_total(&o.samples, |s| s.held_over_10ms),
         rss_max_mb: o.samples.iter().map(|s| s.rss_mb).fold(0.0, f64::max),
         rss_end_mb: o.samples.last().map_or(0.0, |s| s.rss_mb),
         server_cpu_s,
@@ -1037,6 +1108,18 @@ fn summarize(spec: &Spec, ctx: &Ctx, report: &Value, o: Outcome) -> Storm {
         samples: o.samples,
         per_second: o.per_second,
     }
+}
+
+/// A counter of the servers summed over incarnations (each restart counts from zero): the
+/// last value each incarnation's samples show. `None` when no sample has it.
+fn per_incarnation_total(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Option<u64> {
+    let mut last: BTreeMap<usize, f64> = BTreeMap::new();
+    for s in samples {
+        if let Some(v) = f(s) {
+            last.insert(s.incarnation, v);
+        }
+    }
+    (!last.is_empty()).then(|| last.values().map(|v| v.round() as u64).sum())
 }
 
 /// The sample closest to `t_s` within half a second.
@@ -1200,6 +1283,35 @@ fn write(out: &Path, r: &Results) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_is_summed_over_the_restarted_servers() {
+        let at = |incarnation, commits: Option<f64>| Sample {
+            t_s: 0.0,
+            rss_mb: 0.0,
+            cpu_s: 0.0,
+            bindings: None,
+            rejected: None,
+            incarnation,
+            commits,
+            commits_over_10ms: None,
+            commit_max_ms: None,
+            held: None,
+            held_over_10ms: None,
+        };
+        let samples = [
+            at(0, Some(10.0)),
+            at(0, Some(20.0)),
+            at(1, None),
+            at(1, Some(5.0)),
+            at(1, Some(7.0)),
+        ];
+        assert_eq!(per_incarnation_total(&samples, |s| s.commits), Some(27));
+        assert_eq!(
+            per_incarnation_total(&samples, |s| s.commits_over_10ms),
+            None
+        );
+    }
 
     #[test]
     fn drill_instants_are_seeded_one_per_slot_and_ascending() {

@@ -19,7 +19,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use holdline_base::{Duration, EarlyGrowth, Instant, Peer, Rng, Transmit, Transport};
+use holdline_base::{
+    Duration, EarlyGrowth, Instant, Peer, Rng, Transmit, Transport, WaitHistogram,
+};
 use holdline_overload::Class;
 use holdline_sip::{
     EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport, Span,
@@ -426,6 +428,8 @@ pub struct EndpointStats {
     /// Of those, the ones answered `500` because the commit took longer than
     /// [`ProxyConfig::commit_timeout`].
     pub register_commit_timeouts: u64,
+    /// How long the held REGISTER responses waited for their commit (released or timed out).
+    pub register_commit_wait: WaitHistogram,
 }
 
 /// A REGISTER's 200 waiting for the store's commit (see [`Endpoint::handle_committed`]).
@@ -434,6 +438,8 @@ struct HeldResponse {
     ticket: u64,
     sid: ServerTxnId,
     response: Vec<u8>,
+    /// When it was held (for [`EndpointStats::register_commit_wait`]).
+    held_at: Instant,
     deadline: Instant,
 }
 
@@ -1068,6 +1074,10 @@ impl Endpoint {
             let Some(h) = self.held.pop_front() else {
                 break;
             };
+            let waited = now.saturating_duration_since(h.held_at);
+            self.stats
+                .register_commit_wait
+                .record(u64::try_from(waited.as_micros()).unwrap_or(u64::MAX));
             let response = if h.ticket <= committed {
                 h.response
             } else {
@@ -1702,6 +1712,7 @@ impl Endpoint {
                     ticket,
                     sid,
                     response: out,
+                    held_at: now,
                     deadline: now + self.config.commit_timeout,
                 });
                 return;

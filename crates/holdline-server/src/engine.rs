@@ -294,6 +294,8 @@ pub struct Engine {
     auth_failures: std::collections::VecDeque<std::net::IpAddr>,
     /// The Redis store, whose counters worker 0 renders ([`Engine::with_redis`]).
     redis: Option<Arc<RedisStore>>,
+    /// The persistent store, whose counters worker 0 renders ([`Engine::with_persistent`]).
+    persistent: Option<Arc<PersistentStore>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -316,7 +318,16 @@ impl Engine {
             feedback: std::collections::VecDeque::new(),
             auth_failures: std::collections::VecDeque::new(),
             redis: None,
+            persistent: None,
         }
+    }
+
+    /// Has worker 0 render `store`'s counters in `/metrics` (`holdline_store_commits_total`,
+    /// the commit-time histogram `holdline_store_commit_seconds`, ...).
+    #[must_use]
+    pub fn with_persistent(mut self, store: Option<Arc<PersistentStore>>) -> Self {
+        self.persistent = store;
+        self
     }
 
     /// Has worker 0 render `redis`'s counters in `/metrics` (`holdline_store_redis_*`).
@@ -622,6 +633,18 @@ impl WorkerCore for Engine {
         if self.endpoint.config().uses_dns() {
             render_dns(s, &self.endpoint.dns_stats(), out);
         }
+        let _ = writeln!(
+            out,
+            "holdline_register_commit_waits_total {}",
+            s.register_commit_waits
+        );
+        let _ = writeln!(
+            out,
+            "holdline_register_commit_timeouts_total {}",
+            s.register_commit_timeouts
+        );
+        s.register_commit_wait
+            .render_prometheus("holdline_register_commit_wait_seconds", "", out);
         let _ = writeln!(out, "holdline_sip_probes_total {}", s.probes_sent);
         let _ = writeln!(out, "holdline_sip_probes_failed_total {}", s.probes_failed);
         let _ = writeln!(out, "holdline_sip_targets_down {}", s.targets_down);
@@ -644,8 +667,25 @@ impl WorkerCore for Engine {
             if let Some(r) = &self.redis {
                 render_redis(&r.stats(), out);
             }
+            if let Some(p) = &self.persistent {
+                render_persistent(&p.stats(), out);
+            }
         }
     }
+}
+
+/// The persistent store's counters and commit times (worker 0 only: the store is shared).
+fn render_persistent(s: &holdline_store::StoreStats, out: &mut String) {
+    let _ = writeln!(out, "holdline_store_commits_total {}", s.batches_written);
+    let _ = writeln!(
+        out,
+        "holdline_store_records_written_total {}",
+        s.records_written
+    );
+    let _ = writeln!(out, "holdline_store_pending {}", s.pending);
+    let _ = writeln!(out, "holdline_store_write_errors_total {}", s.write_errors);
+    s.commit_times
+        .render_prometheus("holdline_store_commit_seconds", "", out);
 }
 
 /// The Redis store's counters (worker 0 only: the store is shared).
@@ -719,6 +759,50 @@ mod tests {
             addr: "127.0.0.1:5060".parse().expect("addr"),
         }];
         Engine::new(proxy_config(&ServerConfig::default(), &bound, 0), store, 0)
+    }
+
+    #[test]
+    fn metrics_show_the_persistent_stores_commits_and_their_times() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(
+            PersistentStore::open(dir.path().join("l.redb"), Instant::ZERO).expect("open"),
+        );
+        let e = udp_engine(store.clone()).with_persistent(Some(store.clone()));
+        for aor in [&b"a@x"[..], b"b@x"] {
+            store.modify(aor, Instant::ZERO, &mut |b| {
+                b.push(holdline_proto::Binding {
+                    contact: b"sip:a@127.0.0.1"[..].into(),
+                    expires_at: Instant::from_secs(3_600),
+                    q: 1000,
+                    call_id: b"c"[..].into(),
+                    cseq: 1,
+                    source: None,
+                });
+            });
+            store.flush().expect("committed");
+        }
+        let mut text = String::new();
+        e.metrics(&mut text);
+        assert!(text.contains("holdline_store_commits_total 2"), "{text}");
+        assert!(
+            text.contains("holdline_store_commit_seconds_count 2"),
+            "{text}"
+        );
+        let buckets: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with("holdline_store_commit_seconds_bucket{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(buckets.len(), holdline_base::WAIT_BOUNDS_US.len() + 1);
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "cumulative: {text}"
+        );
+        assert_eq!(buckets.last(), Some(&2), "+Inf holds every commit: {text}");
+        assert!(
+            text.contains("holdline_store_commit_seconds_bucket{le=\"0.000500\"}"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -83,23 +83,9 @@ impl Histogram {
 
     /// Appends the Prometheus lines of this histogram, `labels` (e.g. `worker="0"`) on each.
     fn render(&self, name: &str, labels: &str, out: &mut String) {
-        let mut cum = 0;
-        for (b, le) in BUCKETS_US.iter().enumerate() {
-            cum += self.counts[b].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels},le=\"{:.6}\"}} {cum}",
-                *le as f64 / 1e6
-            );
-        }
-        cum += self.counts[BUCKETS_US.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cum}");
-        let _ = writeln!(
-            out,
-            "{name}_sum{{{labels}}} {:.9}",
-            self.sum_ns.load(Relaxed) as f64 / 1e9
-        );
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cum}");
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(Relaxed)).collect();
+        let sum = self.sum_ns.load(Relaxed) as f64 / 1e9;
+        holdline_base::render_histogram(out, name, labels, &BUCKETS_US, &counts, sum);
     }
 }
 

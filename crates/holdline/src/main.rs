@@ -379,6 +379,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let opened = holdline_server::open_store(&config, &clock)?;
     let store = opened.store.clone();
     let redis = opened.redis.clone();
+    let persistent = opened.persistent.clone();
     let engine_config = config.clone();
     let seq_base = holdline_server::seq_base(&clock);
     let engine_auth = auth.clone();
@@ -387,7 +388,11 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         proxy.overload_seq_base = seq_base;
         // seq_base counts 10 µs units: the wall clock at the engines' zero, in ms.
         proxy.auth = engine_auth.as_ref().map(|a| a.proxy_auth(seq_base / 100));
-        Box::new(holdline_server::Engine::new(proxy, store.clone(), i).with_redis(redis.clone()))
+        Box::new(
+            holdline_server::Engine::new(proxy, store.clone(), i)
+                .with_redis(redis.clone())
+                .with_persistent(persistent.clone()),
+        )
     })?;
     if let Some(p) = &opened.persistent {
         // REGISTER 200s wait for their commit (durability = commit): wake the workers

@@ -3406,6 +3406,12 @@ fn a_register_200_waits_for_the_store_commit() {
     );
     assert_eq!(ep.stats().register_commit_waits, 2);
     assert_eq!(ep.stats().register_commit_timeouts, 1);
+    // One held 501 ms, the other 2 s (its commit timeout).
+    let w = &ep.stats().register_commit_wait;
+    assert_eq!(w.count(), 2, "{w:?}");
+    assert_eq!((w.max_us, w.sum_us), (2_000_000, 2_501_000), "{w:?}");
+    assert_eq!(w.slower_than(500_000), 2);
+    assert_eq!(w.slower_than(1_000_000), 1);
 }
 
 #[test]

@@ -507,6 +507,12 @@ fn a_commit_ticket_is_committed_only_once_its_batch_is_on_disk() {
     let stats = s.stats();
     assert_eq!((stats.batches_written, stats.records_written), (2, 3));
     assert_eq!(stats.pending, 0);
+    let times = &stats.commit_times;
+    assert_eq!(times.count(), 2, "both commits timed: {times:?}");
+    assert!(
+        times.max_us > 0 && times.sum_us >= times.max_us,
+        "{times:?}"
+    );
     drop(s);
     let s = open(&path, t0, wall(0));
     assert_eq!(s.load_report().loaded, 3);
