@@ -642,6 +642,18 @@ enum FoundBy {
     Literal,
 }
 
+/// One probed target as [`Endpoint::probed_targets`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbedTarget {
+    /// Where its probes go.
+    pub dest: Peer,
+    /// Whether requests are routed to it (down after `down_after` failed probes in a row,
+    /// up again at the first answered one).
+    pub up: bool,
+    /// Probes failed in a row (0 once one is answered).
+    pub failures: u32,
+}
+
 /// A probed target of a load-sharing route (see [`ProxyConfig::probe`]).
 #[derive(Debug)]
 struct Probe {
@@ -721,6 +733,17 @@ impl Endpoint {
     /// final response).
     pub fn active_calls(&self) -> usize {
         self.calls.len()
+    }
+
+    /// The load-sharing targets this endpoint probes (empty until its first round of probes,
+    /// or without probing), in configuration order: each one's address and transport, whether
+    /// it counts as up, and its probes failed in a row.
+    pub fn probed_targets(&self) -> impl Iterator<Item = ProbedTarget> + '_ {
+        self.probes.iter().map(|p| ProbedTarget {
+            dest: p.dest,
+            up: p.up,
+            failures: p.failures,
+        })
     }
 
     /// The number of branches waiting for their final response. A branch keeps no record
@@ -1382,11 +1405,20 @@ impl Endpoint {
     fn options_probe(&mut self, dest: Peer) -> Vec<u8> {
         let out_l = self.config.listener(dest.transport).copied();
         let sent_by = out_l.map(|l| host_port(l.addr)).unwrap_or_default();
-        let (branch, tag) = (self.new_tag(), self.new_tag());
-        let (branch, tag) = (
-            String::from_utf8_lossy(&branch).into_owned(),
-            String::from_utf8_lossy(&tag).into_owned(),
-        );
+        let tag = self.new_tag();
+        let tag = String::from_utf8_lossy(&tag).into_owned();
+        // A Call-ID this worker owns, or the answer goes to another worker and the probe
+        // fails (every other one with two workers). A fresh branch per try: with `n`
+        // workers `n` tries on average; after 64·n (never seen) the last one goes anyway.
+        let tries = self.config.shard.map_or(1, |s| 64 * s.workers.max(1));
+        let mut branch = String::new();
+        for _ in 0..tries {
+            branch = String::from_utf8_lossy(&self.new_tag()).into_owned();
+            let call_id = format!("probe-{branch}@{sent_by}");
+            if self.config.shard.is_none_or(|s| s.owns(call_id.as_bytes())) {
+                break;
+            }
+        }
         let t = dest.transport;
         let target = host_port(dest.addr);
         format!(

@@ -50,6 +50,7 @@ pub mod location;
 pub mod memstore;
 pub mod proxy;
 pub mod registrar;
+pub mod shard;
 pub mod txn;
 
 pub use auth::{
@@ -59,7 +60,7 @@ pub use auth::{
 pub use dns::{DnsCache, DnsConfig, DnsQuery, DnsResponse, DnsStats, DnsTarget};
 pub use endpoint::{
     AuthStats, DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
-    MethodCounters, OverloadAnswer, RateAnswer, StatelessFallback,
+    MethodCounters, OverloadAnswer, ProbedTarget, RateAnswer, StatelessFallback,
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;

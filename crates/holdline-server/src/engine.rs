@@ -245,6 +245,10 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         .hash_seed(random_seed());
     // Distinct per worker, so that branches of different workers never collide.
     p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
+    p.shard = Some(holdline_proto::shard::Shard {
+        index,
+        workers: config.worker_count(),
+    });
     // The same for every worker (a rejection one worker builds is acknowledged to the
     // call's owner), different between servers: a hash of the bound listeners.
     p.gate_key = gate_key(bound);
@@ -648,6 +652,19 @@ impl WorkerCore for Engine {
         let _ = writeln!(out, "holdline_sip_probes_total {}", s.probes_sent);
         let _ = writeln!(out, "holdline_sip_probes_failed_total {}", s.probes_failed);
         let _ = writeln!(out, "holdline_sip_targets_down {}", s.targets_down);
+        for t in self.endpoint.probed_targets() {
+            let labels = format!(
+                "target=\"{}\",transport=\"{}\"",
+                t.dest.addr,
+                t.dest.transport.as_param_str()
+            );
+            let _ = writeln!(out, "holdline_sip_target_up{{{labels}}} {}", u8::from(t.up));
+            let _ = writeln!(
+                out,
+                "holdline_sip_target_probe_failures{{{labels}}} {}",
+                t.failures
+            );
+        }
         let t = self.endpoint.transactions().stats();
         let _ = writeln!(out, "holdline_sip_active_transactions {}", t.transactions);
         let _ = writeln!(out, "holdline_txn_lingering {}", t.lingering);

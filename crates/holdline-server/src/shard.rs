@@ -1,22 +1,8 @@
-//! Which worker owns a call: `hash(Call-ID) % workers`, with a fixed hash so that every
-//! worker (and every test) computes the same owner.
+//! Which worker owns a message: its Call-ID's owner ([`holdline_proto::shard`]).
 
 use holdline_sip::{Limits, Message};
 
-/// FNV-1a, 64-bit: fixed, fast on short keys, no per-process seed.
-pub fn hash_call_id(call_id: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in call_id {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// The worker that owns the call with this Call-ID.
-pub fn shard_of(call_id: &[u8], workers: usize) -> usize {
-    (hash_call_id(call_id) % workers.max(1) as u64) as usize
-}
+pub use holdline_proto::shard::{hash_call_id, shard_of};
 
 /// The owner of a message: parses the index and the Call-ID only; `None` when the message
 /// has no parsable Call-ID (the receiving worker handles it, so it can be answered `400`).

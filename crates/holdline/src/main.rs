@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod load;
 mod sim;
+mod status;
 
 /// mimalloc instead of glibc's malloc: the workers allocate and free message buffers on
 /// every loop, and glibc's per-thread arenas answered that with an `mprotect` call per few
@@ -46,6 +47,9 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run the user-space network emulator.
     Netem(Rest),
+    /// What a running server is doing: calls, overload, store, probed targets (from its
+    /// `/metrics`).
+    Status(status::StatusArgs),
 }
 
 /// Arguments of a subcommand that is not built yet.
@@ -562,5 +566,6 @@ fn main() -> ExitCode {
         Command::Lab(rest) => holdline_lab::lab::run(rest.args),
         Command::Sim(args) => sim::main(args),
         Command::Netem(_) => not_yet("netem"),
+        Command::Status(args) => status::main(&args),
     }
 }

@@ -648,3 +648,20 @@ fn names_in_finds_metrics_and_rules_but_not_labels_or_variables() {
     .collect();
     assert_eq!(n, want);
 }
+
+/// `holdline status` against an address nobody serves: exit 1 and a message that names the
+/// address and the flag to check.
+#[test]
+fn status_names_the_address_that_did_not_answer() {
+    let port = free_port();
+    let out = Command::new(BIN)
+        .args(["status", &format!("--metrics=127.0.0.1:{port}")])
+        .output()
+        .expect("run holdline status");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains("--metrics"),
+        "{err}"
+    );
+}

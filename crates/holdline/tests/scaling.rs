@@ -133,7 +133,7 @@ fn a_first_stage_shares_users_among_second_stages_by_their_aor() {
 }
 
 /// Failover with real processes: a holdline shares `example.net`'s users between two
-/// answering UAS processes (`[[hash_routes]]`, `[probing]` every 500 ms); one UAS is
+/// answering UAS processes (`[[hash_routes]]`, `[probing]` every 500 ms, two workers); one UAS is
 /// killed while calls flow. Probing takes it out of the set: after the kill, calls to
 /// its users go to the other UAS, and the calls that had been sent to the dead one fail
 /// over in their own transaction; every call the generator places completes.
@@ -157,7 +157,7 @@ fn a_dead_target_is_probed_out_and_its_users_calls_go_to_the_other() {
         format!("--listen=udp:127.0.0.1:{proxy}"),
         format!("--metrics=127.0.0.1:{metrics}"),
         "--store=memory".into(),
-        "--workers=1".into(),
+        "--workers=2".into(),
     ]);
     let uas = |port: u16| {
         load(&[
@@ -184,16 +184,58 @@ fn a_dead_target_is_probed_out_and_its_users_calls_go_to_the_other() {
         "--to=u{0..999}@example.net".to_owned(),
         format!("--json={}", json.display()),
     ]);
-    // Calls flow to both targets, then one dies.
-    wait_metrics(metrics, Duration::from_secs(20), |m| {
+    // Calls flow to both targets, then one dies. Until then, once both answer, no probe
+    // fails: each worker's probes carry Call-IDs it owns, so their answers come back to it
+    // (the probes of the server's first rounds, before the UASes were up, did fail).
+    let flowing = wait_metrics(metrics, Duration::from_secs(20), |m| {
         metric(m, "holdline_sip_requests_in_total", &["method=\"INVITE\""]) >= 200.0
     });
+    let (sent, failed) = (
+        metric(&flowing, "holdline_sip_probes_total", &[]),
+        metric(&flowing, "holdline_sip_probes_failed_total", &[]),
+    );
+    let later = wait_metrics(metrics, Duration::from_secs(10), |m| {
+        metric(m, "holdline_sip_probes_total", &[]) >= sent + 12.0
+    });
+    assert_eq!(
+        metric(&later, "holdline_sip_probes_failed_total", &[]),
+        failed,
+        "12 probes of live targets by two workers: {later}"
+    );
     let _ = dying.0.kill();
     let _ = dying.0.wait();
+    // Each of the two workers probes on its own: the dead target is down on both.
     let down = wait_metrics(metrics, Duration::from_secs(5), |m| {
-        metric(m, "holdline_sip_targets_down", &[]) >= 1.0
+        metric(m, "holdline_sip_targets_down", &[]) >= 2.0
     });
-    assert_eq!(metric(&down, "holdline_sip_targets_down", &[]), 1.0);
+    assert_eq!(metric(&down, "holdline_sip_targets_down", &[]), 2.0);
+    // Each target's state is in the metrics and in `holdline status`, whose `--check`
+    // fails while a target is down.
+    let target = |port: u16| format!("target=\"127.0.0.1:{port}\"");
+    assert_eq!(
+        metric(&down, "holdline_sip_target_up", &[&target(a)]),
+        0.0,
+        "{down}"
+    );
+    assert_eq!(
+        metric(&down, "holdline_sip_target_up", &[&target(b)]),
+        2.0,
+        "{down}"
+    );
+    let out = std::process::Command::new(common::BIN)
+        .args(["status", &format!("--metrics={metrics}"), "--check"])
+        .output()
+        .expect("run holdline status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let line = |port: u16| {
+        text.lines()
+            .find(|l| l.contains(&format!("udp 127.0.0.1:{port}")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line(a).contains("DOWN"), "{text}");
+    assert!(line(b).contains(" up "), "{text}");
     let status = uac
         .wait_for(Duration::from_secs(70))
         .expect("holdline load uac stops by itself");

@@ -363,6 +363,10 @@ pub struct ProxyConfig {
     pub commit_timeout: Duration,
     /// The most branches one request is forked to. Default 16.
     pub max_branches: usize,
+    /// This worker's place among the workers that share the server's messages by Call-ID:
+    /// the requests it starts itself (OPTIONS probes) get a Call-ID it owns, so that their
+    /// answers come back to it. Default `None`: one worker, any Call-ID.
+    pub shard: Option<crate::shard::Shard>,
     /// Seed of the per-transaction part of the branches this proxy generates. Draw it from
     /// the driver's seeded [`Rng`](holdline_base::Rng), different per worker. Default 0.
     pub branch_seed: u64,
@@ -424,6 +428,7 @@ impl Default for ProxyConfig {
             probe: None,
             commit_timeout: Duration::from_secs(2),
             max_branches: 16,
+            shard: None,
             branch_seed: 0,
             gate_key: 0,
             txn: TxnConfig::default(),

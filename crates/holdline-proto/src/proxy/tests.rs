@@ -3664,6 +3664,52 @@ fn probing_takes_a_dead_target_out_of_its_users_way() {
     assert_eq!(net.proxy.stats().failovers, 0);
 }
 
+/// A worker among four starts its probes with Call-IDs it owns: the server hands every
+/// answer to the owner of its Call-ID, so a probe with another worker's Call-ID is never
+/// answered to its sender (with two workers, half the probes of a live target failed).
+#[test]
+fn probes_carry_a_call_id_their_worker_owns() {
+    let mut c = config();
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets: vec![
+            HashTarget::new(ua_addr(5), Transport::Udp, 1.0),
+            HashTarget::new(ua_addr(6), Transport::Udp, 1.0),
+        ],
+    }];
+    c.probe = Some(ProbeConfig::default());
+    let shard = crate::shard::Shard {
+        index: 1,
+        workers: 4,
+    };
+    c.shard = Some(shard);
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(5, Script::answers(1, 2, 200)),
+            Ua::new(6, Script::answers(1, 2, 200)),
+        ],
+    );
+    net.run_until(ms(10_500));
+    let probes: Vec<Vec<u8>> = [5, 6]
+        .iter()
+        .flat_map(|&n| net.ua(n).requests("OPTIONS"))
+        .collect();
+    assert!(probes.len() >= 20, "{} probes", probes.len());
+    for p in &probes {
+        let m = parse(p);
+        let call_id = m.call_id().expect("Call-ID");
+        assert!(
+            shard.owns(call_id),
+            "{} is worker {}'s",
+            String::from_utf8_lossy(call_id),
+            crate::shard::shard_of(call_id, 4)
+        );
+    }
+    assert_eq!(net.proxy.stats().probes_failed, 0);
+}
+
 // ---------------------------------------------------------------- DNS routes (RFC 3263)
 
 fn dns_answer(net: &mut Net, name: &str, kind: QueryKind, records: DnsRecords) {
