@@ -1,6 +1,7 @@
 #!/bin/bash
-# usage: holdrun.sh HOLD_S TAG  -> RSS and transactions of the server at t=125 s
-B=/work/main/target/release/holdline
+# usage: HOLDLINE=BIN holdrun.sh HOLD_S TAG: RSS and transactions of the server at 95, 110, 125 s;
+# server on core 1, generator and UAS on core 0, loopback ports 5270/5271, metrics 9482
+B=${HOLDLINE:-target/release/holdline}  # the binary to measure
 taskset -c 1 $B serve --listen udp:127.0.0.1:5270 --route '*=udp:127.0.0.1:5271' --domain example.test --workers 1 --store memory --metrics 127.0.0.1:9482 > /tmp/hold-$2.serve.log 2>&1 &
 SP=$!
 taskset -c 0 $B load uas --listen 127.0.0.1:5271 --progress off --max-time 200 > /tmp/hold-$2.uas.log 2>&1 &
