@@ -431,8 +431,19 @@ fn a_real_prometheus_scrapes_holdline_and_evaluates_the_rules_and_the_dashboard(
     let (sip, uas, metrics) = (free_port(), free_port(), free_port());
     let metrics_addr: SocketAddr = format!("127.0.0.1:{metrics}").parse().unwrap();
     // The defaults (OCC, deferral over TCP, INVITE sockets over UDP, smart forwarding,
-    // feedback): every family the dashboard and the rules use is exported.
+    // feedback), the persistent store and a probed hash route: every family the dashboard
+    // and the rules use is exported.
+    let conf = dir.path().join("holdline.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[probing]\ninterval_ms = 500\n\n[[hash_routes]]\ndomain = \"probed.test\"\n\
+             targets = [\"udp:127.0.0.1:{uas}\"]\n"
+        ),
+    )
+    .unwrap();
     let server = Holdline::start(&[
+        format!("--config={}", conf.display()),
         s("--listen"),
         format!("udp:127.0.0.1:{sip}"),
         s("--listen"),
@@ -442,7 +453,7 @@ fn a_real_prometheus_scrapes_holdline_and_evaluates_the_rules_and_the_dashboard(
         s("--domain"),
         s("example.com"),
         s("--store"),
-        s("memory"),
+        dir.path().join("store").display().to_string(),
         s("--workers"),
         s("2"),
         s("--metrics"),
