@@ -55,12 +55,12 @@ impl WaitHistogram {
             &self.buckets,
             self.sum_us as f64 / 1e6,
         );
-        let braces = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(out, "{name}_max{braces} {}", self.max_us as f64 / 1e6);
+        let _ = writeln!(
+            out,
+            "{name}_max{} {}",
+            braced(labels),
+            self.max_us as f64 / 1e6
+        );
     }
 }
 
@@ -91,13 +91,18 @@ pub fn render_histogram(
         out,
         "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
     );
-    let braces = if labels.is_empty() {
+    let braces = braced(labels);
+    let _ = writeln!(out, "{name}_sum{braces} {sum_seconds:.9}");
+    let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+}
+
+/// `{labels}`, or nothing without labels.
+fn braced(labels: &str) -> String {
+    if labels.is_empty() {
         String::new()
     } else {
         format!("{{{labels}}}")
-    };
-    let _ = writeln!(out, "{name}_sum{braces} {sum_seconds:.9}");
-    let _ = writeln!(out, "{name}_count{braces} {cumulative}");
+    }
 }
 
 #[cfg(test)]
@@ -121,31 +126,25 @@ mod tests {
         assert_eq!((t.sum_us, t.max_us), (3_021_003, 3_000_000));
         let mut text = String::new();
         t.render_prometheus("w_seconds", "", &mut text);
-        assert!(
-            text.contains("w_seconds_bucket{le=\"0.000500\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("w_seconds_bucket{le=\"0.010000\"} 4\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("w_seconds_bucket{le=\"2.500000\"} 5\n"),
-            "{text}"
-        );
-        assert!(text.contains("w_seconds_bucket{le=\"+Inf\"} 6\n"), "{text}");
-        assert!(text.contains("w_seconds_count 6\n"), "{text}");
-        assert!(text.contains("w_seconds_sum 3.021003000\n"), "{text}");
-        assert!(text.contains("w_seconds_max 3\n"), "{text}");
+        for line in [
+            "w_seconds_bucket{le=\"0.000500\"} 2\n",
+            "w_seconds_bucket{le=\"0.010000\"} 4\n",
+            "w_seconds_bucket{le=\"2.500000\"} 5\n",
+            "w_seconds_bucket{le=\"+Inf\"} 6\n",
+            "w_seconds_count 6\n",
+            "w_seconds_sum 3.021003000\n",
+            "w_seconds_max 3\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
         let mut labelled = String::new();
         t.render_prometheus("w_seconds", "worker=\"1\"", &mut labelled);
-        assert!(
-            labelled.contains("w_seconds_bucket{worker=\"1\",le=\"+Inf\"} 6\n"),
-            "{labelled}"
-        );
-        assert!(
-            labelled.contains("w_seconds_count{worker=\"1\"} 6\n"),
-            "{labelled}"
-        );
+        for line in [
+            "w_seconds_bucket{worker=\"1\",le=\"+Inf\"} 6\n",
+            "w_seconds_count{worker=\"1\"} 6\n",
+            "w_seconds_max{worker=\"1\"} 3\n",
+        ] {
+            assert!(labelled.contains(line), "{line} in {labelled}");
+        }
     }
 }

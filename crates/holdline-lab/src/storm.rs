@@ -685,6 +685,8 @@ fn sample(
     let (cpu, mem) = procfs::tree_sample(server.pid);
     let text = scrape(metrics_port);
     let has = |name: &str| text.contains(name);
+    let commits = histogram_figures(&text, "holdline_store_commit_seconds");
+    let held = histogram_figures(&text, "holdline_register_commit_wait_seconds");
     Sample {
         t_s,
         rss_mb: mem.rss_kb as f64 / 1024.0,
@@ -693,29 +695,24 @@ fn sample(
         rejected: has("holdline_overload_rejected_total")
             .then(|| metric(&text, "holdline_overload_rejected_total")),
         incarnation,
-        commits: has("holdline_store_commit_seconds_count")
-            .then(|| metric(&text, "holdline_store_commit_seconds_count")),
-        commits_over_10ms: has("holdline_store_commit_seconds_count").then(|| {
-            metric(&text, "holdline_store_commit_seconds_count")
-                - metric_where(
-                    &text,
-                    "holdline_store_commit_seconds_bucket",
-                    &["le=\"0.010000\""],
-                )
-        }),
-        commit_max_ms: has("holdline_store_commit_seconds_max")
-            .then(|| metric(&text, "holdline_store_commit_seconds_max") * 1e3),
-        held: has("holdline_register_commit_wait_seconds_count")
-            .then(|| metric(&text, "holdline_register_commit_wait_seconds_count")),
-        held_over_10ms: has("holdline_register_commit_wait_seconds_count").then(|| {
-            metric(&text, "holdline_register_commit_wait_seconds_count")
-                - metric_where(
-                    &text,
-                    "holdline_register_commit_wait_seconds_bucket",
-                    &["le=\"0.010000\""],
-                )
-        }),
+        commits: commits.map(|h| h.0),
+        commits_over_10ms: commits.map(|h| h.1),
+        commit_max_ms: commits.map(|h| h.2),
+        held: held.map(|h| h.0),
+        held_over_10ms: held.map(|h| h.1),
     }
+}
+
+/// A wait histogram's figures in `/metrics` text (`holdline_base::WaitHistogram` as the
+/// server renders it under `base`): how many, how many over 10 ms, the longest in ms.
+/// `None` when the server does not export it.
+fn histogram_figures(text: &str, base: &str) -> Option<(f64, f64, f64)> {
+    let count = format!("{base}_count");
+    text.contains(&count).then(|| {
+        let n = metric(text, &count);
+        let fast = metric_where(text, &format!("{base}_bucket"), &["le=\"0.010000\""]);
+        (n, n - fast, metric(text, &format!("{base}_max")) * 1e3)
+    })
 }
 
 /// The progress line of one sample.

@@ -693,16 +693,24 @@ impl WorkerCore for Engine {
 
 /// The persistent store's counters and commit times (worker 0 only: the store is shared).
 fn render_persistent(s: &holdline_store::StoreStats, out: &mut String) {
-    let _ = writeln!(out, "holdline_store_commits_total {}", s.batches_written);
-    let _ = writeln!(
+    render_lines(
+        &[
+            ("holdline_store_commits_total", s.batches_written),
+            ("holdline_store_records_written_total", s.records_written),
+            ("holdline_store_pending", s.pending as u64),
+            ("holdline_store_write_errors_total", s.write_errors),
+        ],
         out,
-        "holdline_store_records_written_total {}",
-        s.records_written
     );
-    let _ = writeln!(out, "holdline_store_pending {}", s.pending);
-    let _ = writeln!(out, "holdline_store_write_errors_total {}", s.write_errors);
     s.commit_times
         .render_prometheus("holdline_store_commit_seconds", "", out);
+}
+
+/// One unlabelled sample per `(name, value)`.
+fn render_lines(lines: &[(&str, u64)], out: &mut String) {
+    for (name, v) in lines {
+        let _ = writeln!(out, "{name} {v}");
+    }
 }
 
 /// The Redis store's counters (worker 0 only: the store is shared).
@@ -739,9 +747,7 @@ fn render_redis(s: &holdline_store::RedisStats, out: &mut String) {
             s.inbox_overflows,
         ),
     ];
-    for (name, v) in lines {
-        let _ = writeln!(out, "{name} {v}");
-    }
+    render_lines(&lines, out);
 }
 
 #[cfg(test)]
