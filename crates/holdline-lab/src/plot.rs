@@ -92,6 +92,9 @@ fn color_for(name: &str) -> RGBColor {
         ("occ", RGBColor(0, 94, 184)),
         ("queue-delay", RGBColor(148, 103, 189)),
         ("capacity", RGBColor(127, 127, 127)),
+        // `netem check`: the measurement against the configured value.
+        ("netem", RGBColor(0, 94, 184)),
+        ("configured", RGBColor(127, 127, 127)),
         // `window`'s series: the delay window, seed 004's own curves, the upstream proxy.
         ("window", RGBColor(44, 160, 44)),
         ("paper: no control", RGBColor(255, 127, 14)),
@@ -192,7 +195,13 @@ fn draw<DB: DrawingBackend>(
         .x_desc(x_label)
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_label_formatter(&|x| {
+            if xmax < 10.0 {
+                format!("{x:.1}")
+            } else {
+                format!("{x:.0}")
+            }
+        })
         .y_label_formatter(&|y| {
             if ymax < 10.0 {
                 format!("{y:.2}")

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use holdline_base::Duration;
 use holdline_base::toml_loc::{find_key_line, locate};
-use holdline_netmodel::{GilbertElliott, LinkConfig, Loss, RateLimit};
+use holdline_netmodel::{GilbertElliott, LinkConfig, Loss, QueueDrop, RateLimit};
 use holdline_overload::{Algorithm, ControllerConfig};
 use serde::Deserialize;
 
@@ -407,6 +407,11 @@ pub struct LinkSpec {
     /// Independent loss probability. Default 0.
     #[serde(default)]
     pub loss: f64,
+    /// Correlation of successive losses at the rate `loss`, in `[0, 1)`: netem's
+    /// "loss P% C%", as [`holdline_netmodel::Loss::correlated`] reads it. Default none
+    /// (independent loss).
+    #[serde(default)]
+    pub loss_correlation: Option<f64>,
     /// Gilbert-Elliott correlated loss instead of `loss`.
     #[serde(default)]
     pub gilbert_elliott: Option<GeSpec>,
@@ -416,6 +421,21 @@ pub struct LinkSpec {
     /// Queue of the rate limit, kilobytes (drop-tail). Default 64.
     #[serde(default = "queue_kb")]
     pub queue_kb: f64,
+    /// Queue of the rate limit, packets (the one being serialised included), on top of
+    /// `queue_kb`. Default none.
+    #[serde(default)]
+    pub queue_packets: Option<u64>,
+    /// Derivative random drop's low threshold, packets (with `drd_max_packets` and
+    /// `drd_max_probability`; see [`holdline_netmodel::QueueDrop::Derivative`]). Default
+    /// none (drop-tail).
+    #[serde(default)]
+    pub drd_min_packets: Option<u64>,
+    /// Derivative random drop's high threshold, packets.
+    #[serde(default)]
+    pub drd_max_packets: Option<u64>,
+    /// Derivative random drop's probability at the high threshold (seed 002: 0.95).
+    #[serde(default)]
+    pub drd_max_probability: Option<f64>,
 }
 
 fn half() -> f64 {
@@ -431,9 +451,14 @@ impl Default for LinkSpec {
             delay_ms: half(),
             jitter_ms: 0.0,
             loss: 0.0,
+            loss_correlation: None,
             gilbert_elliott: None,
             rate_mbps: None,
             queue_kb: queue_kb(),
+            queue_packets: None,
+            drd_min_packets: None,
+            drd_max_packets: None,
+            drd_max_probability: None,
         }
     }
 }
@@ -468,22 +493,53 @@ impl LinkSpec {
                 Err(format!("{field} must be a non-negative number, got {v}"))
             }
         };
-        let loss = match self.gilbert_elliott {
-            Some(g) => Loss::GilbertElliott(GilbertElliott {
+        let loss = match (self.gilbert_elliott, self.loss_correlation) {
+            (Some(_), Some(_)) => {
+                return Err("give `gilbert_elliott` or `loss_correlation`, not both".into());
+            }
+            (Some(g), None) => Loss::GilbertElliott(GilbertElliott {
                 p_good_to_bad: g.p_good_to_bad,
                 p_bad_to_good: g.p_bad_to_good,
                 loss_good: g.loss_good,
                 loss_bad: g.loss_bad,
             }),
-            None if self.loss > 0.0 => Loss::Random(self.loss),
-            None => Loss::None,
+            (None, Some(c)) => Loss::correlated(self.loss, c).map_err(|e| e.to_string())?,
+            (None, None) if self.loss > 0.0 => Loss::Random(self.loss),
+            (None, None) => Loss::None,
+        };
+        let drop = match (
+            self.drd_min_packets,
+            self.drd_max_packets,
+            self.drd_max_probability,
+        ) {
+            (None, None, None) => QueueDrop::Tail,
+            (Some(min_packets), Some(max_packets), Some(max_probability)) => {
+                QueueDrop::Derivative {
+                    min_packets,
+                    max_packets,
+                    max_probability,
+                }
+            }
+            _ => {
+                return Err(
+                    "derivative random drop needs all of drd_min_packets, drd_max_packets \
+                     and drd_max_probability (or none of them)"
+                        .into(),
+                );
+            }
         };
         let rate = match self.rate_mbps {
             Some(r) if r.is_finite() && r > 0.0 && self.queue_kb.is_finite() => Some(RateLimit {
-                bits_per_second: (r * 1e6) as u64,
-                queue_bytes: (self.queue_kb.max(0.0) * 1000.0) as u64,
+                queue_packets: self.queue_packets,
+                drop,
+                ..RateLimit::new((r * 1e6) as u64, (self.queue_kb.max(0.0) * 1000.0) as u64)
             }),
             Some(r) => return Err(format!("rate_mbps must be a positive number, got {r}")),
+            None if self.queue_packets.is_some() || drop != QueueDrop::Tail => {
+                return Err(
+                    "queue_packets and drd_* need rate_mbps (the queue is the rate limit's)".into(),
+                );
+            }
             None => None,
         };
         let cfg = LinkConfig {
@@ -1040,5 +1096,101 @@ to = "ua2"
         let bad = text.replace("to_any = [\"c1\", \"c2\"]", "to_any = [\"c1\", \"c9\"]");
         let e = Scenario::from_toml("t.toml", &bad).expect_err("unknown");
         assert_eq!((e.line, e.key.as_str()), (25, "routes[0].to_any"));
+    }
+
+    #[test]
+    fn link_queue_packets_drd_and_loss_correlation() {
+        let with = |keys: &str| {
+            format!("{GOOD}\n[[links]]\nbetween = [\"proxy\", \"uas\"]\ndelay_ms = 20\n{keys}\n")
+        };
+        let text = with(
+            "loss = 0.02\nloss_correlation = 0.8\nrate_mbps = 10\nqueue_kb = 100\n\
+             queue_packets = 60\ndrd_min_packets = 50\ndrd_max_packets = 60\n\
+             drd_max_probability = 0.95",
+        );
+        let s = Scenario::from_toml("s.toml", &text).expect("valid");
+        let cfg = s.links[0].spec.to_config().expect("valid link");
+        assert_eq!(cfg.loss, Loss::correlated(0.02, 0.8).expect("valid"));
+        assert!(matches!(cfg.loss, Loss::GilbertElliott(_)));
+        let rate = cfg.rate.expect("rate limit");
+        assert_eq!(rate.bits_per_second, 10_000_000);
+        assert_eq!(rate.queue_bytes, 100_000);
+        assert_eq!(rate.queue_packets, Some(60));
+        assert_eq!(
+            rate.drop,
+            QueueDrop::Derivative {
+                min_packets: 50,
+                max_packets: 60,
+                max_probability: 0.95
+            }
+        );
+
+        // Without the new keys: drop-tail bounded in bytes, independent loss, as before.
+        let s = Scenario::from_toml("s.toml", &with("loss = 0.02\nrate_mbps = 10")).expect("ok");
+        let cfg = s.links[0].spec.to_config().expect("valid link");
+        assert_eq!(cfg.loss, Loss::Random(0.02));
+        assert_eq!(cfg.rate, Some(RateLimit::new(10_000_000, 64_000)));
+        let s = Scenario::from_toml("s.toml", &with("loss_correlation = 0.5")).expect("ok");
+        let cfg = s.links[0].spec.to_config().expect("no loss to correlate");
+        assert_eq!((cfg.loss, cfg.rate), (Loss::None, None));
+
+        let refused = [
+            (
+                "rate_mbps = 1\ndrd_min_packets = 10\ndrd_max_packets = 20",
+                "drd_max_probability",
+            ),
+            (
+                "rate_mbps = 1\ndrd_max_probability = 0.9",
+                "or none of them",
+            ),
+            (
+                "rate_mbps = 1\ndrd_min_packets = 20\ndrd_max_packets = 10\ndrd_max_probability = 0.9",
+                "must be below max_packets",
+            ),
+            (
+                "rate_mbps = 1\ndrd_min_packets = 1\ndrd_max_packets = 10\ndrd_max_probability = 2",
+                "max_probability = 2 is not a probability",
+            ),
+            (
+                "rate_mbps = 1\nqueue_packets = 0",
+                "queue_packets must be at least 1",
+            ),
+            ("queue_packets = 10", "need rate_mbps"),
+            (
+                "drd_min_packets = 10\ndrd_max_packets = 20\ndrd_max_probability = 0.9",
+                "need rate_mbps",
+            ),
+            ("loss = 0.01\nloss_correlation = 1.0", "below 1"),
+            ("loss = 1.5\nloss_correlation = 0.5", "not a probability"),
+            (
+                "loss_correlation = 0.5\ngilbert_elliott = { p_good_to_bad = 0.1, p_bad_to_good = 0.5 }",
+                "not both",
+            ),
+        ];
+        for (keys, message) in refused {
+            let e = Scenario::from_toml("s.toml", &with(keys)).expect_err(keys);
+            assert_eq!(e.key, "links[0].delay_ms", "{keys}");
+            assert!(e.message.contains(message), "{keys}: {e}");
+        }
+        let e = Scenario::from_toml("s.toml", &with("queue_packets = -1")).expect_err("negative");
+        assert!(e.message.contains("u64"), "{e}");
+    }
+
+    #[test]
+    fn the_lab_scenarios_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/sim");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("lab/sim") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).expect("readable");
+                let name = path.display().to_string();
+                if let Err(e) = Scenario::from_toml(&name, &text) {
+                    panic!("{e}");
+                }
+                n += 1;
+            }
+        }
+        assert!(n >= 5, "{n} scenarios in {}", dir.display());
     }
 }

@@ -1392,7 +1392,7 @@ impl World {
                         bytes,
                     },
                 ),
-                Fate::Lost | Fate::QueueFull => self.link_drops += 1,
+                Fate::Lost | Fate::QueueFull | Fate::RandomDrop => self.link_drops += 1,
             }
         }
         self.out = out;

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod load;
+mod netem;
 mod sim;
 mod status;
 
@@ -45,14 +46,14 @@ enum Command {
     Lab(Rest),
     /// Run the discrete-event simulator.
     Sim(sim::SimArgs),
-    /// Run the user-space network emulator.
-    Netem(Rest),
+    /// Run the user-space network emulator (`run`) or measure its accuracy (`check`).
+    Netem(netem::NetemArgs),
     /// What a running server is doing: calls, overload, store, probed targets (from its
     /// `/metrics`).
     Status(status::StatusArgs),
 }
 
-/// Arguments of a subcommand that is not built yet.
+/// Arguments handed unparsed to a subcommand with its own parser (`bench`, `lab`).
 #[derive(Debug, clap::Args)]
 struct Rest {
     /// Arguments for the subcommand.
@@ -551,11 +552,6 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn not_yet(name: &str) -> ExitCode {
-    eprintln!("holdline {name}: not yet available in this build");
-    ExitCode::from(2)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -565,7 +561,7 @@ fn main() -> ExitCode {
         Command::Bench(rest) => holdline_lab::bench::run(rest.args),
         Command::Lab(rest) => holdline_lab::lab::run(rest.args),
         Command::Sim(args) => sim::main(args),
-        Command::Netem(_) => not_yet("netem"),
+        Command::Netem(args) => netem::main(args),
         Command::Status(args) => status::main(&args),
     }
 }
