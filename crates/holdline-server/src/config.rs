@@ -173,11 +173,13 @@ use holdline_overload::{Algorithm, ControllerConfig};
 use holdline_proto::{IpNet, ProxyMode, RelayPolicy};
 use serde::Deserialize;
 
-/// A socket the server listens on: `udp:IP:PORT`, `tcp:IP:PORT` or `tls:IP:PORT` (IPv6 as
-/// `[::1]:5060`).
+/// A socket the server listens on: `udp:IP:PORT`, `tcp:IP:PORT`, `tls:IP:PORT` or
+/// `sctp:IP:PORT` (IPv6 as `[::1]:5060`). For SCTP, IP:PORT is the UDP socket its packets are
+/// encapsulated in (RFC 6951; 9899 is IANA's port for it), and the address the server is
+/// known by over SCTP (its Via and Record-Route); see `[sctp]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Listener {
-    /// UDP, TCP or TLS (over TCP).
+    /// UDP, TCP, TLS (over TCP) or SCTP (over UDP).
     pub transport: Transport,
     /// Address and port (port 0: the system picks one; the server reports the bound port).
     pub addr: SocketAddr,
@@ -186,14 +188,15 @@ pub struct Listener {
 impl FromStr for Listener {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (t, addr) = s
-            .split_once(':')
-            .ok_or_else(|| format!("`{s}`: expected udp:IP:PORT, tcp:IP:PORT or tls:IP:PORT"))?;
+        let (t, addr) = s.split_once(':').ok_or_else(|| {
+            format!("`{s}`: expected udp:IP:PORT, tcp:IP:PORT, tls:IP:PORT or sctp:IP:PORT")
+        })?;
         let transport = match t.to_ascii_lowercase().as_str() {
             "udp" => Transport::Udp,
             "tcp" => Transport::Tcp,
             "tls" => Transport::Tls,
-            _ => return Err(format!("`{s}`: transport must be udp, tcp or tls")),
+            "sctp" => Transport::Sctp,
+            _ => return Err(format!("`{s}`: transport must be udp, tcp, tls or sctp")),
         };
         let addr = addr
             .parse()
@@ -1269,6 +1272,47 @@ pub struct ServerConfig {
     pub auth: AuthSettings,
     /// TLS.
     pub tls: TlsSettings,
+    /// SIP over SCTP over UDP (the `sctp:` listeners and next hops).
+    pub sctp: SctpSettings,
+}
+
+/// SIP over SCTP over UDP (`[sctp]`; RFC 4168 over RFC 6951, docs/transports.md). Every
+/// `sctp:` listener and next hop of the server uses these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SctpSettings {
+    /// Send SIP messages unordered (the U bit): a message is delivered as soon as it is
+    /// complete, whatever was lost before it (no head-of-line blocking). Default `false`.
+    pub unordered: bool,
+    /// Outbound streams; a call's messages go on stream `hash(Call-ID) % streams`, so that
+    /// calls do not block each other even with ordered delivery. Default 16.
+    pub streams: u16,
+    /// The SCTP port in the packets' common header (both ends use it). Default 5060.
+    pub sctp_port: u16,
+    /// Initial, minimum and maximum retransmission timeout, ms (RFC 4960: 3,000, 1,000 and
+    /// 60,000).
+    pub rto_initial_ms: u64,
+    /// See `rto_initial_ms`.
+    pub rto_min_ms: u64,
+    /// See `rto_initial_ms`.
+    pub rto_max_ms: u64,
+    /// The most bytes waiting per association (during its setup and not yet acknowledged);
+    /// a message beyond it is dropped and counted (`sctp_queue_full`). Default 4 MiB.
+    pub max_queued_bytes: usize,
+}
+
+impl Default for SctpSettings {
+    fn default() -> Self {
+        Self {
+            unordered: false,
+            streams: 16,
+            sctp_port: 5060,
+            rto_initial_ms: 3_000,
+            rto_min_ms: 1_000,
+            rto_max_ms: 60_000,
+            max_queued_bytes: 4 << 20,
+        }
+    }
 }
 
 /// Digest authentication (`[auth]`, RFC 3261 §22 with RFC 7616 and RFC 8760): on when
@@ -1470,6 +1514,7 @@ impl Default for ServerConfig {
             flood: FloodSettings::default(),
             auth: AuthSettings::default(),
             tls: TlsSettings::default(),
+            sctp: SctpSettings::default(),
         }
     }
 }
@@ -1660,6 +1705,29 @@ impl ServerConfig {
         }
         self.auth.validate()?;
         self.dns.validate()?;
+        let c = &self.sctp;
+        if c.streams == 0 {
+            return err("sctp.streams", "must be at least 1");
+        }
+        if c.rto_min_ms == 0 || c.rto_min_ms > c.rto_initial_ms || c.rto_initial_ms > c.rto_max_ms {
+            return err(
+                "sctp.rto_min_ms",
+                "expected 0 < rto_min_ms <= rto_initial_ms <= rto_max_ms",
+            );
+        }
+        let is_sctp =
+            |t: &RouteTarget| matches!(t, RouteTarget::Addr(l) if l.transport == Transport::Sctp);
+        let sctp_target = self.routes.iter().any(|r| is_sctp(&r.target))
+            || self
+                .hash_routes
+                .iter()
+                .any(|r| r.targets.iter().any(is_sctp));
+        if sctp_target && !self.listen.iter().any(|l| l.transport == Transport::Sctp) {
+            return err(
+                "listen",
+                "an sctp: route target needs an sctp: listener (the UDP socket SCTP is carried in)",
+            );
+        }
         if !matches!(self.durability.as_str(), "commit" | "write-behind") {
             return err("durability", "expected \"commit\" or \"write-behind\"");
         }
@@ -2088,6 +2156,34 @@ stateless = true
     }
 
     #[test]
+    fn sctp_listeners_targets_and_settings() {
+        let c = ServerConfig::from_toml(
+            "s.toml",
+            "listen = [\"udp:127.0.0.1:5060\", \"sctp:127.0.0.1:9899\"]\n\
+             [[routes]]\ndomain = \"*\"\ntarget = \"sctp:192.0.2.7:9899\"\n\
+             [sctp]\nunordered = true\nstreams = 4\n",
+        )
+        .expect("an sctp listener and next hop");
+        assert_eq!(c.listen[1].transport, Transport::Sctp);
+        assert_eq!(c.listen[1].to_string(), "sctp:127.0.0.1:9899");
+        assert!(c.sctp.unordered);
+        assert_eq!(c.sctp.streams, 4);
+        let e = ServerConfig::from_toml(
+            "s.toml",
+            "listen = [\"udp:127.0.0.1:5060\"]\n\
+             [[routes]]\ndomain = \"*\"\ntarget = \"sctp:192.0.2.7:9899\"\n",
+        )
+        .expect_err("an sctp target without an sctp listener");
+        assert_eq!(e.key, "listen");
+        assert!(e.message.contains("sctp: listener"), "{e}");
+        let e = ServerConfig::from_toml("s.toml", "[sctp]\nrto_min_ms = 5000\n")
+            .expect_err("RTO.Min above RTO.Initial");
+        assert_eq!(e.key, "sctp.rto_min_ms");
+        let e = ServerConfig::from_toml("s.toml", "[sctp]\nstreams = 0\n").expect_err("no stream");
+        assert_eq!((e.key.as_str(), e.line), ("sctp.streams", 2));
+    }
+
+    #[test]
     fn errors_name_file_line_and_key() {
         let e = ServerConfig::from_toml("a.toml", "workers = 2\n[limits]\nmax_conections = 3\n")
             .expect_err("unknown key");
@@ -2099,11 +2195,11 @@ stateless = true
         assert_eq!((e.line, e.key.as_str()), (2, "workers"));
         let e = ServerConfig::from_toml(
             "a.toml",
-            "listen = [\n  \"udp:1.2.3.4:5\",\n  \"sctp:x\",\n]\n",
+            "listen = [\n  \"udp:1.2.3.4:5\",\n  \"quic:1.2.3.4:5\",\n]\n",
         )
         .expect_err("bad listener");
         assert_eq!((e.line, e.key.as_str()), (1, "listen"));
-        assert!(e.message.contains("udp, tcp or tls"), "{e}");
+        assert!(e.message.contains("udp, tcp, tls or sctp"), "{e}");
         let e = ServerConfig::from_toml("a.toml", "[limits]\nhandoff_queue = 0\n")
             .expect_err("invalid");
         assert_eq!((e.line, e.key.as_str()), (2, "limits.handoff_queue"));

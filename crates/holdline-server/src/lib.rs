@@ -259,6 +259,9 @@ impl Server {
         };
         let mut invite_udp: Vec<Vec<UdpSocket>> = (0..n).map(|_| Vec::new()).collect();
         let mut tcp: Vec<Vec<TcpListener>> = (0..n).map(|_| Vec::new()).collect();
+        // SCTP over UDP: one socket per listener, all in worker 0 with their associations.
+        let mut sctp: Vec<(UdpSocket, holdline_sctp::SctpUdp)> = Vec::new();
+        let sctp_config = sctp_config(&config.sctp);
         let mut bound = Vec::new();
         let mut udp_recv_buffer = None;
         for lst in &config.listen {
@@ -289,6 +292,18 @@ impl Server {
                         addr = s.local_addr().map_err(err)?;
                         tcp[w].push(s);
                     }
+                    Transport::Sctp if w == 0 => {
+                        let opts = UdpOptions {
+                            reuse_port: false,
+                            batched: true,
+                            timestamps: false,
+                            ..udp_opts
+                        };
+                        let s = UdpSocket::bind(addr, &opts).map_err(err)?;
+                        addr = s.local_addr().map_err(err)?;
+                        sctp.push((s, holdline_sctp::SctpUdp::new(sctp_config.clone())));
+                    }
+                    Transport::Sctp => {}
                     _ => return Err(StartError::Unsupported(*lst)),
                 }
             }
@@ -485,6 +500,9 @@ impl Server {
                 RejectionBudget::new(config.overload.budget_config(), shared.clock.now())
                     .map_err(|e| StartError::Config(format!("overload.rejection_budget: {e}")))?,
             );
+            if i == 0 {
+                w.set_sctp(std::mem::take(&mut sctp));
+            }
             w.register()?;
             workers.push(w);
         }
@@ -638,6 +656,20 @@ impl Server {
     }
 }
 
+/// The SCTP endpoints' settings from `[sctp]`.
+fn sctp_config(c: &config::SctpSettings) -> holdline_sctp::SctpConfig {
+    holdline_sctp::SctpConfig {
+        sctp_port: c.sctp_port,
+        streams: c.streams,
+        unordered: c.unordered,
+        rto_initial_ms: c.rto_initial_ms,
+        rto_min_ms: c.rto_min_ms,
+        rto_max_ms: c.rto_max_ms,
+        max_queued_bytes: c.max_queued_bytes,
+        ..holdline_sctp::SctpConfig::default()
+    }
+}
+
 /// Fails if another socket already holds `lst`'s address. The workers bind with
 /// `SO_REUSEPORT`, which would otherwise let a second server (or one still shutting down)
 /// silently share the port and receive part of its traffic. A plain bind without the option
@@ -651,7 +683,9 @@ fn probe_exclusive(lst: &Listener) -> Result<(), StartError> {
         source,
     };
     match lst.transport {
-        Transport::Udp => std::net::UdpSocket::bind(lst.addr).map(drop).map_err(err),
+        Transport::Udp | Transport::Sctp => {
+            std::net::UdpSocket::bind(lst.addr).map(drop).map_err(err)
+        }
         Transport::Tcp | Transport::Tls => {
             std::net::TcpListener::bind(lst.addr).map(drop).map_err(err)
         }

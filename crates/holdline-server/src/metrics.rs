@@ -42,6 +42,7 @@ reasons!(Drop {
     Shutdown => "shutdown",
     Flood => "flood",
     AuthThrottle => "auth_failures",
+    SctpQueueFull => "sctp_queue_full",
 });
 
 reasons!(Close {
@@ -95,8 +96,12 @@ type PickHistogram = fn(&WorkerStats) -> &Histogram;
 /// The counters of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct WorkerStats {
-    pub(crate) msgs_in: [AtomicU64; 3],
-    pub(crate) msgs_out: [AtomicU64; 3],
+    pub(crate) msgs_in: [AtomicU64; 4],
+    pub(crate) msgs_out: [AtomicU64; 4],
+    /// SCTP associations (worker 0): `[open, established, setup failures, lost, messages
+    /// dropped, T3-rtx timeouts, fast retransmits, bytes queued]` (the last three of the
+    /// associations open).
+    pub(crate) sctp: [AtomicU64; 8],
     pub(crate) drops: [AtomicU64; Drop::ALL.len()],
     pub(crate) closes: [AtomicU64; Close::ALL.len()],
     /// TLS handshakes by side (server, client) and result (completed, failed):
@@ -129,10 +134,11 @@ pub(crate) struct WorkerStats {
     pub(crate) core_wanted: AtomicBool,
 }
 
-/// The counters' index of a transport: UDP 0, TCP 1, TLS 2.
+/// The counters' index of a transport: UDP 0, TCP 1, TLS 2, SCTP 3.
 pub(crate) fn transport_idx(t: holdline_base::Transport) -> usize {
     match t {
         holdline_base::Transport::Tls => 2,
+        holdline_base::Transport::Sctp => 3,
         t => usize::from(t.is_stream()),
     }
 }
@@ -204,7 +210,7 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
     ] {
         counter(&mut out, name, help);
         each(&mut out, &|i, s, out| {
-            for (t, label) in [(0, "udp"), (1, "tcp"), (2, "tls")] {
+            for (t, label) in [(0, "udp"), (1, "tcp"), (2, "tls"), (3, "sctp")] {
                 let v = if pick == 0 {
                     &s.msgs_in[t]
                 } else {
@@ -233,6 +239,65 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             );
         }
     });
+    let _ = writeln!(
+        out,
+        "# HELP holdline_sctp_associations SCTP associations open (SIP over SCTP over UDP; worker 0 holds them).\n# TYPE holdline_sctp_associations gauge"
+    );
+    each(&mut out, &|i, s, out| {
+        let _ = writeln!(
+            out,
+            "holdline_sctp_associations{{worker=\"{i}\"}} {}",
+            s.sctp[0].load(Relaxed)
+        );
+    });
+    let _ = writeln!(
+        out,
+        "# HELP holdline_sctp_queued_bytes Bytes waiting in SCTP associations (for their setup, or not yet acknowledged).\n# TYPE holdline_sctp_queued_bytes gauge"
+    );
+    each(&mut out, &|i, s, out| {
+        let _ = writeln!(
+            out,
+            "holdline_sctp_queued_bytes{{worker=\"{i}\"}} {}",
+            s.sctp[7].load(Relaxed)
+        );
+    });
+    for (k, name, help) in [
+        (
+            1,
+            "holdline_sctp_associations_established_total",
+            "SCTP associations established.",
+        ),
+        (
+            2,
+            "holdline_sctp_association_setup_failures_total",
+            "SCTP associations whose setup failed.",
+        ),
+        (
+            3,
+            "holdline_sctp_associations_lost_total",
+            "Established SCTP associations lost (aborted or timed out).",
+        ),
+        (
+            4,
+            "holdline_sctp_messages_dropped_total",
+            "SIP messages that waited for an SCTP association that failed.",
+        ),
+        (
+            5,
+            "holdline_sctp_t3_timeouts_total",
+            "SCTP retransmission timeouts (T3-rtx) of the associations open.",
+        ),
+        (
+            6,
+            "holdline_sctp_fast_retransmits_total",
+            "SCTP fast retransmissions of the associations open.",
+        ),
+    ] {
+        counter(&mut out, name, help);
+        each(&mut out, &|i, s, out| {
+            let _ = writeln!(out, "{name}{{worker=\"{i}\"}} {}", s.sctp[k].load(Relaxed));
+        });
+    }
     counter(
         &mut out,
         "holdline_connections_closed_total",

@@ -19,6 +19,7 @@ use holdline_overload::{
     Signal, Split, TargetId, Verdict, Work,
 };
 use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
+use holdline_sctp::{SctpUdp, SendError as SctpSendError};
 use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -29,6 +30,8 @@ use crate::shard::owner_of;
 
 pub(crate) const WAKER: Token = Token(0);
 const UDP_BASE: usize = 1;
+/// SCTP-over-UDP sockets (worker 0 only): below the INVITE sockets, above any UDP listener.
+const SCTP_BASE: usize = 1 << 14;
 /// Tokens of the UDP sockets that receive new INVITEs only (`udp_invite_socket`).
 const INVITE_UDP_BASE: usize = 1 << 15;
 const LISTENER_BASE: usize = 1 << 16;
@@ -188,6 +191,9 @@ pub(crate) struct Worker {
     /// The sockets the kernel steers new INVITEs to (`udp_invite_socket`), read only when
     /// every other source has been read: see [`Worker::read_invites`].
     invite_udp: Vec<UdpSocket>,
+    /// SIP over SCTP over UDP: the encapsulation sockets with their associations (worker 0
+    /// holds them all; the others hand their SCTP messages to it).
+    sctp: Vec<SctpSock>,
     /// Which of `invite_udp` may have datagrams waiting (readable and not yet drained).
     invite_ready: Vec<bool>,
     pub(crate) listeners: Vec<TcpListener>,
@@ -412,6 +418,7 @@ impl Worker {
             rx,
             udp,
             invite_udp: Vec::new(),
+            sctp: Vec::new(),
             invite_ready: Vec::new(),
             listeners,
             settings,
@@ -476,8 +483,28 @@ impl Worker {
         self.invite_udp = sockets;
     }
 
+    /// Gives the worker the SCTP-over-UDP sockets and their endpoints (worker 0; before
+    /// [`register`](Self::register)).
+    pub(crate) fn set_sctp(&mut self, sockets: Vec<(UdpSocket, SctpUdp)>) {
+        self.sctp = sockets
+            .into_iter()
+            .map(|(socket, ep)| SctpSock {
+                socket,
+                ep,
+                sends: SendBatch::new(),
+            })
+            .collect();
+    }
+
     /// Registers the sockets; call once before [`run`](Self::run).
     pub(crate) fn register(&mut self) -> io::Result<()> {
+        for (i, s) in self.sctp.iter_mut().enumerate() {
+            self.poll.registry().register(
+                &mut s.socket,
+                Token(SCTP_BASE + i),
+                Interest::READABLE,
+            )?;
+        }
         for (i, s) in self.udp.iter_mut().enumerate() {
             self.poll
                 .registry()
@@ -512,6 +539,9 @@ impl Worker {
             if !self.conns.is_empty() {
                 let h = next_housekeeping.saturating_duration_since(now);
                 timeout = Some(timeout.map_or(h, |t| t.min(h)));
+            }
+            if let Some(t) = self.sctp_timeout() {
+                timeout = Some(timeout.map_or(t, |d| d.min(t)));
             }
             if self.stopping {
                 let d = Instant::from_nanos(self.shared.deadline.load(Relaxed));
@@ -568,6 +598,7 @@ impl Worker {
                             *r = true;
                         }
                     }
+                    n if n >= SCTP_BASE => self.read_sctp(now, n - SCTP_BASE),
                     n => self.read_udp(now, n - UDP_BASE),
                 }
             }
@@ -575,9 +606,11 @@ impl Worker {
                 match t.0 {
                     n if n >= CONN_BASE => self.conn_event(now, n - CONN_BASE, true, false),
                     n if n >= LISTENER_BASE => self.accept(now, n - LISTENER_BASE),
+                    n if n >= SCTP_BASE => self.read_sctp(now, n - SCTP_BASE),
                     n => self.read_udp(now, n - UDP_BASE),
                 }
             }
+            self.sctp_timers(now);
             self.drain_handoffs(now);
             self.read_invites(now);
             if self.core.poll_timeout().is_some_and(|t| t <= now) {
@@ -600,6 +633,7 @@ impl Worker {
             }
             self.send_dns_queries(now);
             self.flush_udp();
+            self.flush_sctp();
             self.flush_wakes();
             if self.stats().core_wanted.swap(false, Relaxed) {
                 self.render_core_metrics();
@@ -623,6 +657,11 @@ impl Worker {
             }
         }
         self.render_core_metrics();
+        let t = StdInstant::now();
+        for s in &mut self.sctp {
+            s.ep.shutdown_all(t);
+        }
+        self.flush_sctp();
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for k in keys {
             self.close(k, Close::Shutdown);
@@ -1238,7 +1277,9 @@ impl Worker {
                     self.handle_stale(now, &bytes, from);
                 }
                 Ok(Handoff::Outbound { bytes, to }) => {
-                    if let Some(id) = to.conn {
+                    if to.transport == Transport::Sctp {
+                        self.sctp_send(&bytes, to.addr);
+                    } else if let Some(id) = to.conn {
                         self.conn_send(now, id, &bytes);
                     }
                 }
@@ -1355,7 +1396,177 @@ impl Worker {
                     self.stats().drop(Drop::ConnGone);
                 }
             }
+            Transport::Sctp => {
+                if !self.sctp.is_empty() {
+                    self.sctp_send(bytes, to.addr);
+                } else if self.shared.senders.len() > 1 {
+                    // Worker 0 holds the SCTP sockets and their associations.
+                    self.hand_to(
+                        0,
+                        Handoff::Outbound {
+                            bytes: bytes.to_vec(),
+                            to,
+                        },
+                    );
+                } else {
+                    self.stats().drop(Drop::NoListener);
+                }
+            }
             _ => self.stats().drop(Drop::Unsupported),
+        }
+    }
+
+    /// Hands one SIP message to the SCTP endpoint of the socket of `to`'s address family,
+    /// on the stream of its Call-ID (RFC 4168: a call's messages stay in order on one stream,
+    /// calls do not block each other).
+    fn sctp_send(&mut self, bytes: &[u8], to: SocketAddr) {
+        let Some(i) = self.sctp.iter().position(|s| {
+            s.socket
+                .local_addr()
+                .is_ok_and(|a| a.is_ipv4() == to.is_ipv4())
+        }) else {
+            self.stats().drop(Drop::NoListener);
+            return;
+        };
+        let key = call_id_key(bytes);
+        let r = self.sctp[i].ep.send(StdInstant::now(), to, key, bytes);
+        let s = &self.shared.stats[self.index];
+        match r {
+            Ok(()) => {
+                s.msgs_out[transport_idx(Transport::Sctp)].fetch_add(1, Relaxed);
+            }
+            Err(SctpSendError::QueueFull { .. }) => s.drop(Drop::SctpQueueFull),
+            Err(SctpSendError::TooLarge { .. }) => s.drop(Drop::TooLarge),
+            Err(_) => s.drop(Drop::ConnectFailed),
+        }
+    }
+
+    /// Reads SCTP-over-UDP socket `i`: its datagrams go to the endpoint, the SIP messages
+    /// completed go to their calls' workers.
+    fn read_sctp(&mut self, now: Instant, i: usize) {
+        let Some(mut batch) = self.recv.take() else {
+            return;
+        };
+        let mut more = true;
+        for _ in 0..8 {
+            let Some(sock) = self.sctp.get_mut(i) else {
+                more = false;
+                break;
+            };
+            match sock.socket.recv_batch(&mut batch) {
+                Ok(n) => {
+                    let t = StdInstant::now();
+                    for k in 0..n {
+                        if let Some(d) = batch.get(k) {
+                            sock.ep.handle_datagram(t, d.source, d.payload);
+                        }
+                    }
+                    if n < batch.capacity() {
+                        more = false;
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    more = false;
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::debug!(worker = self.index, error = %e, "sctp socket receive error");
+                }
+            }
+        }
+        self.recv = Some(batch);
+        if more {
+            self.pending.push(Token(SCTP_BASE + i));
+        }
+        self.sctp_deliver(now, i);
+    }
+
+    /// Dispatches the SIP messages endpoint `i` completed.
+    fn sctp_deliver(&mut self, now: Instant, i: usize) {
+        while let Some(r) = self.sctp.get_mut(i).and_then(|s| s.ep.poll_received()) {
+            if r.data.len() > self.settings.limits.max_message_size {
+                let s = self.stats();
+                s.msgs_in[transport_idx(Transport::Sctp)].fetch_add(1, Relaxed);
+                s.drop(Drop::TooLarge);
+                continue;
+            }
+            let peer = Peer {
+                addr: r.from,
+                transport: Transport::Sctp,
+                conn: None,
+            };
+            self.dispatch(now, &r.data, peer, false);
+        }
+    }
+
+    /// How long until an SCTP timer is due (none without SCTP).
+    fn sctp_timeout(&self) -> Option<Duration> {
+        let t = self.sctp.iter().filter_map(|s| s.ep.poll_timeout()).min()?;
+        Some(t.saturating_duration_since(StdInstant::now()))
+    }
+
+    /// Runs the SCTP timers that are due, delivers what they completed, publishes the
+    /// association counters.
+    fn sctp_timers(&mut self, now: Instant) {
+        if self.sctp.is_empty() {
+            return;
+        }
+        let t = StdInstant::now();
+        for i in 0..self.sctp.len() {
+            if self.sctp[i].ep.poll_timeout().is_some_and(|d| d <= t) {
+                self.sctp[i].ep.handle_timeout(t);
+            }
+            self.sctp_deliver(now, i);
+        }
+        let s = &self.shared.stats[self.index];
+        let mut sum = holdline_sctp::SctpStats::default();
+        for x in &mut self.sctp {
+            let st = x.ep.stats();
+            sum.open += st.open;
+            sum.established += st.established;
+            sum.setup_failures += st.setup_failures;
+            sum.lost += st.lost;
+            sum.messages_dropped += st.messages_dropped + st.messages_refused;
+            sum.t3_timeouts += st.t3_timeouts;
+            sum.fast_retransmits += st.fast_retransmits;
+            sum.queued_bytes += st.queued_bytes;
+        }
+        s.sctp[0].store(sum.open, Relaxed);
+        s.sctp[1].store(sum.established, Relaxed);
+        s.sctp[2].store(sum.setup_failures, Relaxed);
+        s.sctp[3].store(sum.lost, Relaxed);
+        s.sctp[4].store(sum.messages_dropped, Relaxed);
+        s.sctp[5].store(sum.t3_timeouts, Relaxed);
+        s.sctp[6].store(sum.fast_retransmits, Relaxed);
+        s.sctp[7].store(sum.queued_bytes, Relaxed);
+    }
+
+    /// Sends what the SCTP endpoints produced. Never blocks: a datagram the socket does not
+    /// take is dropped and counted, and SCTP retransmits it.
+    fn flush_sctp(&mut self) {
+        let s = &self.shared.stats[self.index];
+        for x in &mut self.sctp {
+            loop {
+                while x.sends.len() < 32 {
+                    let Some((to, b)) = x.ep.poll_transmit() else {
+                        break;
+                    };
+                    x.sends.push(to, &b);
+                }
+                if x.sends.is_empty() {
+                    break;
+                }
+                let mut errors = 0;
+                x.socket.send_batch(&mut x.sends, &mut errors);
+                for _ in 0..errors {
+                    s.drop(Drop::SendError);
+                }
+                for _ in 0..x.sends.clear() {
+                    s.drop(Drop::UdpSendBlocked);
+                }
+            }
         }
     }
 
@@ -1867,5 +2078,51 @@ impl Worker {
                 let _ = self.shared.wakers[i].wake();
             }
         }
+    }
+}
+
+/// One SCTP-over-UDP socket and the associations carried in it.
+struct SctpSock {
+    socket: UdpSocket,
+    ep: SctpUdp,
+    /// Datagrams on their way to the socket (`sendmmsg`).
+    sends: SendBatch,
+}
+
+/// The SCTP stream key of a SIP message: a hash of its Call-ID, found by a scan of the
+/// header lines (`Call-ID` or its compact form `i`), without parsing the message. A
+/// message without one gets 0.
+fn call_id_key(bytes: &[u8]) -> u64 {
+    for line in bytes.split(|&b| b == b'\n').skip(1) {
+        if line.is_empty() || line == b"\r" {
+            break; // the end of the header section
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = line[..colon].trim_ascii();
+        if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
+            return holdline_proto::shard::hash_call_id(line[colon + 1..].trim_ascii());
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_id_key;
+
+    #[test]
+    fn the_stream_key_is_the_call_ids_hash_in_either_form() {
+        let long = b"INVITE sip:b@x SIP/2.0\r\nVia: SIP/2.0/UDP h\r\nCall-ID:  abc@h \r\n\r\n";
+        let compact = b"SIP/2.0 200 OK\r\ni: abc@h\r\nCSeq: 1 INVITE\r\n\r\nCall-ID: other\r\n";
+        let key = holdline_proto::shard::hash_call_id(b"abc@h");
+        assert_eq!(call_id_key(long), key);
+        assert_eq!(call_id_key(compact), key);
+        // Only the header section counts; no Call-ID at all gives 0.
+        assert_eq!(
+            call_id_key(b"OPTIONS sip:x SIP/2.0\r\n\r\nCall-ID: body\r\n"),
+            0
+        );
     }
 }

@@ -99,7 +99,21 @@ pub struct Holdline {
 impl Holdline {
     /// Starts `holdline serve ARGS` and waits (bounded) for its ready line.
     pub fn start(args: &[String]) -> Self {
-        let mut child = Command::new(BIN)
+        Self::start_in(None, args)
+    }
+
+    /// Like [`start`](Self::start), inside network namespace `ns` when given (`ip netns exec
+    /// NS holdline serve ARGS`: `ip` execs the server, so the PID is the server's).
+    pub fn start_in(ns: Option<&str>, args: &[String]) -> Self {
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = cmd
             .arg("serve")
             .args(args)
             .stdin(Stdio::null())

@@ -1,0 +1,334 @@
+//! SIP over SCTP over UDP between two holdlines (issue 19 item 1): `holdline load uac` →
+//! holdline A (UDP in) → SCTP → holdline B → UDP → `holdline load uas`, every message of every
+//! call (INVITE, 180, 200, ACK, BYE, 200) crossing the SCTP association.
+//!
+//! - On loopback, ordered and unordered: every call completes, one association carries them
+//!   all, and the messages are counted as SCTP at both servers.
+//! - Across `holdline netem` with 4% loss each way (root; skipped with a note otherwise):
+//!   every call completes over SCTP ordered and unordered, the link really lost packets, and
+//!   SCTP really retransmitted.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Guard, Holdline, free_port, metric, scrape};
+use holdline_base::Duration as LinkDuration;
+use holdline_netem::{Clock, Emulator, EmulatorConfig, Topology, netns};
+use holdline_netmodel::{LinkConfig, Loss};
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+/// Runs `holdline load ARGS` (inside `ns` when given) to its end, bounded; returns its JSON
+/// report.
+fn load_report(
+    ns: Option<&str>,
+    args: &[String],
+    json: &Path,
+    limit: Duration,
+) -> serde_json::Value {
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, BIN]);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    let child = cmd
+        .arg("load")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn holdline load");
+    let status = Guard(child)
+        .wait_for(limit)
+        .expect("holdline load stops by itself");
+    assert!(status.success(), "holdline load {args:?}: {status:?}");
+    serde_json::from_str(&std::fs::read_to_string(json).expect("load report")).expect("json")
+}
+
+fn calls(report: &serde_json::Value, key: &str) -> u64 {
+    report["totals"][key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no totals.{key} in {report}"))
+}
+
+/// A server's arguments: listeners, one route, memory store, metrics, one worker or two.
+fn serve_args(
+    listen: &[String],
+    route: &str,
+    metrics: SocketAddr,
+    workers: u32,
+    unordered: bool,
+    dir: &Path,
+) -> Vec<String> {
+    let config = dir.join(format!("sctp-{}.toml", metrics.port()));
+    std::fs::write(
+        &config,
+        format!("[sctp]\nunordered = {unordered}\nrto_min_ms = 200\nrto_initial_ms = 500\n"),
+    )
+    .expect("write config");
+    let mut a = vec![s("--config"), config.display().to_string()];
+    for l in listen {
+        a.push(s("--listen"));
+        a.push(l.clone());
+    }
+    a.extend([
+        s("--route"),
+        format!("*={route}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        workers.to_string(),
+        s("--metrics"),
+        metrics.to_string(),
+    ]);
+    a
+}
+
+fn loopback_chain(unordered: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (uas_port, b_sctp, a_udp, a_sctp, b_udp) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let (a_metrics, b_metrics): (SocketAddr, SocketAddr) = (
+        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
+        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
+    );
+    // B needs a UDP socket of its own to reach the UAS.
+    let b = Holdline::start(&serve_args(
+        &[
+            format!("sctp:127.0.0.1:{b_sctp}"),
+            format!("udp:127.0.0.1:{b_udp}"),
+        ],
+        &format!("udp:127.0.0.1:{uas_port}"),
+        b_metrics,
+        2,
+        unordered,
+        dir.path(),
+    ));
+    let a = Holdline::start(&serve_args(
+        &[
+            format!("udp:127.0.0.1:{a_udp}"),
+            format!("sctp:127.0.0.1:{a_sctp}"),
+        ],
+        &format!("sctp:127.0.0.1:{b_sctp}"),
+        a_metrics,
+        2,
+        unordered,
+        dir.path(),
+    ));
+    assert!(
+        a.startup.contains(&format!("sctp:127.0.0.1:{a_sctp}")),
+        "{}",
+        a.startup
+    );
+    let _uas = common::load(&[
+        s("uas"),
+        s("--listen"),
+        format!("127.0.0.1:{uas_port}"),
+        s("--duration"),
+        s("40"),
+    ]);
+    let json = dir.path().join("uac.json");
+    let report = load_report(
+        None,
+        &[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{a_udp}"),
+            s("--to"),
+            s("bob@example.com"),
+            s("--rate"),
+            s("200"),
+            s("--calls"),
+            s("600"),
+            s("--hold"),
+            s("fixed:0.5"),
+            s("--max-time"),
+            s("30"),
+            s("--json"),
+            json.display().to_string(),
+        ],
+        &json,
+        Duration::from_secs(40),
+    );
+    assert_eq!(calls(&report, "attempted"), 600, "{report}");
+    assert_eq!(
+        calls(&report, "calls_ok"),
+        600,
+        "every call completes: {report}"
+    );
+    let (ma, mb) = (scrape(a_metrics), scrape(b_metrics));
+    // Per call: INVITE, ACK, BYE from A to B; 180, 200, 200 back (the 100 is hop by hop).
+    assert!(
+        metric(&ma, "holdline_messages_out_total", &["transport=\"sctp\""]) >= 1_800.0,
+        "{ma}"
+    );
+    assert!(
+        metric(&mb, "holdline_messages_in_total", &["transport=\"sctp\""]) >= 1_800.0,
+        "{mb}"
+    );
+    assert!(
+        metric(&ma, "holdline_messages_in_total", &["transport=\"sctp\""]) >= 1_800.0,
+        "{ma}"
+    );
+    // One association carried everything: the one A started, which B used to answer.
+    assert_eq!(
+        metric(&ma, "holdline_sctp_associations_established_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        metric(&mb, "holdline_sctp_associations_established_total", &[]),
+        1.0
+    );
+    assert_eq!(
+        metric(&ma, "holdline_drops_total", &["reason=\"sctp_queue_full\""]),
+        0.0
+    );
+    drop(a);
+    drop(b);
+}
+
+#[test]
+fn two_holdlines_carry_calls_over_sctp_ordered() {
+    loopback_chain(false);
+}
+
+#[test]
+fn two_holdlines_carry_calls_over_sctp_unordered() {
+    loopback_chain(true);
+}
+
+fn lossy_chain(unordered: bool, tag: char) {
+    if !netns::is_root() {
+        eprintln!("skipped: needs root (network namespaces and TUN devices)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = Topology::create(&format!("hls{}{tag}", std::process::id())).expect("topology");
+    let link = LinkConfig {
+        delay: LinkDuration::from_millis(10),
+        loss: Loss::Random(0.04),
+        overhead_bytes: 0,
+        ..LinkConfig::default()
+    };
+    let emu = Emulator::start(
+        &topo,
+        &EmulatorConfig {
+            a_to_b: link,
+            b_to_a: link,
+            seed: 3,
+        },
+        Clock::start(),
+    )
+    .expect("emulator");
+    let metrics: SocketAddr = "127.0.0.1:9480".parse().expect("addr");
+    let sctp_a = format!("sctp:{}:9899", topo.addr_a);
+    let sctp_b = format!("sctp:{}:9899", topo.addr_b);
+    let b = Holdline::start_in(
+        Some(&topo.ns_b),
+        &serve_args(
+            &[sctp_b.clone(), s("udp:127.0.0.1:5060")],
+            "udp:127.0.0.1:5090",
+            metrics,
+            1,
+            unordered,
+            dir.path(),
+        ),
+    );
+    let a = Holdline::start_in(
+        Some(&topo.ns_a),
+        &serve_args(
+            &[s("udp:127.0.0.1:5060"), sctp_a],
+            &sctp_b,
+            metrics,
+            1,
+            unordered,
+            dir.path(),
+        ),
+    );
+    let uas = Command::new("ip")
+        .args(["netns", "exec", &topo.ns_b, BIN, "load", "uas"])
+        .args(["--listen", "127.0.0.1:5090", "--duration", "60"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn uas");
+    let _uas = Guard(uas);
+    let json = dir.path().join("uac.json");
+    let report = load_report(
+        Some(&topo.ns_a),
+        &[
+            s("uac"),
+            s("--target"),
+            s("127.0.0.1:5060"),
+            s("--to"),
+            s("bob@example.com"),
+            s("--rate"),
+            s("40"),
+            s("--calls"),
+            s("400"),
+            s("--hold"),
+            s("fixed:0.5"),
+            s("--max-time"),
+            s("45"),
+            s("--json"),
+            json.display().to_string(),
+        ],
+        &json,
+        Duration::from_secs(60),
+    );
+    let (ab, ba) = emu.stats();
+    assert_eq!(calls(&report, "attempted"), 400, "{report}");
+    assert_eq!(
+        calls(&report, "calls_ok"),
+        400,
+        "every call completes across 4% loss: {report}"
+    );
+    assert!(
+        ab.lost > 0 && ba.lost > 0,
+        "the link lost nothing: {ab:?} {ba:?}"
+    );
+    let scrape_in = |ns: &str| netns::run_in(ns, move || scrape(metrics)).expect("enter namespace");
+    let (ma, mb) = (scrape_in(&topo.ns_a), scrape_in(&topo.ns_b));
+    let retransmitted = |m: &str| {
+        metric(m, "holdline_sctp_t3_timeouts_total", &[])
+            + metric(m, "holdline_sctp_fast_retransmits_total", &[])
+    };
+    assert!(
+        retransmitted(&ma) + retransmitted(&mb) > 0.0,
+        "SCTP retransmitted nothing: {ma}\n{mb}"
+    );
+    assert_eq!(
+        metric(&ma, "holdline_sctp_associations_lost_total", &[]),
+        0.0
+    );
+    drop(a);
+    drop(b);
+    drop(emu);
+    drop(topo);
+}
+
+#[test]
+fn calls_complete_across_a_lossy_link_over_sctp_ordered() {
+    lossy_chain(false, 'o');
+}
+
+#[test]
+fn calls_complete_across_a_lossy_link_over_sctp_unordered() {
+    lossy_chain(true, 'u');
+}
