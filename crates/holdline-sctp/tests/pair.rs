@@ -8,13 +8,15 @@ use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use holdline_base::{Duration as LinkDuration, Instant as LinkInstant, Rng};
 use holdline_netmodel::{Fate, Link, LinkConfig, Loss};
 use holdline_sctp::{Received, SctpConfig, SctpUdp, SendError};
 
 /// A datagram on the wire: (arrival ns, sequence, towards B?, payload).
 type InFlight = Reverse<(u64, u64, bool, Vec<u8>)>;
+
+/// Decides whether an A→B datagram is dropped (after the link's own fate).
+type DropFilter = Box<dyn FnMut(&[u8]) -> bool>;
 
 struct Pair {
     a: SctpUdp,
@@ -28,7 +30,7 @@ struct Pair {
     base: Instant,
     now: u64,
     /// Drops an A→B datagram when it returns true (after the link's own fate).
-    drop_ab: Box<dyn FnMut(&[u8]) -> bool>,
+    drop_ab: DropFilter,
     got_a: Vec<(u64, Received)>,
     got_b: Vec<(u64, Received)>,
     /// A→B datagrams put on the wire.

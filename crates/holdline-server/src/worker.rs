@@ -1548,6 +1548,8 @@ impl Worker {
     fn flush_sctp(&mut self) {
         let s = &self.shared.stats[self.index];
         for x in &mut self.sctp {
+            // Run what waits (and the timers due) at the instant the packets leave.
+            x.ep.handle_timeout(StdInstant::now());
             loop {
                 while x.sends.len() < 32 {
                     let Some((to, b)) = x.ep.poll_transmit() else {
