@@ -22,6 +22,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "seed 004's dual-proxy trapezoid over UDP: UAC -> upstream -> capacity-limited downstream (holdline or Kamailio), no control vs the feedback-free delay window, 0.14x-10x",
     ),
     (
+        "holb",
+        "seed 002's head-of-line blocking: P1 -> emulated lossy link -> P2 over SCTP ordered/unordered/streams, TCP, UDP; 95th percentile of post-selection delay with CIs and KS tests (root)",
+    ),
+    (
         "soak",
         "sustained load for minutes: completed ratio, RSS and transactions over time",
     ),
@@ -66,6 +70,7 @@ pub fn run(args: Vec<String>) -> ExitCode {
         Some("tcp-overload") => crate::tcp_overload::main(it.collect()),
         Some("feedback") => crate::feedback::main(it.collect()),
         Some("window") => crate::window::main(it.collect()),
+        Some("holb") => crate::holb::main(it.collect()),
         Some("soak") => crate::soak::main(it.collect()),
         Some("storm") => crate::storm::main(it.collect()),
         Some("scaling") => crate::scaling::main(it.collect()),

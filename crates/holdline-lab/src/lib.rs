@@ -14,6 +14,7 @@ mod error;
 mod failover;
 pub mod feedback;
 mod generator;
+pub mod holb;
 pub mod lab;
 mod pki;
 pub mod plot;
@@ -30,6 +31,7 @@ mod sustain;
 pub mod tcp_overload;
 pub mod udp_overload;
 mod vrrp;
+mod wan;
 pub mod window;
 
 pub use error::LabError;

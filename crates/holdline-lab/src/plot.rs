@@ -43,6 +43,9 @@ fn font() -> Result<()> {
 /// mechanism, lighter with more SEs.
 fn color_for(name: &str) -> RGBColor {
     let n = name.to_ascii_lowercase();
+    if let Some(c) = link_color(&n) {
+        return c;
+    }
     let register = n.contains("register") || n.contains(" tcp");
     for (prefix, (r, g, b)) in [
         ("no control,", (214u8, 39u8, 40u8)),
@@ -101,6 +104,12 @@ fn color_for(name: &str) -> RGBColor {
         ("paper: window", RGBColor(148, 103, 189)),
         ("upstream: window", RGBColor(188, 189, 34)),
         ("upstream", RGBColor(127, 127, 127)),
+        // `holb`'s transports.
+        ("sctp-ordered", RGBColor(214, 39, 40)),
+        ("sctp-unordered", RGBColor(44, 160, 44)),
+        ("sctp-streams", RGBColor(148, 103, 189)),
+        ("tcp", RGBColor(255, 127, 14)),
+        ("udp", RGBColor(127, 127, 127)),
         // `failover`'s timelines: calls, REGISTERs, the kill.
         ("calls placed", RGBColor(127, 127, 127)),
         ("calls answered", RGBColor(0, 94, 184)),
@@ -168,6 +177,52 @@ fn color_for(name: &str) -> RGBColor {
     } else {
         RGBColor(0, 94, 184)
     }
+}
+
+/// `tcp-overload --wan-delay-ms`'s series, named by their link first ("loopback: holdline
+/// defaults, 1 SE", "20 ms: ICS+BM+SF, 3 SEs"): one hue per link (loopback black, each delay
+/// a hue of its own, one per 20 ms), lighter for the other mechanisms than holdline's defaults and with
+/// more SEs.
+fn link_color(n: &str) -> Option<RGBColor> {
+    let (link, rest) = n.split_once(": ")?;
+    let mut mix = 0.0f64;
+    let (r, g, b) = if link == "loopback" {
+        (40u8, 40u8, 40u8)
+    } else {
+        // "20 ms", or "20 ms cubic" (a congestion control named: lighter unless BBR).
+        let mut words = link.split(' ');
+        let ms: f64 = words.next()?.parse().ok()?;
+        if words.next() != Some("ms") {
+            return None;
+        }
+        if words.next().is_some_and(|cc| cc != "bbr") {
+            mix += 0.3;
+        }
+        // One hue per 20 ms: 0 ms green, 20 ms blue, 40 ms purple, 60 ms orange, 80 ms red.
+        const HUES: [(u8, u8, u8); 6] = [
+            (44, 160, 44),
+            (0, 94, 184),
+            (148, 103, 189),
+            (255, 127, 14),
+            (214, 39, 40),
+            (23, 190, 207),
+        ];
+        HUES[(ms / 20.0).round() as usize % HUES.len()]
+    };
+    mix += if rest.starts_with("holdline defaults") {
+        0.0
+    } else if rest.starts_with("ics+") {
+        0.3
+    } else if rest.starts_with("ecs+") {
+        0.45
+    } else {
+        0.6
+    };
+    if !rest.ends_with(", 1 se") {
+        mix += 0.2;
+    }
+    let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * mix.min(0.8)) as u8;
+    Some(RGBColor(light(r), light(g), light(b)))
 }
 
 /// One named line of a chart: `(name, [(x, y)])`.
@@ -272,6 +327,20 @@ pub fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wan_series_are_coloured_by_their_link() {
+        let lo = color_for("loopback: holdline defaults, 1 SE");
+        let d20 = color_for("20 ms: holdline defaults, 1 SE");
+        let d60 = color_for("60 ms: holdline defaults, 1 SE");
+        assert!(lo != d20 && d20 != d60 && lo != d60);
+        assert!(color_for("20 ms: holdline defaults, 3 SEs") != d20);
+        assert!(color_for("20 ms: ICS+BM+SF, 1 SE") != d20);
+        assert!(color_for("20 ms cubic: holdline defaults, 1 SE") != d20);
+        assert_eq!(color_for("20 ms bbr: holdline defaults, 1 SE"), d20);
+        // Other series with a colon keep their colours.
+        assert_eq!(color_for("paper: window"), RGBColor(148, 103, 189));
+    }
 
     #[test]
     fn writes_svg_and_png() {

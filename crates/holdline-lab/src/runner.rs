@@ -11,7 +11,8 @@ use serde_json::Value;
 
 use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, spawn_pinned, spawn_pinned_in};
-use crate::server::{Transport, wait_bound};
+use crate::server::Transport;
+use crate::wan::Site;
 
 pub(crate) fn check_tools() -> Result<()> {
     require("taskset", "util-linux", "-V")
@@ -196,12 +197,36 @@ pub(crate) fn start_uas(
     csv: bool,
     max_time_s: f64,
 ) -> Result<Proc> {
+    start_uas_at(
+        &Site::loopback(),
+        exe,
+        runs,
+        tag,
+        port,
+        transport,
+        csv,
+        max_time_s,
+    )
+}
+
+/// [`start_uas`] at `site`: in its namespace, listening on its address.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_uas_at(
+    site: &Site,
+    exe: &Path,
+    runs: &Path,
+    tag: &str,
+    port: u16,
+    transport: Transport,
+    csv: bool,
+    max_time_s: f64,
+) -> Result<Proc> {
     let log = runs.join(format!("{tag}-uas.log"));
     let mut args = vec![
         "load".to_owned(),
         "uas".to_owned(),
         format!("--transport={}", transport.name()),
-        format!("--listen=127.0.0.1:{port}"),
+        format!("--listen={}:{port}", site.ip()),
         format!("--json={}", runs.join(format!("{tag}-uas.json")).display()),
         format!("--max-time={max_time_s}"),
         "--progress=off".to_owned(),
@@ -215,8 +240,8 @@ pub(crate) fn start_uas(
     if transport == Transport::Tls {
         args.extend(crate::pki::Pki::in_dir(runs)?.uas_args());
     }
-    let mut uas = spawn(GENERATOR_CORE, exe, &args, &log)?;
-    wait_bound(&mut uas.0, port, Some(transport), "holdline load uas", &log)?;
+    let mut uas = site.spawn(GENERATOR_CORE, exe, &args, &log)?;
+    site.wait_bound(&mut uas.0, port, transport, "holdline load uas", &log)?;
     Ok(uas)
 }
 
@@ -245,6 +270,19 @@ pub(crate) fn start_uacs(
     transport: Transport,
     load: &UacLoad,
 ) -> Result<Vec<Proc>> {
+    start_uacs_at(&Site::loopback(), exe, runs, tag, targets, transport, load)
+}
+
+/// [`start_uacs`] at `site`: in its namespace, calling the targets' ports at its address.
+pub(crate) fn start_uacs_at(
+    site: &Site,
+    exe: &Path,
+    runs: &Path,
+    tag: &str,
+    targets: &[u16],
+    transport: Transport,
+    load: &UacLoad,
+) -> Result<Vec<Proc>> {
     let share = load.rate / targets.len().max(1) as f64;
     let mut uacs = Vec::with_capacity(targets.len());
     for (i, port) in targets.iter().enumerate() {
@@ -252,7 +290,7 @@ pub(crate) fn start_uacs(
             "load".into(),
             "uac".into(),
             format!("--transport={}", transport.name()),
-            format!("--target=127.0.0.1:{port}"),
+            format!("--target={}:{port}", site.ip()),
             format!("--rate={share}"),
             format!("--duration={}", load.duration_s),
             format!("--drain={}", load.drain_s),
@@ -271,7 +309,7 @@ pub(crate) fn start_uacs(
         if transport == Transport::Tls {
             args.push(crate::pki::Pki::in_dir(runs)?.uac_arg());
         }
-        uacs.push(spawn(GENERATOR_CORE, exe, &args, &log)?);
+        uacs.push(site.spawn(GENERATOR_CORE, exe, &args, &log)?);
     }
     Ok(uacs)
 }

@@ -31,7 +31,21 @@
 //! metrics). Output in `--out DIR`: `results.json`, `points.csv`, plots `throughput`,
 //! `pdd` (at the highest load), `active` (active sessions at the RE over time, highest load)
 //! and `fairness` (SVG and PNG), and every process's report and log under `runs/`.
+//!
+//! **Across a WAN link** (`--wan-delay-ms 20,60`, root; issue 19 item 4): each point runs once
+//! per one-way delay with the SEs and their UACs in one network namespace and the RE and the
+//! UAS in another, joined by a `holdline-netem` link this process emulates (the delay each
+//! way, no loss; the `wan` module); `--with-loopback` adds the loopback points for comparison,
+//! `--wan-congestion-control cubic,bbr` runs each WAN point per TCP congestion control.
+//! Every point records its delay (`wan_delay_ms`, `None` on loopback), the 503s by source
+//! (the SEs' smart forwarding, feedback and local control; the RE's deferral and local
+//! control, from the servers' counters), what crossed the link and the SEs' connections to
+//! the RE as `ss` saw them once a second (RTT, congestion window, bytes not sent yet); the
+//! plots get one series per mechanism × link, and `pdd-median`, `rejected-sf` and
+//! `rejected`. The capacity phase stays on loopback: the RE's capacity is its CPU's.
 
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -47,10 +61,11 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    Proc, SweepArgs, UacLoad, cdf_points, check_tools, holdline_exe, lab_main, machine, metric,
-    scrape, spawn, start_uacs, start_uas, steady, window_sum,
+    Proc, SweepArgs, UacLoad, cdf_points, check_tools, holdline_exe, lab_main, machine, median,
+    metric, metric_where, require, scrape, start_uacs_at, start_uas_at, steady, window_sum,
 };
-use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
+use crate::server::{SERVER_CORE, Transport, free_port, tail};
+use crate::wan::{Site, SsLog, SsSample, Wan, WanStats, ss_to};
 
 /// Messages through the RE per call: INVITE, 180, 200, ACK, BYE, 200.
 const MESSAGES_PER_CALL: f64 = 6.0;
@@ -58,6 +73,8 @@ const MESSAGES_PER_CALL: f64 = 6.0;
 const GOODPUT_WINDOW_S: f64 = 10.0;
 /// How often the RE's active sessions are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// On a WAN link, `ss` looks at the SEs' connections every this many samples (1 s).
+const SS_EVERY: u64 = 4;
 
 /// The mechanisms, in plotting order.
 const MECHANISMS: [&str; 4] = ["none", "default", "ics", "ecs"];
@@ -81,6 +98,26 @@ pub struct Args {
     /// Skip the capacity phase and use this capacity, calls/s.
     #[arg(long, value_name = "CPS")]
     pub capacity: Option<f64>,
+    /// Run every point across an emulated WAN link between the SEs and the RE instead of
+    /// loopback, once per one-way delay in this list (ms, comma-separated): the SEs and their
+    /// UACs in one network namespace, the RE and the UAS in another, joined by
+    /// holdline-netem with the delay in each direction and no loss. Needs root. The
+    /// capacity phase stays on loopback (the RE's capacity is its CPU's).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub wan_delay_ms: Vec<f64>,
+    /// With `--wan-delay-ms`: run every point on loopback too, for comparison.
+    #[arg(long, requires = "wan_delay_ms")]
+    pub with_loopback: bool,
+    /// With `--wan-delay-ms`: TCP congestion control in the link's namespaces
+    /// (`net.ipv4.tcp_congestion_control`, e.g. `cubic`, `bbr`), comma-separated: each WAN
+    /// point runs once per name. Default: the host's.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "wan_delay_ms"
+    )]
+    pub wan_congestion_control: Vec<String>,
 }
 
 /// One measured point (one row of `points.csv`).
@@ -142,6 +179,84 @@ pub struct Point {
     pub re_cpu_s: f64,
     /// RE core busy over the run (1.0 = one core).
     pub re_busy: f64,
+    /// One-way delay of the emulated WAN link between the SEs and the RE, ms (`None`:
+    /// loopback).
+    #[serde(default)]
+    pub wan_delay_ms: Option<f64>,
+    /// TCP congestion control of the SEs' connections to the RE on the WAN link (`None` on
+    /// loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wan_congestion_control: Option<String>,
+    /// The point's name, the prefix of its files in `runs/`.
+    #[serde(default)]
+    pub tag: String,
+    /// 503s of the SEs' smart forwarding (`holdline_forward_rejected_total`, reason
+    /// `target_backlog`), all SEs.
+    #[serde(default)]
+    pub se_rejected_sf: u64,
+    /// 503s of the SEs' hop-by-hop feedback (RFC 7339/7415 throttling on the RE's answers,
+    /// `holdline_feedback_rejected_total`), all SEs.
+    #[serde(default)]
+    pub se_rejected_feedback: u64,
+    /// 503s of the SEs' own local control (`holdline_overload_rejected_total`), all SEs.
+    #[serde(default)]
+    pub se_rejected_local: u64,
+    /// The RE's 503s for deferred INVITEs that found no idle time within
+    /// `defer_max_wait_ms` (`holdline_overload_deferred_released_total{outcome="rejected"}`).
+    #[serde(default)]
+    pub re_rejected_deferred: u64,
+    /// The RE's 503s of its local control (`holdline_overload_rejected_total`).
+    #[serde(default)]
+    pub re_rejected_local: u64,
+    /// Every non-zero rejection counter, `se.forward.target_backlog`, `re.overload.occupancy`,
+    /// `re.deferred`, … (SEs summed).
+    #[serde(default)]
+    pub rejections: BTreeMap<String, u64>,
+    /// Every non-zero `holdline_drops_total` reason, `se.flood`, `re.conn_queue_full`, …
+    /// (SEs summed): messages a server dropped instead of handling.
+    #[serde(default)]
+    pub drops: BTreeMap<String, u64>,
+    /// On a WAN sweep: when the SEs' smart forwarding first rejected, seconds since the load
+    /// started (the first 250 ms sample that counted a 503 `target_backlog`; `None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sf_rejected_from_s: Option<f64>,
+    /// And when it had rejected all it would (the first sample with the final count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sf_rejected_until_s: Option<f64>,
+    /// What the emulated link carried and how the SEs' connections to the RE looked
+    /// (`None` on loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wan: Option<WanFacts>,
+}
+
+/// The emulated link of a WAN point.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WanFacts {
+    /// One-way delay configured each way, ms.
+    pub delay_ms: f64,
+    /// IP packets from the SEs' side to the RE's (offered to the link).
+    pub packets_a_to_b: u64,
+    /// IP packets from the RE's side back.
+    pub packets_b_to_a: u64,
+    /// Packets the emulator dropped for any reason (none is configured: should be 0).
+    pub dropped: u64,
+    /// Mean lateness of a delivery after its due instant, µs (the emulator's own delay).
+    pub late_mean_us: f64,
+    /// Most late delivery, µs.
+    pub late_max_us: f64,
+    /// `ss -ti` of the SEs' connections to the RE, sampled every second during the load:
+    /// the smoothed RTT (median over samples), ms.
+    pub ss_rtt_ms: f64,
+    /// The smallest congestion window seen, segments.
+    pub ss_cwnd_min: u64,
+    /// The largest `notsent` seen (what smart forwarding reads as the kernel's backlog).
+    pub ss_notsent_max: u64,
+    /// Samples taken (connections × seconds).
+    pub ss_samples: usize,
+    /// TCP congestion control of the SEs' connections (`net.ipv4.tcp_congestion_control`
+    /// in their namespace).
+    #[serde(default)]
+    pub congestion_control: String,
 }
 
 /// Everything a run measured (`results.json`).
@@ -171,6 +286,9 @@ pub struct Results {
     pub capacity_steps: Vec<Point>,
     /// The curve.
     pub points: Vec<Point>,
+    /// The one-way delays of the emulated WAN link (`--wan-delay-ms`), ms; empty: loopback.
+    #[serde(default)]
+    pub wan_delays_ms: Vec<f64>,
     /// Wall time of the run, s.
     pub elapsed_s: f64,
 }
@@ -186,51 +304,77 @@ pub fn main(args: Vec<String>) -> ExitCode {
     )
 }
 
-/// The RE's configuration for the smart-forwarding mechanisms, listening on `port`.
-fn re_config_sf(port: u16) -> String {
+/// On a WAN link (a server listening on a link address, not loopback), the `trusted` line
+/// that makes the link's two addresses what loopback is by default: trusted sources, which
+/// the per-source flood protection exempts. Without it an SE ignored its UAC for 10 s at a
+/// time as soon as it sent more than 1,000 requests in 2 s (≈ 170 calls/s), and the RE would
+/// have done the same to the SEs. Empty on loopback (holdline's default trusts 127.0.0.0/8 and ::1).
+fn trusted(ip: Ipv4Addr) -> String {
+    if ip.is_loopback() {
+        String::new()
+    } else {
+        format!(
+            "trusted = [\"127.0.0.0/8\", \"::1\", \"{}\", \"{}\"]\n",
+            holdline_netem::ADDR_A,
+            holdline_netem::ADDR_B
+        )
+    }
+}
+
+/// The RE's configuration for the smart-forwarding mechanisms, listening on `ip:port`.
+fn re_config_sf(ip: Ipv4Addr, port: u16) -> String {
     format!(
         "# seed 000's RE: buffer minimization on the listener the SEs connect to, admitted\n\
          # calls first (new INVITEs deferred), no local admission control\n\
-         listen = [\"tcp:127.0.0.1:{port}\"]\n\
+         listen = [\"tcp:{ip}:{port}\"]\n\
          record_route = true\n\
+         {trusted}\
          [limits]\n\
          max_message_size = 2048\n\
          [overload]\n\
          local = \"none\"\n\
          defer_new_invites = true\n\
          [[tcp_buffers]]\n\
-         listener = \"tcp:127.0.0.1:{port}\"\n\
+         listener = \"tcp:{ip}:{port}\"\n\
          recv_buffer = 1024\n\
          read_buffer = 2048\n\
-         max_segment = 536\n"
+         max_segment = 536\n",
+        trusted = trusted(ip),
     )
 }
 
 /// The RE's configuration out of the box: only where it listens and that it record-routes.
-fn re_config_default(port: u16) -> String {
+fn re_config_default(ip: Ipv4Addr, port: u16) -> String {
     format!(
         "# holdline's defaults\n\
-         listen = [\"tcp:127.0.0.1:{port}\"]\n\
-         record_route = true\n"
+         listen = [\"tcp:{ip}:{port}\"]\n\
+         record_route = true\n\
+         {trusted}",
+        trusted = trusted(ip),
     )
 }
 
 /// The RE's configuration without control: system buffers, nothing deferred.
-fn re_config_none(port: u16) -> String {
+fn re_config_none(ip: Ipv4Addr, port: u16) -> String {
     format!(
         "# no overload control: system buffers, messages handled in arrival order\n\
-         listen = [\"tcp:127.0.0.1:{port}\"]\n\
+         listen = [\"tcp:{ip}:{port}\"]\n\
          record_route = true\n\
+         {trusted}\
          [overload]\n\
          local = \"none\"\n\
-         defer_new_invites = false\n"
+         defer_new_invites = false\n",
+        trusted = trusted(ip),
     )
 }
 
 /// An SE's configuration: with ICS/ECS the paper's smart-forwarding rule (reject as soon as
 /// the backlog is not empty), which fits the RE's minimized buffers; otherwise the defaults.
-fn se_config(port: u16, mechanism: &str) -> String {
-    let mut text = format!("listen = [\"tcp:127.0.0.1:{port}\"]\nrecord_route = true\n");
+fn se_config(ip: Ipv4Addr, port: u16, mechanism: &str) -> String {
+    let mut text = format!(
+        "listen = [\"tcp:{ip}:{port}\"]\nrecord_route = true\n{}",
+        trusted(ip)
+    );
     if matches!(mechanism, "ics" | "ecs") {
         text.push_str("[overload]\nsmart_forwarding_threshold = 0\nsmart_forwarding_hold_ms = 0\n");
     }
@@ -247,26 +391,40 @@ struct Spec<'a> {
     duration_s: f64,
     drain_s: f64,
     tag: String,
+    /// One-way delay of the emulated WAN link between the SEs and the RE, ms (`None`:
+    /// loopback).
+    wan_delay_ms: Option<f64>,
+    /// TCP congestion control on the WAN link (`None`: the host's).
+    wan_cc: Option<String>,
+    /// Sample the SEs' rejection counters during the point (WAN sweeps).
+    trace_rejections: bool,
 }
 
+/// What the sampler thread collects: the RE's active sessions over time, and on a WAN
+/// link the SEs' connections to the RE as `ss` saw them.
+type Samples = (Vec<(f64, f64)>, SsLog);
+
 /// Samples the RE's active sessions (INVITEs taken minus BYEs minus INVITEs it rejected) in
-/// a thread until [`finish`](Self::finish)ed or dropped.
+/// a thread until [`finish`](Self::finish)ed or dropped; with `ss` (namespace of the SEs,
+/// address of the RE) also the SEs' connections to the RE (every sample for 2 s, then once a
+/// second).
 struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Vec<(f64, f64)>>>,
+    thread: Option<std::thread::JoinHandle<Samples>>,
 }
 
 impl Sampler {
-    fn start(port: u16) -> Self {
+    fn start(re: Site, port: u16, ss: Option<(String, Ipv4Addr)>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         Self {
-            thread: Some(sampler(port, stop.clone())),
+            thread: Some(sampler(re, port, ss, stop.clone())),
             stop,
         }
     }
 
-    /// Stops sampling; the samples as (seconds since start, active sessions).
-    fn finish(mut self) -> Vec<(f64, f64)> {
+    /// Stops sampling; the samples as (seconds since start, active sessions), and the `ss`
+    /// samples.
+    fn finish(mut self) -> Samples {
         self.stop.store(true, Ordering::Relaxed);
         self.thread
             .take()
@@ -281,20 +439,126 @@ impl Drop for Sampler {
     }
 }
 
-fn sampler(port: u16, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<(f64, f64)>> {
+fn sampler(
+    re: Site,
+    port: u16,
+    ss: Option<(String, Ipv4Addr)>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Samples> {
     std::thread::spawn(move || {
         let t0 = Instant::now();
         let mut out = Vec::new();
+        let mut log = SsLog::default();
+        // This thread scrapes from inside the RE's namespace (nothing to do on loopback).
+        if re.enter().is_err() {
+            return (out, log);
+        }
+        let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let text = scrape(port);
             if !text.is_empty() {
                 out.push((t0.elapsed().as_secs_f64(), active_sessions(&text)));
             }
+            // Every sample in the first 2 s (the connection's start), then once a second.
+            if let Some((ns, dst)) = &ss
+                && (i < 8 || i.is_multiple_of(SS_EVERY))
+            {
+                log.push(t0.elapsed().as_secs_f64(), &ss_to(ns, *dst));
+            }
+            i += 1;
             // The sampling period (bounded by the stop flag).
             std::thread::sleep(SAMPLE_EVERY);
         }
-        out
+        (out, log)
     })
+}
+
+/// The SEs' 503s by source so far, summed over the SEs: (seconds since the load started,
+/// smart forwarding, feedback, local control).
+type RejectionSample = (f64, u64, u64, u64);
+
+/// On a WAN sweep, samples the SEs' rejection counters every 250 ms from inside their
+/// namespace, so that a point tells *when* smart forwarding rejected (at the connection's
+/// start, or all along), until [`finish`](Self::finish)ed or dropped.
+struct RejectionTrace {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<RejectionSample>>>,
+}
+
+impl RejectionTrace {
+    fn start(site: Site, ports: Vec<u16>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut out = Vec::new();
+            if site.enter().is_err() {
+                return out;
+            }
+            while !flag.load(Ordering::Relaxed) {
+                let (mut sf, mut feedback, mut local) = (0.0, 0.0, 0.0);
+                for &port in &ports {
+                    let text = scrape(port);
+                    sf += metric_where(
+                        &text,
+                        "holdline_forward_rejected_total",
+                        &["reason=\"target_backlog\""],
+                    );
+                    feedback += metric(&text, "holdline_feedback_rejected_total");
+                    local += metric(&text, "holdline_overload_rejected_total");
+                }
+                out.push((
+                    t0.elapsed().as_secs_f64(),
+                    sf as u64,
+                    feedback as u64,
+                    local as u64,
+                ));
+                // The sampling period (bounded by the stop flag).
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+            out
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; the samples.
+    fn finish(mut self) -> Vec<RejectionSample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RejectionTrace {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// When smart forwarding's 503s happened, from the trace: the first sample that counted
+/// one, and the first that counted them all (seconds since the load started; `None`
+/// without any).
+fn sf_window(trace: &[RejectionSample]) -> (Option<f64>, Option<f64>) {
+    let total = trace.last().map_or(0, |s| s.1);
+    if total == 0 {
+        return (None, None);
+    }
+    let first = trace.iter().find(|s| s.1 > 0).map(|s| s.0);
+    let last = trace.iter().find(|s| s.1 == total).map(|s| s.0);
+    (first, last)
+}
+
+fn write_trace(path: &Path, trace: &[RejectionSample]) -> Result<()> {
+    let mut csv = String::from("t_s,se_rejected_sf,se_rejected_feedback,se_rejected_local\n");
+    for (t, sf, feedback, local) in trace {
+        csv.push_str(&format!("{t:.3},{sf},{feedback},{local}\n"));
+    }
+    std::fs::write(path, csv).map_err(|e| LabError::io(format!("write {}", path.display()), e))
 }
 
 /// Sessions started (INVITE taken) and not ended (no BYE yet) at a server, from its metrics.
@@ -311,14 +575,16 @@ fn active_sessions(text: &str) -> f64 {
     (invites - byes - rejected).max(0.0)
 }
 
-fn server_args(port: u16, metrics: u16, config: &Path) -> Vec<String> {
+/// `holdline serve` listening on `ip:port`, its metrics on 127.0.0.1:`metrics` (of its own
+/// namespace on a WAN link).
+fn server_args(ip: Ipv4Addr, port: u16, metrics: u16, config: &Path) -> Vec<String> {
     vec![
         "serve".into(),
         format!("--config={}", config.display()),
         "--workers=1".into(),
         "--store=memory".into(),
         format!("--metrics=127.0.0.1:{metrics}"),
-        format!("--listen=tcp:127.0.0.1:{port}"),
+        format!("--listen=tcp:{ip}:{port}"),
     ]
 }
 
@@ -337,54 +603,84 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     let tag = &spec.tag;
     let limit = spec.duration_s + spec.drain_s + 5.0;
 
+    // On a WAN link the SEs and UACs run in namespace A, the RE and the UAS in B. Declared
+    // first, so dropped last: every process below is stopped before the namespaces go.
+    let mut wan = spec.wan_delay_ms.map(Wan::start).transpose()?;
+    if let (Some(w), Some(cc)) = (&wan, &spec.wan_cc) {
+        w.set_congestion_control(cc)?;
+    }
+    let cc = wan.as_ref().map(Wan::congestion_control);
+    let (se_site, re_site) = match &wan {
+        Some(w) => (w.a.clone(), w.b.clone()),
+        None => (Site::loopback(), Site::loopback()),
+    };
+
     // UAS (core 0).
     let uas_json = runs.join(format!("{tag}-uas.json"));
     let uas_csv = runs.join(format!("{tag}-uas.csv"));
     let uas_started = Instant::now();
-    let mut uas = start_uas(exe, runs, tag, uas_port, Transport::Tcp, true, limit + 3.0)?;
+    let mut uas = start_uas_at(
+        &re_site,
+        exe,
+        runs,
+        tag,
+        uas_port,
+        Transport::Tcp,
+        true,
+        limit + 3.0,
+    )?;
 
     // RE (core 1).
     let sf = matches!(spec.mechanism, "ics" | "ecs");
     let re_cfg = runs.join(format!("{tag}-re.toml"));
     let text = match spec.mechanism {
-        "none" => re_config_none(re_port),
-        "default" => re_config_default(re_port),
-        _ => re_config_sf(re_port),
+        "none" => re_config_none(re_site.ip(), re_port),
+        "default" => re_config_default(re_site.ip(), re_port),
+        _ => re_config_sf(re_site.ip(), re_port),
     };
     std::fs::write(&re_cfg, text)
         .map_err(|e| LabError::io(format!("write {}", re_cfg.display()), e))?;
-    let mut re_args = server_args(re_port, re_metrics, &re_cfg);
+    let mut re_args = server_args(re_site.ip(), re_port, re_metrics, &re_cfg);
     re_args.extend([
-        format!("--route=*=tcp:127.0.0.1:{uas_port}"),
+        format!("--route=*=tcp:{}:{uas_port}", re_site.ip()),
         format!("--emulate-cost-us={}", spec.cost_us),
         format!("--emulate-reject-cost-us={}", spec.reject_cost_us),
     ]);
     let re_log = runs.join(format!("{tag}-re.log"));
-    let mut re = spawn(SERVER_CORE, exe, &re_args, &re_log)?;
-    wait_bound(&mut re.0, re_port, Some(Transport::Tcp), "the RE", &re_log)?;
+    let mut re = re_site.spawn(SERVER_CORE, exe, &re_args, &re_log)?;
+    re_site.wait_bound(&mut re.0, re_port, Transport::Tcp, "the RE", &re_log)?;
 
     // SEs (core 0).
     let mut ses: Vec<(Proc, u16, u16)> = Vec::with_capacity(m);
     for i in 0..m {
         let (port, metrics) = (free_port()?, free_port()?);
         let cfg = runs.join(format!("{tag}-se{i}.toml"));
-        std::fs::write(&cfg, se_config(port, spec.mechanism))
+        std::fs::write(&cfg, se_config(se_site.ip(), port, spec.mechanism))
             .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
-        let mut args = server_args(port, metrics, &cfg);
-        args.push(format!("--route=*=tcp:127.0.0.1:{re_port}"));
+        let mut args = server_args(se_site.ip(), port, metrics, &cfg);
+        args.push(format!("--route=*=tcp:{}:{re_port}", re_site.ip()));
         if sf {
             args.push(format!("--smart-forwarding={}", spec.mechanism));
         } else if spec.mechanism == "none" {
             args.extend(["--smart-forwarding=off".into(), "--overload=none".into()]);
         }
         let log = runs.join(format!("{tag}-se{i}.log"));
-        let mut p = spawn(GENERATOR_CORE, exe, &args, &log)?;
-        wait_bound(&mut p.0, port, Some(Transport::Tcp), "an SE", &log)?;
+        let mut p = se_site.spawn(GENERATOR_CORE, exe, &args, &log)?;
+        se_site.wait_bound(&mut p.0, port, Transport::Tcp, "an SE", &log)?;
         ses.push((p, port, metrics));
     }
 
     // UACs (core 0), one per SE, the load split evenly.
-    let sampling = Sampler::start(re_metrics);
+    let ss = wan
+        .as_ref()
+        .and_then(|w| Some((w.a.ns()?.to_owned(), w.b.ip())));
+    let sampling = Sampler::start(re_site.clone(), re_metrics, ss);
+    let trace = spec.trace_rejections.then(|| {
+        RejectionTrace::start(
+            se_site.clone(),
+            ses.iter().map(|(_, _, metrics)| *metrics).collect(),
+        )
+    });
     let cpu0 = procfs::tree_cpu_us(re.0.id());
     let t0 = Instant::now();
     // Where the load window falls on the UAS's clock.
@@ -397,7 +693,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         goodput_window_s: GOODPUT_WINDOW_S,
         max_time_s: limit,
     };
-    let mut uacs = start_uacs(exe, runs, tag, &targets, Transport::Tcp, &load)?;
+    let mut uacs = start_uacs_at(&se_site, exe, runs, tag, &targets, Transport::Tcp, &load)?;
     let mut overran = None;
     for (i, u) in uacs.iter_mut().enumerate() {
         let left = Duration::from_secs_f64(limit + 5.0).saturating_sub(t0.elapsed());
@@ -407,17 +703,48 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     }
     let window = t0.elapsed().as_secs_f64();
     let cpu1 = procfs::tree_cpu_us(re.0.id());
-    let active = sampling.finish();
-    let re_text = scrape(re_metrics);
-    let se_rejected: f64 = ses
+    let (active, ss_log) = sampling.finish();
+    let trace = trace.map(RejectionTrace::finish);
+    let re_text = re_site.scrape(re_metrics);
+    let se_texts: Vec<String> = ses
         .iter()
-        .map(|(_, _, metrics)| metric(&scrape(*metrics), "holdline_sip_rejected_forward_total"))
+        .map(|(_, _, metrics)| se_site.scrape(*metrics))
+        .collect();
+    let se_rejected: f64 = se_texts
+        .iter()
+        .map(|t| metric(t, "holdline_sip_rejected_forward_total"))
         .sum();
+    let rejections = rejection_counts(&se_texts, &re_text);
+    let drops = drop_counts(&se_texts, &re_text);
+    // The servers' last metrics: where every 503 of the point came from, to look at later.
+    for (name, text) in std::iter::once(("re".to_string(), &re_text)).chain(
+        se_texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("se{i}"), t)),
+    ) {
+        let path = runs.join(format!("{tag}-{name}.metrics"));
+        std::fs::write(&path, text)
+            .map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
+    }
     // The UAS writes its report on SIGTERM.
     terminate(&uas.0);
     wait_bounded(&mut uas.0, Duration::from_secs(5));
     drop(ses);
     drop(re);
+    let wan_facts = wan.as_mut().map(|w| {
+        let stats = w.stop();
+        let mut facts = wan_facts(w.delay_ms, &stats, &ss_log.samples);
+        facts.congestion_control = cc.clone().unwrap_or_default();
+        facts
+    });
+    if wan.is_some() {
+        ss_log.write(&runs.join(format!("{tag}-ss.txt")))?;
+    }
+    if let Some(t) = &trace {
+        write_trace(&runs.join(format!("{tag}-se-rejections.csv")), t)?;
+    }
+    let (sf_first_s, sf_last_s) = trace.as_deref().map_or((None, None), sf_window);
     if let Some(i) = overran {
         return Err(LabError::Process(format!(
             "{tag}: UAC {i} overran its time limit; log {}",
@@ -494,9 +821,130 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         re_active_max: active.iter().map(|a| a.1).fold(0.0f64, f64::max),
         re_cpu_s: cpu_s,
         re_busy: cpu_s / window.max(1e-3),
+        wan_delay_ms: spec.wan_delay_ms,
+        wan_congestion_control: cc,
+        tag: spec.tag.clone(),
+        se_rejected_sf: rejected(&rejections, "se.forward.target_backlog"),
+        se_rejected_feedback: rejected(&rejections, "se.feedback."),
+        se_rejected_local: rejected(&rejections, "se.overload."),
+        re_rejected_deferred: rejected(&rejections, "re.deferred"),
+        re_rejected_local: rejected(&rejections, "re.overload."),
+        rejections,
+        drops,
+        sf_rejected_from_s: sf_first_s,
+        sf_rejected_until_s: sf_last_s,
+        wan: wan_facts,
     };
     write_active(&runs.join(format!("{tag}-active.csv")), &active)?;
     Ok(point)
+}
+
+/// Every non-zero rejection counter of the SEs (summed) and of the RE, keyed
+/// `SERVER.CONTROLLER.REASON` (`se.forward.target_backlog`: smart forwarding;
+/// `se.feedback.*`: hop-by-hop feedback; `*.overload.*`: local control) and `re.deferred`
+/// (deferred INVITEs answered 503 after `defer_max_wait_ms`).
+fn rejection_counts(se_texts: &[String], re_text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut add = |server: &str, text: &str| {
+        for controller in ["overload", "forward", "feedback"] {
+            let name = format!("holdline_{controller}_rejected_total{{");
+            for line in text.lines() {
+                let Some(rest) = line.strip_prefix(&name) else {
+                    continue;
+                };
+                let (Some(reason), Some(n)) = (
+                    rest.split("reason=\"")
+                        .nth(1)
+                        .and_then(|r| r.split('"').next()),
+                    line.rsplit_once(' ')
+                        .and_then(|(_, v)| v.parse::<f64>().ok()),
+                ) else {
+                    continue;
+                };
+                if n > 0.0 {
+                    *out.entry(format!("{server}.{controller}.{reason}"))
+                        .or_insert(0) += n as u64;
+                }
+            }
+        }
+        let deferred = metric_where(
+            text,
+            "holdline_overload_deferred_released_total",
+            &["outcome=\"rejected\""],
+        );
+        if deferred > 0.0 {
+            *out.entry(format!("{server}.deferred")).or_insert(0) += deferred as u64;
+        }
+    };
+    for t in se_texts {
+        add("se", t);
+    }
+    add("re", re_text);
+    out
+}
+
+/// Every non-zero `holdline_drops_total` reason of the SEs (summed) and of the RE, keyed
+/// `SERVER.REASON`.
+fn drop_counts(se_texts: &[String], re_text: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut add = |server: &str, text: &str| {
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("holdline_drops_total{") else {
+                continue;
+            };
+            let (Some(reason), Some(n)) = (
+                rest.split("reason=\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next()),
+                line.rsplit_once(' ')
+                    .and_then(|(_, v)| v.parse::<f64>().ok()),
+            ) else {
+                continue;
+            };
+            if n > 0.0 {
+                *out.entry(format!("{server}.{reason}")).or_insert(0) += n as u64;
+            }
+        }
+    };
+    for t in se_texts {
+        add("se", t);
+    }
+    add("re", re_text);
+    out
+}
+
+/// The sum of the counters whose key starts with `prefix`.
+fn rejected(counts: &BTreeMap<String, u64>, prefix: &str) -> u64 {
+    counts
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// The link's counters and the `ss` samples of a WAN point.
+fn wan_facts(delay_ms: f64, s: &WanStats, ss: &[SsSample]) -> WanFacts {
+    let dropped = |d: &holdline_netem::DirectionStats| {
+        d.lost + d.queue_drops + d.random_drops + d.overflow + d.write_errors
+    };
+    let delivered = s.a_to_b.delivered + s.b_to_a.delivered;
+    WanFacts {
+        delay_ms,
+        packets_a_to_b: s.a_to_b.offered,
+        packets_b_to_a: s.b_to_a.offered,
+        dropped: dropped(&s.a_to_b) + dropped(&s.b_to_a),
+        late_mean_us: if delivered == 0 {
+            0.0
+        } else {
+            (s.a_to_b.late_sum_ns + s.b_to_a.late_sum_ns) as f64 / delivered as f64 / 1e3
+        },
+        late_max_us: s.a_to_b.late_max_ns.max(s.b_to_a.late_max_ns) as f64 / 1e3,
+        ss_rtt_ms: median(ss.iter().map(|x| x.rtt_ms).collect()),
+        ss_cwnd_min: ss.iter().map(|x| x.cwnd).min().unwrap_or(0),
+        ss_notsent_max: ss.iter().map(|x| x.notsent).max().unwrap_or(0),
+        ss_samples: ss.len(),
+        congestion_control: String::new(),
+    }
 }
 
 fn write_active(path: &Path, active: &[(f64, f64)]) -> Result<()> {
@@ -521,7 +969,7 @@ fn read_active(path: &Path) -> Vec<(f64, f64)> {
         .unwrap_or_default()
 }
 
-fn progress(i: usize, n: usize, p: &Point, started: Instant) {
+fn progress(i: usize, n: usize, p: &Point, started: Instant, wan_sweep: bool) {
     eprintln!(
         "[{i}/{n} {:>5.0} s] {:<7} {:>2} SE {:>5.2}x offered {:>7.1}/s  throughput {:>6.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  other {:>5}  200 retrans {:>6}  fairness {}",
         started.elapsed().as_secs_f64(),
@@ -538,10 +986,114 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
         p.fairness
             .map_or_else(|| "-".to_string(), |f| format!("{f:.3}")),
     );
+    if wan_sweep {
+        eprintln!(
+            "        link {}{}: 503s by source: SE smart forwarding {}, SE feedback {}, SE local {}; RE deferred {}, RE local {}",
+            link_name(p.wan_delay_ms),
+            p.wan_congestion_control
+                .as_ref()
+                .map_or_else(String::new, |c| format!(" ({c})")),
+            p.se_rejected_sf,
+            p.se_rejected_feedback,
+            p.se_rejected_local,
+            p.re_rejected_deferred,
+            p.re_rejected_local,
+        );
+        if let (Some(from), Some(until)) = (p.sf_rejected_from_s, p.sf_rejected_until_s) {
+            eprintln!(
+                "        smart forwarding's 503s between {from:.2} s and {until:.2} s of the load"
+            );
+        }
+        if !p.drops.is_empty() {
+            eprintln!("        messages dropped by the servers: {:?}", p.drops);
+        }
+    }
 }
 
-fn tag(mechanism: &str, ses: u32, factor: f64) -> String {
-    format!("{mechanism}-{ses}se-{factor}x")
+/// `loopback` or `20 ms` (one-way delay of the emulated link).
+fn link_name(wan_delay_ms: Option<f64>) -> String {
+    wan_delay_ms.map_or_else(|| "loopback".to_string(), |d| format!("{d} ms"))
+}
+
+/// [`link_name`], with the congestion control when there is one to tell apart
+/// (`60 ms cubic`).
+fn link_label(link: &Link) -> String {
+    match &link.cc {
+        Some(cc) if link.delay_ms.is_some() => format!("{} {cc}", link_name(link.delay_ms)),
+        _ => link_name(link.delay_ms),
+    }
+}
+
+fn tag(mechanism: &str, ses: u32, factor: f64, link: &Link) -> String {
+    match (link.delay_ms, &link.cc) {
+        (None, _) => format!("{mechanism}-{ses}se-{factor}x"),
+        (Some(d), None) => format!("{mechanism}-{ses}se-{factor}x-wan{d}ms"),
+        (Some(d), Some(cc)) => format!("{mechanism}-{ses}se-{factor}x-wan{d}ms-{cc}"),
+    }
+}
+
+/// The path between the SEs and the RE of a point: loopback (no delay), or an emulated WAN
+/// link with its one-way delay and, when named, TCP's congestion control on it.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Link {
+    delay_ms: Option<f64>,
+    cc: Option<String>,
+}
+
+/// The links a sweep runs each point over: loopback and/or each WAN delay (× each
+/// congestion control named).
+fn links(args: &Args) -> Result<Vec<Link>> {
+    if args.wan_delay_ms.is_empty() {
+        return Ok(vec![Link::default()]);
+    }
+    if let Some(bad) = args
+        .wan_delay_ms
+        .iter()
+        .find(|d| !(0.0..=10_000.0).contains(*d))
+    {
+        return Err(LabError::Precondition(format!(
+            "--wan-delay-ms {bad}: each one-way delay must be between 0 and 10000 ms"
+        )));
+    }
+    if !crate::runner::is_root() {
+        return Err(LabError::Precondition(
+            "--wan-delay-ms needs root: the emulated link joins two network namespaces with \
+             TUN devices (run it with sudo, or leave the option out to run on loopback)"
+                .into(),
+        ));
+    }
+    require("ip", "iproute2", "-V")?;
+    if let Some(bad) = args
+        .wan_congestion_control
+        .iter()
+        .find(|c| c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+    {
+        return Err(LabError::Precondition(format!(
+            "--wan-congestion-control `{bad}`: not a congestion control's name"
+        )));
+    }
+    let mut out = Vec::new();
+    if args.with_loopback {
+        out.push(Link::default());
+    }
+    let ccs: Vec<Option<String>> = if args.wan_congestion_control.is_empty() {
+        vec![None]
+    } else {
+        args.wan_congestion_control
+            .iter()
+            .cloned()
+            .map(Some)
+            .collect()
+    };
+    for &d in &args.wan_delay_ms {
+        for cc in &ccs {
+            out.push(Link {
+                delay_ms: Some(d),
+                cc: cc.clone(),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the experiment and writes its results.
@@ -550,6 +1102,7 @@ pub fn run(args: &Args) -> Result<Results> {
         return replot(&args.out);
     }
     check_tools()?;
+    let links = links(args)?;
     let started = Instant::now();
     let exe = holdline_exe(args.sweep.exe.as_deref())?;
     let runs = args.out.join("runs");
@@ -609,7 +1162,7 @@ pub fn run(args: &Args) -> Result<Results> {
     } else {
         &[0.7, 0.8, 0.9, 1.0, 1.1]
     };
-    let total = steps.len() + loads.len() * mechanisms.len() * ses.len();
+    let total = steps.len() + loads.len() * mechanisms.len() * ses.len() * links.len();
     let mut done = 0;
     eprintln!(
         "tcp-overload: RE {} µs per message (rejections {} µs), nominal capacity {:.0} calls/s; {} points of {:.0} s; SEs {:?}; mechanisms {:?}",
@@ -630,11 +1183,14 @@ pub fn run(args: &Args) -> Result<Results> {
             duration_s: duration,
             drain_s: drain,
             tag: format!("capacity-{rate}"),
+            wan_delay_ms: None,
+            wan_cc: None,
+            trace_rejections: false,
         };
         let mut p = run_point(&exe, &runs, &spec, 0.0)?;
         p.load_factor = f;
         done += 1;
-        progress(done, total, &p, started);
+        progress(done, total, &p, started, !args.wan_delay_ms.is_empty());
         let clean = p.calls_attempted > 0
             && p.calls_ok == p.calls_attempted
             && p.pdd_p99_ms <= 200.0
@@ -657,32 +1213,37 @@ pub fn run(args: &Args) -> Result<Results> {
     for &n in &ses {
         for &f in &loads {
             for m in &mechanisms {
-                let spec = Spec {
-                    mechanism: m,
-                    ses: n,
-                    cost_us: args.sweep.cost_us,
-                    reject_cost_us: args.sweep.reject_cost_us,
-                    rate: (capacity * f).round(),
-                    duration_s: duration,
-                    drain_s: drain,
-                    tag: tag(m, n, f),
-                };
-                let p = run_point(&exe, &runs, &spec, capacity)?;
-                done += 1;
-                progress(done, total, &p, started);
-                points.push(p);
-                // What is measured so far survives an interrupted run.
-                let partial = serde_json::json!({
-                    "experiment": "tcp-overload",
-                    "partial": true,
-                    "capacity_cps": capacity,
-                    "points": &points,
-                });
-                std::fs::write(
-                    args.out.join("results.partial.json"),
-                    serde_json::to_string_pretty(&partial).unwrap_or_default(),
-                )
-                .map_err(|e| LabError::io("write results.partial.json", e))?;
+                for link in &links {
+                    let spec = Spec {
+                        mechanism: m,
+                        ses: n,
+                        cost_us: args.sweep.cost_us,
+                        reject_cost_us: args.sweep.reject_cost_us,
+                        rate: (capacity * f).round(),
+                        duration_s: duration,
+                        drain_s: drain,
+                        tag: tag(m, n, f, link),
+                        wan_delay_ms: link.delay_ms,
+                        wan_cc: link.cc.clone(),
+                        trace_rejections: !args.wan_delay_ms.is_empty(),
+                    };
+                    let p = run_point(&exe, &runs, &spec, capacity)?;
+                    done += 1;
+                    progress(done, total, &p, started, !args.wan_delay_ms.is_empty());
+                    points.push(p);
+                    // What is measured so far survives an interrupted run.
+                    let partial = serde_json::json!({
+                        "experiment": "tcp-overload",
+                        "partial": true,
+                        "capacity_cps": capacity,
+                        "points": &points,
+                    });
+                    std::fs::write(
+                        args.out.join("results.partial.json"),
+                        serde_json::to_string_pretty(&partial).unwrap_or_default(),
+                    )
+                    .map_err(|e| LabError::io("write results.partial.json", e))?;
+                }
             }
         }
     }
@@ -695,11 +1256,12 @@ pub fn run(args: &Args) -> Result<Results> {
         machine: machine(),
         emulate_cost_us: args.sweep.cost_us,
         emulate_reject_cost_us: args.sweep.reject_cost_us,
-        re_config: re_config_sf(0),
+        re_config: re_config_sf(Ipv4Addr::LOCALHOST, 0),
         nominal_capacity_cps: nominal,
         capacity_cps: capacity,
         capacity_steps,
         points,
+        wan_delays_ms: args.wan_delay_ms.clone(),
         elapsed_s: started.elapsed().as_secs_f64(),
     };
     write(&args.out, &results)?;
@@ -737,11 +1299,11 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,completed_total,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_rejected,re_rejected,re_active_max,re_cpu_s,re_busy,per_se_cps\n",
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,completed_total,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_rejected,re_rejected,re_active_max,re_cpu_s,re_busy,per_se_cps,wan_delay_ms,se_rejected_sf,se_rejected_feedback,se_rejected_local,re_rejected_deferred,re_rejected_local,wan_rtt_ms,wan_notsent_max,wan_late_mean_us,wan_congestion_control\n",
     );
     for p in &r.points {
         csv.push_str(&format!(
-            "{},{},{},{:.3},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{}\n",
+            "{},{},{},{:.3},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{},{},{},{}\n",
             p.experiment,
             p.mechanism,
             p.ses.unwrap_or(1),
@@ -772,6 +1334,22 @@ fn write(out: &Path, r: &Results) -> Result<()> {
                 .map(|x| format!("{x:.1}"))
                 .collect::<Vec<_>>()
                 .join(";"),
+            p.wan_delay_ms.map_or_else(String::new, |d| d.to_string()),
+            p.se_rejected_sf,
+            p.se_rejected_feedback,
+            p.se_rejected_local,
+            p.re_rejected_deferred,
+            p.re_rejected_local,
+            p.wan
+                .as_ref()
+                .map_or_else(String::new, |w| format!("{:.1}", w.ss_rtt_ms)),
+            p.wan
+                .as_ref()
+                .map_or_else(String::new, |w| w.ss_notsent_max.to_string()),
+            p.wan
+                .as_ref()
+                .map_or_else(String::new, |w| format!("{:.0}", w.late_mean_us)),
+            p.wan_congestion_control.as_deref().unwrap_or(""),
         ));
     }
     std::fs::write(out.join("points.csv"), csv).map_err(|e| LabError::io("write points.csv", e))?;
@@ -784,38 +1362,82 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         .copied()
         .filter(|m| r.points.iter().any(|p| p.mechanism == *m))
         .collect();
-    let series_of = |f: fn(&Point) -> Option<f64>| {
+    // The links of the points: loopback first, then the WAN delays in increasing order;
+    // the congestion controls are told apart only when the WAN points used several.
+    let mut ccs: Vec<&String> = r
+        .points
+        .iter()
+        .filter_map(|p| p.wan_congestion_control.as_ref())
+        .collect();
+    ccs.sort();
+    ccs.dedup();
+    let show_cc = ccs.len() > 1;
+    let link_of = |p: &Point| Link {
+        delay_ms: p.wan_delay_ms,
+        cc: p.wan_congestion_control.clone().filter(|_| show_cc),
+    };
+    let mut links: Vec<Link> = Vec::new();
+    for p in &r.points {
+        let l = link_of(p);
+        if !links.contains(&l) {
+            links.push(l);
+        }
+    }
+    links.sort_by(|a, b| {
+        let key = |l: &Link| l.delay_ms.unwrap_or(-1.0);
+        key(a).total_cmp(&key(b)).then_with(|| a.cc.cmp(&b.cc))
+    });
+    let wan_sweep = links.iter().any(|l| l.delay_ms.is_some());
+    // Without a WAN link the labels are the mechanism's and the SEs' only.
+    let name = |m: &str, n: u32, link: &Link| {
+        if wan_sweep {
+            format!("{}: {}", link_label(link), label(m, n))
+        } else {
+            label(m, n)
+        }
+    };
+    let series_of = |f: &dyn Fn(&Point) -> Option<f64>| {
         let mut out = Vec::new();
         for &n in &ses {
             for m in &mechanisms {
-                let mut pts: Vec<(f64, f64)> = r
-                    .points
-                    .iter()
-                    .filter(|p| p.mechanism == *m && p.ses == Some(n))
-                    .filter_map(|p| f(p).map(|y| (p.offered_cps, y)))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                if !pts.is_empty() {
-                    out.push((label(m, n), pts));
+                for link in &links {
+                    let mut pts: Vec<(f64, f64)> = r
+                        .points
+                        .iter()
+                        .filter(|p| p.mechanism == *m && p.ses == Some(n) && link_of(p) == *link)
+                        .filter_map(|p| f(p).map(|y| (p.offered_cps, y)))
+                        .collect();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    if !pts.is_empty() {
+                        out.push((name(m, n, link), pts));
+                    }
                 }
             }
         }
         out
     };
-    let mut throughput = series_of(|p| Some(p.throughput_cps));
+    let mut throughput = series_of(&|p| Some(p.throughput_cps));
     let mut xs: Vec<f64> = r.points.iter().map(|p| p.offered_cps).collect();
     xs.sort_by(f64::total_cmp);
     throughput.push((
         "capacity".to_string(),
         xs.iter().map(|x| (*x, r.capacity_cps)).collect(),
     ));
+    let title = if wan_sweep {
+        format!(
+            "SEs -> RE by link (capacity {:.0} calls/s): throughput (ACK reached the UAS) vs offered",
+            r.capacity_cps
+        )
+    } else {
+        format!(
+            "SIP over TCP, SEs -> RE (capacity {:.0} calls/s): throughput (ACK reached the UAS) vs offered",
+            r.capacity_cps
+        )
+    };
     plot::chart(
         out,
         "throughput",
-        &format!(
-            "SIP over TCP, SEs -> RE (capacity {:.0} calls/s): throughput (ACK reached the UAS) vs offered",
-            r.capacity_cps
-        ),
+        &title,
         "offered calls/s",
         "calls/s",
         &throughput,
@@ -826,8 +1448,35 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         "Jain's fairness index over the SEs' throughputs",
         "offered calls/s",
         "Jain's index",
-        &series_of(|p| p.fairness),
+        &series_of(&|p| p.fairness),
     )?;
+    if wan_sweep {
+        plot::chart(
+            out,
+            "pdd-median",
+            "PDD p50 (INVITE to 200 OK at the UACs) vs offered, by one-way delay SEs <-> RE",
+            "offered calls/s",
+            "PDD p50, ms",
+            &series_of(&|p| Some(p.pdd_p50_ms)),
+        )?;
+        let share = |n: u64, p: &Point| 100.0 * n as f64 / p.calls_attempted.max(1) as f64;
+        plot::chart(
+            out,
+            "rejected-sf",
+            "Calls rejected by the SEs' smart forwarding (503 target_backlog), % of calls offered",
+            "offered calls/s",
+            "% of calls",
+            &series_of(&|p| Some(share(p.se_rejected_sf, p))),
+        )?;
+        plot::chart(
+            out,
+            "rejected",
+            "Calls rejected by any server (503 at the UACs, or the RE's 503 as 500), % of calls offered",
+            "offered calls/s",
+            "% of calls",
+            &series_of(&|p| Some(share(p.r503 + p.r_other, p))),
+        )?;
+    }
 
     // At the highest load: PDD distribution and active sessions over time.
     let top = r
@@ -840,22 +1489,40 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     let mut active_none = Vec::new();
     for &n in &ses {
         for m in &mechanisms {
-            let Some(p) = r.points.iter().find(|p| {
-                p.mechanism == *m && p.ses == Some(n) && (p.load_factor - top).abs() < 1e-6
-            }) else {
-                continue;
-            };
-            let t = tag(m, n, p.load_factor);
-            let runs = out.join("runs");
-            // The PDD of SE 0's UAC (every UAC carries the same share).
-            if let Ok(v) = read_json(&runs.join(format!("{t}-uac0.json"))) {
-                cdf.push((label(m, n), cdf_points(&v["latency"]["pdd"])));
-            }
-            let samples = read_active(&runs.join(format!("{t}-active.csv")));
-            if *m == "none" {
-                active_none.push((label(m, n), samples));
-            } else {
-                active.push((label(m, n), samples));
+            for link in &links {
+                let Some(p) = r.points.iter().find(|p| {
+                    p.mechanism == *m
+                        && p.ses == Some(n)
+                        && link_of(p) == *link
+                        && (p.load_factor - top).abs() < 1e-6
+                }) else {
+                    continue;
+                };
+                // Results written before points had their tag: the tag of the link's delay.
+                let t = if p.tag.is_empty() {
+                    tag(
+                        m,
+                        n,
+                        p.load_factor,
+                        &Link {
+                            delay_ms: p.wan_delay_ms,
+                            cc: None,
+                        },
+                    )
+                } else {
+                    p.tag.clone()
+                };
+                let runs = out.join("runs");
+                // The PDD of SE 0's UAC (every UAC carries the same share).
+                if let Ok(v) = read_json(&runs.join(format!("{t}-uac0.json"))) {
+                    cdf.push((name(m, n, link), cdf_points(&v["latency"]["pdd"])));
+                }
+                let samples = read_active(&runs.join(format!("{t}-active.csv")));
+                if *m == "none" {
+                    active_none.push((name(m, n, link), samples));
+                } else {
+                    active.push((name(m, n, link), samples));
+                }
             }
         }
     }
@@ -891,6 +1558,107 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rejections_are_told_apart_by_server_and_controller() {
+        let se = "holdline_overload_rejected_total{worker=\"0\",reason=\"occupancy\"} 3\n\
+                  holdline_overload_rejected_total{worker=\"0\",reason=\"queue_full\"} 0\n\
+                  holdline_forward_rejected_total{worker=\"0\",reason=\"target_backlog\"} 7\n\
+                  holdline_feedback_rejected_total{worker=\"0\",reason=\"loss_throttle\"} 2\n"
+            .to_string();
+        let re = "holdline_overload_rejected_total{worker=\"0\",reason=\"occupancy\"} 11\n\
+                  holdline_overload_deferred_released_total{worker=\"0\",outcome=\"handled\"} 90\n\
+                  holdline_overload_deferred_released_total{worker=\"0\",outcome=\"rejected\"} 5\n";
+        let c = rejection_counts(&[se.clone(), se], re);
+        assert_eq!(c.len(), 5, "{c:?}");
+        assert_eq!(rejected(&c, "se.forward.target_backlog"), 14);
+        assert_eq!(rejected(&c, "se.feedback."), 4);
+        assert_eq!(rejected(&c, "se.overload."), 6);
+        assert_eq!(rejected(&c, "re.overload."), 11);
+        assert_eq!(rejected(&c, "re.deferred"), 5);
+        assert!(rejection_counts(&[], "").is_empty());
+        let drops = drop_counts(
+            &["holdline_drops_total{worker=\"0\",reason=\"flood\"} 9\n\
+               holdline_drops_total{worker=\"0\",reason=\"too_large\"} 0\n"
+                .to_string()],
+            "holdline_drops_total{worker=\"0\",reason=\"conn_gone\"} 2\n",
+        );
+        assert_eq!(
+            drops.into_iter().collect::<Vec<_>>(),
+            vec![("re.conn_gone".to_string(), 2), ("se.flood".to_string(), 9)]
+        );
+    }
+
+    #[test]
+    fn servers_on_a_wan_link_trust_its_addresses_as_loopback_is_trusted() {
+        let link = holdline_netem::ADDR_B;
+        for text in [
+            re_config_sf(link, 5080),
+            re_config_none(link, 5080),
+            re_config_default(link, 5080),
+            se_config(holdline_netem::ADDR_A, 5070, "default"),
+            se_config(holdline_netem::ADDR_A, 5070, "ics"),
+        ] {
+            let c = holdline_server::ServerConfig::from_toml("x.toml", &text)
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let trusted: Vec<String> = c.trusted.iter().map(|t| t.0.to_string()).collect();
+            for want in ["10.203.0.1", "10.203.0.2", "127.0.0.0/8"] {
+                assert!(
+                    trusted.iter().any(|t| t.starts_with(want)),
+                    "{want} not trusted: {trusted:?}\n{text}"
+                );
+            }
+        }
+        // On loopback the configurations say nothing of it: holdline's default applies.
+        assert!(!re_config_default(Ipv4Addr::LOCALHOST, 5080).contains("trusted"));
+        assert!(!se_config(Ipv4Addr::LOCALHOST, 5070, "default").contains("trusted"));
+    }
+
+    #[test]
+    fn the_trace_says_when_smart_forwarding_rejected() {
+        let trace = [
+            (0.0, 0, 0, 0),
+            (0.25, 0, 1, 0),
+            (0.5, 4, 1, 0),
+            (0.75, 6, 3, 0),
+            (1.0, 6, 9, 0),
+        ];
+        assert_eq!(sf_window(&trace), (Some(0.5), Some(0.75)));
+        assert_eq!(sf_window(&trace[..2]), (None, None));
+        assert_eq!(sf_window(&[]), (None, None));
+    }
+
+    #[test]
+    fn wan_points_have_tags_of_their_own() {
+        let wan = |d: f64, cc: Option<&str>| Link {
+            delay_ms: Some(d),
+            cc: cc.map(str::to_owned),
+        };
+        assert_eq!(tag("default", 1, 0.5, &Link::default()), "default-1se-0.5x");
+        assert_eq!(
+            tag("default", 1, 2.0, &wan(60.0, Some("cubic"))),
+            "default-1se-2x-wan60ms-cubic"
+        );
+        assert_eq!(link_label(&wan(60.0, Some("cubic"))), "60 ms cubic");
+        assert_eq!(
+            tag("default", 1, 0.5, &wan(20.0, None)),
+            "default-1se-0.5x-wan20ms"
+        );
+        assert_eq!(link_name(None), "loopback");
+        assert_eq!(link_name(Some(60.0)), "60 ms");
+    }
+
+    #[test]
+    fn a_loopback_sweep_runs_on_loopback_only() {
+        let args = Args::try_parse_from(["tcp-overload"]).expect("parse");
+        assert_eq!(links(&args).expect("links"), vec![Link::default()]);
+        let args = Args::try_parse_from(["tcp-overload", "--wan-delay-ms=-5"]).expect("parse");
+        assert!(links(&args).is_err(), "a negative delay is refused");
+        assert!(
+            Args::try_parse_from(["tcp-overload", "--with-loopback"]).is_err(),
+            "--with-loopback needs --wan-delay-ms"
+        );
+    }
+
+    #[test]
     fn active_sessions_count_invites_without_bye() {
         let text = "holdline_sip_requests_in_total{worker=\"0\",method=\"INVITE\"} 120\n\
                     holdline_sip_requests_in_total{worker=\"0\",method=\"ACK\"} 100\n\
@@ -903,8 +1671,11 @@ mod tests {
     #[test]
     fn ses_use_the_papers_rule_with_ics_and_ecs_and_the_defaults_otherwise() {
         let parse = |m: &str| {
-            holdline_server::ServerConfig::from_toml("se.toml", &se_config(5070, m))
-                .unwrap_or_else(|e| panic!("{m}: {e}"))
+            holdline_server::ServerConfig::from_toml(
+                "se.toml",
+                &se_config(Ipv4Addr::LOCALHOST, 5070, m),
+            )
+            .unwrap_or_else(|e| panic!("{m}: {e}"))
         };
         for m in ["ics", "ecs"] {
             let o = parse(m).overload;
@@ -926,22 +1697,28 @@ mod tests {
     #[test]
     fn the_re_configurations_are_valid_server_configurations() {
         for text in [
-            re_config_sf(5080),
-            re_config_none(5080),
-            re_config_default(5080),
+            re_config_sf(Ipv4Addr::LOCALHOST, 5080),
+            re_config_none(Ipv4Addr::LOCALHOST, 5080),
+            re_config_default(Ipv4Addr::LOCALHOST, 5080),
         ] {
             let c = holdline_server::ServerConfig::from_toml("re.toml", &text)
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
             assert!(c.record_route);
         }
-        let default = holdline_server::ServerConfig::from_toml("re.toml", &re_config_default(5080))
-            .expect("valid");
+        let default = holdline_server::ServerConfig::from_toml(
+            "re.toml",
+            &re_config_default(Ipv4Addr::LOCALHOST, 5080),
+        )
+        .expect("valid");
         assert_eq!(
             default.overload,
             holdline_server::ServerConfig::default().overload
         );
-        let sf = holdline_server::ServerConfig::from_toml("re.toml", &re_config_sf(5080))
-            .expect("valid");
+        let sf = holdline_server::ServerConfig::from_toml(
+            "re.toml",
+            &re_config_sf(Ipv4Addr::LOCALHOST, 5080),
+        )
+        .expect("valid");
         assert_eq!(sf.overload.local, "none");
         assert!(sf.overload.defers_new_invites());
         let b = sf.listener_buffers(&"tcp:127.0.0.1:5080".parse().expect("listener"));
@@ -949,8 +1726,11 @@ mod tests {
             (b.recv_buffer, b.read_buffer, b.max_segment),
             (Some(1024), 2048, Some(536))
         );
-        let none = holdline_server::ServerConfig::from_toml("re.toml", &re_config_none(5080))
-            .expect("valid");
+        let none = holdline_server::ServerConfig::from_toml(
+            "re.toml",
+            &re_config_none(Ipv4Addr::LOCALHOST, 5080),
+        )
+        .expect("valid");
         assert_eq!(none.overload.local, "none");
         assert!(!none.overload.defers_new_invites());
         assert_eq!(none.overload.smart_forwarding_mode(), "off");

@@ -5,35 +5,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Guard};
+use common::BIN;
 
-/// Runs `holdline lab ARGS --out OUT` (bounded), asserts it succeeded; returns its stderr
-/// (the progress lines).
+/// `holdline lab ARGS --out OUT`, at most 240 s ([`common::run_lab`]).
 fn run_lab(args: &[&str], out: &Path) -> String {
-    let child = Command::new(BIN)
-        .arg("lab")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdline lab");
-    let mut guard = Guard(child);
-    let status = guard
-        .wait_for(Duration::from_secs(240))
-        .expect("holdline lab stops by itself");
-    let mut err = String::new();
-    if let Some(mut e) = guard.0.stderr.take() {
-        use std::io::Read as _;
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(status.success(), "{status:?}\n{err}");
-    err
+    common::run_lab(args, out, Duration::from_secs(240))
 }
 
 #[test]

@@ -9,38 +9,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Guard};
+use common::BIN;
 
-/// Runs `holdline lab ARGS --out OUT` (bounded), asserts it succeeded; returns its stderr.
+/// `holdline lab ARGS --out OUT`, at most 240 s ([`common::run_lab`]).
 fn run_lab(args: &[&str], out: &Path) -> String {
-    let child = Command::new(BIN)
-        .arg("lab")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdline lab");
-    let mut guard = Guard(child);
-    // Reads stderr to its end on a thread, so the lab never blocks on a full pipe.
-    let mut stderr = guard.0.stderr.take().expect("stderr");
-    let reader = std::thread::spawn(move || {
-        use std::io::Read as _;
-        let mut err = String::new();
-        let _ = stderr.read_to_string(&mut err);
-        err
-    });
-    let status = guard
-        .wait_for(Duration::from_secs(240))
-        .expect("holdline lab stops by itself");
-    let err = reader.join().unwrap_or_default();
-    assert!(status.success(), "{status:?}\n{err}");
-    err
+    common::run_lab(args, out, Duration::from_secs(240))
 }
 
 #[test]

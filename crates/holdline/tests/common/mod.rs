@@ -611,3 +611,29 @@ impl Ca {
         (cert.pem(), key.serialize_pem())
     }
 }
+
+/// Runs `holdline lab ARGS --out OUT` to its end (at most `limit`; stderr read on a thread,
+/// so the lab never blocks on a full pipe), asserts it succeeded; returns its stderr.
+pub fn run_lab(args: &[&str], out: &Path, limit: Duration) -> String {
+    let child = Command::new(BIN)
+        .arg("lab")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn holdline lab");
+    let mut guard = Guard(child);
+    let mut stderr = guard.0.stderr.take().expect("stderr");
+    let reader = std::thread::spawn(move || {
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        err
+    });
+    let status = guard.wait_for(limit).expect("holdline lab stops by itself");
+    let err = reader.join().unwrap_or_default();
+    assert!(status.success(), "{status:?}\n{err}");
+    err
+}

@@ -1,0 +1,77 @@
+//! `holdline lab holb`, smallest form (issue 19 item 3): two proxies in network namespaces
+//! joined by `holdline netem` (20 ms, 2% loss each way), SCTP ordered and unordered between
+//! them, one run of 6 s each. Checks the files, that the calls crossed the emulated link
+//! (every call rang; the post-selection delay is at least the round trip), that the link
+//! lost packets and SCTP retransmitted them, and that the comparisons are computed. Root
+//! only (skipped with a note otherwise). No speed or result of the experiment is asserted:
+//! one run of each proves nothing about head-of-line blocking.
+
+mod common;
+
+use std::time::Duration;
+
+#[test]
+fn holb_runs_sctp_ordered_and_unordered_across_a_lossy_link() {
+    if !holdline_netem::netns::is_root() {
+        eprintln!("skipped: needs root (network namespaces and TUN devices)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("holb");
+    common::run_lab(
+        &[
+            "holb",
+            "--transports",
+            "sctp-ordered,sctp-unordered",
+            "--losses",
+            "2",
+            "--delays",
+            "20",
+            "--rates",
+            "20",
+            "--correlation",
+            "0",
+            "--runs",
+            "1",
+            "--duration",
+            "6",
+        ],
+        &out,
+        Duration::from_secs(240),
+    );
+    for f in [
+        "results.json",
+        "points.csv",
+        "p95-20-ms-20-cps.svg",
+        "p95-20-ms-20-cps.png",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
+    )
+    .expect("json");
+    let points = r["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2, "{r}");
+    let mut lost = 0;
+    let mut retransmitted = 0.0;
+    for p in points {
+        let run = &p["runs"][0];
+        let calls = run["calls"].as_u64().expect("calls");
+        assert!(calls >= 100, "{p}");
+        assert_eq!(run["rang"].as_u64(), Some(calls), "every call rang: {p}");
+        // INVITE out and 180 back each cross the 20 ms link.
+        assert!(run["psd_p50_ms"].as_f64().expect("p50") >= 40.0, "{p}");
+        lost += run["lost"][0].as_u64().unwrap_or(0) + run["lost"][1].as_u64().unwrap_or(0);
+        retransmitted += run["sctp_retransmissions"].as_f64().unwrap_or(0.0);
+    }
+    assert!(lost > 0, "the link lost nothing: {r}");
+    assert!(retransmitted > 0.0, "SCTP retransmitted nothing: {r}");
+    let comparisons = r["comparisons"].as_array().expect("comparisons");
+    assert!(
+        comparisons
+            .iter()
+            .any(|c| c["comparison"] == "ordered vs unordered, same loss" && c["ks_p"].is_number()),
+        "{r}"
+    );
+}
