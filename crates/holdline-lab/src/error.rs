@@ -73,3 +73,9 @@ impl LabError {
 
 /// Result of lab operations.
 pub(crate) type Result<T> = std::result::Result<T, LabError>;
+
+impl From<holdline_netem::NetemError> for LabError {
+    fn from(e: holdline_netem::NetemError) -> Self {
+        Self::Process(e.to_string())
+    }
+}

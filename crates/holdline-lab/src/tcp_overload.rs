@@ -848,23 +848,9 @@ fn rejection_counts(se_texts: &[String], re_text: &str) -> BTreeMap<String, u64>
     let mut add = |server: &str, text: &str| {
         for controller in ["overload", "forward", "feedback"] {
             let name = format!("holdline_{controller}_rejected_total{{");
-            for line in text.lines() {
-                let Some(rest) = line.strip_prefix(&name) else {
-                    continue;
-                };
-                let (Some(reason), Some(n)) = (
-                    rest.split("reason=\"")
-                        .nth(1)
-                        .and_then(|r| r.split('"').next()),
-                    line.rsplit_once(' ')
-                        .and_then(|(_, v)| v.parse::<f64>().ok()),
-                ) else {
-                    continue;
-                };
-                if n > 0.0 {
-                    *out.entry(format!("{server}.{controller}.{reason}"))
-                        .or_insert(0) += n as u64;
-                }
+            for (reason, n) in by_reason(text, &name) {
+                *out.entry(format!("{server}.{controller}.{reason}"))
+                    .or_insert(0) += n;
             }
         }
         let deferred = metric_where(
@@ -883,27 +869,24 @@ fn rejection_counts(se_texts: &[String], re_text: &str) -> BTreeMap<String, u64>
     out
 }
 
+/// The `reason` label and value of every non-zero sample whose line starts with `prefix`
+/// (`NAME{`) in a Prometheus exposition.
+fn by_reason<'a>(text: &'a str, prefix: &'a str) -> impl Iterator<Item = (&'a str, u64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(prefix)?;
+        let reason = rest.split("reason=\"").nth(1)?.split('"').next()?;
+        let n = line.rsplit_once(' ')?.1.parse::<f64>().ok()?;
+        (n > 0.0).then_some((reason, n as u64))
+    })
+}
+
 /// Every non-zero `holdline_drops_total` reason of the SEs (summed) and of the RE, keyed
 /// `SERVER.REASON`.
 fn drop_counts(se_texts: &[String], re_text: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     let mut add = |server: &str, text: &str| {
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix("holdline_drops_total{") else {
-                continue;
-            };
-            let (Some(reason), Some(n)) = (
-                rest.split("reason=\"")
-                    .nth(1)
-                    .and_then(|r| r.split('"').next()),
-                line.rsplit_once(' ')
-                    .and_then(|(_, v)| v.parse::<f64>().ok()),
-            ) else {
-                continue;
-            };
-            if n > 0.0 {
-                *out.entry(format!("{server}.{reason}")).or_insert(0) += n as u64;
-            }
+        for (reason, n) in by_reason(text, "holdline_drops_total{") {
+            *out.entry(format!("{server}.{reason}")).or_insert(0) += n;
         }
     };
     for t in se_texts {

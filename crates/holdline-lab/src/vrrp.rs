@@ -61,7 +61,6 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -71,10 +70,13 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::Serialize;
 
+use holdline_netem::netns::{self, Netns};
+
 use crate::error::{LabError, Result};
 use crate::generator::{count, num, read_json};
 use crate::plot;
 use crate::runner::{RunHeader, holdline_exe, is_root, lab_main, metric, require};
+use crate::wan::in_ns;
 
 /// The domain the servers serve.
 const DOMAIN: &str = "example.com";
@@ -421,48 +423,9 @@ pub(crate) fn main(args: Vec<String>) -> ExitCode {
 // ---------------------------------------------------------------------------------------
 // Namespaces and processes
 
-/// The lab's network namespaces, deleted (in reverse order) when dropped.
-struct Netns {
-    names: Vec<String>,
-}
-
-impl Netns {
-    /// Adds namespace `name` (kept for deletion even if a later step fails).
-    fn add(&mut self, name: &str) -> Result<()> {
-        ip(&["netns", "add", name])?;
-        self.names.push(name.to_owned());
-        Ok(())
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for name in self.names.iter().rev() {
-            let _ = Command::new("ip")
-                .args(["netns", "del", name])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-/// Runs `ip ARGS`; an error carries its stderr.
+/// Runs `ip ARGS` (holdline-netem's); an error carries its stderr.
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| LabError::io(format!("ip {}", args.join(" ")), e))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(LabError::Process(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    netns::ip(args).map_err(|e| LabError::Process(e.to_string()))
 }
 
 /// The namespace names of this run.
@@ -524,34 +487,12 @@ fn build_network(names: &Names, netns: &mut Netns) -> Result<()> {
     // holdline on A and B binds the VIP whether or not its namespace holds it.
     for ns in [&names.a, &names.b] {
         let ns2 = ns.clone();
-        in_netns(ns, move || {
+        in_ns(ns, move || {
             std::fs::write("/proc/sys/net/ipv4/ip_nonlocal_bind", "1")
                 .map_err(|e| LabError::io(format!("{ns2}: net.ipv4.ip_nonlocal_bind = 1"), e))
         })??;
     }
     Ok(())
-}
-
-/// Moves the calling thread into network namespace `ns` (`/run/netns/NS`).
-fn enter_netns(ns: &str) -> std::io::Result<()> {
-    let f = File::open(format!("/run/netns/{ns}"))?;
-    // SAFETY: setns(2) with a namespace file we hold open; it changes only this thread's
-    // network namespace.
-    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Runs `f` on a thread of its own inside network namespace `ns` and returns its result.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    let name = ns.to_owned();
-    std::thread::spawn(move || enter_netns(&name).map(|()| f()))
-        .join()
-        .map_err(|_| LabError::Process(format!("a thread in namespace {ns} panicked")))?
-        .map_err(|e| LabError::io(format!("enter namespace {ns}"), e))
 }
 
 /// A process started in a namespace (`ip netns exec NS PROGRAM …`: `ip` execs the program,
@@ -706,7 +647,7 @@ fn has_addr(addr: Ipv4Addr) -> Option<bool> {
 
 /// Whether namespace `ns` holds the VIP now.
 fn vip_in(ns: &str) -> bool {
-    in_netns(ns, || has_addr(VIP).unwrap_or(false)).unwrap_or(false)
+    in_ns(ns, || has_addr(VIP).unwrap_or(false)).unwrap_or(false)
 }
 
 /// A thread that looks at namespace `ns`'s addresses every [`POLL`] until `stop` (or
@@ -718,7 +659,7 @@ fn watch_vip(
 ) -> std::thread::JoinHandle<std::io::Result<Vec<(Instant, bool)>>> {
     let ns = ns.to_owned();
     std::thread::spawn(move || {
-        enter_netns(&ns)?;
+        netns::enter(&ns)?;
         let deadline = Instant::now() + limit;
         let mut changes = Vec::new();
         let mut last = None;
@@ -773,7 +714,7 @@ fn probe_vip(
 ) -> std::thread::JoinHandle<std::io::Result<Vec<Probe>>> {
     let ns = ns.to_owned();
     std::thread::spawn(move || {
-        enter_netns(&ns)?;
+        netns::enter(&ns)?;
         let sock = UdpSocket::bind((ADDR_CLIENT, 0))?;
         let port = sock.local_addr()?.port();
         sock.set_read_timeout(Some(Duration::from_millis(2)))?;
@@ -833,7 +774,7 @@ fn probe_vip(
 /// [`QUERY_RESEND`] up to [`QUERY_TRIES`] times); per user, `Some(true)` when the 200 lists
 /// a Contact, `Some(false)` when it lists none, `None` when never answered 200.
 fn query_bindings(ns: &str, aors: Vec<String>) -> Result<Vec<Option<bool>>> {
-    in_netns(ns, move || -> std::io::Result<Vec<Option<bool>>> {
+    in_ns(ns, move || -> std::io::Result<Vec<Option<bool>>> {
         let sock = UdpSocket::bind((ADDR_CLIENT, 0))?;
         let port = sock.local_addr()?.port();
         sock.set_read_timeout(Some(Duration::from_millis(5)))?;
@@ -915,7 +856,7 @@ fn query_bindings(ns: &str, aors: Vec<String>) -> Result<Vec<Option<bool>>> {
 
 /// `GET /metrics` of the server at `addr` from inside namespace `ns` (empty on failure).
 fn scrape_in(ns: &str, addr: Ipv4Addr) -> String {
-    in_netns(ns, move || {
+    in_ns(ns, move || {
         let Ok(mut s) = TcpStream::connect_timeout(
             &SocketAddr::from((addr, METRICS_PORT)),
             Duration::from_secs(2),
@@ -1152,7 +1093,7 @@ fn run(args: &Args) -> Result<Results> {
 
     let names = Names::new(pid);
     // Declared first: dropped last, after every process in the namespaces is gone.
-    let mut netns = Netns { names: Vec::new() };
+    let mut netns = Netns::new();
     build_network(&names, &mut netns)?;
     eprintln!(
         "vrrp: namespaces {} … {} up; VIP {VIP}, A {ADDR_A}, B {ADDR_B}, Redis {ADDR_REDIS}, phones {ADDR_CLIENT}",

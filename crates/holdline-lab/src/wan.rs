@@ -134,7 +134,10 @@ impl Site {
 }
 
 /// Runs `f` on a thread of its own inside network namespace `ns`.
-fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+pub(crate) fn in_ns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
     netns::run_in(ns, f).map_err(|e| LabError::Process(format!("network namespace {ns}: {e}")))
 }
 

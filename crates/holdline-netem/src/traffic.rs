@@ -170,34 +170,24 @@ impl Traffic {
             Arc::clone(&self.threads),
         );
         self.spawn("traffic-sink", move || {
-            let _ = listener.set_nonblocking(true);
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(TICK));
-                        c.bulk_connections.fetch_add(1, Ordering::Relaxed);
-                        let (stop, c) = (Arc::clone(&stop), Arc::clone(&c));
-                        let _ = spawn_into(&threads, "traffic-sink-conn", move || {
-                            let mut buf = vec![0u8; 65_536];
-                            while !stop.load(Ordering::Relaxed) {
-                                match s.read(&mut buf) {
-                                    Ok(0) => break,
-                                    Ok(n) => {
-                                        c.bulk_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                                    }
-                                    Err(e) if is_timeout(&e) => {}
-                                    Err(_) => break,
-                                }
+            accept_loop(&listener, &stop, |mut s| {
+                let _ = s.set_read_timeout(Some(TICK));
+                c.bulk_connections.fetch_add(1, Ordering::Relaxed);
+                let (stop, c) = (Arc::clone(&stop), Arc::clone(&c));
+                let _ = spawn_into(&threads, "traffic-sink-conn", move || {
+                    let mut buf = vec![0u8; 65_536];
+                    while !stop.load(Ordering::Relaxed) {
+                        match s.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                c.bulk_bytes.fetch_add(n as u64, Ordering::Relaxed);
                             }
-                        });
+                            Err(e) if is_timeout(&e) => {}
+                            Err(_) => break,
+                        }
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(_) => break,
-                }
-            }
+                });
+            });
         })
     }
 
@@ -226,24 +216,14 @@ impl Traffic {
     fn spawn_web_server(&self, listener: TcpListener) -> Result<()> {
         let (stop, threads) = (Arc::clone(&self.stop), Arc::clone(&self.threads));
         self.spawn("traffic-web", move || {
-            let _ = listener.set_nonblocking(true);
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut s, _)) => {
-                        let _ = s.set_nonblocking(false);
-                        let _ = s.set_read_timeout(Some(TICK));
-                        let _ = s.set_write_timeout(Some(TICK));
-                        let stop = Arc::clone(&stop);
-                        let _ = spawn_into(&threads, "traffic-web-conn", move || {
-                            serve_object(&mut s, &stop);
-                        });
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(_) => break,
-                }
-            }
+            accept_loop(&listener, &stop, |mut s| {
+                let _ = s.set_read_timeout(Some(TICK));
+                let _ = s.set_write_timeout(Some(TICK));
+                let stop = Arc::clone(&stop);
+                let _ = spawn_into(&threads, "traffic-web-conn", move || {
+                    serve_object(&mut s, &stop);
+                });
+            });
         })
     }
 
@@ -310,6 +290,24 @@ fn spawn_into(
         Err(p) => p.into_inner().push(h),
     }
     Ok(())
+}
+
+/// Accepts connections on `listener` until `stop` (looking at it every 20 ms), handing each
+/// to `on` in blocking mode; ends at the first error other than "nothing to accept".
+fn accept_loop(listener: &TcpListener, stop: &AtomicBool, mut on: impl FnMut(TcpStream)) {
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                let _ = s.set_nonblocking(false);
+                on(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => break,
+        }
+    }
 }
 
 fn is_timeout(e: &std::io::Error) -> bool {

@@ -12,47 +12,15 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Guard, Holdline, free_port, metric, scrape};
+use common::{Holdline, free_port, metric, scrape};
 use holdline_base::Duration as LinkDuration;
 use holdline_netem::{Clock, Emulator, EmulatorConfig, Topology, netns};
 use holdline_netmodel::{LinkConfig, Loss};
 
 fn s(v: &str) -> String {
     v.to_owned()
-}
-
-/// Runs `holdline load ARGS` (inside `ns` when given) to its end, bounded; returns its JSON
-/// report.
-fn load_report(
-    ns: Option<&str>,
-    args: &[String],
-    json: &Path,
-    limit: Duration,
-) -> serde_json::Value {
-    let mut cmd = match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, BIN]);
-            c
-        }
-        None => Command::new(BIN),
-    };
-    let child = cmd
-        .arg("load")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn holdline load");
-    let status = Guard(child)
-        .wait_for(limit)
-        .expect("holdline load stops by itself");
-    assert!(status.success(), "holdline load {args:?}: {status:?}");
-    serde_json::from_str(&std::fs::read_to_string(json).expect("load report")).expect("json")
 }
 
 fn calls(report: &serde_json::Value, key: &str) -> u64 {
@@ -143,7 +111,7 @@ fn loopback_chain(unordered: bool) {
         s("40"),
     ]);
     let json = dir.path().join("uac.json");
-    let report = load_report(
+    let report = common::run_load_report_in(
         None,
         &[
             s("uac"),
@@ -260,17 +228,18 @@ fn lossy_chain(unordered: bool, tag: char) {
             dir.path(),
         ),
     );
-    let uas = Command::new("ip")
-        .args(["netns", "exec", &topo.ns_b, BIN, "load", "uas"])
-        .args(["--listen", "127.0.0.1:5090", "--duration", "60"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn uas");
-    let _uas = Guard(uas);
+    let _uas = common::load_in(
+        Some(&topo.ns_b),
+        &[
+            s("uas"),
+            s("--listen"),
+            s("127.0.0.1:5090"),
+            s("--duration"),
+            s("60"),
+        ],
+    );
     let json = dir.path().join("uac.json");
-    let report = load_report(
+    let report = common::run_load_report_in(
         Some(&topo.ns_a),
         &[
             s("uac"),

@@ -64,10 +64,28 @@ impl Drop for Guard {
     }
 }
 
+/// `holdline ...` as a command, inside network namespace `ns` when given (`ip netns exec NS
+/// holdline ...`: `ip` execs the program, so the PID is holdline's).
+pub fn holdline_in(ns: Option<&str>) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, BIN]);
+            c
+        }
+        None => Command::new(BIN),
+    }
+}
+
 /// `holdline load ARGS` in the background, output discarded, stopped by PID when dropped.
 pub fn load(args: &[String]) -> Guard {
+    load_in(None, args)
+}
+
+/// [`load`] inside network namespace `ns` when given.
+pub fn load_in(ns: Option<&str>, args: &[String]) -> Guard {
     Guard(
-        Command::new(BIN)
+        holdline_in(ns)
             .arg("load")
             .args(args)
             .stdin(Stdio::null())
@@ -81,7 +99,17 @@ pub fn load(args: &[String]) -> Guard {
 /// Runs `holdline load ARGS` (which writes its report to `json`) to its end, at most
 /// `limit`; asserts it exited 0 and returns the report.
 pub fn run_load_report(args: &[String], json: &Path, limit: Duration) -> serde_json::Value {
-    let status = load(args)
+    run_load_report_in(None, args, json, limit)
+}
+
+/// [`run_load_report`] inside network namespace `ns` when given.
+pub fn run_load_report_in(
+    ns: Option<&str>,
+    args: &[String],
+    json: &Path,
+    limit: Duration,
+) -> serde_json::Value {
+    let status = load_in(ns, args)
         .wait_for(limit)
         .expect("holdline load stops by itself");
     assert!(status.success(), "holdline load {args:?}: {status:?}");
@@ -105,15 +133,7 @@ impl Holdline {
     /// Like [`start`](Self::start), inside network namespace `ns` when given (`ip netns exec
     /// NS holdline serve ARGS`: `ip` execs the server, so the PID is the server's).
     pub fn start_in(ns: Option<&str>, args: &[String]) -> Self {
-        let mut cmd = match ns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, BIN]);
-                c
-            }
-            None => Command::new(BIN),
-        };
-        let mut child = cmd
+        let mut child = holdline_in(ns)
             .arg("serve")
             .args(args)
             .stdin(Stdio::null())
