@@ -52,11 +52,12 @@ struct Run {
 }
 
 fn chain(se_feedback: &str) -> Run {
-    chain_with(se_feedback, &[])
+    chain_with(se_feedback, &[], 4)
 }
 
-/// [`chain`] with extra arguments for the RE (its defaults when empty).
-fn chain_with(se_feedback: &str, re_extra: &[String]) -> Run {
+/// [`chain`] with extra arguments for the RE (its defaults when empty) and `load_s` seconds
+/// of load.
+fn chain_with(se_feedback: &str, re_extra: &[String], load_s: u32) -> Run {
     let (se, re, uas) = (free_port(), free_port(), free_port());
     let (se_metrics, re_metrics) = (free_port(), free_port());
     let re_server = Holdline::start(
@@ -128,7 +129,7 @@ fn chain_with(se_feedback: &str, re_extra: &[String]) -> Run {
             s("--rate"),
             s("560"),
             s("--duration"),
-            s("4"),
+            load_s.to_string(),
             s("--drain"),
             s("15"),
             s("--max-time"),
@@ -218,7 +219,7 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
 
     // Seed 004's window at the SE in front of an RE without any control: no feedback at all,
     // the SE holds back what does not fit its window of outstanding INVITEs towards the RE.
-    let w = chain_with("window", &[s("--overload"), s("none")]);
+    let w = chain_with("window", &[s("--overload"), s("none")], 4);
     let window_full = metric(
         &w.se,
         "holdline_feedback_rejected_total",
@@ -240,7 +241,9 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
 
     // Seed 003's DEOC at the SE: no feedback either; the RE's own 503s (its OCC) are the
     // signal, and the SE's restrictor gaps calls towards the RE from the first one on.
-    let d = chain("deoc");
+    // DEOC adapts once per 1 s period on the 503s of the last one: 8 s of load give it
+    // several periods even on a busy machine (with 4 s a CI run once saw no gap at all).
+    let d = chain_with("deoc", &[], 8);
     let gapped = metric(
         &d.se,
         "holdline_feedback_rejected_total",
