@@ -799,17 +799,7 @@ pub fn run(args: &Args) -> Result<Results> {
                     }
                     points.push(p);
                     // What is measured so far survives an interrupted run.
-                    let partial = serde_json::json!({
-                        "experiment": "feedback",
-                        "partial": true,
-                        "capacity_cps": capacity,
-                        "points": &points,
-                    });
-                    std::fs::write(
-                        args.out.join("results.partial.json"),
-                        serde_json::to_string_pretty(&partial).unwrap_or_default(),
-                    )
-                    .map_err(|e| LabError::io("write results.partial.json", e))?;
+                    crate::runner::write_partial(&args.out, "feedback", capacity, &points)?;
                 }
             }
         }

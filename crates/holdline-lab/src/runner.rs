@@ -508,3 +508,24 @@ pub(crate) fn machine() -> Value {
         "udp_rmem_default": rmem,
     })
 }
+
+/// Writes `results.partial.json` in `out`: what an experiment measured so far, so that it
+/// survives an interrupted run.
+pub(crate) fn write_partial<T: serde::Serialize>(
+    out: &Path,
+    experiment: &str,
+    capacity_cps: f64,
+    points: &[T],
+) -> Result<()> {
+    let partial = serde_json::json!({
+        "experiment": experiment,
+        "partial": true,
+        "capacity_cps": capacity_cps,
+        "points": points,
+    });
+    std::fs::write(
+        out.join("results.partial.json"),
+        serde_json::to_string_pretty(&partial).unwrap_or_default(),
+    )
+    .map_err(|e| LabError::io("write results.partial.json", e))
+}

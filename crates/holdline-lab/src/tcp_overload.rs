@@ -1215,17 +1215,7 @@ pub fn run(args: &Args) -> Result<Results> {
                     progress(done, total, &p, started, !args.wan_delay_ms.is_empty());
                     points.push(p);
                     // What is measured so far survives an interrupted run.
-                    let partial = serde_json::json!({
-                        "experiment": "tcp-overload",
-                        "partial": true,
-                        "capacity_cps": capacity,
-                        "points": &points,
-                    });
-                    std::fs::write(
-                        args.out.join("results.partial.json"),
-                        serde_json::to_string_pretty(&partial).unwrap_or_default(),
-                    )
-                    .map_err(|e| LabError::io("write results.partial.json", e))?;
+                    crate::runner::write_partial(&args.out, "tcp-overload", capacity, &points)?;
                 }
             }
         }

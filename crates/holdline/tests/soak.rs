@@ -9,8 +9,6 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Guard};
-
 fn taskset_available() -> bool {
     Command::new("taskset")
         .arg("-V")
@@ -31,29 +29,12 @@ fn setup() -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
     Some((turn, tempfile::tempdir().expect("tempdir")))
 }
 
-/// Runs `holdline lab soak ARGS --out OUT` to its end; returns its stderr.
+/// Runs `holdline lab soak ARGS --out OUT` to its end (at most 60 s); returns its stderr.
 fn lab_soak(args: &[&str], out: &std::path::Path) -> String {
-    let child = Command::new(BIN)
-        .args(["lab", "soak"])
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holdline lab soak");
-    let mut guard = Guard(child);
-    let status = guard
-        .wait_for(Duration::from_secs(60))
-        .expect("holdline lab soak stops by itself");
-    let mut err = String::new();
-    if let Some(mut e) = guard.0.stderr.take() {
-        use std::io::Read as _;
-        let _ = e.read_to_string(&mut err);
-    }
-    assert!(status.success(), "{status:?}\n{err}");
-    err
+    let all: Vec<&str> = std::iter::once("soak")
+        .chain(args.iter().copied())
+        .collect();
+    common::run_lab(&all, out, Duration::from_secs(60))
 }
 
 #[test]
