@@ -621,6 +621,7 @@ fn plots(out: &Path, points: &[Point]) -> Result<()> {
     keys.dedup();
     for (d, r) in keys {
         let mut series: Vec<plot::Series> = Vec::new();
+        let mut intervals: Vec<plot::Intervals> = Vec::new();
         for t in [
             Link::SctpOrdered,
             Link::SctpUnordered,
@@ -628,23 +629,38 @@ fn plots(out: &Path, points: &[Point]) -> Result<()> {
             Link::Tcp,
             Link::Udp,
         ] {
-            let mut pts: Vec<(f64, f64)> = points
+            let mut pts: Vec<&Point> = points
                 .iter()
                 .filter(|p| p.delay_ms == d && p.rate_cps == r && p.transport == t)
-                .map(|p| (p.loss_pct, p.p95_mean_ms))
                 .collect();
-            pts.sort_by(|x, y| x.0.total_cmp(&y.0));
+            pts.sort_by(|x, y| x.loss_pct.total_cmp(&y.loss_pct));
             if !pts.is_empty() {
-                series.push((t.name().to_owned(), pts));
+                series.push((
+                    t.name().to_owned(),
+                    pts.iter().map(|p| (p.loss_pct, p.p95_mean_ms)).collect(),
+                ));
+                // The paper's error bars: the 95% confidence interval of the mean.
+                intervals.push(
+                    pts.iter()
+                        .map(|p| {
+                            (
+                                p.loss_pct,
+                                p.p95_mean_ms - p.p95_ci95_ms,
+                                p.p95_mean_ms + p.p95_ci95_ms,
+                            )
+                        })
+                        .collect(),
+                );
             }
         }
-        plot::chart(
+        plot::chart_with_intervals(
             out,
             &format!("p95-{d}-ms-{r}-cps"),
-            &format!("post-selection delay p95, {d} ms one-way, {r} calls/s"),
+            &format!("post-selection delay p95 (mean, 95% CI), {d} ms one-way, {r} calls/s"),
             "packet loss each way (%)",
             "95th percentile (ms), mean of runs",
             &series,
+            &intervals,
         )?;
     }
     Ok(())

@@ -228,16 +228,24 @@ fn link_color(n: &str) -> Option<RGBColor> {
 /// One named line of a chart: `(name, [(x, y)])`.
 pub type Series = (String, Vec<(f64, f64)>);
 
+/// The vertical error bars of one series: `[(x, low, high)]`.
+pub type Intervals = Vec<(f64, f64, f64)>;
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     x_label: &str,
     y_label: &str,
     series: &[Series],
+    intervals: &[Intervals],
 ) -> std::result::Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let pts = series.iter().flat_map(|(_, p)| p.iter());
     let (xmax, ymax) = pts.fold((1.0f64, 1.0f64), |(x, y), &(a, b)| (x.max(a), y.max(b)));
+    let ymax = intervals
+        .iter()
+        .flatten()
+        .fold(ymax, |y, &(_, _, high)| y.max(high));
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 22))
         .margin(15)
@@ -266,7 +274,7 @@ fn draw<DB: DrawingBackend>(
         })
         .draw()
         .map_err(|e| e.to_string())?;
-    for (name, p) in series {
+    for (i, (name, p)) in series.iter().enumerate() {
         if p.is_empty() {
             continue;
         }
@@ -278,6 +286,13 @@ fn draw<DB: DrawingBackend>(
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
+        if let Some(bars) = intervals.get(i) {
+            chart
+                .draw_series(bars.iter().map(|&(x, low, high)| {
+                    ErrorBar::new_vertical(x, low.max(0.0), (low + high) / 2.0, high, color, 10)
+                }))
+                .map_err(|e| e.to_string())?;
+        }
         // A model is a line without measured points.
         if !name.ends_with(" model") {
             chart
@@ -307,17 +322,31 @@ pub fn chart(
     y_label: &str,
     series: &[Series],
 ) -> Result<()> {
+    chart_with_intervals(dir, name, title, x_label, y_label, series, &[])
+}
+
+/// As [`chart`], with vertical error bars: `intervals[i]` belongs to `series[i]` (fewer
+/// intervals than series: the rest have none).
+pub fn chart_with_intervals(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    intervals: &[Intervals],
+) -> Result<()> {
     font()?;
     let svg = dir.join(format!("{name}.svg"));
     let root = SVGBackend::new(&svg, (900, 560)).into_drawing_area();
-    draw(&root, title, x_label, y_label, series).map_err(|reason| LabError::Plot {
+    draw(&root, title, x_label, y_label, series, intervals).map_err(|reason| LabError::Plot {
         path: svg.clone(),
         reason,
     })?;
     drop(root);
     let png = dir.join(format!("{name}.png"));
     let root = BitMapBackend::new(&png, (900, 560)).into_drawing_area();
-    draw(&root, title, x_label, y_label, series).map_err(|reason| LabError::Plot {
+    draw(&root, title, x_label, y_label, series, intervals).map_err(|reason| LabError::Plot {
         path: png.clone(),
         reason,
     })?;
@@ -340,6 +369,27 @@ mod tests {
         assert_eq!(color_for("20 ms bbr: holdline defaults, 1 SE"), d20);
         // Other series with a colon keep their colours.
         assert_eq!(color_for("paper: window"), RGBColor(148, 103, 189));
+    }
+
+    #[test]
+    fn intervals_are_drawn_as_bars() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let series = vec![("sctp-ordered".to_string(), vec![(1.0, 260.0), (2.0, 790.0)])];
+        chart(dir.path(), "plain", "t", "x", "y", &series).expect("chart");
+        let bars = vec![vec![(1.0, 30.0, 490.0), (2.0, 250.0, 1330.0)]];
+        chart_with_intervals(dir.path(), "bars", "t", "x", "y", &series, &bars).expect("chart");
+        let read = |n: &str| std::fs::read_to_string(dir.path().join(n)).expect("svg");
+        let (plain, with) = (read("plain.svg"), read("bars.svg"));
+        // Three strokes of the series' colour per bar (the whisker and its two caps).
+        let RGBColor(r, g, b) = color_for("sctp-ordered");
+        let colour = format!("#{r:02X}{g:02X}{b:02X}");
+        let strokes = |s: &str| s.matches(colour.as_str()).count();
+        assert!(
+            strokes(&with) >= strokes(&plain) + 6,
+            "{colour}: {} vs {}",
+            strokes(&with),
+            strokes(&plain)
+        );
     }
 
     #[test]

@@ -382,3 +382,58 @@ fn a_silent_peer_gets_a_bounded_queue_and_the_setup_fails() {
         p.ab.stats()
     );
 }
+
+/// A second loss while the sender is in Fast Recovery for a first one: RFC 9260 §7.2.4's
+/// HTNA rule counts miss indications on every SACK, so both are fast-retransmitted about a
+/// round trip after the loss, long before RTO.Min (1 s). sctp-proto 0.10.8 counted none in
+/// Fast Recovery until the cumulative TSN advanced, which the second loss stops: it waited
+/// for the T3-rtx timer (holdline's vendored copy is patched; see vendor/README.md).
+#[test]
+fn a_second_loss_during_fast_recovery_is_fast_retransmitted() {
+    for unordered in [false, true] {
+        let mut p = Pair::new(cfg(unordered), cfg(unordered), link(20), 11);
+        p.send_a(1, &message(100)).expect("send");
+        p.run_until(500);
+        assert!(p.a.is_connected(p.addr_b));
+        // Messages 5 and 8 are lost once each; 8 is the first loss after Fast Recovery
+        // starts for 5 (on the SACK of message 9).
+        let mut dropped = [false; 2];
+        p.drop_ab = Box::new(move |d: &[u8]| {
+            for (i, tag) in [&b"call-000005"[..], &b"call-000008"[..]]
+                .iter()
+                .enumerate()
+            {
+                if !dropped[i] && d.windows(11).any(|w| w == *tag) {
+                    dropped[i] = true;
+                    return true;
+                }
+            }
+            false
+        });
+        // One message every 5 ms on one stream, each in a packet of its own.
+        for n in 0..40 {
+            p.send_a(0, &message(n)).expect("send");
+            p.run_until(500 + 5 * (n + 1));
+        }
+        p.run_until(5_000);
+        let at = |m: u64| {
+            p.got_b
+                .iter()
+                .find(|(_, r)| number(r) == m)
+                .map(|(t, _)| *t)
+        };
+        for m in [5, 8] {
+            let sent = 500_000_000 + 5_000_000 * m;
+            let got = at(m).unwrap_or_else(|| panic!("message {m} never arrived"));
+            assert!(
+                got > sent + 40_000_000 && got < sent + 300_000_000,
+                "unordered {unordered}: message {m} sent at {sent} ns arrived at {got} ns: \
+                 not lost, or recovered by the T3 timer; {:?}",
+                p.a.stats()
+            );
+        }
+        let s = p.a.stats();
+        assert_eq!(s.t3_timeouts, 0, "unordered {unordered}: {s:?}");
+        assert!(s.fast_retransmits >= 2, "unordered {unordered}: {s:?}");
+    }
+}
