@@ -31,7 +31,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use holdline_netmodel::{LinkConfig, Loss};
+use holdline_netem::traffic::TrafficConfig;
+use holdline_netmodel::{LinkConfig, Loss, QueueDrop, RateLimit};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -80,9 +81,138 @@ pub struct Args {
     /// The holdline binary (default: this one).
     #[arg(long)]
     pub exe: Option<PathBuf>,
+    /// Competing long-lived TCP transfers across the link (A to B, the SIP direction), a
+    /// list to sweep (seed 002's Figs. 5-6: 0 to 6). Given, the runs sweep these instead of
+    /// `--losses` (no random loss: drops come from the router's queue).
+    #[arg(long, value_delimiter = ',')]
+    pub competing_tcp: Vec<u32>,
+    /// Competing web sessions per second (Poisson arrivals; a session downloads a page of
+    /// 85 KB three times, 10 s apart), a list to sweep (Fig. 8); as `--competing-tcp`.
+    #[arg(long, value_delimiter = ',')]
+    pub web_sessions: Vec<f64>,
+    /// The router's queues, named as the paper names them: derivative random drop from the
+    /// low to the high threshold, packets, e.g. `10-20,50-60` (the default when traffic
+    /// competes; with `--losses`, none unless given).
+    #[arg(long, value_delimiter = ',')]
+    pub queues: Vec<String>,
+    /// The rate of the link behind the router's queue, kbit/s, when a queue is set (the
+    /// paper's 100 Mbit/s Ethernet, scaled down for a user-space emulator sharing two cores
+    /// with the proxies; the queue, not the rate, sets the drops).
+    #[arg(long, default_value_t = 10_000)]
+    pub bottleneck_kbit: u64,
+    /// TCP congestion control in both namespaces (`net.ipv4.tcp_congestion_control`): the
+    /// competing transfers' and the TCP transport's. Default: `reno` when traffic competes
+    /// (loss-based, as the paper's Linux 2.6 senders; BBR keeps a 20-packet queue
+    /// overflowing whatever it loses), the host's otherwise.
+    #[arg(long)]
+    pub congestion_control: Option<String>,
     /// Run nothing: redraw the plots of `--out`'s `results.json`.
     #[arg(long)]
     pub replot: bool,
+}
+
+/// What a series of runs varies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sweep {
+    /// Random loss on the link, percent each way (Fig. 4).
+    #[default]
+    Loss,
+    /// Competing long-lived TCP transfers (Figs. 5-6).
+    CompetingTcp,
+    /// Competing web sessions per second (Fig. 8).
+    WebSessions,
+}
+
+impl Sweep {
+    /// What it varies, in words (comparison names).
+    fn what(self) -> &'static str {
+        match self {
+            Self::Loss => "loss",
+            Self::CompetingTcp => "competing TCP transfers",
+            Self::WebSessions => "web sessions",
+        }
+    }
+
+    /// The x axis of its plots.
+    fn axis(self) -> &'static str {
+        match self {
+            Self::Loss => "packet loss each way (%)",
+            Self::CompetingTcp => "competing long-lived TCP transfers",
+            Self::WebSessions => "competing web sessions per second",
+        }
+    }
+
+    /// Its part of file names and run tags.
+    fn tag(self) -> &'static str {
+        match self {
+            Self::Loss => "l",
+            Self::CompetingTcp => "tcp",
+            Self::WebSessions => "web",
+        }
+    }
+}
+
+/// Parses a queue as the paper names it: `LOW-HIGH` packets.
+fn parse_queue(s: &str) -> Result<[u64; 2]> {
+    let bad = || {
+        LabError::Precondition(format!(
+            "--queues: `{s}` (expected LOW-HIGH packets with LOW < HIGH, e.g. 10-20)"
+        ))
+    };
+    let (lo, hi) = s.split_once('-').ok_or_else(bad)?;
+    let lo: u64 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: u64 = hi.trim().parse().map_err(|_| bad())?;
+    if lo >= hi {
+        return Err(bad());
+    }
+    Ok([lo, hi])
+}
+
+/// Everything a run's link and competing traffic are made of.
+#[derive(Clone, Copy, Debug)]
+struct Conditions {
+    delay_ms: f64,
+    rate_cps: f64,
+    loss_pct: f64,
+    correlation: f64,
+    competing_tcp: u32,
+    web_sessions_per_s: f64,
+    /// The router's DRD thresholds, packets.
+    queue: Option<[u64; 2]>,
+    bottleneck_kbit: u64,
+}
+
+impl Conditions {
+    /// The link each way.
+    fn link(&self) -> Result<LinkConfig> {
+        let loss = Loss::correlated(self.loss_pct / 100.0, self.correlation)
+            .map_err(|e| LabError::Precondition(format!("loss {}%: {e}", self.loss_pct)))?;
+        let rate = self.queue.map(|[lo, hi]| RateLimit {
+            // The packet bound and DRD decide; the byte bound only has to hold `hi` full
+            // Ethernet frames.
+            queue_packets: Some(hi),
+            drop: QueueDrop::Derivative {
+                min_packets: lo,
+                max_packets: hi,
+                // NIST Net's DRD rises to 95% at the high threshold (seed 002, l. 139).
+                max_probability: 0.95,
+            },
+            ..RateLimit::new(self.bottleneck_kbit * 1_000, hi * 1_600)
+        });
+        Ok(LinkConfig {
+            delay: Duration::from_micros((self.delay_ms * 1e3).round() as u64),
+            loss,
+            rate,
+            // Whole IP packets cross the TUN devices.
+            overhead_bytes: 0,
+            ..LinkConfig::default()
+        })
+    }
+
+    fn competing(&self) -> bool {
+        self.competing_tcp > 0 || self.web_sessions_per_s > 0.0
+    }
 }
 
 /// A transport between the proxies, as the lab names it.
@@ -171,6 +301,13 @@ pub struct Run {
     pub sctp_retransmissions: f64,
     /// INVITE retransmissions by the UAC (UDP between the UAC and P1: none expected).
     pub invite_retransmissions: u64,
+    /// Packets the router's queue dropped (full, or early by DRD), A→B and B→A: every
+    /// flow's, the competing traffic's included.
+    #[serde(default)]
+    pub queue_drops: [u64; 2],
+    /// Bytes the competing traffic delivered (long-lived and web).
+    #[serde(default)]
+    pub competing_bytes: u64,
 }
 
 /// One configuration over its runs.
@@ -184,12 +321,35 @@ pub struct Point {
     pub transport: Link,
     /// Loss each way, percent.
     pub loss_pct: f64,
+    /// What the series this point belongs to varies.
+    #[serde(default)]
+    pub sweep: Sweep,
+    /// Competing long-lived TCP transfers.
+    #[serde(default)]
+    pub competing_tcp: u32,
+    /// Competing web sessions per second.
+    #[serde(default)]
+    pub web_sessions_per_s: f64,
+    /// The router's queue (DRD thresholds, packets), if any.
+    #[serde(default)]
+    pub queue: Option<[u64; 2]>,
     /// The runs.
     pub runs: Vec<Run>,
     /// Mean over the runs of their 95th percentile, ms.
     pub p95_mean_ms: f64,
     /// Half-width of its 95% confidence interval, ms.
     pub p95_ci95_ms: f64,
+}
+
+impl Point {
+    /// Its value of what its series varies.
+    fn x(&self) -> f64 {
+        match self.sweep {
+            Sweep::Loss => self.loss_pct,
+            Sweep::CompetingTcp => f64::from(self.competing_tcp),
+            Sweep::WebSessions => self.web_sessions_per_s,
+        }
+    }
 }
 
 /// Student's t quantile for a two-sided 95% interval with `df` degrees of freedom.
@@ -311,7 +471,51 @@ pub fn run(a: &Args) -> Result<f64> {
     .iter()
     .map(|s| Link::parse(s))
     .collect::<Result<_>>()?;
-    let losses = or(&a.losses, a.quick, &[1.0, 2.0], &[0.5, 1.0, 2.0, 4.0, 8.0]);
+    if !a.competing_tcp.is_empty() && !a.web_sessions.is_empty() {
+        return Err(LabError::Precondition(
+            "--competing-tcp and --web-sessions: one sweep at a time".into(),
+        ));
+    }
+    let (sweep, xs): (Sweep, Vec<f64>) = if !a.competing_tcp.is_empty() {
+        (
+            Sweep::CompetingTcp,
+            a.competing_tcp.iter().map(|&n| f64::from(n)).collect(),
+        )
+    } else if !a.web_sessions.is_empty() {
+        (Sweep::WebSessions, a.web_sessions.clone())
+    } else {
+        (
+            Sweep::Loss,
+            or(&a.losses, a.quick, &[1.0, 2.0], &[0.5, 1.0, 2.0, 4.0, 8.0]),
+        )
+    };
+    if sweep != Sweep::Loss && !a.losses.is_empty() {
+        return Err(LabError::Precondition(
+            "--losses with competing traffic: the drops are the router queue's".into(),
+        ));
+    }
+    if xs.iter().any(|&x| !x.is_finite() || x < 0.0) {
+        return Err(LabError::Precondition(
+            "the swept values must be finite and not negative".into(),
+        ));
+    }
+    let queues: Vec<Option<[u64; 2]>> = if !a.queues.is_empty() {
+        a.queues
+            .iter()
+            .map(|q| parse_queue(q).map(Some))
+            .collect::<Result<_>>()?
+    } else if sweep == Sweep::Loss {
+        vec![None]
+    } else {
+        vec![Some([10, 20]), Some([50, 60])]
+    };
+    let congestion_control = a
+        .congestion_control
+        .clone()
+        .or_else(|| (sweep != Sweep::Loss).then(|| "reno".to_owned()));
+    if a.bottleneck_kbit == 0 {
+        return Err(LabError::Precondition("--bottleneck-kbit: above 0".into()));
+    }
     let delays = or(&a.delays, a.quick, &[20.0], &[20.0, 60.0]);
     let rates = or(&a.rates, a.quick, &[40.0], &[20.0, 40.0]);
     let runs = a.runs.unwrap_or(if a.quick { 3 } else { 10 });
@@ -324,7 +528,8 @@ pub fn run(a: &Args) -> Result<f64> {
     let runs_dir = a.out.join("runs");
     std::fs::create_dir_all(&runs_dir)
         .map_err(|e| LabError::io(format!("create {}", runs_dir.display()), e))?;
-    let total = delays.len() * rates.len() * transports.len() * losses.len() * runs as usize;
+    let total =
+        delays.len() * rates.len() * queues.len() * transports.len() * xs.len() * runs as usize;
     eprintln!(
         "holb: {total} runs of {duration} s ({} configurations × {runs}); about {:.0} min",
         total / runs as usize,
@@ -334,46 +539,77 @@ pub fn run(a: &Args) -> Result<f64> {
     let mut done = 0;
     for &delay in &delays {
         for &rate in &rates {
-            for &t in &transports {
-                for &loss in &losses {
-                    let mut rs = Vec::with_capacity(runs as usize);
-                    for r in 0..runs {
-                        let tag = format!("d{delay}-r{rate}-{}-l{loss}-{r}", t.name());
-                        let one = one_run(
-                            &exe,
-                            &runs_dir,
-                            &tag,
-                            t,
-                            delay,
-                            rate,
-                            loss,
-                            a.correlation,
-                            r,
-                            duration,
-                        )?;
-                        done += 1;
-                        eprintln!(
-                            "[{done}/{total}] {delay} ms {rate} calls/s {} {loss}%: run {r}: psd p95 {:.1} ms, {}/{} rang, link lost {}+{}",
+            for &queue in &queues {
+                for &t in &transports {
+                    for &x in &xs {
+                        let c = Conditions {
+                            delay_ms: delay,
+                            rate_cps: rate,
+                            loss_pct: if sweep == Sweep::Loss { x } else { 0.0 },
+                            correlation: a.correlation,
+                            competing_tcp: if sweep == Sweep::CompetingTcp {
+                                x as u32
+                            } else {
+                                0
+                            },
+                            web_sessions_per_s: if sweep == Sweep::WebSessions { x } else { 0.0 },
+                            queue,
+                            bottleneck_kbit: a.bottleneck_kbit,
+                        };
+                        let q = queue.map_or(String::new(), |[lo, hi]| format!("-q{lo}-{hi}"));
+                        let label = format!(
+                            "{delay} ms {rate} calls/s{} {} {x}{}",
+                            queue.map_or(String::new(), |[lo, hi]| format!(" queue {lo}-{hi}")),
                             t.name(),
-                            one.psd_p95_ms,
-                            one.rang,
-                            one.calls,
-                            one.lost[0],
-                            one.lost[1]
+                            match sweep {
+                                Sweep::Loss => "%",
+                                Sweep::CompetingTcp => " TCP",
+                                Sweep::WebSessions => " web/s",
+                            }
                         );
-                        rs.push(one);
+                        let mut rs = Vec::with_capacity(runs as usize);
+                        for r in 0..runs {
+                            let tag =
+                                format!("d{delay}-r{rate}{q}-{}-{}{x}-{r}", t.name(), sweep.tag());
+                            let one = one_run(
+                                &exe,
+                                &runs_dir,
+                                &tag,
+                                t,
+                                &c,
+                                congestion_control.as_deref(),
+                                r,
+                                duration,
+                            )?;
+                            done += 1;
+                            eprintln!(
+                                "[{done}/{total}] {label}: run {r}: psd p95 {:.1} ms, {}/{} rang, link lost {}+{}, queue drops {}+{}",
+                                one.psd_p95_ms,
+                                one.rang,
+                                one.calls,
+                                one.lost[0],
+                                one.lost[1],
+                                one.queue_drops[0],
+                                one.queue_drops[1]
+                            );
+                            rs.push(one);
+                        }
+                        let p95: Vec<f64> = rs.iter().map(|r| r.psd_p95_ms).collect();
+                        let (mean, ci) = mean_ci(&p95);
+                        points.push(Point {
+                            delay_ms: delay,
+                            rate_cps: rate,
+                            transport: t,
+                            loss_pct: c.loss_pct,
+                            sweep,
+                            competing_tcp: c.competing_tcp,
+                            web_sessions_per_s: c.web_sessions_per_s,
+                            queue,
+                            runs: rs,
+                            p95_mean_ms: mean,
+                            p95_ci95_ms: ci,
+                        });
                     }
-                    let p95: Vec<f64> = rs.iter().map(|r| r.psd_p95_ms).collect();
-                    let (mean, ci) = mean_ci(&p95);
-                    points.push(Point {
-                        delay_ms: delay,
-                        rate_cps: rate,
-                        transport: t,
-                        loss_pct: loss,
-                        runs: rs,
-                        p95_mean_ms: mean,
-                        p95_ci95_ms: ci,
-                    });
                 }
             }
         }
@@ -389,22 +625,17 @@ fn one_run(
     runs_dir: &Path,
     tag: &str,
     t: Link,
-    delay_ms: f64,
-    rate: f64,
-    loss_pct: f64,
-    correlation: f64,
+    c: &Conditions,
+    congestion_control: Option<&str>,
     run: u32,
     duration: f64,
 ) -> Result<Run> {
-    let loss = Loss::correlated(loss_pct / 100.0, correlation)
-        .map_err(|e| LabError::Precondition(format!("loss {loss_pct}%: {e}")))?;
-    let link = LinkConfig {
-        delay: Duration::from_micros((delay_ms * 1e3).round() as u64),
-        loss,
-        overhead_bytes: 0,
-        ..LinkConfig::default()
-    };
+    let (delay_ms, rate) = (c.delay_ms, c.rate_cps);
+    let link = c.link()?;
     let mut wan = Wan::with_link(delay_ms, link, 1 + u64::from(run))?;
+    if let Some(cc) = congestion_control {
+        wan.set_congestion_control(cc)?;
+    }
     let (a, b) = (wan.a.clone(), wan.b.clone());
     let config = runs_dir.join(format!("{tag}.toml"));
     std::fs::write(&config, t.sctp_toml())
@@ -479,6 +710,18 @@ fn one_run(
         &warm_log,
     )?;
     wait_bounded(&mut warm.0, Duration::from_secs(45));
+    // Competing traffic runs from the end of the warm-up through the measured calls (its
+    // TCP flows reach their rate within a few round trips; web sessions arrive at random).
+    let traffic = if c.competing() {
+        Some(wan.traffic(&TrafficConfig {
+            long_lived: c.competing_tcp,
+            web_sessions_per_s: c.web_sessions_per_s,
+            seed: 1 + u64::from(run),
+            ..TrafficConfig::default()
+        })?)
+    } else {
+        None
+    };
     let mut uacs = start_uacs_at(
         &a,
         exe,
@@ -503,6 +746,10 @@ fn one_run(
             + metric(&m, "holdline_sctp_fast_retransmits_total")
     };
     let sctp_retransmissions = retrans(&a) + retrans(&b);
+    let competing_bytes = traffic.map_or(0, |t| {
+        let s = t.stop();
+        s.bulk_bytes + s.web_bytes
+    });
     drop(uacs);
     drop(uas);
     drop(p1);
@@ -520,33 +767,52 @@ fn one_run(
         offered: [stats.a_to_b.offered, stats.b_to_a.offered],
         sctp_retransmissions,
         invite_retransmissions: num(&report, &["retrans_invite"]) as u64,
+        queue_drops: [
+            stats.a_to_b.queue_drops + stats.a_to_b.random_drops,
+            stats.b_to_a.queue_drops + stats.b_to_a.random_drops,
+        ],
+        competing_bytes,
     })
 }
 
 fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
-    // Ordered against unordered SCTP at each (delay, rate, loss), and the paper's central
-    // comparison: 1% with HOLB against 2% without.
-    let find = |d: f64, r: f64, t: Link, l: f64| {
-        points
-            .iter()
-            .find(|p| p.delay_ms == d && p.rate_cps == r && p.transport == t && p.loss_pct == l)
+    // Ordered against unordered SCTP at each point of a series, and the paper's central
+    // comparisons: ordered at X against unordered at 2X (1% with HOLB against 2% without;
+    // one competing TCP transfer with HOLB against two without).
+    let same_series = |p: &Point, q: &Point| {
+        p.delay_ms == q.delay_ms
+            && p.rate_cps == q.rate_cps
+            && p.queue == q.queue
+            && p.sweep == q.sweep
     };
     let p95s = |p: &Point| p.runs.iter().map(|r| r.psd_p95_ms).collect::<Vec<_>>();
     let mut comparisons = Vec::new();
     for p in points.iter().filter(|p| p.transport == Link::SctpOrdered) {
+        let what = p.sweep.what();
         let pairs = [
-            ("ordered vs unordered, same loss", p.loss_pct),
-            ("ordered at L vs unordered at 2L", p.loss_pct * 2.0),
+            (format!("ordered vs unordered, same {what}"), p.x()),
+            (
+                format!("ordered at X vs unordered at 2X ({what})"),
+                p.x() * 2.0,
+            ),
         ];
-        for (what, other_loss) in pairs {
-            if let Some(q) = find(p.delay_ms, p.rate_cps, Link::SctpUnordered, other_loss) {
+        for (name, other) in pairs {
+            if other == p.x() && name.contains("2X") {
+                continue;
+            }
+            let q = points.iter().find(|q| {
+                q.transport == Link::SctpUnordered && same_series(p, q) && q.x() == other
+            });
+            if let Some(q) = q {
                 let (d, pv) = ks_test(&p95s(p), &p95s(q));
                 comparisons.push(json!({
-                    "comparison": what,
+                    "comparison": name,
+                    "sweep": p.sweep,
                     "delay_ms": p.delay_ms,
                     "rate_cps": p.rate_cps,
-                    "ordered_loss_pct": p.loss_pct,
-                    "unordered_loss_pct": other_loss,
+                    "queue": p.queue,
+                    "ordered_x": p.x(),
+                    "unordered_x": other,
                     "ordered_p95_mean_ms": p.p95_mean_ms,
                     "ordered_p95_ci95_ms": p.p95_ci95_ms,
                     "unordered_p95_mean_ms": q.p95_mean_ms,
@@ -566,14 +832,24 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
         "quick": a.quick,
         "machine": machine(),
         "correlation": a.correlation,
+        "bottleneck_kbit": a.bottleneck_kbit,
+        "congestion_control": a.congestion_control.clone().or_else(|| {
+            points
+                .iter()
+                .any(|p| p.sweep != Sweep::Loss)
+                .then(|| "reno".to_owned())
+        }),
         "points": points,
         "comparisons": comparisons,
         "paper": {
-            "source": "seed 002, Section VI-A (Fig. 4), l. 184 and the abstract",
+            "source": "seed 002, Sections VI-A to VI-C (Figs. 4-6, 8), and the abstract",
             "statements": [
                 "1% loss with HOLB delays the 95th percentile of post-selection delay more than 2% loss without it",
                 "20 ms one-way, 40 calls/s: a 95th percentile slightly below 200 ms corresponds to 2% loss with HOLB and 4% without (l. 184)",
-                "a sudden increase of the 95th percentile occurs above 5% loss with HOLB (l. 228)"
+                "without HOLB the 95th percentile stays very low below 2% loss and rises sharply from 2% to 3% (l. 157); not so with HOLB (l. 163)",
+                "10-20 packet queue, 20 ms, 40 calls/s: about 200 ms corresponds to one competing TCP connection with HOLB and two without (l. 236); one with HOLB is statistically equivalent to two without in all scenarios but 60 ms / 40 calls/s (l. 238)",
+                "50-60 packet queue: with one competing TCP connection HOLB is negligible; with 20 ms, two with HOLB are equivalent to six without (l. 252)",
+                "web traffic: with the 50-60 queue delay stays at its empty-network minimum (l. 264); with the 10-20 queue HOLB's effect is significant in all scenarios (l. 268)"
             ],
         },
     });
@@ -584,7 +860,7 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
     std::fs::write(a.out.join("results.json"), text)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "delay_ms,rate_cps,transport,loss_pct,runs,p95_mean_ms,p95_ci95_ms,p95_runs_ms,calls,rang,link_lost_ab,link_lost_ba,sctp_retransmissions\n",
+        "delay_ms,rate_cps,queue,sweep,x,transport,loss_pct,runs,p95_mean_ms,p95_ci95_ms,p95_runs_ms,calls,rang,link_lost_ab,link_lost_ba,queue_drops_ab,queue_drops_ba,sctp_retransmissions,competing_bytes\n",
     );
     for p in points {
         let runs: Vec<String> = p
@@ -594,9 +870,13 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
             .collect();
         let sum = |f: &dyn Fn(&Run) -> f64| p.runs.iter().map(f).sum::<f64>();
         csv.push_str(&format!(
-            "{},{},{},{},{},{:.2},{:.2},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{},{},{},{},{},{},{}\n",
             p.delay_ms,
             p.rate_cps,
+            p.queue
+                .map_or(String::new(), |[lo, hi]| format!("{lo}-{hi}")),
+            p.sweep.tag(),
+            p.x(),
             p.transport.name(),
             p.loss_pct,
             p.runs.len(),
@@ -607,7 +887,10 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
             sum(&|r| r.rang as f64),
             sum(&|r| r.lost[0] as f64),
             sum(&|r| r.lost[1] as f64),
+            sum(&|r| r.queue_drops[0] as f64),
+            sum(&|r| r.queue_drops[1] as f64),
             sum(&|r| r.sctp_retransmissions),
+            sum(&|r| r.competing_bytes as f64),
         ));
     }
     std::fs::write(a.out.join("points.csv"), csv)
@@ -615,11 +898,17 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
     plots(&a.out, points)
 }
 
-/// One plot per (delay, rate): the mean p95 against loss, a line per transport.
+/// One plot per (delay, rate, queue, sweep): the mean p95 with its 95% interval against what
+/// the series varies, a line per transport.
 fn plots(out: &Path, points: &[Point]) -> Result<()> {
-    let mut keys: Vec<(f64, f64)> = points.iter().map(|p| (p.delay_ms, p.rate_cps)).collect();
-    keys.dedup();
-    for (d, r) in keys {
+    let mut keys: Vec<(f64, f64, Option<[u64; 2]>, Sweep)> = Vec::new();
+    for p in points {
+        let k = (p.delay_ms, p.rate_cps, p.queue, p.sweep);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (d, r, queue, sweep) in keys {
         let mut series: Vec<plot::Series> = Vec::new();
         let mut intervals: Vec<plot::Intervals> = Vec::new();
         for t in [
@@ -631,20 +920,26 @@ fn plots(out: &Path, points: &[Point]) -> Result<()> {
         ] {
             let mut pts: Vec<&Point> = points
                 .iter()
-                .filter(|p| p.delay_ms == d && p.rate_cps == r && p.transport == t)
+                .filter(|p| {
+                    p.delay_ms == d
+                        && p.rate_cps == r
+                        && p.queue == queue
+                        && p.sweep == sweep
+                        && p.transport == t
+                })
                 .collect();
-            pts.sort_by(|x, y| x.loss_pct.total_cmp(&y.loss_pct));
+            pts.sort_by(|x, y| x.x().total_cmp(&y.x()));
             if !pts.is_empty() {
                 series.push((
                     t.name().to_owned(),
-                    pts.iter().map(|p| (p.loss_pct, p.p95_mean_ms)).collect(),
+                    pts.iter().map(|p| (p.x(), p.p95_mean_ms)).collect(),
                 ));
                 // The paper's error bars: the 95% confidence interval of the mean.
                 intervals.push(
                     pts.iter()
                         .map(|p| {
                             (
-                                p.loss_pct,
+                                p.x(),
                                 p.p95_mean_ms - p.p95_ci95_ms,
                                 p.p95_mean_ms + p.p95_ci95_ms,
                             )
@@ -653,11 +948,21 @@ fn plots(out: &Path, points: &[Point]) -> Result<()> {
                 );
             }
         }
+        // Loss sweeps keep their historical names (p95-D-ms-R-cps).
+        let (q_name, q_title) = queue.map_or((String::new(), String::new()), |[lo, hi]| {
+            (format!("-q{lo}-{hi}"), format!(", queue {lo}-{hi}"))
+        });
+        let s_name = match sweep {
+            Sweep::Loss => String::new(),
+            other => format!("-{}", other.tag()),
+        };
         plot::chart_with_intervals(
             out,
-            &format!("p95-{d}-ms-{r}-cps"),
-            &format!("post-selection delay p95 (mean, 95% CI), {d} ms one-way, {r} calls/s"),
-            "packet loss each way (%)",
+            &format!("p95-{d}-ms-{r}-cps{q_name}{s_name}"),
+            &format!(
+                "post-selection delay p95 (mean, 95% CI), {d} ms one-way, {r} calls/s{q_title}"
+            ),
+            sweep.axis(),
             "95th percentile (ms), mean of runs",
             &series,
             &intervals,
@@ -689,6 +994,60 @@ mod tests {
         let (d, p) = ks_test(&a, &a);
         assert_eq!(d, 0.0);
         assert!(p > 0.99, "{p}");
+    }
+
+    #[test]
+    fn queues_parse_as_the_paper_names_them() {
+        assert_eq!(parse_queue("10-20").expect("10-20"), [10, 20]);
+        assert_eq!(parse_queue(" 50 - 60 ").expect("50-60"), [50, 60]);
+        for bad in ["20-10", "10", "10-10", "a-20", "10-"] {
+            assert!(parse_queue(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_queue_makes_a_drd_bottleneck_and_no_queue_none() {
+        let mut c = Conditions {
+            delay_ms: 20.0,
+            rate_cps: 40.0,
+            loss_pct: 0.0,
+            correlation: 0.0,
+            competing_tcp: 2,
+            web_sessions_per_s: 0.0,
+            queue: Some([10, 20]),
+            bottleneck_kbit: 10_000,
+        };
+        let l = c.link().expect("link");
+        let r = l.rate.expect("a bottleneck");
+        assert_eq!(r.bits_per_second, 10_000_000);
+        assert_eq!(r.queue_packets, Some(20));
+        assert_eq!(
+            r.drop,
+            QueueDrop::Derivative {
+                min_packets: 10,
+                max_packets: 20,
+                max_probability: 0.95
+            }
+        );
+        assert!(r.queue_bytes >= 20 * 1_500, "{}", r.queue_bytes);
+        assert_eq!(l.delay, Duration::from_millis(20));
+        assert!(c.competing());
+        c.queue = None;
+        c.competing_tcp = 0;
+        assert!(c.link().expect("link").rate.is_none());
+        assert!(!c.competing());
+    }
+
+    #[test]
+    fn points_read_from_older_results_are_loss_sweeps() {
+        let p: Point = serde_json::from_value(json!({
+            "delay_ms": 20.0, "rate_cps": 40.0, "transport": "sctp-ordered", "loss_pct": 2.0,
+            "runs": [], "p95_mean_ms": 100.0, "p95_ci95_ms": 5.0
+        }))
+        .expect("an older point");
+        assert_eq!(p.sweep, Sweep::Loss);
+        assert_eq!(p.x(), 2.0);
+        assert_eq!(p.queue, None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use holdline_netem::traffic::{Traffic, TrafficConfig};
 use holdline_netem::{Clock, DirectionStats, Emulator, EmulatorConfig, Topology, netns};
 use holdline_netmodel::LinkConfig;
 
@@ -157,7 +158,7 @@ pub(crate) struct Wan {
     pub b: Site,
     // Fields drop in order: the emulator's threads stop before the namespaces go.
     emulator: Option<Emulator>,
-    _topology: Topology,
+    topology: Topology,
 }
 
 /// What crossed an emulated link, per direction.
@@ -218,8 +219,14 @@ impl Wan {
                 ip: topology.addr_b,
             },
             emulator: Some(emulator),
-            _topology: topology,
+            topology,
         })
+    }
+
+    /// Starts competing traffic across the link (`holdline lab holb`); stop it before the
+    /// link is dropped.
+    pub(crate) fn traffic(&self, config: &TrafficConfig) -> Result<Traffic> {
+        Ok(Traffic::start(&self.topology, config)?)
     }
 
     /// Sets TCP's congestion control in both namespaces (`net.ipv4.tcp_congestion_control`,

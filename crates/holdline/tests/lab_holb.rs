@@ -75,3 +75,64 @@ fn holb_runs_sctp_ordered_and_unordered_across_a_lossy_link() {
         "{r}"
     );
 }
+
+/// The competing-traffic form (seed 002's Figs. 5-6): one long-lived TCP transfer across a
+/// 10 Mbit/s bottleneck behind the paper's 10-20 packet DRD queue, SCTP unordered, one run of
+/// 6 s. Checks that the transfer ran, that the queue (not a random loss) dropped packets,
+/// that every call still rang over SCTP, and that the point and its plot are named by what
+/// they sweep.
+#[test]
+fn holb_runs_with_competing_tcp_through_the_router_queue() {
+    if !holdline_netem::netns::is_root() {
+        eprintln!("skipped: needs root (network namespaces and TUN devices)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("holb");
+    common::run_lab(
+        &[
+            "holb",
+            "--transports",
+            "sctp-unordered",
+            "--competing-tcp",
+            "1",
+            "--queues",
+            "10-20",
+            "--delays",
+            "20",
+            "--rates",
+            "20",
+            "--correlation",
+            "0",
+            "--runs",
+            "1",
+            "--duration",
+            "6",
+        ],
+        &out,
+        Duration::from_secs(240),
+    );
+    assert!(out.join("p95-20-ms-20-cps-q10-20-tcp.svg").exists());
+    let r: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("results.json")).expect("results.json"),
+    )
+    .expect("json");
+    let p = &r["points"][0];
+    assert_eq!(p["sweep"], "competing-tcp", "{r}");
+    assert_eq!(p["competing_tcp"], 1, "{r}");
+    assert_eq!(p["queue"], serde_json::json!([10, 20]), "{r}");
+    let run = &p["runs"][0];
+    assert!(
+        run["competing_bytes"].as_u64().unwrap_or(0) > 1_000_000,
+        "the transfer carried little: {run}"
+    );
+    assert!(
+        run["queue_drops"][0].as_u64().unwrap_or(0) > 0,
+        "the queue dropped nothing A→B: {run}"
+    );
+    // No random loss was asked for.
+    assert_eq!(run["lost"][0].as_u64(), Some(0), "{run}");
+    let calls = run["calls"].as_u64().expect("calls");
+    assert!(calls >= 100, "{run}");
+    assert_eq!(run["rang"].as_u64(), Some(calls), "every call rang: {run}");
+}
