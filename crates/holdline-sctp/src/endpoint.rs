@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sctp_proto::{
@@ -43,6 +43,12 @@ pub struct SctpConfig {
     /// Retransmissions of INIT before the association setup fails (RFC 4960
     /// Max.Init.Retransmits: 8).
     pub max_init_retransmits: usize,
+    /// HEARTBEAT interval, ms (RFC 4960 HB.interval: 30,000); 0 sends none. An association
+    /// from which nothing was heard for this long plus RTO.Min gets a HEARTBEAT, and another
+    /// after each such wait while it stays unanswered; more than `max_retransmits`
+    /// unanswered in a row and the peer is declared unreachable (RFC 4960 §8.1, §8.3):
+    /// the association is lost and what waited on it dropped.
+    pub heartbeat_interval_ms: u64,
     /// Accept associations that peers start. Default `true`.
     pub accept: bool,
     /// The most associations at once. Default 10,000.
@@ -62,6 +68,7 @@ impl Default for SctpConfig {
             rto_max_ms: 60_000,
             max_retransmits: 10,
             max_init_retransmits: 8,
+            heartbeat_interval_ms: 30_000,
             accept: true,
             max_associations: 10_000,
         }
@@ -143,6 +150,13 @@ pub struct SctpStats {
     /// Bytes waiting in the associations open now (for their setup, or not yet
     /// acknowledged).
     pub queued_bytes: u64,
+    /// HEARTBEATs sent.
+    pub heartbeats_sent: u64,
+    /// HEARTBEAT ACKs received for them.
+    pub heartbeat_acks: u64,
+    /// Associations declared lost because their peer answered no HEARTBEAT (also counted
+    /// in `lost`).
+    pub heartbeat_failures: u64,
 }
 
 /// One association and what holdline keeps beside it.
@@ -158,6 +172,41 @@ struct Assoc {
     queued_bytes: usize,
     /// Streams opened for sending.
     opened: Vec<bool>,
+    /// The peer's verification tag, read from the packets sctp-proto sends it (0 until the
+    /// handshake is done): what a HEARTBEAT of ours must carry.
+    peer_tag: u32,
+    /// When a datagram last came from the peer.
+    heard: Instant,
+    /// HEARTBEATs sent since the peer was last heard, and when the last went out.
+    hb_unanswered: u32,
+    hb_sent: Option<Instant>,
+}
+
+impl Assoc {
+    fn new(a: Association, peer: SocketAddr, streams: usize, now: Instant) -> Self {
+        Self {
+            a,
+            peer,
+            key: peer,
+            connected: false,
+            queued: VecDeque::new(),
+            queued_bytes: 0,
+            opened: vec![false; streams],
+            peer_tag: 0,
+            heard: now,
+            hb_unanswered: 0,
+            hb_sent: None,
+        }
+    }
+
+    /// When the next HEARTBEAT is due (`None`: heartbeats off, or no handshake yet).
+    fn heartbeat_due(&self, cfg: &SctpConfig) -> Option<Instant> {
+        if cfg.heartbeat_interval_ms == 0 || !self.connected || self.peer_tag == 0 {
+            return None;
+        }
+        let wait = Duration::from_millis(cfg.heartbeat_interval_ms + cfg.rto_min_ms);
+        Some(self.hb_sent.unwrap_or(self.heard).max(self.heard) + wait)
+    }
 }
 
 /// Every SCTP association of one UDP socket. See the crate documentation.
@@ -267,6 +316,26 @@ impl SctpUdp {
     /// Feeds one datagram the socket received from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, data: &[u8]) {
         self.stats.datagrams_in += 1;
+        // A HEARTBEAT ACK answers one of ours: sctp-proto neither sends HEARTBEATs nor
+        // takes their acknowledgements, so it stops here.
+        if let Some(nonce) = heartbeat_ack_nonce(data) {
+            let h = self.by_peer.get(&from).copied().or_else(|| {
+                self.assocs
+                    .iter()
+                    .find(|(_, x)| x.peer == from)
+                    .map(|(h, _)| *h)
+            });
+            match h.and_then(|h| self.assocs.get_mut(&h)) {
+                Some(x) if nonce == heartbeat_nonce(x.peer_tag) => {
+                    self.stats.heartbeat_acks += 1;
+                    x.heard = now;
+                    x.hb_unanswered = 0;
+                    x.hb_sent = None;
+                }
+                _ => self.stats.stray_datagrams += 1,
+            }
+            return;
+        }
         let Some((h, event)) =
             self.endpoint
                 .handle(now, from, None, None, Bytes::copy_from_slice(data))
@@ -278,18 +347,7 @@ impl SctpUdp {
         match event {
             DatagramEvent::NewAssociation(a) => {
                 let streams = usize::from(self.cfg.streams.max(1));
-                self.assocs.insert(
-                    h,
-                    Assoc {
-                        a,
-                        peer: from,
-                        key: from,
-                        connected: false,
-                        queued: VecDeque::new(),
-                        queued_bytes: 0,
-                        opened: vec![false; streams],
-                    },
-                );
+                self.assocs.insert(h, Assoc::new(a, from, streams, now));
                 // A peer that started an association carries our messages to it too,
                 // unless we already started one of our own.
                 self.by_peer.entry(from).or_insert(h);
@@ -298,6 +356,13 @@ impl SctpUdp {
                 if let Some(x) = self.assocs.get_mut(&h) {
                     // RFC 6951: follow the peer's encapsulation port.
                     x.peer = from;
+                    // The peer's own HEARTBEAT says nothing of whether ours reach it (a path
+                    // broken one way); anything else it sends answers something of ours.
+                    if data.get(12) != Some(&CHUNK_HEARTBEAT) {
+                        x.heard = now;
+                        x.hb_unanswered = 0;
+                        x.hb_sent = None;
+                    }
                     x.a.handle_event(ev);
                 }
             }
@@ -324,7 +389,7 @@ impl SctpUdp {
         }
         let h = match self.by_peer.get(&to) {
             Some(&h) => h,
-            None => self.connect(to)?,
+            None => self.connect(now, to)?,
         };
         let stream = (key % u64::from(self.cfg.streams.max(1))) as u16;
         let limit = self.cfg.max_queued_bytes;
@@ -378,7 +443,8 @@ impl SctpUdp {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.assocs
             .values()
-            .filter_map(|x| x.a.poll_timeout())
+            .flat_map(|x| [x.a.poll_timeout(), x.heartbeat_due(&self.cfg)])
+            .flatten()
             .min()
     }
 
@@ -397,6 +463,36 @@ impl SctpUdp {
                 x.a.handle_timeout(now);
             }
             self.drive(h, now);
+        }
+        self.heartbeats(now);
+    }
+
+    /// Sends the HEARTBEATs due at `now`; declares lost the associations whose peer left
+    /// more than `max_retransmits` of them unanswered.
+    fn heartbeats(&mut self, now: Instant) {
+        let due: Vec<AssociationHandle> = self
+            .assocs
+            .iter()
+            .filter(|(_, x)| x.heartbeat_due(&self.cfg).is_some_and(|t| t <= now))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in due {
+            let Some(x) = self.assocs.get_mut(&h) else {
+                continue;
+            };
+            if x.hb_unanswered as usize >= self.cfg.max_retransmits {
+                // RFC 4960 §8.1: the peer is unreachable. sctp-proto reports the loss
+                // (AssociationLost), which the drive below counts and cleans up.
+                self.stats.heartbeat_failures += 1;
+                let _ = x.a.close();
+                self.drive(h, now);
+                continue;
+            }
+            x.hb_unanswered += 1;
+            x.hb_sent = Some(now);
+            self.stats.heartbeats_sent += 1;
+            let packet = heartbeat_packet(self.cfg.sctp_port, x.peer_tag);
+            self.transmits.push_back((x.peer, packet));
         }
     }
 
@@ -427,7 +523,7 @@ impl SctpUdp {
         }
     }
 
-    fn connect(&mut self, to: SocketAddr) -> Result<AssociationHandle, SendError> {
+    fn connect(&mut self, now: Instant, to: SocketAddr) -> Result<AssociationHandle, SendError> {
         let (h, a) = self
             .endpoint
             .connect(self.client.clone(), to)
@@ -436,18 +532,7 @@ impl SctpUdp {
                 reason: e.to_string(),
             })?;
         let streams = usize::from(self.cfg.streams.max(1));
-        self.assocs.insert(
-            h,
-            Assoc {
-                a,
-                peer: to,
-                key: to,
-                connected: false,
-                queued: VecDeque::new(),
-                queued_bytes: 0,
-                opened: vec![false; streams],
-            },
-        );
+        self.assocs.insert(h, Assoc::new(a, to, streams, now));
         self.by_peer.insert(to, h);
         Ok(h)
     }
@@ -520,6 +605,16 @@ impl SctpUdp {
             }
             while let Some(t) = x.a.poll_transmit(now) {
                 progressed = true;
+                if x.connected
+                    && let Payload::RawEncode(parts) = &t.payload
+                    && let Some(tag) = parts.first().and_then(|b| b.get(4..8))
+                {
+                    // The common header's verification tag: the peer's.
+                    let tag = u32::from_be_bytes([tag[0], tag[1], tag[2], tag[3]]);
+                    if tag != 0 {
+                        x.peer_tag = tag;
+                    }
+                }
                 push_payload(&mut self.transmits, x.peer, t.payload);
             }
             if !progressed {
@@ -599,4 +694,63 @@ fn push_payload(out: &mut VecDeque<(SocketAddr, Bytes)>, to: SocketAddr, p: Payl
             out.push_back((to, b));
         }
     }
+}
+
+/// SCTP chunk types (RFC 9260 §3.2).
+const CHUNK_HEARTBEAT: u8 = 4;
+const CHUNK_HEARTBEAT_ACK: u8 = 5;
+/// Heartbeat Info parameter type (RFC 9260 §3.3.5).
+const PARAM_HEARTBEAT_INFO: u16 = 1;
+
+/// CRC32c, SCTP's checksum (RFC 9260 Appendix A), as sctp-proto computes it.
+const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// What a HEARTBEAT of ours carries as its Heartbeat Info, for its ACK to be recognised: a
+/// value derived from the peer's tag (known to both ends of the association, constant for
+/// its life) and a fixed marker, so a stale or forged ACK from another association does not
+/// count.
+fn heartbeat_nonce(peer_tag: u32) -> u64 {
+    (u64::from(peer_tag) << 32) | 0x686c_6862 // "hlhb"
+}
+
+/// An SCTP packet of one HEARTBEAT chunk to the peer whose verification tag is `tag`.
+fn heartbeat_packet(port: u16, tag: u32) -> Bytes {
+    let mut p = Vec::with_capacity(12 + 4 + 12);
+    p.extend_from_slice(&port.to_be_bytes());
+    p.extend_from_slice(&port.to_be_bytes());
+    p.extend_from_slice(&tag.to_be_bytes());
+    p.extend_from_slice(&[0; 4]);
+    // HEARTBEAT: type, flags, length (4 + the 12-byte parameter).
+    p.extend_from_slice(&[CHUNK_HEARTBEAT, 0]);
+    p.extend_from_slice(&16u16.to_be_bytes());
+    // Heartbeat Info: type, length (4 + 8), the nonce.
+    p.extend_from_slice(&PARAM_HEARTBEAT_INFO.to_be_bytes());
+    p.extend_from_slice(&12u16.to_be_bytes());
+    p.extend_from_slice(&heartbeat_nonce(tag).to_be_bytes());
+    let crc = CRC32C.checksum(&p);
+    p[8..12].copy_from_slice(&crc.to_le_bytes());
+    Bytes::from(p)
+}
+
+/// The nonce of a packet holding a HEARTBEAT ACK whose Heartbeat Info is 8 bytes (ours are),
+/// with a valid checksum; `None` for anything else.
+fn heartbeat_ack_nonce(d: &[u8]) -> Option<u64> {
+    if d.len() < 28 || d[12] != CHUNK_HEARTBEAT_ACK {
+        return None;
+    }
+    let chunk_len = u16::from_be_bytes([d[14], d[15]]);
+    let param = u16::from_be_bytes([d[16], d[17]]);
+    let param_len = u16::from_be_bytes([d[18], d[19]]);
+    if chunk_len != 16 || param != PARAM_HEARTBEAT_INFO || param_len != 12 {
+        return None;
+    }
+    let mut check = d.to_vec();
+    check[8..12].copy_from_slice(&[0; 4]);
+    let sum = u32::from_le_bytes([d[8], d[9], d[10], d[11]]);
+    if CRC32C.checksum(&check) != sum {
+        return None;
+    }
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&d[20..28]);
+    Some(u64::from_be_bytes(n))
 }

@@ -437,3 +437,63 @@ fn a_second_loss_during_fast_recovery_is_fast_retransmitted() {
         assert!(s.fast_retransmits >= 2, "unordered {unordered}: {s:?}");
     }
 }
+
+fn heartbeat_cfg(interval_ms: u64, max_retransmits: usize) -> SctpConfig {
+    SctpConfig {
+        heartbeat_interval_ms: interval_ms,
+        max_retransmits,
+        ..SctpConfig::default()
+    }
+}
+
+/// An idle association (RFC 4960 §8.3): HEARTBEATs every interval + RTO.Min once nothing is
+/// heard, each answered by the peer's HEARTBEAT ACK; the association stays up.
+#[test]
+fn an_idle_association_is_kept_alive_by_heartbeats() {
+    let c = heartbeat_cfg(1_000, 3);
+    let mut p = Pair::new(c.clone(), c, link(10), 21);
+    p.send_a(1, &message(1)).expect("send");
+    p.run_until(500);
+    assert!(p.a.is_connected(p.addr_b));
+    // 20 s of silence: a HEARTBEAT each 2 s (1 s interval + 1 s RTO.Min) from each side.
+    p.run_until(20_500);
+    for (side, s) in [("A", p.a.stats()), ("B", p.b.stats())] {
+        assert!(
+            (8..=11).contains(&s.heartbeats_sent),
+            "{side}: {} heartbeats in 20 s: {s:?}",
+            s.heartbeats_sent
+        );
+        assert_eq!(s.heartbeat_acks, s.heartbeats_sent, "{side}: {s:?}");
+        assert_eq!(
+            (s.open, s.lost, s.heartbeat_failures),
+            (1, 0, 0),
+            "{side}: {s:?}"
+        );
+    }
+    // And the association still carries messages.
+    p.send_a(2, &message(2)).expect("send");
+    p.run_until(21_000);
+    assert_eq!(p.got_b.len(), 2);
+}
+
+/// A peer that stops answering on an idle association is found unreachable after
+/// `max_retransmits` unanswered HEARTBEATs (RFC 4960 §8.1), and what waited on the
+/// association is dropped; without heartbeats nothing would notice until the next message.
+#[test]
+fn a_silent_peer_is_found_unreachable_by_heartbeats() {
+    let c = heartbeat_cfg(1_000, 3);
+    let mut p = Pair::new(c.clone(), c, link(10), 23);
+    p.send_a(1, &message(1)).expect("send");
+    p.run_until(500);
+    assert!(p.a.is_connected(p.addr_b));
+    // B falls silent for A: nothing from A reaches it, so it answers nothing.
+    p.drop_ab = Box::new(|_| true);
+    // Each wait is 2 s: three unanswered, then the fourth wait declares the loss (~8.5 s).
+    p.run_until(8_000);
+    assert_eq!(p.a.stats().lost, 0, "{:?}", p.a.stats());
+    p.run_until(12_000);
+    let s = p.a.stats();
+    assert_eq!((s.lost, s.heartbeat_failures, s.open), (1, 1, 0), "{s:?}");
+    assert_eq!(s.heartbeats_sent, 3, "{s:?}");
+    assert!(!p.a.is_connected(p.addr_b));
+}

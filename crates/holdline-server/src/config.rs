@@ -1299,6 +1299,11 @@ pub struct SctpSettings {
     /// The most bytes waiting per association (during its setup and not yet acknowledged);
     /// a message beyond it is dropped and counted (`sctp_queue_full`). Default 4 MiB.
     pub max_queued_bytes: usize,
+    /// HEARTBEAT interval on an idle association, ms (RFC 4960 HB.interval: 30,000); 0
+    /// sends none. A peer that leaves 10 in a row unanswered (Association.Max.Retrans) is
+    /// declared unreachable and its association lost, about 5.5 min after it fell silent
+    /// with the defaults.
+    pub heartbeat_interval_ms: u64,
 }
 
 impl Default for SctpSettings {
@@ -1311,6 +1316,7 @@ impl Default for SctpSettings {
             rto_min_ms: 1_000,
             rto_max_ms: 60_000,
             max_queued_bytes: 4 << 20,
+            heartbeat_interval_ms: 30_000,
         }
     }
 }

@@ -666,6 +666,7 @@ fn sctp_config(c: &config::SctpSettings) -> holdline_sctp::SctpConfig {
         rto_min_ms: c.rto_min_ms,
         rto_max_ms: c.rto_max_ms,
         max_queued_bytes: c.max_queued_bytes,
+        heartbeat_interval_ms: c.heartbeat_interval_ms,
         ..holdline_sctp::SctpConfig::default()
     }
 }

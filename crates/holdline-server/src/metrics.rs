@@ -101,7 +101,7 @@ pub(crate) struct WorkerStats {
     /// SCTP associations (worker 0): `[open, established, setup failures, lost, messages
     /// dropped, T3-rtx timeouts, fast retransmits, bytes queued]` (the last three of the
     /// associations open).
-    pub(crate) sctp: [AtomicU64; 8],
+    pub(crate) sctp: [AtomicU64; 10],
     pub(crate) drops: [AtomicU64; Drop::ALL.len()],
     pub(crate) closes: [AtomicU64; Close::ALL.len()],
     /// TLS handshakes by side (server, client) and result (completed, failed):
@@ -291,6 +291,16 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             6,
             "holdline_sctp_fast_retransmits_total",
             "SCTP fast retransmissions of the associations open.",
+        ),
+        (
+            8,
+            "holdline_sctp_heartbeats_total",
+            "SCTP HEARTBEATs sent on idle associations.",
+        ),
+        (
+            9,
+            "holdline_sctp_heartbeat_failures_total",
+            "SCTP associations declared lost because their peer answered no HEARTBEAT.",
         ),
     ] {
         counter(&mut out, name, help);

@@ -1532,6 +1532,8 @@ impl Worker {
             sum.t3_timeouts += st.t3_timeouts;
             sum.fast_retransmits += st.fast_retransmits;
             sum.queued_bytes += st.queued_bytes;
+            sum.heartbeats_sent += st.heartbeats_sent;
+            sum.heartbeat_failures += st.heartbeat_failures;
         }
         s.sctp[0].store(sum.open, Relaxed);
         s.sctp[1].store(sum.established, Relaxed);
@@ -1541,6 +1543,8 @@ impl Worker {
         s.sctp[5].store(sum.t3_timeouts, Relaxed);
         s.sctp[6].store(sum.fast_retransmits, Relaxed);
         s.sctp[7].store(sum.queued_bytes, Relaxed);
+        s.sctp[8].store(sum.heartbeats_sent, Relaxed);
+        s.sctp[9].store(sum.heartbeat_failures, Relaxed);
     }
 
     /// Sends what the SCTP endpoints produced. Never blocks: a datagram the socket does not

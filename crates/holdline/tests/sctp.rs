@@ -301,3 +301,116 @@ fn calls_complete_across_a_lossy_link_over_sctp_ordered() {
 fn calls_complete_across_a_lossy_link_over_sctp_unordered() {
     lossy_chain(true, 'u');
 }
+
+/// HEARTBEATs between two holdlines (RFC 4960 §8.3): after one call the association idles and
+/// A keeps it alive with answered HEARTBEATs; then B is killed, and A finds the peer
+/// unreachable from its unanswered HEARTBEATs alone — no call is sent to find out.
+#[test]
+fn heartbeats_keep_an_idle_association_and_find_a_dead_peer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("hb.toml");
+    // 100 ms interval + 100 ms RTO.Min: a HEARTBEAT every 0.2 s, a dead peer found after
+    // ten unanswered (about 2 s).
+    std::fs::write(
+        &config,
+        "[sctp]\nheartbeat_interval_ms = 100\nrto_min_ms = 100\nrto_initial_ms = 200\n",
+    )
+    .expect("write config");
+    let (uas_port, b_sctp, a_udp, a_sctp, b_udp) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let (a_metrics, b_metrics): (SocketAddr, SocketAddr) = (
+        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
+        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
+    );
+    let args = |listen: [String; 2], route: String, metrics: SocketAddr| {
+        let mut a = vec![s("--config"), config.display().to_string()];
+        for l in listen {
+            a.extend([s("--listen"), l]);
+        }
+        a.extend([
+            s("--route"),
+            format!("*={route}"),
+            s("--store"),
+            s("memory"),
+            s("--metrics"),
+            metrics.to_string(),
+        ]);
+        a
+    };
+    let b = Holdline::start(&args(
+        [
+            format!("sctp:127.0.0.1:{b_sctp}"),
+            format!("udp:127.0.0.1:{b_udp}"),
+        ],
+        format!("udp:127.0.0.1:{uas_port}"),
+        b_metrics,
+    ));
+    let _a = Holdline::start(&args(
+        [
+            format!("udp:127.0.0.1:{a_udp}"),
+            format!("sctp:127.0.0.1:{a_sctp}"),
+        ],
+        format!("sctp:127.0.0.1:{b_sctp}"),
+        a_metrics,
+    ));
+    let _uas = common::load(&[
+        s("uas"),
+        s("--listen"),
+        format!("127.0.0.1:{uas_port}"),
+        s("--duration"),
+        s("30"),
+    ]);
+    let json = dir.path().join("uac.json");
+    let report = common::run_load_report_in(
+        None,
+        &[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{a_udp}"),
+            s("--to"),
+            s("bob@example.com"),
+            s("--calls"),
+            s("1"),
+            s("--hold"),
+            s("fixed:0.1"),
+            s("--max-time"),
+            s("15"),
+            s("--json"),
+            json.display().to_string(),
+        ],
+        &json,
+        Duration::from_secs(20),
+    );
+    assert_eq!(calls(&report, "calls_ok"), 1, "{report}");
+    // Idle: HEARTBEATs go out and are answered; nothing is lost.
+    let m = common::wait_metrics(a_metrics, Duration::from_secs(10), |t| {
+        metric(t, "holdline_sctp_heartbeats_total", &[]) >= 10.0
+    });
+    assert_eq!(
+        metric(&m, "holdline_sctp_heartbeat_failures_total", &[]),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "holdline_sctp_associations_lost_total", &[]),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "holdline_sctp_associations", &[]), 1.0, "{m}");
+    // B dies (SIGKILL): A's HEARTBEATs go unanswered until it gives the peer up.
+    drop(b);
+    let m = common::wait_metrics(a_metrics, Duration::from_secs(15), |t| {
+        metric(t, "holdline_sctp_heartbeat_failures_total", &[]) >= 1.0
+    });
+    assert_eq!(
+        metric(&m, "holdline_sctp_associations_lost_total", &[]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "holdline_sctp_associations", &[]), 0.0, "{m}");
+}
