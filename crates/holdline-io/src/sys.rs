@@ -285,6 +285,40 @@ pub(crate) fn siocoutqnsd(fd: RawFd) -> io::Result<usize> {
     Ok(usize::try_from(value).unwrap_or(0))
 }
 
+/// The peer's advertised receive window, bytes (`getsockopt(TCP_INFO)`'s `tcpi_snd_wnd`,
+/// Linux 5.4 and later; `Unsupported` on a kernel whose `tcp_info` is shorter).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn tcp_snd_wnd(fd: RawFd) -> io::Result<u32> {
+    // SAFETY: tcp_info is plain data; all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`, a live local of that size,
+    // and the new length into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &raw mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let end = std::mem::offset_of!(libc::tcp_info, tcpi_snd_wnd) + size_of::<u32>();
+    if (len as usize) < end {
+        return Err(io::Error::from(io::ErrorKind::Unsupported));
+    }
+    Ok(info.tcpi_snd_wnd)
+}
+
+/// `TCP_INFO` is Linux-only here.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn tcp_snd_wnd(_fd: RawFd) -> io::Result<u32> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
+
 /// CPU time the calling thread has used (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`).
 #[cfg(unix)]
 pub(crate) fn thread_cpu_time() -> io::Result<std::time::Duration> {

@@ -668,6 +668,32 @@ impl TcpConn {
         siocoutqnsd(&self.stream)
     }
 
+    /// The unsent bytes the *peer* holds back: [`unsent_bytes`](Self::unsent_bytes) when
+    /// the peer's advertised window (`tcpi_snd_wnd`) is smaller than what the socket holds
+    /// (`SIOCOUTQ`: unsent and unacknowledged), 0 when the window has room for all of it —
+    /// then the sender's own congestion window holds the bytes back (slow start, a long
+    /// round trip, BBR's ProbeRTT), which says nothing of the peer's load. Where the window
+    /// cannot be read (kernels before 5.4, other systems), the unsent bytes as they are.
+    pub fn peer_held_bytes(&self) -> io::Result<usize> {
+        let unsent = siocoutqnsd(&self.stream)?;
+        if unsent == 0 {
+            return Ok(0);
+        }
+        match crate::sys::tcp_snd_wnd(self.stream.as_raw_fd()) {
+            Ok(window) => {
+                let held = siocoutq(&self.stream)?;
+                Ok(if window as usize >= held { 0 } else { unsent })
+            }
+            Err(_) => Ok(unsent),
+        }
+    }
+
+    /// The peer's advertised receive window, bytes (`TCP_INFO`'s `tcpi_snd_wnd`; Linux 5.4
+    /// and later).
+    pub fn peer_window(&self) -> io::Result<u32> {
+        crate::sys::tcp_snd_wnd(self.stream.as_raw_fd())
+    }
+
     /// Closes both directions now (queued bytes are lost). With TLS, a `close_notify` alert
     /// is offered to the socket first (never waited for).
     pub fn shutdown(&mut self) {

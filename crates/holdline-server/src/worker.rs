@@ -1184,9 +1184,12 @@ impl Worker {
                     .filter(|c| {
                         !c.io.is_connecting() && c.io.tls_state() != Some(TlsState::Handshaking)
                     })
+                    // The kernel's backlog counts only when the next hop's window holds it
+                    // back: bytes the congestion window holds (slow start, BBR's ProbeRTT
+                    // across a WAN link) are no sign of the next hop's load.
                     .map_or((0, 0), |c| {
                         (
-                            c.io.unsent_bytes().unwrap_or(0) as u64,
+                            c.io.peer_held_bytes().unwrap_or(0) as u64,
                             c.io.queued_bytes() as u64,
                         )
                     });
