@@ -1,6 +1,6 @@
 //! [`SctpUdp`]: every SCTP association of one UDP socket, sans-IO.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +26,9 @@ pub struct SctpConfig {
     /// Send every SIP message unordered (the U bit): a message is delivered as soon as it
     /// is complete, whatever was lost before it on its stream. Default `false` (ordered).
     pub unordered: bool,
+    /// Peers (by encapsulation address) whose messages go otherwise than `unordered` says:
+    /// `true` unordered, `false` ordered. Default none.
+    pub delivery: BTreeMap<SocketAddr, bool>,
     /// The largest SIP message sent or accepted, bytes. Default 65,535.
     pub max_message: u32,
     /// The most bytes waiting per association (queued during the handshake plus not yet
@@ -61,6 +64,7 @@ impl Default for SctpConfig {
             sctp_port: 5060,
             streams: 16,
             unordered: false,
+            delivery: BTreeMap::new(),
             max_message: 65_535,
             max_queued_bytes: 4 << 20,
             rto_initial_ms: 3_000,
@@ -172,6 +176,8 @@ struct Assoc {
     queued_bytes: usize,
     /// Streams opened for sending.
     opened: Vec<bool>,
+    /// Whether what we send on it goes unordered (the peer's setting, or the endpoint's).
+    unordered: bool,
     /// The peer's verification tag, read from the packets sctp-proto sends it (0 until the
     /// handshake is done): what a HEARTBEAT of ours must carry.
     peer_tag: u32,
@@ -183,7 +189,7 @@ struct Assoc {
 }
 
 impl Assoc {
-    fn new(a: Association, peer: SocketAddr, streams: usize, now: Instant) -> Self {
+    fn new(a: Association, peer: SocketAddr, cfg: &SctpConfig, now: Instant) -> Self {
         Self {
             a,
             peer,
@@ -191,7 +197,8 @@ impl Assoc {
             connected: false,
             queued: VecDeque::new(),
             queued_bytes: 0,
-            opened: vec![false; streams],
+            opened: vec![false; usize::from(cfg.streams.max(1))],
+            unordered: cfg.delivery.get(&peer).copied().unwrap_or(cfg.unordered),
             peer_tag: 0,
             heard: now,
             hb_unanswered: 0,
@@ -346,8 +353,7 @@ impl SctpUdp {
         };
         match event {
             DatagramEvent::NewAssociation(a) => {
-                let streams = usize::from(self.cfg.streams.max(1));
-                self.assocs.insert(h, Assoc::new(a, from, streams, now));
+                self.assocs.insert(h, Assoc::new(a, from, &self.cfg, now));
                 // A peer that started an association carries our messages to it too,
                 // unless we already started one of our own.
                 self.by_peer.entry(from).or_insert(h);
@@ -393,7 +399,6 @@ impl SctpUdp {
         };
         let stream = (key % u64::from(self.cfg.streams.max(1))) as u16;
         let limit = self.cfg.max_queued_bytes;
-        let unordered = self.cfg.unordered;
         let Some(x) = self.assocs.get_mut(&h) else {
             return Err(SendError::Connect {
                 peer: to,
@@ -410,7 +415,7 @@ impl SctpUdp {
         }
         let data = Bytes::copy_from_slice(message);
         if x.connected && x.queued.is_empty() && queued - x.queued_bytes < IN_SCTP {
-            if !write(x, stream, &data, unordered) {
+            if !write(x, stream, &data) {
                 self.stats.messages_refused += 1;
             }
         } else {
@@ -531,8 +536,7 @@ impl SctpUdp {
                 peer: to,
                 reason: e.to_string(),
             })?;
-        let streams = usize::from(self.cfg.streams.max(1));
-        self.assocs.insert(h, Assoc::new(a, to, streams, now));
+        self.assocs.insert(h, Assoc::new(a, to, &self.cfg, now));
         self.by_peer.insert(to, h);
         Ok(h)
     }
@@ -546,7 +550,6 @@ impl SctpUdp {
     /// Runs association `h` until it has nothing more to say: its events, the endpoint's,
     /// its datagrams; removes it when it is over.
     fn drive(&mut self, h: AssociationHandle, now: Instant) {
-        let unordered = self.cfg.unordered;
         let Some(x) = self.assocs.get_mut(&h) else {
             return;
         };
@@ -598,7 +601,7 @@ impl SctpUdp {
                     x.queued_bytes -= data.len();
                     inside += data.len();
                     progressed = true;
-                    if !write(x, stream, &data, unordered) {
+                    if !write(x, stream, &data) {
                         self.stats.messages_refused += 1;
                     }
                 }
@@ -643,9 +646,10 @@ fn buffered(a: &mut Association, opened: &[bool]) -> usize {
 }
 
 /// Writes one message on `stream`, opening it first if needed (a stream the peer opened
-/// already exists: it is set up for our sending the same way). False when sctp-proto
-/// refused the message.
-fn write(x: &mut Assoc, stream: u16, data: &Bytes, unordered: bool) -> bool {
+/// already exists: it is set up for our sending the same way), ordered or not as the
+/// association says. False when sctp-proto refused the message.
+fn write(x: &mut Assoc, stream: u16, data: &Bytes) -> bool {
+    let unordered = x.unordered;
     let i = usize::from(stream);
     let result = if x.opened.get(i).copied().unwrap_or(false) {
         x.a.stream(stream)

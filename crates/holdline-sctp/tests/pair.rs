@@ -237,7 +237,12 @@ fn every_message_arrives_once_across_loss_and_reordering() {
 /// Drops the first A→B datagram carrying message 0; then sends 1..=9 on the same stream.
 /// Returns when each message arrived at B (ns) and the RTO floor.
 fn gap(unordered: bool) -> (Vec<(u64, u64)>, u64) {
-    let mut p = Pair::new(cfg(unordered), cfg(unordered), link(20), 3);
+    gap_with(cfg(unordered), cfg(unordered))
+}
+
+/// [`gap`] with A's and B's configurations given.
+fn gap_with(a: SctpConfig, b: SctpConfig) -> (Vec<(u64, u64)>, u64) {
+    let mut p = Pair::new(a, b, link(20), 3);
     // Set up the association first, with a message on another stream.
     p.send_a(1, &message(100)).expect("send");
     p.run_until(500);
@@ -496,4 +501,45 @@ fn a_silent_peer_is_found_unreachable_by_heartbeats() {
     assert_eq!((s.lost, s.heartbeat_failures, s.open), (1, 1, 0), "{s:?}");
     assert_eq!(s.heartbeats_sent, 3, "{s:?}");
     assert!(!p.a.is_connected(p.addr_b));
+}
+
+/// Whether message 0 (lost once) held back the messages sent after it on its stream.
+fn blocked(times: &[(u64, u64)]) -> bool {
+    let lost_at = times
+        .iter()
+        .find(|(n, _)| *n == 0)
+        .map(|(_, t)| *t)
+        .expect("message 0 retransmitted");
+    times.iter().all(|&(n, t)| n == 0 || t >= lost_at)
+}
+
+/// Ordered or unordered delivery per peer (`SctpConfig::delivery`, the server's
+/// `[sctp.delivery]` for a next hop) overrides the endpoint's default, both ways round.
+#[test]
+fn delivery_per_peer_overrides_the_endpoints_default() {
+    let b: SocketAddr = "192.0.2.2:9899".parse().expect("addr");
+    // Ordered by default, unordered towards B: nothing waits for the lost message.
+    let mut a = cfg(false);
+    a.delivery.insert(b, true);
+    let (times, _) = gap_with(a, cfg(false));
+    assert_eq!(times.len(), 10, "{times:?}");
+    assert!(
+        !blocked(&times),
+        "unordered towards B, yet blocked: {times:?}"
+    );
+    // Unordered by default, ordered towards B: everything waits for it.
+    let mut a = cfg(true);
+    a.delivery.insert(b, false);
+    let (times, _) = gap_with(a, cfg(true));
+    assert_eq!(times.len(), 10, "{times:?}");
+    assert!(
+        blocked(&times),
+        "ordered towards B, yet not blocked: {times:?}"
+    );
+    // And another peer keeps the default.
+    let mut a = cfg(true);
+    a.delivery
+        .insert("192.0.2.9:9899".parse().expect("addr"), false);
+    let (times, _) = gap_with(a, cfg(true));
+    assert!(!blocked(&times), "{times:?}");
 }

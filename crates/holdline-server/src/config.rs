@@ -161,6 +161,7 @@
 //! send_buffer = 16384
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -1278,7 +1279,7 @@ pub struct ServerConfig {
 
 /// SIP over SCTP over UDP (`[sctp]`; RFC 4168 over RFC 6951, docs/transports.md). Every
 /// `sctp:` listener and next hop of the server uses these.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SctpSettings {
     /// Send SIP messages unordered (the U bit): a message is delivered as soon as it is
@@ -1304,6 +1305,32 @@ pub struct SctpSettings {
     /// declared unreachable and its association lost, about 5.5 min after it fell silent
     /// with the defaults.
     pub heartbeat_interval_ms: u64,
+    /// Ordered or unordered delivery per listener or per peer, overriding `unordered`
+    /// (`[sctp.delivery]`, `"IP:PORT" = "ordered"` or `"unordered"`): an address that is one
+    /// of the server's `sctp:` listeners sets what it sends on the associations of that
+    /// socket; any other address is a peer's (a next hop's or a client's SCTP listener) and
+    /// sets what is sent to it, whichever listener carries it.
+    pub delivery: BTreeMap<String, SctpDelivery>,
+}
+
+/// How SIP messages are sent on an SCTP association.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SctpDelivery {
+    /// In order on their stream (a loss holds back the messages behind it on the stream).
+    Ordered,
+    /// Unordered (the U bit): each message as soon as it is complete.
+    Unordered,
+}
+
+impl SctpSettings {
+    /// The delivery overrides by address (checked by validation: every key parses).
+    pub fn delivery_by_addr(&self) -> BTreeMap<SocketAddr, bool> {
+        self.delivery
+            .iter()
+            .filter_map(|(k, v)| Some((k.parse().ok()?, *v == SctpDelivery::Unordered)))
+            .collect()
+    }
 }
 
 impl Default for SctpSettings {
@@ -1317,6 +1344,7 @@ impl Default for SctpSettings {
             rto_max_ms: 60_000,
             max_queued_bytes: 4 << 20,
             heartbeat_interval_ms: 30_000,
+            delivery: BTreeMap::new(),
         }
     }
 }
@@ -1720,6 +1748,14 @@ impl ServerConfig {
                 "sctp.rto_min_ms",
                 "expected 0 < rto_min_ms <= rto_initial_ms <= rto_max_ms",
             );
+        }
+        for k in c.delivery.keys() {
+            if k.parse::<SocketAddr>().is_err() {
+                return Err((
+                    format!("sctp.delivery.{k}"),
+                    format!("`{k}`: expected IP:PORT (a listener's or a peer's SCTP address)"),
+                ));
+            }
         }
         let is_sctp =
             |t: &RouteTarget| matches!(t, RouteTarget::Addr(l) if l.transport == Transport::Sctp);
@@ -2174,6 +2210,32 @@ stateless = true
         assert_eq!(c.listen[1].to_string(), "sctp:127.0.0.1:9899");
         assert!(c.sctp.unordered);
         assert_eq!(c.sctp.streams, 4);
+        let c = ServerConfig::from_toml(
+            "s.toml",
+            "[sctp.delivery]\n\"127.0.0.1:9899\" = \"unordered\"\n\"192.0.2.7:9899\" = \"ordered\"\n",
+        )
+        .expect("delivery per address");
+        let by = c.sctp.delivery_by_addr();
+        assert_eq!(
+            by.get(&"127.0.0.1:9899".parse().expect("addr")),
+            Some(&true)
+        );
+        assert_eq!(
+            by.get(&"192.0.2.7:9899".parse().expect("addr")),
+            Some(&false)
+        );
+        let e = ServerConfig::from_toml("s.toml", "[sctp.delivery]\n\"peer\" = \"ordered\"\n")
+            .expect_err("not an address");
+        assert_eq!(e.key, "sctp.delivery.peer");
+        let e = ServerConfig::from_toml(
+            "s.toml",
+            "[sctp.delivery]\n\"127.0.0.1:1\" = \"sideways\"\n",
+        )
+        .expect_err("not a delivery");
+        assert!(
+            e.to_string().contains("sideways") || e.to_string().contains("variant"),
+            "{e}"
+        );
         let e = ServerConfig::from_toml(
             "s.toml",
             "listen = [\"udp:127.0.0.1:5060\"]\n\

@@ -261,7 +261,7 @@ impl Server {
         let mut tcp: Vec<Vec<TcpListener>> = (0..n).map(|_| Vec::new()).collect();
         // SCTP over UDP: one socket per listener, all in worker 0 with their associations.
         let mut sctp: Vec<(UdpSocket, holdline_sctp::SctpUdp)> = Vec::new();
-        let sctp_config = sctp_config(&config.sctp);
+        let delivery = config.sctp.delivery_by_addr();
         let mut bound = Vec::new();
         let mut udp_recv_buffer = None;
         for lst in &config.listen {
@@ -301,7 +301,14 @@ impl Server {
                         };
                         let s = UdpSocket::bind(addr, &opts).map_err(err)?;
                         addr = s.local_addr().map_err(err)?;
-                        sctp.push((s, holdline_sctp::SctpUdp::new(sctp_config.clone())));
+                        sctp.push((
+                            s,
+                            holdline_sctp::SctpUdp::new(sctp_config(
+                                &config.sctp,
+                                lst.addr,
+                                &delivery,
+                            )),
+                        ));
                     }
                     Transport::Sctp => {}
                     _ => return Err(StartError::Unsupported(*lst)),
@@ -656,12 +663,18 @@ impl Server {
     }
 }
 
-/// The SCTP endpoints' settings from `[sctp]`.
-fn sctp_config(c: &config::SctpSettings) -> holdline_sctp::SctpConfig {
+/// The settings of the SCTP endpoint of listener `listener` from `[sctp]`: the listener's
+/// own delivery if `[sctp.delivery]` names it, the peers' overrides beside.
+fn sctp_config(
+    c: &config::SctpSettings,
+    listener: SocketAddr,
+    delivery: &std::collections::BTreeMap<SocketAddr, bool>,
+) -> holdline_sctp::SctpConfig {
     holdline_sctp::SctpConfig {
         sctp_port: c.sctp_port,
         streams: c.streams,
-        unordered: c.unordered,
+        unordered: delivery.get(&listener).copied().unwrap_or(c.unordered),
+        delivery: delivery.clone(),
         rto_initial_ms: c.rto_initial_ms,
         rto_min_ms: c.rto_min_ms,
         rto_max_ms: c.rto_max_ms,
@@ -691,5 +704,34 @@ fn probe_exclusive(lst: &Listener) -> Result<(), StartError> {
             std::net::TcpListener::bind(lst.addr).map(drop).map_err(err)
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sctp_delivery_per_listener_and_per_peer() {
+        let c = ServerConfig::from_toml(
+            "s.toml",
+            "[sctp]\nunordered = false\n[sctp.delivery]\n\"127.0.0.1:9899\" = \"unordered\"\n\"192.0.2.7:9899\" = \"ordered\"\n",
+        )
+        .expect("config");
+        let by = c.sctp.delivery_by_addr();
+        let named = sctp_config(&c.sctp, "127.0.0.1:9899".parse().expect("addr"), &by);
+        assert!(named.unordered, "the listener [sctp.delivery] names");
+        let other = sctp_config(&c.sctp, "127.0.0.1:9900".parse().expect("addr"), &by);
+        assert!(
+            !other.unordered,
+            "a listener it does not name keeps [sctp]'s"
+        );
+        // Peers' settings reach every listener's endpoint.
+        for cfg in [&named, &other] {
+            assert_eq!(
+                cfg.delivery.get(&"192.0.2.7:9899".parse().expect("addr")),
+                Some(&false)
+            );
+        }
     }
 }
