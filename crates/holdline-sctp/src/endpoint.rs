@@ -242,7 +242,9 @@ pub struct SctpUdp {
 /// carries at 10,000 messages per second on a LAN).
 const IN_SCTP: usize = 256 << 10;
 
-/// PPID of SIP messages: 0, unspecified (RFC 4168 assigns none) [re-check against RFC 4168 §5].
+/// PPID of SIP messages: 0, "no application identifier specified" (RFC 9260 §3.3.1); whether
+/// RFC 4168 names another is to re-check against its text. sctp-proto's `Unknown`, patched to
+/// be 0 on the wire (vendor/README.md).
 const PPID: PayloadProtocolIdentifier = PayloadProtocolIdentifier::Unknown;
 
 impl SctpUdp {

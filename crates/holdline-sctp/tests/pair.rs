@@ -35,6 +35,8 @@ struct Pair {
     got_b: Vec<(u64, Received)>,
     /// A→B datagrams put on the wire.
     sent_ab: u64,
+    /// Every A→B datagram A produced, when asked for (`Some`).
+    kept_ab: Option<Vec<Vec<u8>>>,
 }
 
 impl Pair {
@@ -54,6 +56,7 @@ impl Pair {
             got_a: Vec::new(),
             got_b: Vec::new(),
             sent_ab: 0,
+            kept_ab: None,
         }
     }
 
@@ -67,6 +70,9 @@ impl Pair {
         let now = LinkInstant::from_nanos(self.now);
         while let Some((to, p)) = self.a.poll_transmit() {
             assert_eq!(to, self.addr_b);
+            if let Some(k) = self.kept_ab.as_mut() {
+                k.push(p.to_vec());
+            }
             if let Fate::Deliver(at) = self.ab.send(now, p.len())
                 && !(self.drop_ab)(&p)
             {
@@ -542,4 +548,51 @@ fn delivery_per_peer_overrides_the_endpoints_default() {
         .insert("192.0.2.9:9899".parse().expect("addr"), false);
     let (times, _) = gap_with(a, cfg(true));
     assert!(!blocked(&times), "{times:?}");
+}
+
+/// Datagrams stay within the 1,472 bytes of UDP payload a 1,500-byte IP packet carries
+/// (sctp-proto 0.10.8 bundled DATA chunks past its MTU, so SIP messages of ~700 bytes
+/// travelled two to a 1,489-byte datagram: an IP fragment, twice as exposed to loss), and
+/// SIP messages carry PPID 0, "unspecified" (0.10.8 sent 58).
+#[test]
+fn datagrams_fit_an_ethernet_mtu_and_carry_ppid_0() {
+    let mut p = Pair::new(cfg(false), cfg(false), link(10), 31);
+    p.send_a(1, &message(0)).expect("send");
+    p.run_until(200);
+    assert!(p.a.is_connected(p.addr_b));
+    p.kept_ab = Some(Vec::new());
+    // Bursts of SIP messages of 600-1,400 bytes: bundled wherever two fit.
+    for n in 0..400u64 {
+        let mut m = message(n);
+        let pad = 600 + (n as usize * 37) % 800;
+        m.extend(std::iter::repeat_n(b'v', pad));
+        p.send_a(n, &m).expect("send");
+        if n % 8 == 7 {
+            p.run_until(200 + n);
+        }
+    }
+    p.run_until(5_000);
+    assert_eq!(p.got_b.len(), 401);
+    let kept = p.kept_ab.take().expect("kept");
+    let mut data_chunks = 0;
+    for d in &kept {
+        assert!(d.len() <= 1_472, "a datagram of {} bytes", d.len());
+        // Walk the chunks: type, flags, length; DATA's PPID after TSN, stream, SSN.
+        let mut at = 12;
+        while at + 4 <= d.len() {
+            let len = usize::from(u16::from_be_bytes([d[at + 2], d[at + 3]]));
+            if d[at] == 0 {
+                data_chunks += 1;
+                let ppid = u32::from_be_bytes([d[at + 12], d[at + 13], d[at + 14], d[at + 15]]);
+                assert_eq!(ppid, 0, "a DATA chunk with PPID {ppid}");
+            }
+            at += len.next_multiple_of(4).max(4);
+        }
+    }
+    assert!(data_chunks >= 400, "{data_chunks} DATA chunks seen");
+    let bundled = kept.iter().filter(|d| d.len() > 1_000).count();
+    assert!(
+        bundled > 0,
+        "no datagram over 1,000 bytes: nothing was bundled?"
+    );
 }

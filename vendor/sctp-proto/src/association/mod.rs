@@ -4093,13 +4093,18 @@ impl Association {
             //   single packet.  Furthermore, DATA chunks being retransmitted MAY be
             //   bundled with new DATA chunks, as long as the resulting packet size
             //   does not exceed the path MTU.
-            if bytes_in_packet + c.user_data.len() as u32 > self.mtu {
+            //
+            // holdline patch: the chunk's header and the padding of the chunk before it
+            // count too (0.10.8 compared the user data alone, so two DATA chunks of 721
+            // bytes made a packet of 1,489 bytes against an MTU of 1,472: an IP fragment).
+            let chunk_size = DATA_CHUNK_HEADER_SIZE + c.user_data.len() as u32;
+            if bytes_in_packet + chunk_size > self.mtu && !chunks_to_send.is_empty() {
                 packets.push(self.create_packet(chunks_to_send));
                 chunks_to_send = vec![];
                 bytes_in_packet = COMMON_HEADER_SIZE;
             }
 
-            bytes_in_packet += DATA_CHUNK_HEADER_SIZE + c.user_data.len() as u32;
+            bytes_in_packet += chunk_size.next_multiple_of(4);
             chunks_to_send.push(Box::new(c));
         }
 

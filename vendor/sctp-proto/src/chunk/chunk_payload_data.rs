@@ -20,8 +20,10 @@ pub enum PayloadProtocolIdentifier {
     Binary = 53,
     StringEmpty = 56,
     BinaryEmpty = 57,
+    /// Any other value; sent as 0, "no application identifier specified" (RFC 9260
+    /// §3.3.1). holdline patch: 0.10.8 left it implicit, which made it 58 on the wire.
     #[default]
-    Unknown,
+    Unknown = 0,
 }
 
 impl fmt::Display for PayloadProtocolIdentifier {
