@@ -39,7 +39,9 @@ use serde_json::json;
 use crate::error::{LabError, Result};
 use crate::generator::{GENERATOR_CORE, num, read_json, wait_bounded};
 use crate::plot;
-use crate::runner::{Proc, UacLoad, holdline_exe, lab_main, machine, metric, start_uacs_at};
+use crate::runner::{
+    Proc, UacLoad, holdline_exe, lab_main, machine, metric, metric_where, start_uacs_at,
+};
 use crate::server::{SERVER_CORE, Transport};
 use crate::wan::{Site, Wan};
 
@@ -299,6 +301,12 @@ pub struct Run {
     pub offered: [u64; 2],
     /// SCTP retransmissions at P1 and P2 (T3-rtx timeouts + fast retransmits).
     pub sctp_retransmissions: f64,
+    /// Of those, the ones the peer reported as duplicates (not needed).
+    #[serde(default)]
+    pub sctp_needless: f64,
+    /// SIP messages P1 and P2 sent over SCTP (one DATA chunk each).
+    #[serde(default)]
+    pub sctp_messages: f64,
     /// INVITE retransmissions by the UAC (UDP between the UAC and P1: none expected).
     pub invite_retransmissions: u64,
     /// Packets the router's queue dropped (full, or early by DRD), A→B and B→A: every
@@ -339,6 +347,16 @@ pub struct Point {
     pub p95_mean_ms: f64,
     /// Half-width of its 95% confidence interval, ms.
     pub p95_ci95_ms: f64,
+}
+
+impl Run {
+    /// The loss SCTP met, percent (seed 002, l. 210-228): the retransmissions that were
+    /// needed over the DATA chunks sent; `None` without SCTP traffic.
+    pub fn effective_loss_pct(&self) -> Option<f64> {
+        (self.sctp_messages > 0.0).then(|| {
+            100.0 * (self.sctp_retransmissions - self.sctp_needless).max(0.0) / self.sctp_messages
+        })
+    }
 }
 
 impl Point {
@@ -583,14 +601,16 @@ pub fn run(a: &Args) -> Result<f64> {
                             )?;
                             done += 1;
                             eprintln!(
-                                "[{done}/{total}] {label}: run {r}: psd p95 {:.1} ms, {}/{} rang, link lost {}+{}, queue drops {}+{}",
+                                "[{done}/{total}] {label}: run {r}: psd p95 {:.1} ms, {}/{} rang, link lost {}+{}, queue drops {}+{}, SCTP loss met {}",
                                 one.psd_p95_ms,
                                 one.rang,
                                 one.calls,
                                 one.lost[0],
                                 one.lost[1],
                                 one.queue_drops[0],
-                                one.queue_drops[1]
+                                one.queue_drops[1],
+                                one.effective_loss_pct()
+                                    .map_or_else(|| "-".to_owned(), |l| format!("{l:.2}%"))
                             );
                             rs.push(one);
                         }
@@ -740,12 +760,18 @@ fn one_run(
     for u in &mut uacs {
         wait_bounded(&mut u.0, Duration::from_secs_f64(max_time + 5.0));
     }
+    // Per proxy: (retransmissions, needless ones, SIP messages sent over SCTP).
     let retrans = |site: &Site| {
         let m = site.scrape(9480);
-        metric(&m, "holdline_sctp_t3_timeouts_total")
-            + metric(&m, "holdline_sctp_fast_retransmits_total")
+        (
+            metric(&m, "holdline_sctp_t3_timeouts_total")
+                + metric(&m, "holdline_sctp_fast_retransmits_total"),
+            metric(&m, "holdline_sctp_duplicate_tsns_total"),
+            metric_where(&m, "holdline_messages_out_total", &["transport=\"sctp\""]),
+        )
     };
-    let sctp_retransmissions = retrans(&a) + retrans(&b);
+    let (ra, rb) = (retrans(&a), retrans(&b));
+    let sctp_retransmissions = ra.0 + rb.0;
     let competing_bytes = traffic.map_or(0, |t| {
         let s = t.stop();
         s.bulk_bytes + s.web_bytes
@@ -766,6 +792,8 @@ fn one_run(
         lost: [stats.a_to_b.lost, stats.b_to_a.lost],
         offered: [stats.a_to_b.offered, stats.b_to_a.offered],
         sctp_retransmissions,
+        sctp_needless: ra.1 + rb.1,
+        sctp_messages: ra.2 + rb.2,
         invite_retransmissions: num(&report, &["retrans_invite"]) as u64,
         queue_drops: [
             stats.a_to_b.queue_drops + stats.a_to_b.random_drops,
@@ -860,7 +888,7 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
     std::fs::write(a.out.join("results.json"), text)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "delay_ms,rate_cps,queue,sweep,x,transport,loss_pct,runs,p95_mean_ms,p95_ci95_ms,p95_runs_ms,calls,rang,link_lost_ab,link_lost_ba,queue_drops_ab,queue_drops_ba,sctp_retransmissions,competing_bytes\n",
+        "delay_ms,rate_cps,queue,sweep,x,transport,loss_pct,runs,p95_mean_ms,p95_ci95_ms,p95_runs_ms,calls,rang,link_lost_ab,link_lost_ba,queue_drops_ab,queue_drops_ba,sctp_retransmissions,sctp_needless,sctp_effective_loss_pct,competing_bytes\n",
     );
     for p in points {
         let runs: Vec<String> = p
@@ -870,7 +898,7 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
             .collect();
         let sum = |f: &dyn Fn(&Run) -> f64| p.runs.iter().map(f).sum::<f64>();
         csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{:.2},{:.2},{},{},{},{},{},{},{},{},{},{},{}\n",
             p.delay_ms,
             p.rate_cps,
             p.queue
@@ -890,6 +918,18 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
             sum(&|r| r.queue_drops[0] as f64),
             sum(&|r| r.queue_drops[1] as f64),
             sum(&|r| r.sctp_retransmissions),
+            sum(&|r| r.sctp_needless),
+            {
+                let m = sum(&|r| r.sctp_messages);
+                if m > 0.0 {
+                    format!(
+                        "{:.3}",
+                        100.0 * (sum(&|r| r.sctp_retransmissions) - sum(&|r| r.sctp_needless)) / m
+                    )
+                } else {
+                    String::new()
+                }
+            },
             sum(&|r| r.competing_bytes as f64),
         ));
     }

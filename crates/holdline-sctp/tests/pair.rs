@@ -31,6 +31,8 @@ struct Pair {
     now: u64,
     /// Drops an A→B datagram when it returns true (after the link's own fate).
     drop_ab: DropFilter,
+    /// Drops a B→A datagram when it returns true.
+    drop_ba: DropFilter,
     got_a: Vec<(u64, Received)>,
     got_b: Vec<(u64, Received)>,
     /// A→B datagrams put on the wire.
@@ -53,6 +55,7 @@ impl Pair {
             base: Instant::now(),
             now: 0,
             drop_ab: Box::new(|_| false),
+            drop_ba: Box::new(|_| false),
             got_a: Vec::new(),
             got_b: Vec::new(),
             sent_ab: 0,
@@ -84,7 +87,9 @@ impl Pair {
         }
         while let Some((to, p)) = self.b.poll_transmit() {
             assert_eq!(to, self.addr_a);
-            if let Fate::Deliver(at) = self.ba.send(now, p.len()) {
+            if let Fate::Deliver(at) = self.ba.send(now, p.len())
+                && !(self.drop_ba)(&p)
+            {
                 self.seq += 1;
                 self.wire
                     .push(Reverse((at.as_nanos(), self.seq, false, p.to_vec())));
@@ -595,4 +600,37 @@ fn datagrams_fit_an_ethernet_mtu_and_carry_ppid_0() {
         bundled > 0,
         "no datagram over 1,000 bytes: nothing was bundled?"
     );
+}
+
+/// Retransmissions that were not needed are counted from the peer's SACKs (their duplicate
+/// TSNs): B's acknowledgements are lost for a while, A retransmits on T3 what B already had,
+/// and B's next SACK says so.
+#[test]
+fn needless_retransmissions_are_counted_from_duplicate_tsns() {
+    // RTO.Initial 1 s: the T3 timer fires while B's SACKs are still being lost.
+    let c = SctpConfig {
+        rto_initial_ms: 1_000,
+        ..SctpConfig::default()
+    };
+    let mut p = Pair::new(c.clone(), c, link(10), 41);
+    p.send_a(1, &message(0)).expect("send");
+    p.run_until(200);
+    assert!(p.a.is_connected(p.addr_b));
+    // Every packet from B is lost until t = 1.5 s, so A hears no SACK for what it sends now.
+    let until = 1_500_000_000u64;
+    let clock = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let c = std::rc::Rc::clone(&clock);
+    p.drop_ba = Box::new(move |_| c.get() < until);
+    for n in 1..=5 {
+        p.send_a(n, &message(n)).expect("send");
+    }
+    while p.now < 4_000_000_000 {
+        clock.set(p.now);
+        let next = p.now / 1_000_000 + 10;
+        p.run_until(next);
+    }
+    assert_eq!(p.got_b.len(), 6, "each message delivered once");
+    let s = p.a.stats();
+    assert!(s.t3_timeouts >= 1, "{s:?}");
+    assert!(s.duplicate_tsns >= 1, "B reported no duplicate: {s:?}");
 }

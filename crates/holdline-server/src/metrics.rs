@@ -101,7 +101,7 @@ pub(crate) struct WorkerStats {
     /// SCTP associations (worker 0): `[open, established, setup failures, lost, messages
     /// dropped, T3-rtx timeouts, fast retransmits, bytes queued]` (the last three of the
     /// associations open).
-    pub(crate) sctp: [AtomicU64; 10],
+    pub(crate) sctp: [AtomicU64; 11],
     pub(crate) drops: [AtomicU64; Drop::ALL.len()],
     pub(crate) closes: [AtomicU64; Close::ALL.len()],
     /// TLS handshakes by side (server, client) and result (completed, failed):
@@ -301,6 +301,11 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             9,
             "holdline_sctp_heartbeat_failures_total",
             "SCTP associations declared lost because their peer answered no HEARTBEAT.",
+        ),
+        (
+            10,
+            "holdline_sctp_duplicate_tsns_total",
+            "DATA chunks the peer reported receiving twice (retransmissions not needed).",
         ),
     ] {
         counter(&mut out, name, help);

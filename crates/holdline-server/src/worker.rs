@@ -1537,6 +1537,7 @@ impl Worker {
             sum.queued_bytes += st.queued_bytes;
             sum.heartbeats_sent += st.heartbeats_sent;
             sum.heartbeat_failures += st.heartbeat_failures;
+            sum.duplicate_tsns += st.duplicate_tsns;
         }
         s.sctp[0].store(sum.open, Relaxed);
         s.sctp[1].store(sum.established, Relaxed);
@@ -1548,6 +1549,7 @@ impl Worker {
         s.sctp[7].store(sum.queued_bytes, Relaxed);
         s.sctp[8].store(sum.heartbeats_sent, Relaxed);
         s.sctp[9].store(sum.heartbeat_failures, Relaxed);
+        s.sctp[10].store(sum.duplicate_tsns, Relaxed);
     }
 
     /// Sends what the SCTP endpoints produced. Never blocks: a datagram the socket does not

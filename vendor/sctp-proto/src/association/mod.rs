@@ -2479,7 +2479,15 @@ impl Association {
             }
         }
 
-        let immediate_sack = d.immediate_sack;
+        // holdline patch (RFC 9260 §6.2): a DATA chunk received again is reported in the
+        // next SACK's Duplicate TSNs, and acknowledged at once (the sender's retransmission
+        // says it lost our acknowledgements). 0.10.8 dropped it before `push`, which is
+        // what records duplicates, so its SACKs never reported one.
+        let duplicate = !can_push;
+        if duplicate {
+            self.payload_queue.push(d.clone(), self.peer_last_tsn);
+        }
+        let immediate_sack = d.immediate_sack || duplicate;
 
         if defer_stream_data {
             self.validate_deferred_reset_data(d)?;
