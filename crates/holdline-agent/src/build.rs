@@ -12,7 +12,7 @@ pub(crate) struct LegText {
     pub(crate) hostport: Vec<u8>,
     /// `Via: SIP/2.0/UDP 1.2.3.4:5060;branch=z9hG4bK-`
     pub(crate) via_prefix: Vec<u8>,
-    /// `;transport=tcp` or empty.
+    /// `;transport=tcp`, `;transport=tls`, `;transport=sctp` (RFC 4168) or empty (UDP).
     pub(crate) uri_tp: &'static [u8],
     /// The SDP offer/answer.
     pub(crate) sdp: Vec<u8>,
@@ -39,6 +39,7 @@ impl LegText {
             uri_tp: match transport {
                 Transport::Tcp => b";transport=tcp",
                 Transport::Tls => b";transport=tls",
+                Transport::Sctp => b";transport=sctp",
                 _ => b"",
             },
             sdp: sdp.into_bytes(),

@@ -185,8 +185,8 @@ pub struct UacConfig {
     /// Never have more than this many calls in progress (arrivals beyond it are counted as
     /// `blocked`); `None` keeps the load open-loop.
     pub max_active: Option<u64>,
-    /// Put `;transport=tcp` in the Request-URI when the transport is TCP, so a proxy that
-    /// follows RFC 3263 forwards over TCP too.
+    /// Put `;transport=tcp` (`tls`, `sctp`) in the Request-URI when the transport is not UDP,
+    /// so a proxy that follows RFC 3263 forwards over the same transport.
     pub uri_transport: bool,
     /// Further first hops besides `target`, and how calls are spread over them and fail
     /// over between them (default: `target` alone).

@@ -128,6 +128,37 @@ fn over_tcp_invites_are_not_retransmitted() {
     assert_eq!((c.retrans_invite, c.timeouts, c.calls_failed), (0, 1, 1));
 }
 
+/// SCTP (RFC 4168) is reliable: no Timer A. Its Via says `SCTP`, and the Request-URI and both
+/// Contacts carry `;transport=sctp`, so a proxy sends the ACK and the BYE to the UAS over SCTP
+/// too.
+#[test]
+fn over_sctp_messages_say_sctp_and_invites_are_not_retransmitted() {
+    let mut net = pair(Transport::Sctp, 10.0, 3, UasConfig::default());
+    assert!(net.run_to_completion(Duration::from_secs(10)));
+    let invite = String::from_utf8_lossy(&net.sent("INVITE ")[0].bytes).into_owned();
+    assert!(
+        invite.starts_with("INVITE sip:user0@example.com;transport=sctp SIP/2.0\r\n"),
+        "{invite}"
+    );
+    assert!(
+        invite.contains("\r\nVia: SIP/2.0/SCTP 127.0.0.1:5001;"),
+        "{invite}"
+    );
+    assert!(
+        invite.contains("\r\nContact: <sip:caller@127.0.0.1:5001;transport=sctp>\r\n"),
+        "{invite}"
+    );
+    let ok = net
+        .sent("SIP/2.0 200")
+        .into_iter()
+        .map(|p| String::from_utf8_lossy(&p.bytes).into_owned())
+        .find(|t| t.contains(" INVITE\r\n"))
+        .unwrap_or_else(|| panic!("no 200 to INVITE"));
+    assert!(ok.contains(";transport=sctp>\r\n"), "{ok}");
+    let c = &net.agent(0).recorder().c;
+    assert_eq!((c.calls_ok, c.retrans_invite, c.retrans_bye), (3, 0, 0));
+}
+
 /// RFC 3261 §13.3.1.4: the UAS retransmits 2xx from T1 doubling to T2 until the ACK, on every
 /// transport; here over TCP with every ACK lost, until 64*T1.
 #[test]

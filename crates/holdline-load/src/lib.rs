@@ -1,12 +1,14 @@
 //! The socket loop of `holdline load`: one thread, mio readiness, batched UDP
-//! (`recvmmsg`/`sendmmsg`) or non-blocking TCP connections, around one
-//! [`holdline_agent::Agent`].
+//! (`recvmmsg`/`sendmmsg`), non-blocking TCP connections, or SCTP over UDP (RFC 4168 over
+//! RFC 6951, [`holdline_sctp::SctpUdp`]), around one [`holdline_agent::Agent`].
 //!
 //! Sockets:
 //! - the calling legs (UAC and registration): `--connections M` UDP sockets (M source ports)
-//!   or M TCP connections to the target; leg `i` is `ConnId(i)` for the agent;
+//!   or M TCP connections to the target, or over SCTP M UDP sockets each carrying its own
+//!   SCTP endpoint (M associations to the target); leg `i` is `ConnId(i)` for the agent;
 //! - the UAS: one UDP socket, or a TCP listener whose accepted connections answer on
-//!   themselves.
+//!   themselves, or one UDP socket whose SCTP endpoint accepts every association and
+//!   answers each message on the association it came on.
 //!
 //! The loop hands every received message to the agent, sends what the agent queued, fires
 //! its timers when due, writes a CSV row and a progress line each second, and stops when the
@@ -20,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration as StdDuration;
+use std::time::Instant as StdInstant;
 
 use holdline_agent::{Agent, AgentConfig};
 use holdline_base::{ConnId, Duration, Instant, Peer, Transport};
@@ -27,9 +30,14 @@ use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpOptions, UdpSocket};
 use holdline_metrics::{Report, csv_header, csv_row, progress_line, summary_table};
+use holdline_sctp::{SctpStats, SctpUdp};
 use holdline_sip::{Frame, Framer, Limits};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
+
+/// The settings of the SCTP endpoints of a `Transport::Sctp` run (streams, ordered or
+/// unordered, bounds; see [`LoadConfig::sctp`]).
+pub use holdline_sctp::SctpConfig;
 
 /// How progress is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +92,10 @@ pub struct LoadConfig {
     /// ephemeral port range (about 28,000 ports), so tens of thousands of connections to
     /// one server need several (127.0.0.2, 127.0.0.3, ... on loopback).
     pub local_ips: Vec<std::net::IpAddr>,
+    /// The SCTP endpoints of a `Transport::Sctp` run: every calling leg's (one association
+    /// each to its target) and the UAS's (accepting). The defaults match `holdline serve`'s
+    /// `[sctp]` defaults (SCTP port 5060 in the common header, 16 streams, ordered).
+    pub sctp: SctpConfig,
 }
 
 /// TLS for the connections of a run over `Transport::Tls`: the calling legs are TLS clients
@@ -199,6 +211,76 @@ const RECV_SLOT: usize = 16 * 1024;
 const UDP_BUDGET: usize = 16;
 /// Coalesce only after a wake-up that handled at least this many messages.
 const COALESCE_MIN: usize = 16;
+/// Datagrams taken from an SCTP endpoint per `sendmmsg`.
+const SCTP_SEND_BATCH: usize = 32;
+/// At the end of an SCTP run, how long the associations get to shut down gracefully (the
+/// peer acknowledges what is outstanding, then SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE).
+const SCTP_SHUTDOWN_WAIT: StdDuration = StdDuration::from_millis(500);
+
+/// One UDP socket carrying SCTP, with its endpoint (every association of the socket).
+struct SctpSock {
+    socket: UdpSocket,
+    ep: SctpUdp,
+    /// Datagrams on their way to the socket.
+    sends: SendBatch,
+    /// Queued in `Io::sctp_dirty` for the next flush.
+    dirty: bool,
+}
+
+impl SctpSock {
+    fn new(socket: UdpSocket, cfg: &SctpConfig) -> Self {
+        Self {
+            socket,
+            ep: SctpUdp::new(cfg.clone()),
+            sends: SendBatch::new(),
+            dirty: false,
+        }
+    }
+}
+
+/// The SCTP socket of leg `leg`, or the UAS's (`None`).
+fn sctp_sock<'a>(
+    legs: &'a mut [SctpSock],
+    uas: &'a mut Option<SctpSock>,
+    leg: Option<usize>,
+) -> Option<&'a mut SctpSock> {
+    match leg {
+        Some(l) => legs.get_mut(l),
+        None => uas.as_mut(),
+    }
+}
+
+/// Queues SCTP socket `leg` for the next flush (once).
+fn mark_sctp_dirty(dirty: &mut Vec<Option<usize>>, s: &mut SctpSock, leg: Option<usize>) {
+    if !s.dirty {
+        s.dirty = true;
+        dirty.push(leg);
+    }
+}
+
+/// The SCTP stream key of a SIP message: a hash (FNV-1a) of its Call-ID, found by a scan
+/// of the header lines (`Call-ID` or its compact form `i`) without parsing the message, so
+/// that a call's messages share a stream (in order on it) and different calls spread over
+/// the streams. A message without one gets 0.
+fn call_id_key(bytes: &[u8]) -> u64 {
+    for line in bytes.split(|&b| b == b'\n').skip(1) {
+        if line.is_empty() || line == b"\r" {
+            break; // the end of the header section
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = line[..colon].trim_ascii();
+        if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for &b in line[colon + 1..].trim_ascii() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            return h;
+        }
+    }
+    0
+}
 
 struct Conn {
     tcp: TcpConn,
@@ -225,6 +307,16 @@ struct Io {
     handled: usize,
     /// Connections with bytes queued since the last flush.
     dirty: Vec<usize>,
+    /// SCTP: the calling legs' sockets, one endpoint (one association) each.
+    legs_sctp: Vec<SctpSock>,
+    /// SCTP: the UAS's socket, whose endpoint accepts associations.
+    uas_sctp: Option<SctpSock>,
+    /// SCTP sockets with something to send since the last flush (leg, or `None`: the UAS).
+    sctp_dirty: Vec<Option<usize>>,
+    /// The earliest SCTP timer, as of the last time it was computed.
+    sctp_next: Option<StdInstant>,
+    /// SCTP datagrams the sockets did not take (SCTP retransmits what they carried).
+    sctp_blocked: u64,
 }
 
 /// Queues connection `key` for the next flush (once).
@@ -254,6 +346,24 @@ impl Io {
                     return;
                 };
                 batch.push(peer.addr, bytes);
+            }
+            Transport::Sctp => {
+                let leg = (id != UAS_UDP_ID).then_some(id as usize);
+                let Some(s) = sctp_sock(&mut self.legs_sctp, &mut self.uas_sctp, leg) else {
+                    self.send_errors += 1;
+                    return;
+                };
+                // On the association with `peer.addr`: the target for a leg, the peer's
+                // encapsulation address for the UAS's answers (the association the request
+                // came on). A full association refuses (never blocks): a send error, as a
+                // TCP connection's full queue.
+                match s
+                    .ep
+                    .send(StdInstant::now(), peer.addr, call_id_key(bytes), bytes)
+                {
+                    Ok(()) => mark_sctp_dirty(&mut self.sctp_dirty, s, leg),
+                    Err(_) => self.send_errors += 1,
+                }
             }
             _ => {
                 let key = if id >= ACCEPTED_ID {
@@ -291,6 +401,7 @@ impl Io {
             errors += self.uas_batch.clear();
         }
         self.send_errors += errors as u64;
+        self.flush_sctp();
         // Only the connections written to since the last flush (not a scan of all of them).
         let mut dirty = std::mem::take(&mut self.dirty);
         for k in dirty.drain(..) {
@@ -304,6 +415,58 @@ impl Io {
             }
         }
         self.dirty = dirty;
+    }
+
+    /// Sends what the SCTP endpoints written to (or fed) since the last flush produced.
+    /// Never blocks: a datagram the socket does not take is dropped and counted, and SCTP
+    /// retransmits it.
+    fn flush_sctp(&mut self) {
+        if self.sctp_dirty.is_empty() {
+            return;
+        }
+        let now = StdInstant::now();
+        let mut dirty = std::mem::take(&mut self.sctp_dirty);
+        for leg in dirty.drain(..) {
+            let Some(s) = sctp_sock(&mut self.legs_sctp, &mut self.uas_sctp, leg) else {
+                continue;
+            };
+            s.dirty = false;
+            // Runs what waits (and the timers due) at the instant the packets leave.
+            s.ep.handle_timeout(now);
+            loop {
+                while s.sends.len() < SCTP_SEND_BATCH {
+                    let Some((to, b)) = s.ep.poll_transmit() else {
+                        break;
+                    };
+                    s.sends.push(to, &b);
+                }
+                if s.sends.is_empty() {
+                    break;
+                }
+                let mut errors = 0usize;
+                s.socket.send_batch(&mut s.sends, &mut errors);
+                self.sctp_blocked += (errors + s.sends.clear()) as u64;
+            }
+        }
+        self.sctp_dirty = dirty;
+    }
+
+    /// The earliest timer of every SCTP endpoint.
+    fn sctp_timeout(&self) -> Option<StdInstant> {
+        self.legs_sctp
+            .iter()
+            .chain(self.uas_sctp.iter())
+            .filter_map(|s| s.ep.poll_timeout())
+            .min()
+    }
+
+    /// The counters of every SCTP endpoint, summed.
+    fn sctp_stats(&mut self) -> SctpStats {
+        let mut t = SctpStats::default();
+        for s in self.legs_sctp.iter_mut().chain(self.uas_sctp.iter_mut()) {
+            t += s.ep.stats();
+        }
+        t
     }
 
     fn close(&mut self, key: usize) {
@@ -354,9 +517,14 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         limits: Limits::default(),
         handled: 0,
         dirty: Vec::new(),
+        legs_sctp: Vec::new(),
+        uas_sctp: None,
+        sctp_dirty: Vec::new(),
+        sctp_next: None,
+        sctp_blocked: 0,
     };
-    // Every connection is a file descriptor: raise the soft limit as far as the hard one
-    // allows (the default 1,024 is far below 50,000 phones).
+    // Every connection (or SCTP leg's socket) is a file descriptor: raise the soft limit as
+    // far as the hard one allows (the default 1,024 is far below 50,000 phones).
     if transport != Transport::Udp {
         let want = cfg.connections as u64 + 256;
         match holdline_io::raise_open_files(want) {
@@ -382,6 +550,21 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                 cfg.agent.uas_addr =
                     Some(s.local_addr().map_err(sock_err("bind UDP", cfg.listen))?);
                 io.uas_udp = Some(s);
+            }
+            Transport::Sctp => {
+                // The SCTP encapsulation socket: its address is the UAS's over SCTP (Via,
+                // Contact `;transport=sctp`); its endpoint accepts every association.
+                let mut s = UdpSocket::bind(cfg.listen, &udp_opts)
+                    .map_err(sock_err("bind UDP for SCTP", cfg.listen))?;
+                io.poll
+                    .registry()
+                    .register(&mut s, UAS_UDP, Interest::READABLE)
+                    .map_err(LoadError::Poll)?;
+                cfg.agent.uas_addr = Some(
+                    s.local_addr()
+                        .map_err(sock_err("bind UDP for SCTP", cfg.listen))?,
+                );
+                io.uas_sctp = Some(SctpSock::new(s, &cfg.sctp));
             }
             _ => {
                 let mut l = TcpListener::bind(cfg.listen, &tcp_opts)
@@ -416,7 +599,7 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         for i in 0..n {
             let target = leg_targets[i % leg_targets.len()];
             match transport {
-                Transport::Udp => {
+                Transport::Udp | Transport::Sctp => {
                     let mut local = cfg.listen;
                     if has_uas || local.port() == 0 {
                         local.set_port(0);
@@ -430,8 +613,14 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                         .register(&mut s, Token(LEG_BASE + i), Interest::READABLE)
                         .map_err(LoadError::Poll)?;
                     legs.push(s.local_addr().map_err(sock_err("bind UDP", local))?);
-                    io.legs_udp.push(s);
-                    io.leg_batches.push(SendBatch::new());
+                    if transport == Transport::Sctp {
+                        // Its own endpoint: the leg's association to its target starts with
+                        // the first message sent.
+                        io.legs_sctp.push(SctpSock::new(s, &cfg.sctp));
+                    } else {
+                        io.legs_udp.push(s);
+                        io.leg_batches.push(SendBatch::new());
+                    }
                 }
                 _ => {
                     let mut tcp = match cfg.local_ips.get(i % cfg.local_ips.len().max(1)) {
@@ -523,6 +712,9 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         if agent.poll_timeout().is_some_and(|t| t <= now) {
             agent.handle_timeout(now);
         }
+        if io.sctp_next.is_some_and(|t| clock.from_std(t) <= now) {
+            sctp_timers(&mut io, &mut agent, &clock);
+        }
         agent.drain_transmits(|p, b| io.dispatch(p, b));
         io.flush();
         if agent.is_done() {
@@ -558,10 +750,16 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                 std::thread::sleep(cfg.coalesce - since);
             }
         }
-        let wake = [agent.poll_timeout(), drain_end, max_end]
-            .into_iter()
-            .flatten()
-            .min();
+        io.sctp_next = io.sctp_timeout();
+        let wake = [
+            agent.poll_timeout(),
+            drain_end,
+            max_end,
+            io.sctp_next.map(|t| clock.from_std(t)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let timeout = if pending.is_empty() {
             wake.map_or(StdDuration::from_millis(100), |t| {
                 clock.until(t).min(StdDuration::from_millis(100))
@@ -615,6 +813,12 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
     let end = clock.now();
     agent.drain_transmits(|p, b| io.dispatch(p, b));
     io.flush();
+    // SCTP: the counters as the run ended (retransmissions are those of the associations
+    // open), then a bounded graceful shutdown of every association.
+    let sctp_stats = (transport == Transport::Sctp).then(|| io.sctp_stats());
+    if sctp_stats.is_some() {
+        sctp_shutdown(&mut io);
+    }
     agent.recorder_mut().c.send_errors += io.send_errors;
     agent.recorder_mut().finish(end);
     if let (Some(w), Some(path)) = (csv.as_mut(), cfg.csv.as_ref()) {
@@ -660,13 +864,60 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         if let Some(a) = agent.config().uas_addr {
             obj.insert("uas_addr".into(), a.to_string().into());
         }
+        if let Some(st) = sctp_stats {
+            obj.insert(
+                "sctp".into(),
+                serde_json::json!({
+                    "streams": cfg.sctp.streams,
+                    "unordered": cfg.sctp.unordered,
+                    "associations_established": st.established,
+                    "association_setup_failures": st.setup_failures,
+                    "associations_lost": st.lost,
+                    "messages_sent": st.messages_sent,
+                    "messages_received": st.messages_received,
+                    "messages_dropped": st.messages_dropped + st.messages_refused,
+                    "datagrams_out": st.datagrams_out,
+                    "datagrams_in": st.datagrams_in,
+                    "datagrams_blocked": io.sctp_blocked,
+                    "t3_timeouts": st.t3_timeouts,
+                    "fast_retransmits": st.fast_retransmits,
+                    "duplicate_tsns": st.duplicate_tsns,
+                    "heartbeats_sent": st.heartbeats_sent,
+                }),
+            );
+        }
     }
     Ok(agent.recorder().report(end, meta))
 }
 
-/// The final table printed after a run.
+/// The final table printed after a run (with a line on the SCTP associations of an SCTP
+/// run).
 pub fn summary(report: &Report) -> String {
-    summary_table(report)
+    use std::fmt::Write as _;
+    let mut s = summary_table(report);
+    let sctp = &report.meta["sctp"];
+    if sctp.is_object() {
+        let n = |k: &str| sctp[k].as_u64().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "sctp ({}, {} streams): associations established {} failed {} lost {}; messages sent {} received {} dropped {}; T3 timeouts {} fast retransmits {}",
+            if sctp["unordered"].as_bool().unwrap_or(false) {
+                "unordered"
+            } else {
+                "ordered"
+            },
+            n("streams"),
+            n("associations_established"),
+            n("association_setup_failures"),
+            n("associations_lost"),
+            n("messages_sent"),
+            n("messages_received"),
+            n("messages_dropped"),
+            n("t3_timeouts"),
+            n("fast_retransmits"),
+        );
+    }
+    s
 }
 
 fn accept_all(io: &mut Io) {
@@ -728,6 +979,9 @@ fn accept_all(io: &mut Io) {
 /// caller must come back without waiting for readiness: with a full buffer no new datagram
 /// arrives to re-arm edge-triggered readiness).
 fn read_udp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) -> bool {
+    if io.transport == Transport::Sctp {
+        return read_sctp(io, agent, clock, leg);
+    }
     let id = leg.map_or(UAS_UDP_ID, |l| l as u64);
     for _ in 0..UDP_BUDGET {
         let sock = match leg {
@@ -763,6 +1017,137 @@ fn read_udp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) -
         }
     }
     false
+}
+
+/// [`read_udp`] for an SCTP socket: its datagrams go to its endpoint, the SIP messages they
+/// complete to the agent (from the peer's encapsulation address, on the leg or the UAS).
+fn read_sctp(io: &mut Io, agent: &mut Agent, clock: &Clock, leg: Option<usize>) -> bool {
+    let id = leg.map_or(UAS_UDP_ID, |l| l as u64);
+    for _ in 0..UDP_BUDGET {
+        let Some(s) = sctp_sock(&mut io.legs_sctp, &mut io.uas_sctp, leg) else {
+            return true;
+        };
+        let n = match s.socket.recv_batch(&mut io.recv) {
+            Ok(0) | Err(_) => return true,
+            Ok(n) => n,
+        };
+        let drained = n < io.recv.capacity();
+        let t = StdInstant::now();
+        for i in 0..n {
+            if let Some(d) = io.recv.get(i) {
+                s.ep.handle_datagram(t, d.source, d.payload);
+            }
+        }
+        let now = clock.now();
+        while let Some(r) = s.ep.poll_received() {
+            let from = Peer {
+                addr: r.from,
+                transport: Transport::Sctp,
+                conn: Some(ConnId(id)),
+            };
+            agent.handle(now, from, &r.data);
+            io.handled += 1;
+        }
+        // Its acknowledgements (and anything the datagrams released) go out with the flush.
+        mark_sctp_dirty(&mut io.sctp_dirty, s, leg);
+        agent.drain_transmits(|p, b| io.dispatch(p, b));
+        io.flush();
+        if drained {
+            return true;
+        }
+    }
+    false
+}
+
+/// Runs the SCTP timers that are due (retransmissions, delayed acknowledgements) and hands
+/// the agent what they completed.
+fn sctp_timers(io: &mut Io, agent: &mut Agent, clock: &Clock) {
+    let t = StdInstant::now();
+    let now = clock.now();
+    let legs = (0..io.legs_sctp.len()).map(Some);
+    let uas = io.uas_sctp.is_some().then_some(None);
+    for leg in legs.chain(uas) {
+        let Some(s) = sctp_sock(&mut io.legs_sctp, &mut io.uas_sctp, leg) else {
+            continue;
+        };
+        if s.ep.poll_timeout().is_none_or(|d| d > t) {
+            continue;
+        }
+        s.ep.handle_timeout(t);
+        let id = leg.map_or(UAS_UDP_ID, |l| l as u64);
+        while let Some(r) = s.ep.poll_received() {
+            let from = Peer {
+                addr: r.from,
+                transport: Transport::Sctp,
+                conn: Some(ConnId(id)),
+            };
+            agent.handle(now, from, &r.data);
+        }
+        mark_sctp_dirty(&mut io.sctp_dirty, s, leg);
+    }
+    io.sctp_next = io.sctp_timeout();
+}
+
+/// Shuts every SCTP association down gracefully (what is outstanding acknowledged first),
+/// waiting at most [`SCTP_SHUTDOWN_WAIT`]; SIP messages still arriving are dropped (the
+/// agent is done).
+fn sctp_shutdown(io: &mut Io) {
+    let start = StdInstant::now();
+    let deadline = start + SCTP_SHUTDOWN_WAIT;
+    for s in io.legs_sctp.iter_mut() {
+        s.ep.shutdown_all(start);
+    }
+    if let Some(s) = io.uas_sctp.as_mut() {
+        s.ep.shutdown_all(start);
+    }
+    let all: Vec<Option<usize>> = (0..io.legs_sctp.len())
+        .map(Some)
+        .chain(io.uas_sctp.is_some().then_some(None))
+        .collect();
+    let mut events = Events::with_capacity(64);
+    loop {
+        for &leg in &all {
+            if let Some(s) = sctp_sock(&mut io.legs_sctp, &mut io.uas_sctp, leg) {
+                mark_sctp_dirty(&mut io.sctp_dirty, s, leg);
+            }
+        }
+        io.flush();
+        let now = StdInstant::now();
+        if io.sctp_stats().open == 0 || now >= deadline {
+            return;
+        }
+        let wake = io.sctp_timeout().map_or(deadline, |t| t.min(deadline));
+        match io
+            .poll
+            .poll(&mut events, Some(wake.saturating_duration_since(now)))
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+        // Every socket, readiness or not: the loop is short and bounded.
+        for &leg in &all {
+            for _ in 0..UDP_BUDGET {
+                let Some(s) = sctp_sock(&mut io.legs_sctp, &mut io.uas_sctp, leg) else {
+                    break;
+                };
+                let n = match s.socket.recv_batch(&mut io.recv) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let t = StdInstant::now();
+                for i in 0..n {
+                    if let Some(d) = io.recv.get(i) {
+                        s.ep.handle_datagram(t, d.source, d.payload);
+                    }
+                }
+                while s.ep.poll_received().is_some() {}
+                if n < io.recv.capacity() {
+                    break;
+                }
+            }
+        }
+    }
 }
 
 fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
@@ -811,5 +1196,25 @@ fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
         if outcome.drained {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_id_key;
+
+    #[test]
+    fn the_sctp_stream_key_is_the_call_ids_hash_in_either_form() {
+        let long = b"INVITE sip:b@x SIP/2.0\r\nVia: SIP/2.0/SCTP h\r\nCall-ID:  abc@h \r\n\r\n";
+        let compact = b"SIP/2.0 200 OK\r\ni: abc@h\r\nCSeq: 1 INVITE\r\n\r\nCall-ID: other\r\n";
+        let other = b"SIP/2.0 200 OK\r\nCall-ID: abd@h\r\n\r\n";
+        assert_eq!(call_id_key(long), call_id_key(compact));
+        assert_ne!(call_id_key(long), call_id_key(other));
+        assert_ne!(call_id_key(long), 0);
+        // Only the header section counts; no Call-ID at all gives 0.
+        assert_eq!(
+            call_id_key(b"OPTIONS sip:x SIP/2.0\r\n\r\nCall-ID: body\r\n"),
+            0
+        );
     }
 }

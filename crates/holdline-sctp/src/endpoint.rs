@@ -167,6 +167,30 @@ pub struct SctpStats {
     pub heartbeat_failures: u64,
 }
 
+impl std::ops::AddAssign for SctpStats {
+    /// Adds every counter of `o` (the endpoints of one process summed).
+    fn add_assign(&mut self, o: Self) {
+        self.established += o.established;
+        self.setup_failures += o.setup_failures;
+        self.lost += o.lost;
+        self.open += o.open;
+        self.messages_sent += o.messages_sent;
+        self.messages_received += o.messages_received;
+        self.messages_dropped += o.messages_dropped;
+        self.messages_refused += o.messages_refused;
+        self.stray_datagrams += o.stray_datagrams;
+        self.datagrams_out += o.datagrams_out;
+        self.datagrams_in += o.datagrams_in;
+        self.t3_timeouts += o.t3_timeouts;
+        self.fast_retransmits += o.fast_retransmits;
+        self.queued_bytes += o.queued_bytes;
+        self.duplicate_tsns += o.duplicate_tsns;
+        self.heartbeats_sent += o.heartbeats_sent;
+        self.heartbeat_acks += o.heartbeat_acks;
+        self.heartbeat_failures += o.heartbeat_failures;
+    }
+}
+
 /// One association and what holdline keeps beside it.
 struct Assoc {
     a: Association,

@@ -1526,24 +1526,13 @@ impl Worker {
         let s = &self.shared.stats[self.index];
         let mut sum = holdline_sctp::SctpStats::default();
         for x in &mut self.sctp {
-            let st = x.ep.stats();
-            sum.open += st.open;
-            sum.established += st.established;
-            sum.setup_failures += st.setup_failures;
-            sum.lost += st.lost;
-            sum.messages_dropped += st.messages_dropped + st.messages_refused;
-            sum.t3_timeouts += st.t3_timeouts;
-            sum.fast_retransmits += st.fast_retransmits;
-            sum.queued_bytes += st.queued_bytes;
-            sum.heartbeats_sent += st.heartbeats_sent;
-            sum.heartbeat_failures += st.heartbeat_failures;
-            sum.duplicate_tsns += st.duplicate_tsns;
+            sum += x.ep.stats();
         }
         s.sctp[0].store(sum.open, Relaxed);
         s.sctp[1].store(sum.established, Relaxed);
         s.sctp[2].store(sum.setup_failures, Relaxed);
         s.sctp[3].store(sum.lost, Relaxed);
-        s.sctp[4].store(sum.messages_dropped, Relaxed);
+        s.sctp[4].store(sum.messages_dropped + sum.messages_refused, Relaxed);
         s.sctp[5].store(sum.t3_timeouts, Relaxed);
         s.sctp[6].store(sum.fast_retransmits, Relaxed);
         s.sctp[7].store(sum.queued_bytes, Relaxed);

@@ -12,7 +12,7 @@ use holdline_agent::{
     UserPattern,
 };
 use holdline_base::{Duration, Transport};
-use holdline_load::{LoadConfig, LoadTls, Progress};
+use holdline_load::{LoadConfig, LoadTls, Progress, SctpConfig};
 
 /// `holdline load MODE [OPTIONS]`.
 #[derive(Debug, Args)]
@@ -40,6 +40,10 @@ enum TransportArg {
     /// TLS over TCP: the caller verifies the target with `--tls-ca`, the UAS presents
     /// `--tls-cert`/`--tls-key`.
     Tls,
+    /// SCTP over UDP (RFC 4168 over RFC 6951), as `holdline serve`'s `sctp:` listeners: each
+    /// calling leg is one association to the target (a UDP socket of its own), the UAS
+    /// accepts associations on its UDP socket.
+    Sctp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -112,6 +116,13 @@ struct Common {
     /// TLS: the UAS's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// SCTP: send every SIP message unordered (the U bit; no head-of-line blocking).
+    #[arg(long)]
+    sctp_unordered: bool,
+    /// SCTP: outbound streams per association (a call's messages go on stream
+    /// hash(Call-ID) mod N; default 16).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    sctp_streams: Option<u16>,
 }
 
 /// Options of the calling side.
@@ -142,7 +153,8 @@ struct Calling {
     /// The caller's user name.
     #[arg(long, value_name = "USER", default_value = "holdline")]
     from: String,
-    /// Calling legs: M TCP connections, or M UDP source ports (M upstream servers).
+    /// Calling legs: M TCP connections, M SCTP associations (each from its own UDP port), or
+    /// M UDP source ports (M upstream servers).
     #[arg(long, value_name = "M", default_value_t = 1)]
     connections: usize,
     /// CANCEL calls without a final response after S seconds.
@@ -151,7 +163,7 @@ struct Calling {
     /// At most N calls in progress (arrivals beyond are counted as blocked); default open loop.
     #[arg(long, value_name = "N")]
     max_active: Option<u64>,
-    /// Do not put ;transport=tcp in the Request-URI over TCP.
+    /// Do not put ;transport=tcp (tls, sctp) in the Request-URI over TCP (TLS, SCTP).
     #[arg(long)]
     no_uri_transport: bool,
     /// After the last arrival, wait at most S seconds for calls in progress.
@@ -388,6 +400,7 @@ fn transport(t: TransportArg) -> Transport {
         TransportArg::Udp => Transport::Udp,
         TransportArg::Tcp => Transport::Tcp,
         TransportArg::Tls => Transport::Tls,
+        TransportArg::Sctp => Transport::Sctp,
     }
 }
 
@@ -495,6 +508,15 @@ fn load_config(
     } else {
         None
     };
+    if agent.transport != Transport::Sctp && (c.sctp_unordered || c.sctp_streams.is_some()) {
+        return Err("--sctp-unordered and --sctp-streams need --transport sctp".into());
+    }
+    let defaults = SctpConfig::default();
+    let sctp = SctpConfig {
+        unordered: c.sctp_unordered,
+        streams: c.sctp_streams.unwrap_or(defaults.streams),
+        ..defaults
+    };
     Ok(LoadConfig {
         agent,
         listen: c.listen.unwrap_or(listen),
@@ -513,6 +535,7 @@ fn load_config(
         acked_file: None,
         tls,
         local_ips: c.local_ips.clone(),
+        sctp,
         meta: serde_json::json!({
             "mode": mode,
             "command": std::env::args().collect::<Vec<_>>().join(" "),

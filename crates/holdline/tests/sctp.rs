@@ -29,22 +29,24 @@ fn calls(report: &serde_json::Value, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no totals.{key} in {report}"))
 }
 
-/// A server's arguments: listeners, one route, memory store, metrics, one worker or two.
+/// The `[sctp]` section of the chains' servers: ordered or not, short timers.
+fn sctp_section(unordered: bool) -> String {
+    format!("[sctp]\nunordered = {unordered}\nrto_min_ms = 200\nrto_initial_ms = 500\n")
+}
+
+/// A server's arguments: listeners, one route, memory store, metrics, one worker or two,
+/// its configuration file holding `config`.
 fn serve_args(
     listen: &[String],
     route: &str,
     metrics: SocketAddr,
     workers: u32,
-    unordered: bool,
+    config: &str,
     dir: &Path,
 ) -> Vec<String> {
-    let config = dir.join(format!("sctp-{}.toml", metrics.port()));
-    std::fs::write(
-        &config,
-        format!("[sctp]\nunordered = {unordered}\nrto_min_ms = 200\nrto_initial_ms = 500\n"),
-    )
-    .expect("write config");
-    let mut a = vec![s("--config"), config.display().to_string()];
+    let path = dir.join(format!("sctp-{}.toml", metrics.port()));
+    std::fs::write(&path, config).expect("write config");
+    let mut a = vec![s("--config"), path.display().to_string()];
     for l in listen {
         a.push(s("--listen"));
         a.push(l.clone());
@@ -62,42 +64,73 @@ fn serve_args(
     a
 }
 
+/// `UAC → A (UDP) → SCTP → B → (UDP) UAS` on loopback: the ports and metrics addresses.
+struct Loopback {
+    uas_port: u16,
+    b_sctp: u16,
+    a_udp: u16,
+    a_sctp: u16,
+    b_udp: u16,
+    a_metrics: SocketAddr,
+    b_metrics: SocketAddr,
+}
+
+impl Loopback {
+    fn new() -> Self {
+        let metrics =
+            || -> SocketAddr { format!("127.0.0.1:{}", free_port()).parse().expect("addr") };
+        Self {
+            uas_port: free_port(),
+            b_sctp: free_port(),
+            a_udp: free_port(),
+            a_sctp: free_port(),
+            b_udp: free_port(),
+            a_metrics: metrics(),
+            b_metrics: metrics(),
+        }
+    }
+
+    /// Starts B, then A, both with `config`; returns (A, B).
+    fn start(&self, workers: u32, config: &str, dir: &Path) -> (Holdline, Holdline) {
+        // B needs a UDP socket of its own to reach the UAS.
+        let b = Holdline::start(&serve_args(
+            &[
+                format!("sctp:127.0.0.1:{}", self.b_sctp),
+                format!("udp:127.0.0.1:{}", self.b_udp),
+            ],
+            &format!("udp:127.0.0.1:{}", self.uas_port),
+            self.b_metrics,
+            workers,
+            config,
+            dir,
+        ));
+        let a = Holdline::start(&serve_args(
+            &[
+                format!("udp:127.0.0.1:{}", self.a_udp),
+                format!("sctp:127.0.0.1:{}", self.a_sctp),
+            ],
+            &format!("sctp:127.0.0.1:{}", self.b_sctp),
+            self.a_metrics,
+            workers,
+            config,
+            dir,
+        ));
+        (a, b)
+    }
+}
+
 fn loopback_chain(unordered: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (uas_port, b_sctp, a_udp, a_sctp, b_udp) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let (a_metrics, b_metrics): (SocketAddr, SocketAddr) = (
-        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
-        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
-    );
-    // B needs a UDP socket of its own to reach the UAS.
-    let b = Holdline::start(&serve_args(
-        &[
-            format!("sctp:127.0.0.1:{b_sctp}"),
-            format!("udp:127.0.0.1:{b_udp}"),
-        ],
-        &format!("udp:127.0.0.1:{uas_port}"),
-        b_metrics,
-        2,
-        unordered,
-        dir.path(),
-    ));
-    let a = Holdline::start(&serve_args(
-        &[
-            format!("udp:127.0.0.1:{a_udp}"),
-            format!("sctp:127.0.0.1:{a_sctp}"),
-        ],
-        &format!("sctp:127.0.0.1:{b_sctp}"),
+    let l = Loopback::new();
+    let (a, b) = l.start(2, &sctp_section(unordered), dir.path());
+    let Loopback {
+        uas_port,
+        a_udp,
+        a_sctp,
         a_metrics,
-        2,
-        unordered,
-        dir.path(),
-    ));
+        b_metrics,
+        ..
+    } = l;
     assert!(
         a.startup.contains(&format!("sctp:127.0.0.1:{a_sctp}")),
         "{}",
@@ -213,7 +246,7 @@ fn lossy_chain(unordered: bool, tag: char) {
             "udp:127.0.0.1:5090",
             metrics,
             1,
-            unordered,
+            &sctp_section(unordered),
             dir.path(),
         ),
     );
@@ -224,7 +257,7 @@ fn lossy_chain(unordered: bool, tag: char) {
             &sctp_b,
             metrics,
             1,
-            unordered,
+            &sctp_section(unordered),
             dir.path(),
         ),
     );
@@ -308,56 +341,20 @@ fn calls_complete_across_a_lossy_link_over_sctp_unordered() {
 #[test]
 fn heartbeats_keep_an_idle_association_and_find_a_dead_peer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("hb.toml");
+    let l = Loopback::new();
     // 100 ms interval + 100 ms RTO.Min: a HEARTBEAT every 0.2 s, a dead peer found after
     // ten unanswered (about 2 s).
-    std::fs::write(
-        &config,
+    let (_a, b) = l.start(
+        1,
         "[sctp]\nheartbeat_interval_ms = 100\nrto_min_ms = 100\nrto_initial_ms = 200\n",
-    )
-    .expect("write config");
-    let (uas_port, b_sctp, a_udp, a_sctp, b_udp) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
+        dir.path(),
     );
-    let (a_metrics, b_metrics): (SocketAddr, SocketAddr) = (
-        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
-        format!("127.0.0.1:{}", free_port()).parse().expect("addr"),
-    );
-    let args = |listen: [String; 2], route: String, metrics: SocketAddr| {
-        let mut a = vec![s("--config"), config.display().to_string()];
-        for l in listen {
-            a.extend([s("--listen"), l]);
-        }
-        a.extend([
-            s("--route"),
-            format!("*={route}"),
-            s("--store"),
-            s("memory"),
-            s("--metrics"),
-            metrics.to_string(),
-        ]);
-        a
-    };
-    let b = Holdline::start(&args(
-        [
-            format!("sctp:127.0.0.1:{b_sctp}"),
-            format!("udp:127.0.0.1:{b_udp}"),
-        ],
-        format!("udp:127.0.0.1:{uas_port}"),
-        b_metrics,
-    ));
-    let _a = Holdline::start(&args(
-        [
-            format!("udp:127.0.0.1:{a_udp}"),
-            format!("sctp:127.0.0.1:{a_sctp}"),
-        ],
-        format!("sctp:127.0.0.1:{b_sctp}"),
+    let Loopback {
+        uas_port,
+        a_udp,
         a_metrics,
-    ));
+        ..
+    } = l;
     let _uas = common::load(&[
         s("uas"),
         s("--listen"),
