@@ -30,7 +30,7 @@ use holdline_io::Clock;
 use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpOptions, UdpSocket};
 use holdline_metrics::{Report, csv_header, csv_row, progress_line, summary_table};
-use holdline_sctp::{SctpStats, SctpUdp};
+use holdline_sctp::{SctpStats, SctpUdp, call_id_key};
 use holdline_sip::{Frame, Framer, Limits};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
@@ -256,30 +256,6 @@ fn mark_sctp_dirty(dirty: &mut Vec<Option<usize>>, s: &mut SctpSock, leg: Option
         s.dirty = true;
         dirty.push(leg);
     }
-}
-
-/// The SCTP stream key of a SIP message: a hash (FNV-1a) of its Call-ID, found by a scan
-/// of the header lines (`Call-ID` or its compact form `i`) without parsing the message, so
-/// that a call's messages share a stream (in order on it) and different calls spread over
-/// the streams. A message without one gets 0.
-fn call_id_key(bytes: &[u8]) -> u64 {
-    for line in bytes.split(|&b| b == b'\n').skip(1) {
-        if line.is_empty() || line == b"\r" {
-            break; // the end of the header section
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = line[..colon].trim_ascii();
-        if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for &b in line[colon + 1..].trim_ascii() {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-            }
-            return h;
-        }
-    }
-    0
 }
 
 struct Conn {
@@ -1196,25 +1172,5 @@ fn read_tcp(io: &mut Io, agent: &mut Agent, clock: &Clock, key: usize) {
         if outcome.drained {
             return;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::call_id_key;
-
-    #[test]
-    fn the_sctp_stream_key_is_the_call_ids_hash_in_either_form() {
-        let long = b"INVITE sip:b@x SIP/2.0\r\nVia: SIP/2.0/SCTP h\r\nCall-ID:  abc@h \r\n\r\n";
-        let compact = b"SIP/2.0 200 OK\r\ni: abc@h\r\nCSeq: 1 INVITE\r\n\r\nCall-ID: other\r\n";
-        let other = b"SIP/2.0 200 OK\r\nCall-ID: abd@h\r\n\r\n";
-        assert_eq!(call_id_key(long), call_id_key(compact));
-        assert_ne!(call_id_key(long), call_id_key(other));
-        assert_ne!(call_id_key(long), 0);
-        // Only the header section counts; no Call-ID at all gives 0.
-        assert_eq!(
-            call_id_key(b"OPTIONS sip:x SIP/2.0\r\n\r\nCall-ID: body\r\n"),
-            0
-        );
     }
 }

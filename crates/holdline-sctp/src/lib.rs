@@ -30,12 +30,19 @@
 //!   refuses with [`SendError::QueueFull`] instead of growing — the same never-blocking rule
 //!   as holdline's TCP connections.
 //!
-//! Not provided by sctp-proto, so not here: multihoming, sending HEARTBEATs (it answers
-//! them; an idle association's peer is found dead by the first message that is not
-//! acknowledged, after [`SctpConfig::max_retransmits`]), and an RFC 6951 restart with a new
-//! encapsulation port (the port is simply followed).
+//! - **Heartbeats** (sctp-proto answers HEARTBEATs but sends none): on an idle association,
+//!   every [`SctpConfig::heartbeat_interval_ms`] + RTO.Min; a peer that leaves
+//!   [`SctpConfig::max_retransmits`] unanswered is declared unreachable.
+//! - **Ordered or unordered per peer** ([`SctpConfig::delivery`]) and the stream key of a
+//!   SIP message ([`call_id_key`]).
+//!
+//! sctp-proto itself is vendored with four fixes (`vendor/README.md`). Not provided:
+//! multihoming, and an RFC 6951 restart with a new encapsulation port (the port is simply
+//! followed).
 #![forbid(unsafe_code)]
 
 mod endpoint;
+mod key;
 
 pub use endpoint::{DEFAULT_UDP_PORT, Received, SctpConfig, SctpStats, SctpUdp, SendError};
+pub use key::call_id_key;

@@ -19,7 +19,7 @@ use holdline_overload::{
     Signal, Split, TargetId, Verdict, Work,
 };
 use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
-use holdline_sctp::{SctpUdp, SendError as SctpSendError};
+use holdline_sctp::{SctpUdp, SendError as SctpSendError, call_id_key};
 use holdline_sip::{Frame, Framer, Limits, Message, Method, OcAlgo, OcReport, ParseErrorKind};
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -2087,42 +2087,4 @@ struct SctpSock {
     ep: SctpUdp,
     /// Datagrams on their way to the socket (`sendmmsg`).
     sends: SendBatch,
-}
-
-/// The SCTP stream key of a SIP message: a hash of its Call-ID, found by a scan of the
-/// header lines (`Call-ID` or its compact form `i`), without parsing the message. A
-/// message without one gets 0.
-fn call_id_key(bytes: &[u8]) -> u64 {
-    for line in bytes.split(|&b| b == b'\n').skip(1) {
-        if line.is_empty() || line == b"\r" {
-            break; // the end of the header section
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let name = line[..colon].trim_ascii();
-        if name.eq_ignore_ascii_case(b"call-id") || name.eq_ignore_ascii_case(b"i") {
-            return holdline_proto::shard::hash_call_id(line[colon + 1..].trim_ascii());
-        }
-    }
-    0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::call_id_key;
-
-    #[test]
-    fn the_stream_key_is_the_call_ids_hash_in_either_form() {
-        let long = b"INVITE sip:b@x SIP/2.0\r\nVia: SIP/2.0/UDP h\r\nCall-ID:  abc@h \r\n\r\n";
-        let compact = b"SIP/2.0 200 OK\r\ni: abc@h\r\nCSeq: 1 INVITE\r\n\r\nCall-ID: other\r\n";
-        let key = holdline_proto::shard::hash_call_id(b"abc@h");
-        assert_eq!(call_id_key(long), key);
-        assert_eq!(call_id_key(compact), key);
-        // Only the header section counts; no Call-ID at all gives 0.
-        assert_eq!(
-            call_id_key(b"OPTIONS sip:x SIP/2.0\r\n\r\nCall-ID: body\r\n"),
-            0
-        );
-    }
 }
