@@ -516,7 +516,10 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
     // The UAS socket first, so a pair's legs bind next to it.
     if has_uas {
         match transport {
-            Transport::Udp => {
+            Transport::Udp | Transport::Sctp => {
+                // One UDP socket; over SCTP it carries the encapsulation, its address is the
+                // UAS's (Via, Contact `;transport=sctp`) and its endpoint accepts every
+                // association.
                 let mut s = UdpSocket::bind(cfg.listen, &udp_opts)
                     .map_err(sock_err("bind UDP", cfg.listen))?;
                 io.poll
@@ -525,22 +528,11 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
                     .map_err(LoadError::Poll)?;
                 cfg.agent.uas_addr =
                     Some(s.local_addr().map_err(sock_err("bind UDP", cfg.listen))?);
-                io.uas_udp = Some(s);
-            }
-            Transport::Sctp => {
-                // The SCTP encapsulation socket: its address is the UAS's over SCTP (Via,
-                // Contact `;transport=sctp`); its endpoint accepts every association.
-                let mut s = UdpSocket::bind(cfg.listen, &udp_opts)
-                    .map_err(sock_err("bind UDP for SCTP", cfg.listen))?;
-                io.poll
-                    .registry()
-                    .register(&mut s, UAS_UDP, Interest::READABLE)
-                    .map_err(LoadError::Poll)?;
-                cfg.agent.uas_addr = Some(
-                    s.local_addr()
-                        .map_err(sock_err("bind UDP for SCTP", cfg.listen))?,
-                );
-                io.uas_sctp = Some(SctpSock::new(s, &cfg.sctp));
+                if transport == Transport::Sctp {
+                    io.uas_sctp = Some(SctpSock::new(s, &cfg.sctp));
+                } else {
+                    io.uas_udp = Some(s);
+                }
             }
             _ => {
                 let mut l = TcpListener::bind(cfg.listen, &tcp_opts)
