@@ -2,17 +2,22 @@
 //!
 //! ```text
 //!  namespace A (10.203.0.1)                                      namespace B (10.203.0.2)
-//!  UAC --UDP--> P1 ==[T]==> nt0 ══ holdline netem: delay d, loss p (corr. c) ══ nt0 ==[T]==> P2 --UDP--> UAS
+//!  direct:  UAC ==[T]==> nt0 ══ holdline netem: delay d, loss p (corr. c) ══ nt0 ==[T]==> UAS
+//!  proxies: UAC --UDP--> P1 ==[T]==> nt0 ══ (the same link) ══ nt0 ==[T]==> P2 --UDP--> UAS
 //! ```
 //!
-//! Two `holdline serve` proxies (the paper's SIP applications A and B) carry every call
-//! across an emulated link over transport T: SCTP ordered on one stream (head-of-line
-//! blocking), SCTP unordered (none), SCTP ordered over 16 streams (a call's messages on one
-//! stream), TCP, and UDP. The UAC and the UAS sit beside their proxy (one hop inside their
-//! namespace); the UAS rings at once and answers a second later, so the post-selection delay
-//! (first INVITE sent → first 180 received at the UAC) is two crossings of the link plus
-//! whatever loss and blocking add. Five warm-up calls set the association or connection up
-//! before the measured calls of each run.
+//! Transport T across an emulated link: SCTP ordered on one stream (head-of-line blocking),
+//! SCTP unordered (none), SCTP ordered over 16 streams (a call's messages on one stream),
+//! TCP, and UDP. In the `direct` topology (the default; the paper's test bed, l. 97-99)
+//! `holdline load uac` speaks T to `holdline load uas` across the link; the callee rings at
+//! once and declines five seconds later (486, ACKed), so a call is an INVITE and a 180 as in
+//! the paper, plus a 486 and an ACK long after; the caller sets its association or
+//! connection up before its first call (`--connect-first`). In the `proxies` topology two
+//! `holdline serve` proxies carry whole calls (INVITE, 100, 180, 200, ACK, BYE, 200) over T,
+//! the UAC and the UAS one hop inside their namespace, the UAS answering a second after it
+//! rings, five warm-up calls first. Either way the post-selection delay (first INVITE sent
+//! → first 180 received at the UAC) is two crossings of the link plus whatever loss and
+//! blocking add.
 //! Per configuration (delay, call rate, transport, loss) the lab runs `--runs` independent
 //! runs of `--duration` seconds (fresh processes and link, a seed per run) and takes each
 //! run's 95th percentile of the post-selection delay, as the paper does (l. 111); the mean
@@ -48,7 +53,7 @@ use crate::wan::{Site, Wan};
 /// `holdline lab holb` options.
 #[derive(Debug, Clone, Parser)]
 #[command(
-    about = "seed 002's head-of-line-blocking test bed: P1 -> netem -> P2 over SCTP ordered/unordered, TCP, UDP"
+    about = "seed 002's head-of-line-blocking test bed: caller -> netem -> callee (or P1 -> netem -> P2) over SCTP ordered/unordered, TCP, UDP"
 )]
 pub struct Args {
     /// A short run: 20 ms, 40 calls/s, SCTP ordered and unordered at 1% and 2% loss, 3
@@ -108,9 +113,29 @@ pub struct Args {
     /// overflowing whatever it loses), the host's otherwise.
     #[arg(long)]
     pub congestion_control: Option<String>,
+    /// Who speaks across the link: `direct` (the default: seed 002's own test bed,
+    /// l. 97-99, the caller speaks the transport across the link to the callee, which rings
+    /// at once and declines 5 s later (486, ACKed), so a call is a few hundred bytes each
+    /// way, near the paper's 72-144 kbit/s at 20-40 calls/s) or `proxies` (two `holdline
+    /// serve`s carry whole calls over the transport, each with its caller or callee beside
+    /// it: holdline's own SCTP, several times the paper's bytes per call).
+    #[arg(long, value_enum, default_value = "direct")]
+    pub topology: Topology,
     /// Run nothing: redraw the plots of `--out`'s `results.json`.
     #[arg(long)]
     pub replot: bool,
+}
+
+/// Who speaks across the emulated link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topology {
+    /// UAC ⇒ link ⇒ UAS: the paper's SIP applications A and B, INVITE → 180 (486 and ACK 5 s
+    /// later).
+    #[default]
+    Direct,
+    /// UAC → P1 ⇒ link ⇒ P2 → UAS: holdline's transports between two proxies, whole calls.
+    Proxies,
 }
 
 /// What a series of runs varies.
@@ -268,6 +293,18 @@ impl Link {
             Self::Tcp => format!("tcp:{ip}:5060"),
             Self::Udp => format!("udp:{ip}:5060"),
         }
+    }
+
+    /// `holdline load`'s transport options for this link (the direct topology).
+    fn load_args(self) -> Vec<String> {
+        let v: &[&str] = match self {
+            Self::SctpOrdered => &["--transport=sctp", "--sctp-streams=1"],
+            Self::SctpUnordered => &["--transport=sctp", "--sctp-unordered", "--sctp-streams=1"],
+            Self::SctpStreams => &["--transport=sctp", "--sctp-streams=16"],
+            Self::Tcp => &["--transport=tcp"],
+            Self::Udp => &["--transport=udp"],
+        };
+        v.iter().map(|&a| a.to_owned()).collect()
     }
 
     /// The proxies' `[sctp]` section.
@@ -596,6 +633,7 @@ pub fn run(a: &Args) -> Result<f64> {
                                 t,
                                 &c,
                                 congestion_control.as_deref(),
+                                a.topology,
                                 r,
                                 duration,
                             )?;
@@ -647,6 +685,7 @@ fn one_run(
     t: Link,
     c: &Conditions,
     congestion_control: Option<&str>,
+    topology: Topology,
     run: u32,
     duration: f64,
 ) -> Result<Run> {
@@ -655,6 +694,9 @@ fn one_run(
     let mut wan = Wan::with_link(delay_ms, link, 1 + u64::from(run))?;
     if let Some(cc) = congestion_control {
         wan.set_congestion_control(cc)?;
+    }
+    if topology == Topology::Direct {
+        return direct_run(exe, runs_dir, tag, t, c, wan, run, duration);
     }
     let (a, b) = (wan.a.clone(), wan.b.clone());
     let config = runs_dir.join(format!("{tag}.toml"));
@@ -803,6 +845,114 @@ fn one_run(
     })
 }
 
+/// One run of the direct topology: `holdline load uac` in A speaks `t` across the link to
+/// `holdline load uas` in B. The caller sets its association or connection up before its
+/// first call (`--connect-first`, the warm-up of the proxies' topology); the retransmission
+/// figures are the two generators' own.
+#[allow(clippy::too_many_arguments)]
+fn direct_run(
+    exe: &Path,
+    runs_dir: &Path,
+    tag: &str,
+    t: Link,
+    c: &Conditions,
+    mut wan: Wan,
+    run: u32,
+    duration: f64,
+) -> Result<Run> {
+    let (a, b) = (wan.a.clone(), wan.b.clone());
+    let max_time = duration + 60.0;
+    let uas_json = runs_dir.join(format!("{tag}-uas.json"));
+    let uac_json = runs_dir.join(format!("{tag}-uac0.json"));
+    let uas_log = runs_dir.join(format!("{tag}-uas.log"));
+    let mut uas_args = vec![
+        "load".to_owned(),
+        "uas".to_owned(),
+        format!("--listen={}:5070", b.ip()),
+        "--ring-delay-ms=0".to_owned(),
+        // Declined 5 s after ringing: late enough that a 486 sent unordered does not
+        // overtake a 180 still being retransmitted (the call would ring unmeasured).
+        "--answer-delay-ms=5000".to_owned(),
+        "--responses=486:1".to_owned(),
+        format!("--max-time={max_time}"),
+        format!("--json={}", uas_json.display()),
+        "--progress=off".to_owned(),
+    ];
+    uas_args.extend(t.load_args());
+    let mut uas = b.spawn(GENERATOR_CORE, exe, &uas_args, &uas_log)?;
+    let bound = if t == Link::Tcp {
+        Transport::Tcp
+    } else {
+        Transport::Udp
+    };
+    b.wait_bound(&mut uas.0, 5070, bound, "holdline load uas", &uas_log)?;
+    let traffic = if c.competing() {
+        Some(wan.traffic(&TrafficConfig {
+            long_lived: c.competing_tcp,
+            web_sessions_per_s: c.web_sessions_per_s,
+            seed: 1 + u64::from(run),
+            ..TrafficConfig::default()
+        })?)
+    } else {
+        None
+    };
+    let uac_log = runs_dir.join(format!("{tag}-uac0.log"));
+    let mut uac_args = vec![
+        "load".to_owned(),
+        "uac".to_owned(),
+        format!("--target={}:5070", b.ip()),
+        format!("--listen={}:0", a.ip()),
+        format!("--rate={rate}", rate = c.rate_cps),
+        format!("--duration={duration}"),
+        "--drain=10".to_owned(),
+        format!("--max-time={max_time}"),
+        format!("--seed={}", run + 1),
+        "--connect-first=30".to_owned(),
+        format!("--json={}", uac_json.display()),
+        format!(
+            "--csv={}",
+            runs_dir.join(format!("{tag}-uac0.csv")).display()
+        ),
+        "--progress=off".to_owned(),
+    ];
+    uac_args.extend(t.load_args());
+    let mut uac = a.spawn(GENERATOR_CORE, exe, &uac_args, &uac_log)?;
+    wait_bounded(&mut uac.0, Duration::from_secs_f64(max_time + 35.0));
+    let competing_bytes = traffic.map_or(0, |t| {
+        let s = t.stop();
+        s.bulk_bytes + s.web_bytes
+    });
+    drop(uac);
+    // The UAS writes its report on SIGTERM (its SCTP counters).
+    crate::generator::terminate(&uas.0);
+    wait_bounded(&mut uas.0, Duration::from_secs(10));
+    drop(uas);
+    let stats = wan.stop();
+    let report = read_json(&uac_json)?;
+    let uas_report = read_json(&uas_json).ok();
+    let sctp = |r: &serde_json::Value, k: &str| r["meta"]["sctp"][k].as_f64().unwrap_or(0.0);
+    let both = |k: &str| sctp(&report, k) + uas_report.as_ref().map_or(0.0, |u| sctp(u, k));
+    Ok(Run {
+        run,
+        calls: num(&report, &["calls_attempted"]) as u64,
+        rang: num(&report, &["latency", "psd", "count"]) as u64,
+        completed: num(&report, &["calls_completed"]) as u64,
+        psd_p95_ms: num(&report, &["latency", "psd", "p95_ms"]),
+        psd_p50_ms: num(&report, &["latency", "psd", "p50_ms"]),
+        lost: [stats.a_to_b.lost, stats.b_to_a.lost],
+        offered: [stats.a_to_b.offered, stats.b_to_a.offered],
+        sctp_retransmissions: both("t3_timeouts") + both("fast_retransmits"),
+        sctp_needless: both("duplicate_tsns"),
+        sctp_messages: both("messages_sent"),
+        invite_retransmissions: num(&report, &["retrans_invite"]) as u64,
+        queue_drops: [
+            stats.a_to_b.queue_drops + stats.a_to_b.random_drops,
+            stats.b_to_a.queue_drops + stats.b_to_a.random_drops,
+        ],
+        competing_bytes,
+    })
+}
+
 fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
     // Ordered against unordered SCTP at each point of a series, and the paper's central
     // comparisons: ordered at X against unordered at 2X (1% with HOLB against 2% without;
@@ -858,6 +1008,7 @@ fn write_results(a: &Args, points: &[Point], started: Instant) -> Result<()> {
         "started_unix_s": crate::runner::started_unix_s(started),
         "duration_s": started.elapsed().as_secs_f64(),
         "quick": a.quick,
+        "topology": a.topology,
         "machine": machine(),
         "correlation": a.correlation,
         "bottleneck_kbit": a.bottleneck_kbit,

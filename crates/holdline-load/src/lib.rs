@@ -96,6 +96,10 @@ pub struct LoadConfig {
     /// each to its target) and the UAS's (accepting). The defaults match `holdline serve`'s
     /// `[sctp]` defaults (SCTP port 5060 in the common header, 16 streams, ordered).
     pub sctp: SctpConfig,
+    /// Set every calling leg's association (SCTP) or connection (TCP, TLS) up before the
+    /// first call, waiting at most this long: the calls then measure the path, not the
+    /// set-up (a lost INIT or SYN holds the first calls for a second or three).
+    pub connect_first: Option<Duration>,
 }
 
 /// TLS for the connections of a run over `Transport::Tls`: the calling legs are TLS clients
@@ -634,6 +638,9 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         }
     }
     cfg.agent.legs = legs;
+    let connected = cfg
+        .connect_first
+        .map(|wait| connect_first(&mut io, &leg_targets, wait));
     let clock = Clock::new();
     let start = clock.now();
     let mut agent = Agent::new(cfg.agent.clone(), start)?;
@@ -831,6 +838,12 @@ pub fn run(mut cfg: LoadConfig, stop: &AtomicBool) -> Result<Report, LoadError> 
         );
         if let Some(a) = agent.config().uas_addr {
             obj.insert("uas_addr".into(), a.to_string().into());
+        }
+        if let Some(c) = connected {
+            obj.insert(
+                "connect_first".into(),
+                serde_json::json!({"up": c.up, "of": c.of, "seconds": c.seconds}),
+            );
         }
         if let Some(st) = sctp_stats {
             obj.insert(
@@ -1054,6 +1067,112 @@ fn sctp_timers(io: &mut Io, agent: &mut Agent, clock: &Clock) {
         mark_sctp_dirty(&mut io.sctp_dirty, s, leg);
     }
     io.sctp_next = io.sctp_timeout();
+}
+
+/// What [`connect_first`] achieved.
+#[derive(Clone, Copy, Debug)]
+struct Connected {
+    /// Legs up when the calls started.
+    up: usize,
+    /// Legs that connect (SCTP associations, TCP/TLS connections).
+    of: usize,
+    /// How long it took, seconds.
+    seconds: f64,
+}
+
+/// `--connect-first`: starts every SCTP leg's association (to its target, leg `i` to
+/// `targets[i mod len]`) and waits, at most `wait`, until those and the TCP/TLS legs'
+/// connections are established (INIT and SYN retransmissions included). Legs still down
+/// then carry their first calls as they would have anyway; stderr says so.
+fn connect_first(io: &mut Io, targets: &[SocketAddr], wait: StdDuration) -> Connected {
+    let start = StdInstant::now();
+    let deadline = start + wait;
+    if !targets.is_empty() {
+        for (i, s) in io.legs_sctp.iter_mut().enumerate() {
+            // A failure shows as a leg that never comes up.
+            let _ = s.ep.open(start, targets[i % targets.len()]);
+            mark_sctp_dirty(&mut io.sctp_dirty, s, Some(i));
+        }
+    }
+    let of = io.legs_sctp.len() + io.leg_conns.len();
+    let mut events = Events::with_capacity(64);
+    loop {
+        io.flush();
+        let mut up = 0;
+        for (i, s) in io.legs_sctp.iter_mut().enumerate() {
+            if targets
+                .get(i % targets.len().max(1))
+                .is_some_and(|t| s.ep.is_connected(*t))
+            {
+                up += 1;
+            }
+        }
+        up += io
+            .leg_conns
+            .iter()
+            .filter(|&&k| io.conns.get(k).is_some_and(|c| !c.tcp.is_connecting()))
+            .count();
+        let now = StdInstant::now();
+        if up == of || now >= deadline {
+            if up < of {
+                eprintln!(
+                    "holdline load: --connect-first: {up} of {of} legs up after {:.1} s; calling anyway",
+                    wait.as_secs_f64()
+                );
+            }
+            return Connected {
+                up,
+                of,
+                seconds: (now - start).as_secs_f64(),
+            };
+        }
+        let wake = io.sctp_timeout().map_or(deadline, |t| t.min(deadline));
+        match io
+            .poll
+            .poll(&mut events, Some(wake.saturating_duration_since(now)))
+        {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => continue,
+        }
+        for ev in &events {
+            let token = ev.token();
+            if token.0 >= CONN_BASE && ev.is_writable() {
+                let key = token.0 - CONN_BASE;
+                if let Some(c) = io.conns.get_mut(key)
+                    && c.tcp.is_connecting()
+                    && c.tcp.finish_connect().is_err()
+                {
+                    io.close(key);
+                }
+            }
+        }
+        // Every SCTP leg, readiness or not (few sockets, a short phase): the handshake's
+        // chunks in, its timers (INIT and COOKIE ECHO retransmissions) run.
+        let t = StdInstant::now();
+        for (i, s) in io.legs_sctp.iter_mut().enumerate() {
+            for _ in 0..UDP_BUDGET {
+                let n = match s.socket.recv_batch(&mut io.recv) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                for j in 0..n {
+                    if let Some(d) = io.recv.get(j) {
+                        s.ep.handle_datagram(t, d.source, d.payload);
+                    }
+                }
+                if n < io.recv.capacity() {
+                    break;
+                }
+            }
+            if s.ep.poll_timeout().is_some_and(|d| d <= t) {
+                s.ep.handle_timeout(t);
+            }
+            // No SIP has been sent yet: nothing is expected.
+            while s.ep.poll_received().is_some() {}
+            mark_sctp_dirty(&mut io.sctp_dirty, s, Some(i));
+        }
+    }
 }
 
 /// Shuts every SCTP association down gracefully (what is outstanding acknowledged first),

@@ -16,7 +16,7 @@
 //! [`poll_timeout`](Endpoint::poll_timeout). Nothing here panics on any input.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use holdline_base::{
@@ -403,6 +403,17 @@ pub struct EndpointStats {
     /// New INVITEs the forward gate rejected (every next hop refused them), answered through
     /// their server transaction.
     pub rejected_by_forward_gate: u64,
+    /// Initial requests answered `302` with their targets as Contacts
+    /// ([`ProxyMode::Redirect`]).
+    pub redirected: u64,
+    /// Copies of accepted REGISTERs sent to the servers of
+    /// [`ProxyConfig::propagate_registrations`].
+    pub registrations_propagated: u64,
+    /// Of those copies, the ones a backup answered 2xx.
+    pub registration_copies_acked: u64,
+    /// Copies that could not be sent, were refused (3xx-6xx) or got no answer (timeout,
+    /// transport error): that backup may not hold the binding.
+    pub registration_copies_failed: u64,
     /// Requests whose every target was one of the proxy's own sockets: answered `482`, never
     /// sent to ourselves.
     pub to_own_socket: u64,
@@ -563,6 +574,9 @@ pub struct Endpoint {
     /// The failover order [`all_targets`](Self::all_targets) found with its targets (a
     /// load-sharing route's other targets), taken by the stateful path into its [`Call`].
     failover: Vec<Peer>,
+    /// Client transactions carrying copies of REGISTERs to the backups
+    /// ([`ProxyConfig::propagate_registrations`]) whose final answer has not come yet.
+    propagations: HashSet<ClientTxnId>,
     /// The load-sharing routes' targets, probed with OPTIONS when probing is on.
     probes: Vec<Probe>,
     /// When the next round of probes is due (`None`: not started).
@@ -573,7 +587,7 @@ pub struct Endpoint {
     offer_params: Vec<u8>,
     /// New INVITEs from rate-answered clients since the last tally, and those clients.
     rate_invites: u64,
-    rate_clients: std::collections::HashSet<std::net::SocketAddr>,
+    rate_clients: HashSet<std::net::SocketAddr>,
     /// REGISTER 200s waiting for the store's commit, in ticket order.
     held: VecDeque<HeldResponse>,
     /// How many rate-answered clients the previous tally saw.
@@ -699,12 +713,13 @@ impl Endpoint {
             stats: EndpointStats::default(),
             bindings: Vec::new(),
             failover: Vec::new(),
+            propagations: HashSet::new(),
             probes: Vec::new(),
             probe_at: None,
             answer: None,
             offer_params,
             rate_invites: 0,
-            rate_clients: std::collections::HashSet::new(),
+            rate_clients: HashSet::new(),
             held: VecDeque::new(),
             rate_clients_before: 0,
             dns: DnsCache::new(config_dns),
@@ -1274,6 +1289,12 @@ impl Endpoint {
 
     fn on_txn_event(&mut self, now: Instant, e: TxnEvent) {
         if let TxnEvent::ClientTimeout(cid) | TxnEvent::TransportError(TxnId::Client(cid)) = e
+            && self.propagations.remove(&cid)
+        {
+            self.stats.registration_copies_failed += 1;
+            return;
+        }
+        if let TxnEvent::ClientTimeout(cid) | TxnEvent::TransportError(TxnId::Client(cid)) = e
             && self.probe_of(cid).is_some()
         {
             self.probe_done(now, cid, false);
@@ -1724,15 +1745,37 @@ impl Endpoint {
         let for_registrar = method == Method::Register
             && plan.next_route.is_none()
             && (self.config.serves(host) || is_me_uri(&self.config, &plan.ruri));
-        // Challenged or refused: answered already.
-        let Ok(consumed) = self.authenticate(now, sid, msg, for_registrar, from) else {
-            return;
+        // A copy from a server that propagates its registrations here is not challenged.
+        let copy = for_registrar && self.is_registration_peer(from);
+        let consumed = if copy {
+            None
+        } else {
+            // Challenged or refused: answered already.
+            let Ok(consumed) = self.authenticate(now, sid, msg, for_registrar, from) else {
+                return;
+            };
+            consumed
         };
         if for_registrar {
+            // A copy's binding keeps the phone's address, not the sending server's: the
+            // phone's Via, as that server annotated it, is the second.
+            let source = if copy {
+                msg.vias()
+                    .flatten()
+                    .nth(1)
+                    .as_ref()
+                    .and_then(via_destination)
+                    .unwrap_or(from)
+            } else {
+                from
+            };
             let mut out = Vec::with_capacity(512);
             let r = self
                 .registrar
-                .register(now, msg, from, &*self.store, &mut out);
+                .register(now, msg, source, &*self.store, &mut out);
+            if r.changed && !copy {
+                self.propagate_registration(now, msg, from);
+            }
             // A 200 that changed the store promises the change: with a store that can say
             // when it is on disk, the response waits for that (group commit).
             if r.changed
@@ -1800,6 +1843,13 @@ impl Endpoint {
             }
         };
         let invite = method == Method::Invite;
+        if self.config.mode == ProxyMode::Redirect
+            && method != Method::Ack
+            && msg.to().is_ok_and(|to| to.tag().is_none())
+        {
+            self.redirect(now, sid, msg, plan, &targets);
+            return;
+        }
         // The forward gate (TCP smart forwarding): a new INVITE goes only to the next hops
         // whose gate admits it; with none left it is answered with the gate's rejection.
         if invite && msg.to().is_ok_and(|to| to.tag().is_none()) {
@@ -1854,6 +1904,125 @@ impl Endpoint {
             self.start_branch(now, sid, msg, plan, &t, local, consumed);
         }
         self.maybe_finish(now, sid);
+    }
+
+    /// Whether `from` is one of the servers registrations are propagated to (and from).
+    fn is_registration_peer(&self, from: Peer) -> bool {
+        self.config
+            .propagate_registrations
+            .iter()
+            .any(|p| p.addr.ip() == from.addr.ip())
+    }
+
+    /// Copies an accepted REGISTER (received from `from`) to every server of
+    /// [`ProxyConfig::propagate_registrations`]: the request as received, its top Via
+    /// annotated with where it came from (so that the backup can reach the phone), under a
+    /// Via of ours, each in a client transaction of its own (retransmitted, answered or
+    /// timed out like any other) whose answer is only counted.
+    fn propagate_registration(&mut self, now: Instant, msg: &Message<'_>, from: Peer) {
+        if self.config.propagate_registrations.is_empty() {
+            return;
+        }
+        let annotated = self.annotate_via(msg, from);
+        let request = annotated.as_deref().unwrap_or(msg.as_bytes());
+        let Some(eol) = request.windows(2).position(|w| w == b"\r\n") else {
+            return;
+        };
+        for i in 0..self.config.propagate_registrations.len() {
+            let dest = self.config.propagate_registrations[i];
+            self.stats.registrations_propagated += 1;
+            let Some(l) = self.config.listener(dest.transport).copied() else {
+                self.stats.registration_copies_failed += 1;
+                continue;
+            };
+            let branch = String::from_utf8_lossy(&self.new_tag()).into_owned();
+            let via = format!(
+                "Via: SIP/2.0/{} {};branch=z9hG4bK{branch};rport\r\n",
+                dest.transport.as_via_str(),
+                host_port(l.addr)
+            );
+            let mut copy = Vec::with_capacity(request.len() + via.len());
+            copy.extend_from_slice(&request[..eol + 2]);
+            copy.extend_from_slice(via.as_bytes());
+            copy.extend_from_slice(&request[eol + 2..]);
+            match self.txns.send_request(now, copy, dest) {
+                Ok(cid) => {
+                    self.propagations.insert(cid);
+                }
+                Err(_) => self.stats.registration_copies_failed += 1,
+            }
+        }
+    }
+
+    /// [`ProxyMode::Redirect`]: answers `302 Moved Temporarily` with a Contact per target
+    /// (§8.3): a binding's contact as it was registered, otherwise the Request-URI's user at
+    /// the target's address (its transport as a URI parameter unless UDP); the failover
+    /// order of a single target after it. With more than one Contact, `q` falls from 1.0 by
+    /// 0.1 in that order (RFC 3261 §20.10), so that a caller tries them as this proxy would.
+    fn redirect(
+        &mut self,
+        now: Instant,
+        sid: ServerTxnId,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        targets: &[Target],
+    ) {
+        let ruri = plan.ruri.as_bytes();
+        let user = plan.ruri.user().map(<[u8]>::to_vec);
+        let at = |dest: &Peer| {
+            let mut c = b"sip:".to_vec();
+            if let Some(u) = &user {
+                c.extend_from_slice(u);
+                c.push(b'@');
+            }
+            c.extend_from_slice(host_port(dest.addr).as_bytes());
+            if dest.transport != Transport::Udp {
+                c.extend_from_slice(b";transport=");
+                c.extend_from_slice(dest.transport.as_param_str().as_bytes());
+            }
+            c
+        };
+        let mut uris: Vec<Vec<u8>> = targets
+            .iter()
+            .map(|t| {
+                if t.uri.as_slice() == ruri {
+                    at(&t.dest)
+                } else {
+                    t.uri.clone()
+                }
+            })
+            .collect();
+        if targets.len() == 1 {
+            for alt in std::mem::take(&mut self.failover) {
+                uris.push(at(&alt));
+            }
+        }
+        self.targets_from_dns = false;
+        let many = uris.len() > 1;
+        let contacts: Vec<Vec<u8>> = uris
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let mut c = b"<".to_vec();
+                c.extend_from_slice(u);
+                c.push(b'>');
+                if many {
+                    let q = 10usize.saturating_sub(i).max(1);
+                    let q = if q == 10 {
+                        "1.0".to_owned()
+                    } else {
+                        format!("0.{q}")
+                    };
+                    c.extend_from_slice(b";q=");
+                    c.extend_from_slice(q.as_bytes());
+                }
+                c
+            })
+            .collect();
+        let extra: Vec<(&str, &[u8])> =
+            contacts.iter().map(|c| ("Contact", c.as_slice())).collect();
+        self.stats.redirected += 1;
+        self.respond(now, sid, msg, 302, "Moved Temporarily", &extra);
     }
 
     /// Sends `msg` to target `t` in a new client transaction, a branch of context `sid`; a
@@ -2871,6 +3040,16 @@ impl Endpoint {
             ResponseOutcome::ForTu(cid) if self.probe_of(cid).is_some() => {
                 if status >= 200 {
                     self.probe_done(now, cid, status < 500);
+                }
+            }
+            ResponseOutcome::ForTu(cid) if self.propagations.contains(&cid) => {
+                if status >= 200 {
+                    self.propagations.remove(&cid);
+                    if status < 300 {
+                        self.stats.registration_copies_acked += 1;
+                    } else {
+                        self.stats.registration_copies_failed += 1;
+                    }
                 }
             }
             ResponseOutcome::ForTu(cid) => self.on_branch_response(now, cid, status, msg, from),

@@ -341,6 +341,18 @@ impl SctpUdp {
         }
     }
 
+    /// Starts an association with `to` now, ahead of the first message (a caller that
+    /// wants its set-up, a lost INIT included, out of the way before it measures
+    /// anything); nothing when there is one already.
+    pub fn open(&mut self, now: Instant, to: SocketAddr) -> Result<(), SendError> {
+        if !self.by_peer.contains_key(&to) {
+            let h = self.connect(now, to)?;
+            self.now = Some(now);
+            self.mark(h);
+        }
+        Ok(())
+    }
+
     /// Whether an association with `peer` is established.
     pub fn is_connected(&mut self, peer: SocketAddr) -> bool {
         self.drive_dirty();

@@ -12,7 +12,11 @@
 //!                                  # naming one is popped, never forwarded to
 //! mode = "stateful"                # or "stateless": seed 001's stateless first stage
 //!                                  # (hash-routed and record-routed in-dialog requests
-//!                                  # forwarded without transactions; docs/scaling.md)
+//!                                  # forwarded without transactions; docs/scaling.md);
+//!                                  # or "redirect": initial requests answered 302 with
+//!                                  # their targets as Contacts
+//! # propagate_registrations = ["udp:10.0.0.2:5060"]  # copy accepted REGISTERs to these
+//!                                  # servers (a backup without a shared store)
 //! relay = "restricted"             # or "open" (an open relay)
 //! trusted = ["127.0.0.0/8", "::1"] # sources that may relay anywhere (default: loopback)
 //! store = "memory"                 # or a directory; default: the data directory; or shared:
@@ -1212,9 +1216,16 @@ pub struct ServerConfig {
     /// in-dialog requests of the dialogs this server record-routed are forwarded without
     /// transactions (RFC 3261 §16.11), UDP in and UDP out; those that need state (TCP or TLS
     /// on either side, a transport change, digest authentication, a DNS next hop, a retransmission or CANCEL of a request handled
-    /// statefully, an error answered here) go the stateful way. See `docs/scaling.md`.
+    /// statefully, an error answered here) go the stateful way. `redirect`: a redirect
+    /// server, initial requests answered `302` with their targets as Contacts. See
+    /// `docs/scaling.md`.
     #[serde(deserialize_with = "deserialize_mode")]
     pub mode: ProxyMode,
+    /// Servers every accepted REGISTER that changes a binding is copied to (seed 001's
+    /// registration propagation: a primary and its backup without a shared store), as
+    /// `TRANSPORT:IP:PORT`; REGISTERs from these addresses are taken as copies (stored
+    /// without a challenge, not copied on). Default: none. See `docs/scaling.md`.
+    pub propagate_registrations: Vec<Listener>,
     /// Hosts (`host` or `host:port`) that also mean this server: a Request-URI or Route naming
     /// one is ours (the Route is popped, RFC 3261 §16.4, and never forwarded to). Default:
     /// none (the listeners' addresses only).
@@ -1539,6 +1550,7 @@ impl Default for ServerConfig {
             limits: LimitsConfig::default(),
             timers: TimersConfig::default(),
             registrar: RegistrarSettings::default(),
+            propagate_registrations: Vec::new(),
             routes: Vec::new(),
             hash_routes: Vec::new(),
             probing: ProbingSettings::default(),
@@ -1566,7 +1578,7 @@ impl ServerConfig {
     }
 }
 
-/// `mode = "stateful" | "stateless"`, refused with the value and what is expected.
+/// `mode = "stateful" | "stateless" | "redirect"`, refused with the value and what is expected.
 fn deserialize_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ProxyMode, D::Error> {
     let s = String::deserialize(d)?;
     s.parse().map_err(serde::de::Error::custom)
@@ -1783,6 +1795,16 @@ impl ServerConfig {
                 "mode",
                 "\"stateless\" forwards INVITEs without the transactions that overload.feedback \
                  = \"window\" or \"deoc\" counts: use mode = \"stateful\" with them",
+            );
+        }
+        if let Some(p) = self
+            .propagate_registrations
+            .iter()
+            .find(|p| p.addr.port() == 0 || p.addr.ip().is_unspecified())
+        {
+            return err(
+                "propagate_registrations",
+                &format!("{}: a server's address and port", p.addr),
             );
         }
         if !matches!(self.relay.as_str(), "restricted" | "open") {
@@ -2142,12 +2164,38 @@ stateless = true
     }
 
     #[test]
+    fn propagate_registrations_are_servers_and_a_bad_one_is_refused_where_it_is() {
+        let c = ServerConfig::from_toml(
+            "p.toml",
+            "propagate_registrations = [\"udp:10.0.0.2:5060\", \"tcp:10.0.0.3:5060\"]\n",
+        )
+        .expect("valid");
+        assert_eq!(c.propagate_registrations.len(), 2);
+        assert_eq!(c.propagate_registrations[1].transport, Transport::Tcp);
+        let e = ServerConfig::from_toml(
+            "p.toml",
+            "workers = 1\npropagate_registrations = [\"udp:10.0.0.2:0\"]\n",
+        )
+        .expect_err("port 0");
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("p.toml", 2, "propagate_registrations"),
+            "{e}"
+        );
+        let e = ServerConfig::from_toml("p.toml", "propagate_registrations = [\"10.0.0.2\"]\n")
+            .expect_err("no transport");
+        assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
     fn mode_is_stateful_unless_set_and_a_bad_value_is_refused_where_it_is() {
         assert_eq!(ServerConfig::default().mode, ProxyMode::Stateful);
         let c = ServerConfig::from_toml("m.toml", "workers = 1\n").expect("valid");
         assert_eq!(c.mode, ProxyMode::Stateful, "absent: stateful");
         let c = ServerConfig::from_toml("m.toml", "mode = \"stateless\"\n").expect("valid");
         assert_eq!(c.mode, ProxyMode::Stateless);
+        let c = ServerConfig::from_toml("m.toml", "mode = \"redirect\"\n").expect("valid");
+        assert_eq!(c.mode, ProxyMode::Redirect);
         let e = ServerConfig::from_toml("m.toml", "workers = 1\n\nmode = \"stateles\"\n")
             .expect_err("bad mode");
         assert_eq!(

@@ -173,6 +173,15 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();
     p.registrar = config.registrar.into();
+    p.propagate_registrations = config
+        .propagate_registrations
+        .iter()
+        .map(|l| Peer {
+            addr: l.addr,
+            transport: l.transport,
+            conn: None,
+        })
+        .collect();
     p.static_routes = config
         .routes
         .iter()
@@ -613,6 +622,22 @@ impl WorkerCore for Engine {
             out,
             "holdline_sip_stateless_forwarded_total {}",
             s.stateless
+        );
+        let _ = writeln!(out, "holdline_sip_redirected_total {}", s.redirected);
+        let _ = writeln!(
+            out,
+            "holdline_registrar_propagated_total {}",
+            s.registrations_propagated
+        );
+        let _ = writeln!(
+            out,
+            "holdline_registrar_propagation_acked_total {}",
+            s.registration_copies_acked
+        );
+        let _ = writeln!(
+            out,
+            "holdline_registrar_propagation_failures_total {}",
+            s.registration_copies_failed
         );
         for r in StatelessFallback::ALL {
             let _ = writeln!(

@@ -169,6 +169,11 @@ struct Calling {
     /// After the last arrival, wait at most S seconds for calls in progress.
     #[arg(long, value_name = "S", default_value_t = 40.0)]
     drain: f64,
+    /// Set every calling leg's SCTP association or TCP/TLS connection up before the first
+    /// call (waiting at most S seconds; INIT and SYN retransmissions included), so that the
+    /// calls measure the path, not the set-up.
+    #[arg(long, value_name = "S", num_args = 0..=1, default_missing_value = "30")]
+    connect_first: Option<f64>,
 }
 
 /// Options of the answering side.
@@ -536,6 +541,7 @@ fn load_config(
         tls,
         local_ips: c.local_ips.clone(),
         sctp,
+        connect_first: None,
         meta: serde_json::json!({
             "mode": mode,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -556,7 +562,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 a.calling.connections
             };
             cfg.uac = Some(uac);
-            let l = load_config(
+            let mut l = load_config(
                 cfg,
                 &a.common,
                 localhost,
@@ -564,6 +570,11 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                 a.calling.drain,
                 "uac",
             )?;
+            l.connect_first = a
+                .calling
+                .connect_first
+                .map(|s| secs(s, "--connect-first"))
+                .transpose()?;
             Ok((l, a.common.json))
         }
         Mode::Uas(a) => {
@@ -645,6 +656,9 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
             cfg.uac = Some(uac_config(&a.calling, target)?);
             cfg.uas = Some(uas_config(&a.answering, None));
             cfg.shared_clock = true;
+            if a.calling.connect_first.is_some() {
+                return Err("--connect-first is for `holdline load uac` (a pair's UAS answers in the same loop)".into());
+            }
             let mut l = load_config(
                 cfg,
                 &a.common,

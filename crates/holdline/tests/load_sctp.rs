@@ -249,3 +249,110 @@ fn load_uac_through_serve_to_load_uas_over_sctp() {
     );
     drop(server);
 }
+
+/// `holdline load uac --connect-first` with 3 legs to `holdline load uas`: the three
+/// associations are up before the first call (the report says how many and how long it
+/// took), and every call completes over them.
+#[test]
+fn connect_first_sets_every_association_up_before_the_first_call() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let uas_port = free_port();
+    let mut uas = common::load(&[
+        s("uas"),
+        s("--transport"),
+        s("sctp"),
+        s("--listen"),
+        format!("127.0.0.1:{uas_port}"),
+        s("--calls"),
+        s("60"),
+        s("--duration"),
+        s("30"),
+        s("--progress"),
+        s("off"),
+    ]);
+    common::wait_udp_bound(uas_port, Duration::from_secs(10));
+    let json = dir.path().join("uac.json");
+    let report = common::run_load_report(
+        &[
+            s("uac"),
+            s("--transport"),
+            s("sctp"),
+            s("--target"),
+            format!("127.0.0.1:{uas_port}"),
+            s("--rate"),
+            s("100"),
+            s("--calls"),
+            s("60"),
+            s("--connections"),
+            s("3"),
+            s("--connect-first"),
+            s("--max-time"),
+            s("20"),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            json.display().to_string(),
+        ],
+        &json,
+        Duration::from_secs(30),
+    );
+    let c = &report["meta"]["connect_first"];
+    assert_eq!(c["of"], 3, "{c}");
+    assert_eq!(c["up"], 3, "every association up before the calls: {c}");
+    assert_eq!(total(&report, "calls_ok"), 60, "{report}");
+    assert_eq!(sctp(&report, "associations_established"), 3, "{report}");
+    let _ = uas.wait_for(Duration::from_secs(20));
+}
+
+/// `--connect-first 1` towards a peer that never answers: the caller sends its INIT at
+/// once, gives up waiting after the second it was given (saying so in its report), and
+/// calls anyway; its run still ends within `--max-time`.
+#[test]
+fn connect_first_waits_no_longer_than_asked_for_a_silent_peer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let target = silent.local_addr().expect("addr");
+    let json = dir.path().join("uac.json");
+    let mut uac = common::load(&[
+        s("uac"),
+        s("--transport"),
+        s("sctp"),
+        s("--target"),
+        target.to_string(),
+        s("--rate"),
+        s("10"),
+        s("--calls"),
+        s("2"),
+        s("--connect-first"),
+        s("1"),
+        s("--drain"),
+        s("2"),
+        s("--max-time"),
+        s("6"),
+        s("--progress"),
+        s("off"),
+        s("--json"),
+        json.display().to_string(),
+    ]);
+    // The first datagram is an INIT (chunk type 1 after the 12-byte common header).
+    let mut buf = [0u8; 2048];
+    let (n, _) = silent.recv_from(&mut buf).expect("an INIT arrives");
+    assert!(
+        n > 12 && buf[12] == 1,
+        "not an INIT: {:?}",
+        &buf[..n.min(32)]
+    );
+    let _ = uac
+        .wait_for(Duration::from_secs(15))
+        .expect("the caller stops by itself");
+    let report = read_json(&json);
+    let c = &report["meta"]["connect_first"];
+    assert_eq!(c["of"], 1, "{c}");
+    assert_eq!(c["up"], 0, "{c}");
+    let waited = c["seconds"].as_f64().expect("seconds");
+    assert!((1.0..5.0).contains(&waited), "waited {waited} s: {c}");
+    assert_eq!(total(&report, "calls_ok"), 0, "{report}");
+}

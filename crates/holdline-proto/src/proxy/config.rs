@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
-use holdline_base::{Duration, Transport};
+use holdline_base::{Duration, Peer, Transport};
 use holdline_sip::{Limits, OcOffer};
 
 use crate::auth::AuthConfig;
@@ -143,14 +143,24 @@ pub enum ProxyMode {
     /// first down. A request that needs state (see
     /// [`StatelessFallback`](crate::StatelessFallback)) is handled statefully.
     Stateless,
+    /// A redirect server (RFC 3261 §8.3; seed 001's redirect policy, l. 45 and 346): an
+    /// initial request other than REGISTER (which the registrar takes as ever) is not
+    /// proxied but answered `302 Moved Temporarily` with a Contact for each target it would
+    /// have gone to — the user's bindings from the location service, or the host a
+    /// load-sharing route, static route or DNS route picks for it (the Request-URI with
+    /// that host and port), its failover order as decreasing `q` values. Requests within a
+    /// dialog and requests with a Route to follow are proxied (a redirect server is not on
+    /// the dialog's path, so these are rare).
+    Redirect,
 }
 
 impl ProxyMode {
-    /// The configuration text: `stateful` or `stateless`.
+    /// The configuration text: `stateful`, `stateless` or `redirect`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Stateful => "stateful",
             Self::Stateless => "stateless",
+            Self::Redirect => "redirect",
         }
     }
 }
@@ -163,7 +173,7 @@ impl fmt::Display for ProxyMode {
 
 /// Why a string is not a [`ProxyMode`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` is not a mode (expected \"stateful\" or \"stateless\")")]
+#[error("`{0}` is not a mode (expected \"stateful\", \"stateless\" or \"redirect\")")]
 pub struct ProxyModeError(String);
 
 impl FromStr for ProxyMode {
@@ -173,6 +183,7 @@ impl FromStr for ProxyMode {
         match s {
             "stateful" => Ok(Self::Stateful),
             "stateless" => Ok(Self::Stateless),
+            "redirect" => Ok(Self::Redirect),
             _ => Err(ProxyModeError(s.to_owned())),
         }
     }
@@ -380,6 +391,16 @@ pub struct ProxyConfig {
     pub txn: TxnConfig,
     /// The registrar's settings. Default [`RegistrarConfig::default`].
     pub registrar: RegistrarConfig,
+    /// Registration propagation (seed 001 §3.3, l. 78 and 105: "P_1 can propagate the
+    /// REGISTER message also to P_2", so that a pair of servers without a shared database
+    /// still fails over): every REGISTER this registrar accepts that changes a binding is
+    /// copied to each of these servers, in a client transaction of its own, after the
+    /// registrar's answer (the phone does not wait for the copies). A REGISTER that comes
+    /// *from* one of them (by IP address) is a copy: it is stored without authentication,
+    /// its binding keeps the phone's address (from the phone's Via, as this server
+    /// annotated it), and it is not copied on, so two servers may name each other.
+    /// Default: none.
+    pub propagate_registrations: Vec<Peer>,
     /// Parser limits for every message handled. Default [`Limits::DEFAULT`].
     pub limits: Limits,
     /// Which requests may be relayed to next hops this proxy does not serve. Default
@@ -433,6 +454,7 @@ impl Default for ProxyConfig {
             gate_key: 0,
             txn: TxnConfig::default(),
             registrar: RegistrarConfig::default(),
+            propagate_registrations: Vec::new(),
             limits: Limits::DEFAULT,
             relay: RelayPolicy::default(),
             overload_offer: None,

@@ -4631,3 +4631,277 @@ fn proxy_authentication_falls_back_to_the_stateful_path() {
     assert_eq!(net.ua(1).responses(407, "INVITE").len(), 1);
     assert_eq!(s.stateless, 0);
 }
+
+// ---------------------------------------------------------------- tests: redirect mode
+
+fn contacts(bytes: &[u8]) -> Vec<String> {
+    parse(bytes)
+        .values(HeaderName::Contact)
+        .map(|v| String::from_utf8_lossy(v.bytes).into_owned())
+        .collect()
+}
+
+#[test]
+fn redirect_mode_answers_an_invite_with_the_users_bindings_and_forwards_nothing() {
+    let mut c = config();
+    c.mode = ProxyMode::Redirect;
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(2, Script::answers(10, 50, 200)),
+            Ua::new(3, Script::answers(10, 50, 200)),
+        ],
+    );
+    net.register("bob", 2);
+    net.register("bob", 3);
+    let sent_before = net.sent.len();
+    net.send(1, invite("z9hG4bKredir1"));
+    net.run_until(ms(1_000));
+    // Nothing went to bob's phones: the caller got his contacts instead.
+    assert!(net.ua(2).requests("INVITE").is_empty());
+    assert!(net.ua(3).requests("INVITE").is_empty());
+    let a = net.ua(1);
+    assert!(
+        a.responses(100, "INVITE").is_empty(),
+        "no 100 for a redirect"
+    );
+    let moved = a.responses(302, "INVITE");
+    assert_eq!(moved.len(), 1, "one 302");
+    let got = contacts(&moved[0].1);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let mut uris: Vec<&str> = got
+        .iter()
+        .map(|c| c.split(';').next().unwrap_or_default())
+        .collect();
+    uris.sort_unstable();
+    assert_eq!(
+        uris,
+        vec!["<sip:bob@10.0.0.2:5060>", "<sip:bob@10.0.0.3:5060>"],
+        "{got:?}"
+    );
+    assert!(
+        got[0].ends_with(";q=1.0") && got[1].ends_with(";q=0.9"),
+        "{got:?}"
+    );
+    // Only the 302 (and its retransmissions until alice's ACK) left the proxy.
+    assert!(
+        net.sent[sent_before..]
+            .iter()
+            .all(|(_, to, b)| *to == ua_addr(1) && status_of(b) == 302),
+        "the proxy sent something else"
+    );
+    assert_eq!(net.proxy.stats().redirected, 1);
+    net.run();
+    assert_idle(&net);
+}
+
+#[test]
+fn redirect_mode_answers_404_for_a_user_without_bindings_and_takes_registrations() {
+    let mut c = config();
+    c.mode = ProxyMode::Redirect;
+    let mut net = Net::new(c, vec![alice(), Ua::new(2, Script::answers(10, 50, 200))]);
+    // The registrar works as in any mode (`register` asserts the 200).
+    net.register("carol", 2);
+    net.send(1, invite("z9hG4bKredir404"));
+    net.run_until(ms(1_000));
+    assert_eq!(net.ua(1).responses(404, "INVITE").len(), 1);
+    assert!(net.ua(1).responses(302, "INVITE").is_empty());
+    assert_eq!(net.proxy.stats().redirected, 0);
+}
+
+#[test]
+fn redirect_mode_on_a_first_stage_sends_the_caller_to_the_hashed_cluster_then_its_backup() {
+    let targets: Vec<HashTarget> = [5, 6]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    let nodes: Vec<crate::hrw::HrwNode> = targets.iter().map(|t| t.node.clone()).collect();
+    let mut order = Vec::new();
+    crate::hrw::rank(b"kim@example.net", &nodes, &mut order);
+    let (first, second) = ([5u8, 6][order[0]], [5u8, 6][order[1]]);
+    let mut c = config();
+    c.mode = ProxyMode::Redirect;
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        targets,
+    }];
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(5, Script::answers(10, 50, 200)),
+            Ua::new(6, Script::answers(10, 50, 200)),
+        ],
+    );
+    net.send(1, invite_for("kim", "z9hG4bKredirh", "redir-hash-1"));
+    net.run_until(ms(1_000));
+    assert!(net.ua(5).requests("INVITE").is_empty());
+    assert!(net.ua(6).requests("INVITE").is_empty());
+    let moved = net.ua(1).responses(302, "INVITE");
+    assert_eq!(moved.len(), 1);
+    assert_eq!(
+        contacts(&moved[0].1),
+        vec![
+            format!("<sip:kim@{}>;q=1.0", ua_addr(first)),
+            format!("<sip:kim@{}>;q=0.9", ua_addr(second)),
+        ]
+    );
+}
+
+#[test]
+fn redirect_mode_proxies_requests_within_a_dialog() {
+    let mut c = config();
+    c.mode = ProxyMode::Redirect;
+    let mut net = Net::new(c, vec![alice(), Ua::new(2, Script::answers(10, 50, 200))]);
+    net.register("bob", 2);
+    // A BYE of a dialog set up around this server still reaches bob.
+    net.send(
+        1,
+        request(
+            "BYE",
+            "sip:bob@example.com",
+            ua_addr(1),
+            "z9hG4bKredirbye",
+            2,
+            &[("To", "<sip:bob@example.com>;tag=b2")],
+        ),
+    );
+    net.run_until(ms(1_000));
+    assert_eq!(net.ua(2).requests("BYE").len(), 1);
+    assert_eq!(net.ua(1).responses(200, "BYE").len(), 1);
+    assert_eq!(net.proxy.stats().redirected, 0);
+}
+
+// ---------------------------------------------------------------- tests: registration propagation
+
+fn propagating_config(backup: u8) -> ProxyConfig {
+    let mut c = config();
+    c.propagate_registrations = vec![udp(ua_addr(backup))];
+    c
+}
+
+#[test]
+fn an_accepted_register_is_copied_to_the_backup_with_the_phones_address() {
+    let mut net = Net::new(
+        propagating_config(9),
+        vec![alice(), Ua::new(2, Script::UAC), Ua::new(9, Script::UAC)],
+    );
+    net.register("bob", 2);
+    net.run_until(ms(1_000));
+    let copies = net.ua(9).requests("REGISTER");
+    assert_eq!(copies.len(), 1, "one copy to the backup");
+    let m = parse(&copies[0]);
+    let vias: Vec<_> = m.vias().flatten().collect();
+    assert_eq!(vias.len(), 2, "our Via over the phone's");
+    assert!(is_our_via(net.proxy.config(), &vias[0]));
+    // The phone's Via says where the phone is (the backup routes calls there).
+    assert_eq!(
+        via_destination(&vias[1]).map(|p| p.addr),
+        Some(ua_addr(2)),
+        "{}",
+        String::from_utf8_lossy(&copies[0])
+    );
+    assert_eq!(
+        header(&copies[0], HeaderName::Contact).as_deref(),
+        Some("<sip:bob@10.0.0.2:5060>")
+    );
+    assert_eq!(
+        m.call_id().ok(),
+        Some(&b"reg-bob-2"[..]),
+        "the phone's Call-ID"
+    );
+    let s = net.proxy.stats();
+    assert_eq!(
+        (
+            s.registrations_propagated,
+            s.registration_copies_acked,
+            s.registration_copies_failed
+        ),
+        (1, 1, 0)
+    );
+    // The backup's 200 went nowhere else: the phone got exactly one 200.
+    assert_eq!(net.ua(2).responses(200, "REGISTER").len(), 1);
+    net.run();
+    assert_idle(&net);
+}
+
+#[test]
+fn a_copy_from_the_peer_is_stored_for_the_phone_and_not_copied_back() {
+    // This server is the backup: 10.0.0.9 propagates to it, and it names 10.0.0.9 back.
+    let mut net = Net::new(
+        propagating_config(9),
+        vec![
+            alice(),
+            Ua::new(2, Script::answers(10, 50, 200)),
+            Ua::new(9, Script::UAC),
+        ],
+    );
+    let copy = request(
+        "REGISTER",
+        "sip:example.com",
+        ua_addr(9),
+        "z9hG4bKprimary1",
+        1,
+        &[
+            ("To", "<sip:bob@example.com>"),
+            ("From", "<sip:bob@example.com>;tag=r2"),
+            ("Contact", "<sip:bob@10.0.0.2:5060>"),
+            ("Call-ID", "reg-bob-2"),
+            ("Expires", "3600"),
+        ],
+    );
+    // The phone's Via under the primary's, annotated by the primary.
+    let text = String::from_utf8(copy).expect("utf8").replacen(
+        "Max-Forwards",
+        "Via: SIP/2.0/UDP 10.0.0.2:5060;branch=z9hG4bKphone1;received=10.0.0.2;rport=5060\r\nMax-Forwards",
+        1,
+    );
+    net.send(9, text.into_bytes());
+    net.run_until(ms(100));
+    assert_eq!(
+        net.ua(9).responses(200, "REGISTER").len(),
+        1,
+        "the copy was stored"
+    );
+    assert!(
+        !net.sent
+            .iter()
+            .any(|(_, to, b)| *to == ua_addr(9) && method_of(b) == "REGISTER"),
+        "a copy is not copied back"
+    );
+    assert_eq!(net.proxy.stats().registrations_propagated, 0);
+    // A call for bob now goes to the phone, not to the server that sent the copy.
+    net.send(1, invite("z9hG4bKaftercopy"));
+    net.run_until(ms(1_000));
+    assert_eq!(net.ua(2).requests("INVITE").len(), 1);
+    assert!(net.ua(9).requests("INVITE").is_empty());
+}
+
+#[test]
+fn an_unanswered_copy_is_counted_as_failed_and_does_not_hold_the_phones_200() {
+    let mut net = Net::new(
+        propagating_config(9),
+        vec![
+            alice(),
+            Ua::new(2, Script::UAC),
+            Ua::new(
+                9,
+                Script {
+                    silent: true,
+                    ..Script::UAC
+                },
+            ),
+        ],
+    );
+    // `register` asserts the phone's 200 within 10 ms.
+    net.register("bob", 2);
+    net.run_until(ms(40_000));
+    // Retransmitted (Timer E) to the silent backup, then given up (Timer F).
+    assert!(net.ua(9).requests("REGISTER").len() > 1);
+    let s = net.proxy.stats();
+    assert_eq!(
+        (s.registrations_propagated, s.registration_copies_failed),
+        (1, 1)
+    );
+}
