@@ -1845,6 +1845,7 @@ impl Endpoint {
         let invite = method == Method::Invite;
         if self.config.mode == ProxyMode::Redirect
             && method != Method::Ack
+            && !targets.is_empty()
             && msg.to().is_ok_and(|to| to.tag().is_none())
         {
             self.redirect(now, sid, msg, plan, &targets);
