@@ -36,7 +36,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use holdline_netem::traffic::TrafficConfig;
+use holdline_netem::traffic::{Traffic, TrafficConfig};
 use holdline_netmodel::{LinkConfig, Loss, QueueDrop, RateLimit};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -239,6 +239,19 @@ impl Conditions {
 
     fn competing(&self) -> bool {
         self.competing_tcp > 0 || self.web_sessions_per_s > 0.0
+    }
+
+    /// The competing traffic of run `run` across `wan`, when there is any.
+    fn start_traffic(&self, wan: &Wan, run: u32) -> Result<Option<Traffic>> {
+        if !self.competing() {
+            return Ok(None);
+        }
+        Ok(Some(wan.traffic(&TrafficConfig {
+            long_lived: self.competing_tcp,
+            web_sessions_per_s: self.web_sessions_per_s,
+            seed: 1 + u64::from(run),
+            ..TrafficConfig::default()
+        })?))
     }
 }
 
@@ -774,16 +787,7 @@ fn one_run(
     wait_bounded(&mut warm.0, Duration::from_secs(45));
     // Competing traffic runs from the end of the warm-up through the measured calls (its
     // TCP flows reach their rate within a few round trips; web sessions arrive at random).
-    let traffic = if c.competing() {
-        Some(wan.traffic(&TrafficConfig {
-            long_lived: c.competing_tcp,
-            web_sessions_per_s: c.web_sessions_per_s,
-            seed: 1 + u64::from(run),
-            ..TrafficConfig::default()
-        })?)
-    } else {
-        None
-    };
+    let traffic = c.start_traffic(&wan, run)?;
     let mut uacs = start_uacs_at(
         &a,
         exe,
@@ -886,16 +890,7 @@ fn direct_run(
         Transport::Udp
     };
     b.wait_bound(&mut uas.0, 5070, bound, "holdline load uas", &uas_log)?;
-    let traffic = if c.competing() {
-        Some(wan.traffic(&TrafficConfig {
-            long_lived: c.competing_tcp,
-            web_sessions_per_s: c.web_sessions_per_s,
-            seed: 1 + u64::from(run),
-            ..TrafficConfig::default()
-        })?)
-    } else {
-        None
-    };
+    let traffic = c.start_traffic(&wan, run)?;
     let uac_log = runs_dir.join(format!("{tag}-uac0.log"));
     let mut uac_args = vec![
         "load".to_owned(),

@@ -1151,26 +1151,34 @@ fn connect_first(io: &mut Io, targets: &[SocketAddr], wait: StdDuration) -> Conn
         // chunks in, its timers (INIT and COOKIE ECHO retransmissions) run.
         let t = StdInstant::now();
         for (i, s) in io.legs_sctp.iter_mut().enumerate() {
-            for _ in 0..UDP_BUDGET {
-                let n = match s.socket.recv_batch(&mut io.recv) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                for j in 0..n {
-                    if let Some(d) = io.recv.get(j) {
-                        s.ep.handle_datagram(t, d.source, d.payload);
-                    }
-                }
-                if n < io.recv.capacity() {
-                    break;
-                }
-            }
+            read_sctp_discarding(s, &mut io.recv);
             if s.ep.poll_timeout().is_some_and(|d| d <= t) {
                 s.ep.handle_timeout(t);
             }
             // No SIP has been sent yet: nothing is expected.
             while s.ep.poll_received().is_some() {}
             mark_sctp_dirty(&mut io.sctp_dirty, s, Some(i));
+        }
+    }
+}
+
+/// Outside the run (set-up, shutdown): reads what SCTP socket `s` has (bounded by
+/// [`UDP_BUDGET`] batches) into its endpoint, dropping any SIP message it completes.
+fn read_sctp_discarding(s: &mut SctpSock, recv: &mut RecvBatch) {
+    for _ in 0..UDP_BUDGET {
+        let n = match s.socket.recv_batch(recv) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let t = StdInstant::now();
+        for i in 0..n {
+            if let Some(d) = recv.get(i) {
+                s.ep.handle_datagram(t, d.source, d.payload);
+            }
+        }
+        while s.ep.poll_received().is_some() {}
+        if n < recv.capacity() {
+            return;
         }
     }
 }
@@ -1214,24 +1222,8 @@ fn sctp_shutdown(io: &mut Io) {
         }
         // Every socket, readiness or not: the loop is short and bounded.
         for &leg in &all {
-            for _ in 0..UDP_BUDGET {
-                let Some(s) = sctp_sock(&mut io.legs_sctp, &mut io.uas_sctp, leg) else {
-                    break;
-                };
-                let n = match s.socket.recv_batch(&mut io.recv) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let t = StdInstant::now();
-                for i in 0..n {
-                    if let Some(d) = io.recv.get(i) {
-                        s.ep.handle_datagram(t, d.source, d.payload);
-                    }
-                }
-                while s.ep.poll_received().is_some() {}
-                if n < io.recv.capacity() {
-                    break;
-                }
+            if let Some(s) = sctp_sock(&mut io.legs_sctp, &mut io.uas_sctp, leg) {
+                read_sctp_discarding(s, &mut io.recv);
             }
         }
     }
