@@ -514,6 +514,19 @@ impl TcpConn {
     /// With TLS: the bytes appended are plaintext; a TLS failure is an error of kind
     /// `InvalidData` carrying the [`rustls::Error`] ([`tls_error`]).
     pub fn read(&mut self) -> io::Result<ReadOutcome> {
+        self.read_some(false)
+    }
+
+    /// One `recv` only (with TLS: as [`read`](Self::read)): what the kernel holds now, up to
+    /// the read buffer's room. `drained` is set only when that one call would block. A
+    /// server that reads on demand (seed 000's small application buffer) reads this way,
+    /// so that its read-ahead is bounded by the socket's receive buffer and not by the
+    /// read buffer: bytes that stay in the kernel hold the sender's window closed.
+    pub fn read_once(&mut self) -> io::Result<ReadOutcome> {
+        self.read_some(true)
+    }
+
+    fn read_some(&mut self, once: bool) -> io::Result<ReadOutcome> {
         if self.tls.is_some() {
             return self.read_tls();
         }
@@ -553,6 +566,9 @@ impl TcpConn {
                 Ok(n) => {
                     self.rbuf.truncate(len + n);
                     out.bytes += n;
+                    if once {
+                        return Ok(out);
+                    }
                 }
                 Err(e) => {
                     self.rbuf.truncate(len);

@@ -404,6 +404,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         drain_s: spec.drain_s,
         goodput_window_s: GOODPUT_WINDOW_S,
         max_time_s: limit,
+        shares: Vec::new(),
     };
     let mut uacs = start_uacs(exe, runs, tag, &targets, Transport::Udp, &load)?;
     // The RE's answer and acceptance as the load ends (one scrape; the sleep is bounded by

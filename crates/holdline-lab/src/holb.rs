@@ -801,6 +801,7 @@ fn one_run(
             drain_s: 10.0,
             goodput_window_s: 10.0,
             max_time_s: max_time,
+            shares: Vec::new(),
         },
     )?;
     for u in &mut uacs {

@@ -14,6 +14,14 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "SIP-over-TCP overload control (seed 000): SEs -> RE, no control vs ICS/ECS + BM + SF, 0.5x-10x, 1/3/10 SEs",
     ),
     (
+        "tcp-buffers",
+        "seed 000's buffer sweeps: RE receive/application buffer and SE send buffer at 2.5x and 12.5x, the 10-SE receive-buffer sweep (where 200 OK retransmissions begin), the paper's recommendation vs holdline's defaults",
+    ),
+    (
+        "tcp-fairness",
+        "seed 000's unequal load: three SEs offered 3:2:1, per-SE throughput 0.5x-10x, equal (service-provider-centric) vs offered-load (end-user-centric) sharing at the RE",
+    ),
+    (
         "feedback",
         "hop-by-hop overload control (RFC 7339) over UDP: SEs -> RE, no control vs local OCC vs loss feedback, 0.5x-10x, 1/3/10 SEs",
     ),
@@ -68,6 +76,8 @@ pub fn run(args: Vec<String>) -> ExitCode {
     match it.next().as_deref() {
         Some("udp-overload") => crate::udp_overload::main(it.collect()),
         Some("tcp-overload") => crate::tcp_overload::main(it.collect()),
+        Some("tcp-buffers") => crate::tcp_buffers::main(it.collect()),
+        Some("tcp-fairness") => crate::tcp_fairness::main(it.collect()),
         Some("feedback") => crate::feedback::main(it.collect()),
         Some("window") => crate::window::main(it.collect()),
         Some("holb") => crate::holb::main(it.collect()),

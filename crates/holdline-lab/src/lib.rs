@@ -28,6 +28,8 @@ mod soak;
 mod stats;
 mod storm;
 mod sustain;
+pub mod tcp_buffers;
+pub mod tcp_fairness;
 pub mod tcp_overload;
 pub mod udp_overload;
 mod vrrp;

@@ -247,8 +247,11 @@ pub(crate) fn start_uas_at(
 
 /// The load a set of UACs offers together (see [`start_uacs`]).
 pub(crate) struct UacLoad {
-    /// Calls per second, all UACs together (split evenly).
+    /// Calls per second, all UACs together (split evenly, or by `shares`).
     pub rate: f64,
+    /// Relative shares of `rate` per UAC, in target order (empty: even; seed 000's unequal
+    /// load is `[3, 2, 1]`).
+    pub shares: Vec<f64>,
     /// Seconds of load.
     pub duration_s: f64,
     /// Seconds of drain after it.
@@ -283,9 +286,15 @@ pub(crate) fn start_uacs_at(
     transport: Transport,
     load: &UacLoad,
 ) -> Result<Vec<Proc>> {
-    let share = load.rate / targets.len().max(1) as f64;
+    let weights: Vec<f64> = if load.shares.len() == targets.len() {
+        load.shares.clone()
+    } else {
+        vec![1.0; targets.len()]
+    };
+    let total: f64 = weights.iter().sum::<f64>().max(1e-9);
     let mut uacs = Vec::with_capacity(targets.len());
     for (i, port) in targets.iter().enumerate() {
+        let share = load.rate * weights[i] / total;
         let args: Vec<String> = vec![
             "load".into(),
             "uac".into(),

@@ -321,8 +321,42 @@ fn trusted(ip: Ipv4Addr) -> String {
     }
 }
 
-/// The RE's configuration for the smart-forwarding mechanisms, listening on `ip:port`.
-fn re_config_sf(ip: Ipv4Addr, port: u16) -> String {
+/// The TCP buffers of a point (seed 000's three tuning parameters, Section VII): the RE's
+/// receive buffer (`SO_RCVBUF` on its listener) and application buffer (`read_buffer`), and
+/// the SEs' send buffer (`SO_SNDBUF` of their connections to the RE). `None`: the system's
+/// default (autotuned by Linux).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buffers {
+    /// The RE's `SO_RCVBUF`, bytes as requested (Linux doubles it).
+    pub re_recv: Option<usize>,
+    /// The RE's application read-ahead, bytes.
+    pub re_app: usize,
+    /// The SEs' `SO_SNDBUF` towards the RE, bytes as requested (Linux doubles it).
+    pub se_send: Option<usize>,
+}
+
+impl Buffers {
+    /// What `ics`/`ecs` use: seed 000's buffer minimization at the RE (a receive buffer of a
+    /// couple of INVITEs, one message read ahead), the SEs' send buffer left to the system
+    /// (the paper's final recommendation, l. 356).
+    pub const MINIMIZED: Self = Self {
+        re_recv: Some(1024),
+        re_app: 2048,
+        se_send: None,
+    };
+}
+
+/// How the RE shares its idle time among the SEs' connections when it defers new INVITEs
+/// (`[overload] defer_fairness`): `equal` (seed 000's service-provider-centric fairness) or
+/// `offered` (end-user-centric: in proportion to the load each SE is offered, which the SEs
+/// advertise).
+fn fairness_toml(fairness: Option<&str>) -> String {
+    fairness.map_or_else(String::new, |f| format!("defer_fairness = \"{f}\"\n"))
+}
+
+/// The RE's configuration for the smart-forwarding mechanisms, listening on `ip:port`, with
+/// `buffers` and the deferral's fairness.
+fn re_config_sf(ip: Ipv4Addr, port: u16, buffers: &Buffers, fairness: Option<&str>) -> String {
     format!(
         "# seed 000's RE: buffer minimization on the listener the SEs connect to, admitted\n\
          # calls first (new INVITEs deferred), no local admission control\n\
@@ -334,12 +368,18 @@ fn re_config_sf(ip: Ipv4Addr, port: u16) -> String {
          [overload]\n\
          local = \"none\"\n\
          defer_new_invites = true\n\
+         {fair}\
          [[tcp_buffers]]\n\
          listener = \"tcp:{ip}:{port}\"\n\
-         recv_buffer = 1024\n\
-         read_buffer = 2048\n\
+         {recv}\
+         read_buffer = {app}\n\
          max_segment = 536\n",
         trusted = trusted(ip),
+        fair = fairness_toml(fairness),
+        recv = buffers
+            .re_recv
+            .map_or_else(String::new, |b| format!("recv_buffer = {b}\n")),
+        app = buffers.re_app,
     )
 }
 
@@ -370,19 +410,40 @@ fn re_config_none(ip: Ipv4Addr, port: u16) -> String {
 
 /// An SE's configuration: with ICS/ECS the paper's smart-forwarding rule (reject as soon as
 /// the backlog is not empty), which fits the RE's minimized buffers; otherwise the defaults.
-fn se_config(ip: Ipv4Addr, port: u16, mechanism: &str) -> String {
+/// `send_buffer` sets `SO_SNDBUF` of its connections to the RE at `re`; `advertise` makes it
+/// tell the RE the load it is offered (for the RE's `defer_fairness = "offered"`).
+fn se_config(
+    ip: Ipv4Addr,
+    port: u16,
+    mechanism: &str,
+    re: (Ipv4Addr, u16),
+    send_buffer: Option<usize>,
+    advertise: bool,
+) -> String {
     let mut text = format!(
         "listen = [\"tcp:{ip}:{port}\"]\nrecord_route = true\n{}",
         trusted(ip)
     );
+    if matches!(mechanism, "ics" | "ecs") || advertise {
+        text.push_str("[overload]\n");
+    }
     if matches!(mechanism, "ics" | "ecs") {
-        text.push_str("[overload]\nsmart_forwarding_threshold = 0\nsmart_forwarding_hold_ms = 0\n");
+        text.push_str("smart_forwarding_threshold = 0\nsmart_forwarding_hold_ms = 0\n");
+    }
+    if advertise {
+        text.push_str("advertise_offered_load = true\n");
+    }
+    if let Some(b) = send_buffer {
+        text.push_str(&format!(
+            "[[tcp_buffers]]\nnext_hop = \"{}:{}\"\nsend_buffer = {b}\n",
+            re.0, re.1
+        ));
     }
     text
 }
 
 /// What one point is.
-struct Spec<'a> {
+pub(crate) struct Spec<'a> {
     mechanism: &'a str,
     ses: u32,
     cost_us: u64,
@@ -398,6 +459,62 @@ struct Spec<'a> {
     wan_cc: Option<String>,
     /// Sample the SEs' rejection counters during the point (WAN sweeps).
     trace_rejections: bool,
+    /// The TCP buffers of `ics`/`ecs` points.
+    buffers: Buffers,
+    /// Relative load per SE (empty: even).
+    shares: Vec<f64>,
+    /// The RE's `defer_fairness` (`None`: its default); `offered` also makes the SEs
+    /// advertise their offered load.
+    fairness: Option<String>,
+}
+
+impl<'a> Spec<'a> {
+    /// A loopback point of `mechanism` with `ses` SEs at `rate` calls/s, the sweep's costs,
+    /// minimized buffers, even load, the RE's default fairness.
+    pub(crate) fn new(
+        mechanism: &'a str,
+        ses: u32,
+        rate: f64,
+        sweep: &SweepArgs,
+        duration_s: f64,
+        drain_s: f64,
+        tag: String,
+    ) -> Self {
+        Self {
+            mechanism,
+            ses,
+            cost_us: sweep.cost_us,
+            reject_cost_us: sweep.reject_cost_us,
+            rate,
+            duration_s,
+            drain_s,
+            tag,
+            wan_delay_ms: None,
+            wan_cc: None,
+            trace_rejections: false,
+            buffers: Buffers::MINIMIZED,
+            shares: Vec::new(),
+            fairness: None,
+        }
+    }
+
+    /// With these buffers.
+    pub(crate) fn buffers(mut self, buffers: Buffers) -> Self {
+        self.buffers = buffers;
+        self
+    }
+
+    /// With the load split among the SEs in these proportions.
+    pub(crate) fn shares(mut self, shares: Vec<f64>) -> Self {
+        self.shares = shares;
+        self
+    }
+
+    /// With the RE's `defer_fairness` (`offered`: the SEs advertise their load).
+    pub(crate) fn fairness(mut self, fairness: Option<String>) -> Self {
+        self.fairness = fairness;
+        self
+    }
 }
 
 /// What the sampler thread collects: the RE's active sessions over time, and on a WAN
@@ -589,7 +706,7 @@ fn server_args(ip: Ipv4Addr, port: u16, metrics: u16, config: &Path) -> Vec<Stri
 }
 
 /// [`run_point_once`], again with fresh ports when a process could not bind its port.
-fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
+pub(crate) fn run_point(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
     crate::runner::with_fresh_ports("tcp-overload", &spec.tag, || {
         run_point_once(exe, runs, spec, capacity)
     })
@@ -636,7 +753,12 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     let text = match spec.mechanism {
         "none" => re_config_none(re_site.ip(), re_port),
         "default" => re_config_default(re_site.ip(), re_port),
-        _ => re_config_sf(re_site.ip(), re_port),
+        _ => re_config_sf(
+            re_site.ip(),
+            re_port,
+            &spec.buffers,
+            spec.fairness.as_deref(),
+        ),
     };
     std::fs::write(&re_cfg, text)
         .map_err(|e| LabError::io(format!("write {}", re_cfg.display()), e))?;
@@ -655,7 +777,16 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     for i in 0..m {
         let (port, metrics) = (free_port()?, free_port()?);
         let cfg = runs.join(format!("{tag}-se{i}.toml"));
-        std::fs::write(&cfg, se_config(se_site.ip(), port, spec.mechanism))
+        let advertise = spec.fairness.as_deref() == Some("offered");
+        let text = se_config(
+            se_site.ip(),
+            port,
+            spec.mechanism,
+            (re_site.ip(), re_port),
+            spec.buffers.se_send,
+            advertise,
+        );
+        std::fs::write(&cfg, text)
             .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
         let mut args = server_args(se_site.ip(), port, metrics, &cfg);
         args.push(format!("--route=*=tcp:{}:{re_port}", re_site.ip()));
@@ -692,6 +823,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         drain_s: spec.drain_s,
         goodput_window_s: GOODPUT_WINDOW_S,
         max_time_s: limit,
+        shares: spec.shares.clone(),
     };
     let mut uacs = start_uacs_at(&se_site, exe, runs, tag, &targets, Transport::Tcp, &load)?;
     let mut overran = None;
@@ -952,7 +1084,7 @@ fn read_active(path: &Path) -> Vec<(f64, f64)> {
         .unwrap_or_default()
 }
 
-fn progress(i: usize, n: usize, p: &Point, started: Instant, wan_sweep: bool) {
+pub(crate) fn progress(i: usize, n: usize, p: &Point, started: Instant, wan_sweep: bool) {
     eprintln!(
         "[{i}/{n} {:>5.0} s] {:<7} {:>2} SE {:>5.2}x offered {:>7.1}/s  throughput {:>6.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  other {:>5}  200 retrans {:>6}  fairness {}",
         started.elapsed().as_secs_f64(),
@@ -1079,6 +1211,71 @@ fn links(args: &Args) -> Result<Vec<Link>> {
     Ok(out)
 }
 
+/// The capacity steps of a sweep (offered `nominal × step` each; `quick`: 0.8-1.0, else
+/// 0.7-1.1).
+pub(crate) fn capacity_steps(sweep: &SweepArgs, given: Option<f64>) -> &'static [f64] {
+    if given.is_some() {
+        &[]
+    } else if sweep.quick {
+        &[0.8, 0.9, 1.0]
+    } else {
+        &[0.7, 0.8, 0.9, 1.0, 1.1]
+    }
+}
+
+/// The RE's nominal capacity from its emulated cost, calls/s.
+pub(crate) fn nominal_capacity(sweep: &SweepArgs) -> f64 {
+    1e6 / (MESSAGES_PER_CALL * sweep.cost_us.max(1) as f64)
+}
+
+/// Phase 1 of a sweep: the RE's capacity (mechanism `none`, one SE), the highest step whose
+/// calls all completed with PDD p99 ≤ 200 ms and no 200 OK retransmission (`given`: that,
+/// no steps); each step's point goes to `each` as it is measured.
+pub(crate) fn capacity_phase(
+    exe: &Path,
+    runs: &Path,
+    sweep: &SweepArgs,
+    steps: &[f64],
+    given: Option<f64>,
+    (duration, drain): (f64, f64),
+    mut each: impl FnMut(&Point),
+) -> Result<(f64, Vec<Point>)> {
+    let nominal = nominal_capacity(sweep);
+    let mut capacity_steps = Vec::new();
+    let mut capacity = given.unwrap_or(0.0);
+    for &f in steps {
+        let rate = (nominal * f).round();
+        let spec = Spec::new(
+            "none",
+            1,
+            rate,
+            sweep,
+            duration,
+            drain,
+            format!("capacity-{rate}"),
+        );
+        let mut p = run_point(exe, runs, &spec, 0.0)?;
+        p.load_factor = f;
+        each(&p);
+        let clean = p.calls_attempted > 0
+            && p.calls_ok == p.calls_attempted
+            && p.pdd_p99_ms <= 200.0
+            && p.retrans_200 == 0;
+        if clean {
+            capacity = capacity.max(rate);
+        }
+        capacity_steps.push(p);
+    }
+    if capacity <= 0.0 {
+        capacity = nominal * steps.first().copied().unwrap_or(1.0);
+        eprintln!(
+            "tcp-overload: no capacity step was clean; using {capacity:.0} calls/s (the lowest step)"
+        );
+    }
+    eprintln!("tcp-overload: capacity {capacity:.0} calls/s");
+    Ok((capacity, capacity_steps))
+}
+
 /// Runs the experiment and writes its results.
 pub fn run(args: &Args) -> Result<Results> {
     if args.sweep.replot {
@@ -1137,14 +1334,8 @@ pub fn run(args: &Args) -> Result<Results> {
             "--ses: each number of SEs must be between 1 and 64".into(),
         ));
     }
-    let nominal = 1e6 / (MESSAGES_PER_CALL * args.sweep.cost_us.max(1) as f64);
-    let steps: &[f64] = if args.capacity.is_some() {
-        &[]
-    } else if args.sweep.quick {
-        &[0.8, 0.9, 1.0]
-    } else {
-        &[0.7, 0.8, 0.9, 1.0, 1.1]
-    };
+    let nominal = nominal_capacity(&args.sweep);
+    let steps = capacity_steps(&args.sweep, args.capacity);
     let total = steps.len() + loads.len() * mechanisms.len() * ses.len() * links.len();
     let mut done = 0;
     eprintln!(
@@ -1153,43 +1344,18 @@ pub fn run(args: &Args) -> Result<Results> {
     );
 
     // Phase 1: the RE's capacity (no control, one SE).
-    let mut capacity_steps = Vec::new();
-    let mut capacity = args.capacity.unwrap_or(0.0);
-    for &f in steps {
-        let rate = (nominal * f).round();
-        let spec = Spec {
-            mechanism: "none",
-            ses: 1,
-            cost_us: args.sweep.cost_us,
-            reject_cost_us: args.sweep.reject_cost_us,
-            rate,
-            duration_s: duration,
-            drain_s: drain,
-            tag: format!("capacity-{rate}"),
-            wan_delay_ms: None,
-            wan_cc: None,
-            trace_rejections: false,
-        };
-        let mut p = run_point(&exe, &runs, &spec, 0.0)?;
-        p.load_factor = f;
-        done += 1;
-        progress(done, total, &p, started, !args.wan_delay_ms.is_empty());
-        let clean = p.calls_attempted > 0
-            && p.calls_ok == p.calls_attempted
-            && p.pdd_p99_ms <= 200.0
-            && p.retrans_200 == 0;
-        if clean {
-            capacity = capacity.max(rate);
-        }
-        capacity_steps.push(p);
-    }
-    if capacity <= 0.0 {
-        capacity = nominal * steps.first().copied().unwrap_or(1.0);
-        eprintln!(
-            "tcp-overload: no capacity step was clean; using {capacity:.0} calls/s (the lowest step)"
-        );
-    }
-    eprintln!("tcp-overload: capacity {capacity:.0} calls/s");
+    let (capacity, capacity_steps) = capacity_phase(
+        &exe,
+        &runs,
+        &args.sweep,
+        steps,
+        args.capacity,
+        (duration, drain),
+        |p| {
+            done += 1;
+            progress(done, total, p, started, !args.wan_delay_ms.is_empty());
+        },
+    )?;
 
     // Phase 2: the curves.
     let mut points = Vec::new();
@@ -1197,19 +1363,18 @@ pub fn run(args: &Args) -> Result<Results> {
         for &f in &loads {
             for m in &mechanisms {
                 for link in &links {
-                    let spec = Spec {
-                        mechanism: m,
-                        ses: n,
-                        cost_us: args.sweep.cost_us,
-                        reject_cost_us: args.sweep.reject_cost_us,
-                        rate: (capacity * f).round(),
-                        duration_s: duration,
-                        drain_s: drain,
-                        tag: tag(m, n, f, link),
-                        wan_delay_ms: link.delay_ms,
-                        wan_cc: link.cc.clone(),
-                        trace_rejections: !args.wan_delay_ms.is_empty(),
-                    };
+                    let mut spec = Spec::new(
+                        m,
+                        n,
+                        (capacity * f).round(),
+                        &args.sweep,
+                        duration,
+                        drain,
+                        tag(m, n, f, link),
+                    );
+                    spec.wan_delay_ms = link.delay_ms;
+                    spec.wan_cc = link.cc.clone();
+                    spec.trace_rejections = !args.wan_delay_ms.is_empty();
                     let p = run_point(&exe, &runs, &spec, capacity)?;
                     done += 1;
                     progress(done, total, &p, started, !args.wan_delay_ms.is_empty());
@@ -1229,7 +1394,7 @@ pub fn run(args: &Args) -> Result<Results> {
         machine: machine(),
         emulate_cost_us: args.sweep.cost_us,
         emulate_reject_cost_us: args.sweep.reject_cost_us,
-        re_config: re_config_sf(Ipv4Addr::LOCALHOST, 0),
+        re_config: re_config_sf(Ipv4Addr::LOCALHOST, 0, &Buffers::MINIMIZED, None),
         nominal_capacity_cps: nominal,
         capacity_cps: capacity,
         capacity_steps,
@@ -1564,11 +1729,25 @@ mod tests {
     fn servers_on_a_wan_link_trust_its_addresses_as_loopback_is_trusted() {
         let link = holdline_netem::ADDR_B;
         for text in [
-            re_config_sf(link, 5080),
+            re_config_sf(link, 5080, &Buffers::MINIMIZED, None),
             re_config_none(link, 5080),
             re_config_default(link, 5080),
-            se_config(holdline_netem::ADDR_A, 5070, "default"),
-            se_config(holdline_netem::ADDR_A, 5070, "ics"),
+            se_config(
+                holdline_netem::ADDR_A,
+                5070,
+                "default",
+                (holdline_netem::ADDR_B, 5080),
+                None,
+                false,
+            ),
+            se_config(
+                holdline_netem::ADDR_A,
+                5070,
+                "ics",
+                (holdline_netem::ADDR_B, 5080),
+                Some(1024),
+                true,
+            ),
         ] {
             let c = holdline_server::ServerConfig::from_toml("x.toml", &text)
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -1582,7 +1761,17 @@ mod tests {
         }
         // On loopback the configurations say nothing of it: holdline's default applies.
         assert!(!re_config_default(Ipv4Addr::LOCALHOST, 5080).contains("trusted"));
-        assert!(!se_config(Ipv4Addr::LOCALHOST, 5070, "default").contains("trusted"));
+        assert!(
+            !se_config(
+                Ipv4Addr::LOCALHOST,
+                5070,
+                "default",
+                (Ipv4Addr::LOCALHOST, 5080),
+                None,
+                false
+            )
+            .contains("trusted")
+        );
     }
 
     #[test]
@@ -1646,7 +1835,14 @@ mod tests {
         let parse = |m: &str| {
             holdline_server::ServerConfig::from_toml(
                 "se.toml",
-                &se_config(Ipv4Addr::LOCALHOST, 5070, m),
+                &se_config(
+                    Ipv4Addr::LOCALHOST,
+                    5070,
+                    m,
+                    (Ipv4Addr::LOCALHOST, 5080),
+                    None,
+                    false,
+                ),
             )
             .unwrap_or_else(|e| panic!("{m}: {e}"))
         };
@@ -1670,7 +1866,7 @@ mod tests {
     #[test]
     fn the_re_configurations_are_valid_server_configurations() {
         for text in [
-            re_config_sf(Ipv4Addr::LOCALHOST, 5080),
+            re_config_sf(Ipv4Addr::LOCALHOST, 5080, &Buffers::MINIMIZED, None),
             re_config_none(Ipv4Addr::LOCALHOST, 5080),
             re_config_default(Ipv4Addr::LOCALHOST, 5080),
         ] {
@@ -1689,7 +1885,7 @@ mod tests {
         );
         let sf = holdline_server::ServerConfig::from_toml(
             "re.toml",
-            &re_config_sf(Ipv4Addr::LOCALHOST, 5080),
+            &re_config_sf(Ipv4Addr::LOCALHOST, 5080, &Buffers::MINIMIZED, None),
         )
         .expect("valid");
         assert_eq!(sf.overload.local, "none");

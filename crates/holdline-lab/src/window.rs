@@ -537,6 +537,7 @@ fn run_point_once(ctx: &Ctx, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
         drain_s: spec.drain_s,
         goodput_window_s: GOODPUT_WINDOW_S,
         max_time_s: limit,
+        shares: Vec::new(),
     };
     let mut uacs = start_uacs(exe, runs, tag, &[up_port], Transport::Udp, &load)?;
     // Wait (bounded) for the UAC to stop by itself, sampling the proxies' memory meanwhile.

@@ -61,6 +61,7 @@ pub mod flood;
 pub mod hop;
 pub mod none;
 pub mod occ;
+pub mod offered;
 pub mod queue_delay;
 pub mod queue_limit;
 mod signal;
@@ -74,7 +75,7 @@ pub use admission::{
 pub use algorithm::{Algorithm, ConfigError, ControllerConfig, UnknownAlgorithm};
 pub use budget::{BudgetConfig, RejectionBudget, Work};
 pub use controller::{Controller, ControllerFactory};
-pub use defer::{DeferConfig, DeferQueue, DeferStats, Release};
+pub use defer::{DeferConfig, DeferFairness, DeferQueue, DeferStats, Release};
 pub use deoc::{Deoc, DeocConfig, DeocReply, DeocState, DeocTarget, IncreaseLaw};
 pub use flood::{FloodConfig, FloodGuard, FloodStats, Verdict};
 pub use hop::{
@@ -83,6 +84,7 @@ pub use hop::{
 };
 pub use none::{NoControl, NoControlConfig};
 pub use occ::{Occ, OccConfig};
+pub use offered::OfferedRate;
 pub use queue_delay::{QueueDelay, QueueDelayConfig};
 pub use queue_limit::{QueueLimit, QueueLimitConfig};
 pub use signal::{Feedback, Lane, Outcome, Signal};

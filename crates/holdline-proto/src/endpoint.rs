@@ -22,7 +22,7 @@ use std::sync::Arc;
 use holdline_base::{
     Duration, EarlyGrowth, Instant, Peer, Rng, Transmit, Transport, WaitHistogram,
 };
-use holdline_overload::Class;
+use holdline_overload::{Class, OfferedRate};
 use holdline_sip::{
     EditError, Editor, HeaderName, Message, Method, OC_PARAMS, OcAlgo, OcOffer, OcReport, Span,
     build_response,
@@ -585,6 +585,8 @@ pub struct Endpoint {
     answer: Option<OverloadAnswer>,
     /// `overload_offer` as Via parameters.
     offer_params: Vec<u8>,
+    /// New INVITEs forwarded per next hop ([`ProxyConfig::advertise_offered_load`]).
+    offered: HashMap<std::net::SocketAddr, OfferedRate>,
     /// New INVITEs from rate-answered clients since the last tally, and those clients.
     rate_invites: u64,
     rate_clients: HashSet<std::net::SocketAddr>,
@@ -718,6 +720,7 @@ impl Endpoint {
             probe_at: None,
             answer: None,
             offer_params,
+            offered: HashMap::new(),
             rate_invites: 0,
             rate_clients: HashSet::new(),
             held: VecDeque::new(),
@@ -1854,6 +1857,12 @@ impl Endpoint {
         // The forward gate (TCP smart forwarding): a new INVITE goes only to the next hops
         // whose gate admits it; with none left it is answered with the gate's rejection.
         if invite && msg.to().is_ok_and(|to| to.tag().is_none()) {
+            if self.config.advertise_offered_load {
+                // Offered: counted before the gate, rejected or not.
+                for t in &targets {
+                    self.count_offered(now, t.dest);
+                }
+            }
             let mut rejection = None;
             targets.retain(|t| match forward(t.dest) {
                 Some(r) => {
@@ -2047,6 +2056,9 @@ impl Endpoint {
             "z9hG4bK{hash:016x}.{}",
             std::str::from_utf8(&token).unwrap_or("x")
         );
+        let offered = (invite && self.config.advertise_offered_load)
+            .then(|| self.offered_params(now, msg, t.dest))
+            .flatten();
         let result = self
             .forward_copy(
                 msg,
@@ -2057,6 +2069,7 @@ impl Endpoint {
                 local,
                 consumed,
                 true,
+                offered.as_deref(),
             )
             .ok()
             .map(|bytes| self.txns.send_request(now, bytes, t.dest));
@@ -2682,6 +2695,29 @@ impl Endpoint {
         auth.own_credentials(msg, Role::Proxy, domain)
     }
 
+    /// Counts a new INVITE offered to `dest` at `now` (before any gate rejects it):
+    /// [`ProxyConfig::advertise_offered_load`].
+    fn count_offered(&mut self, now: Instant, dest: Peer) {
+        // Next hops are few; a proxy forwarding to its users' own addresses meets many:
+        // bounded, forgetting all at the bound (the rates restart within a second).
+        if self.offered.len() >= 1024 && !self.offered.contains_key(&dest.addr) {
+            self.offered.clear();
+        }
+        self.offered.entry(dest.addr).or_default().record(now);
+    }
+
+    /// The Via parameter telling `dest` the rate of new INVITEs (no To tag) offered to it
+    /// ([`ProxyConfig::advertise_offered_load`]): this worker's rate times the workers;
+    /// `None` for anything else.
+    fn offered_params(&mut self, now: Instant, msg: &Message<'_>, dest: Peer) -> Option<Vec<u8>> {
+        if msg.to().ok().is_none_or(|t| t.tag().is_some()) {
+            return None;
+        }
+        let workers = self.config.shard.map_or(1, |s| s.workers.max(1));
+        let rate = self.offered.get_mut(&dest.addr)?.rate(now) * workers as f64;
+        Some(format!(";hl-offered={rate:.1}").into_bytes())
+    }
+
     /// §16.6 steps 1–8: the copy of `msg` sent to `dest` with `branch`. `consumed`: the
     /// line of the credentials this proxy consumed, removed (RFC 3261 §22.3), as are this
     /// server's credentials it did not check ([`Self::own_proxy_credentials`]).
@@ -2696,6 +2732,7 @@ impl Endpoint {
         local: Transport,
         consumed: Option<Span>,
         offer: bool,
+        extra_via: Option<&[u8]>,
     ) -> Result<Vec<u8>, EditError> {
         let mut ed = Editor::new(msg);
         for span in &plan.remove {
@@ -2735,12 +2772,20 @@ impl Endpoint {
         // not act on the answer, and a next hop that exempts clients taking its answer from
         // its own admission gate would lose its control.
         let offer_params: &[u8] = if offer { &self.offer_params } else { &[] };
+        let joined;
+        let params = match extra_via {
+            Some(extra) => {
+                joined = [offer_params, extra].concat();
+                &joined[..]
+            }
+            None => offer_params,
+        };
         ed.push_via_with(
             dest.transport,
             sent_by.as_bytes(),
             branch.as_bytes(),
             true,
-            offer_params,
+            params,
         )?;
         if dest.transport.is_stream() {
             ed.ensure_content_length()?;
@@ -2977,7 +3022,17 @@ impl Endpoint {
             return Ok(());
         }
         let branch = stateless_branch(msg);
-        match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, None, false) {
+        match self.forward_copy(
+            msg,
+            plan,
+            Some(&t.uri),
+            t.dest,
+            &branch,
+            local,
+            None,
+            false,
+            None,
+        ) {
             Ok(bytes) => {
                 self.stats.stateless += 1;
                 self.out.push_back((t.dest, bytes));
@@ -3022,7 +3077,17 @@ impl Endpoint {
         };
         let branch = stateless_branch(msg);
         for t in targets {
-            match self.forward_copy(msg, plan, Some(&t.uri), t.dest, &branch, local, None, false) {
+            match self.forward_copy(
+                msg,
+                plan,
+                Some(&t.uri),
+                t.dest,
+                &branch,
+                local,
+                None,
+                false,
+                None,
+            ) {
                 Ok(bytes) => {
                     self.stats.stateless += 1;
                     self.out.push_back((t.dest, bytes));

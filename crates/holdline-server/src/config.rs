@@ -94,6 +94,11 @@
 //!                                  # unread meanwhile (default: on unless local = "none")
 //! defer_max_wait_ms = 250          # ... and get 503 when none comes within this (over
 //!                                  # UDP: when they waited this long in their socket)
+//! defer_fairness = "equal"         # ... idle time shared equally among the connections
+//!                                  # ("offered": in proportion to the load each upstream
+//!                                  # says it is offered, seed 000's end-user-centric fairness)
+//! advertise_offered_load = false   # tell next hops the new INVITEs offered to them, per
+//!                                  # second (Via parameter hl-offered), for the above
 //! # udp_invite_socket = true       # UDP: new INVITEs come in on sockets of their own, read
 //!                                  # after everything else (default: on unless local = "none")
 //! udp_invite_recv_buffer = 262144  # ... whose receive buffer is this small (bytes)
@@ -645,6 +650,18 @@ pub struct OverloadSettings {
     /// exemption would say: its caller has retransmitted by then, and serving it late only
     /// makes a slow call and a long queue.
     pub defer_max_wait_ms: u64,
+    /// How a server deferring new INVITEs shares its idle time among the connections that
+    /// bring them: `equal` (default; every upstream the same share when all are overloaded:
+    /// seed 000's service-provider-centric fairness) or `offered` (in proportion to the load
+    /// each upstream says it is offered, from the `hl-offered` Via parameter that
+    /// `advertise_offered_load` writes: end-user-centric fairness, seed 000 l. 410; an
+    /// upstream that says nothing weighs the mean of those that do).
+    pub defer_fairness: String,
+    /// Write the rate of new INVITEs offered to each next hop (calls/s, counted before smart
+    /// forwarding or any other gate rejects them) into the Via of the INVITEs forwarded there,
+    /// as the parameter `hl-offered` (a holdline extension; other servers ignore it), for a
+    /// next hop with `defer_fairness = "offered"`. Default false.
+    pub advertise_offered_load: bool,
     /// UDP: the kernel steers datagrams that start with `INVITE ` to sockets of their own
     /// (a reuseport program), which a worker reads only when it has read everything else: an
     /// overloaded server keeps reading the ACKs, BYEs and responses of the calls it admitted,
@@ -718,6 +735,8 @@ impl Default for OverloadSettings {
             smart_forwarding_hold_ms: 20,
             defer_new_invites: None,
             defer_max_wait_ms: 250,
+            defer_fairness: "equal".to_owned(),
+            advertise_offered_load: false,
             udp_invite_socket: None,
             udp_invite_recv_buffer: 256 * 1024,
             rejection_budget: 0.1,
@@ -784,6 +803,11 @@ impl OverloadSettings {
             .then(|| holdline_overload::DeferConfig {
                 max_wait: Duration::from_millis(self.defer_max_wait_ms),
                 retry_after: self.retry_after(),
+                fairness: if self.defer_fairness == "offered" {
+                    holdline_overload::DeferFairness::Offered
+                } else {
+                    holdline_overload::DeferFairness::Equal
+                },
             })
     }
 
@@ -1909,6 +1933,12 @@ impl ServerConfig {
         if self.overload.defer_max_wait_ms == 0 {
             return err("overload.defer_max_wait_ms", "must be positive");
         }
+        if !matches!(self.overload.defer_fairness.as_str(), "equal" | "offered") {
+            return err(
+                "overload.defer_fairness",
+                "must be \"equal\" or \"offered\"",
+            );
+        }
         if !matches!(self.overload.occupancy_clock.as_str(), "cpu" | "wall") {
             return err("overload.occupancy_clock", "must be \"cpu\" or \"wall\"");
         }
@@ -2581,6 +2611,22 @@ send_buffer = 16384
         let e = ServerConfig::from_toml("b.toml", "[overload]\ndefer_max_wait_ms = 0\n")
             .expect_err("zero wait");
         assert_eq!((e.line, e.key.as_str()), (2, "overload.defer_max_wait_ms"));
+        let e = ServerConfig::from_toml(
+            "b.toml",
+            "[overload]\nlocal = \"occ\"\ndefer_fairness = \"fifo\"\n",
+        )
+        .expect_err("unknown sharing");
+        assert_eq!((e.line, e.key.as_str()), (3, "overload.defer_fairness"));
+        let c = ServerConfig::from_toml(
+            "b.toml",
+            "[overload]\ndefer_fairness = \"offered\"\nadvertise_offered_load = true\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.overload.defer_config().map(|d| d.fairness),
+            Some(holdline_overload::DeferFairness::Offered)
+        );
+        assert!(c.overload.advertise_offered_load);
         for bad in ["rejection_budget = 0.0", "rejection_budget = 1.5"] {
             let e =
                 ServerConfig::from_toml("b.toml", &format!("[overload]\nlocal = \"occ\"\n{bad}\n"))

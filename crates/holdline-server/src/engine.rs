@@ -167,6 +167,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     // validate() checked the setting.
     let algos = config.overload.feedback_algos().unwrap_or_default();
     p.overload_offer = (!algos.is_empty()).then(|| holdline_sip::OcOffer::new(&algos));
+    p.advertise_offered_load = config.overload.advertise_offered_load;
     p.branch_events =
         config.overload.window_client().is_some() || config.overload.deoc_client().is_some();
     // The server sets the base of its own clock (`seq_base`); now is close to it.

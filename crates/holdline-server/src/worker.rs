@@ -11,12 +11,12 @@ use std::time::{Duration, Instant as StdInstant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use holdline_base::{ConnId, Instant, Peer, Rng, Transport};
 use holdline_io::Clock;
-use holdline_io::tcp::{ConnLimits, TcpConn, TcpListener, TcpOptions, TlsState};
+use holdline_io::tcp::{ConnLimits, ReadOutcome, TcpConn, TcpListener, TcpOptions, TlsState};
 use holdline_io::udp::{RecvBatch, SendBatch, UdpSocket};
 use holdline_overload::{
-    Admission, Class, Controller, DeferConfig, DeferQueue, Feedback, FloodConfig, FloodGuard,
-    HopMeasure, HopServer, Lane, Outcome, RejectReason, Rejection, RejectionBudget, Release,
-    Signal, Split, TargetId, Verdict, Work,
+    Admission, Class, Controller, DeferConfig, DeferFairness, DeferQueue, Feedback, FloodConfig,
+    FloodGuard, HopMeasure, HopServer, Lane, Outcome, RejectReason, Rejection, RejectionBudget,
+    Release, Signal, Split, TargetId, Verdict, Work,
 };
 use holdline_proto::{IpNet, OverloadAnswer, RateAnswer};
 use holdline_sctp::{SctpUdp, SendError as SctpSendError, call_id_key};
@@ -1290,7 +1290,7 @@ impl Worker {
                 Ok(Handoff::Deferred { bytes, from, since }) => {
                     self.stats().handoffs_in.fetch_add(1, Relaxed);
                     let owner = self.index;
-                    self.deferred.push(since, Deferred { bytes, from, owner });
+                    self.push_deferred(since, Deferred { bytes, from, owner });
                 }
                 Ok(Handoff::Resume { conn }) => self.resume(now, conn),
                 Ok(Handoff::AuthFailure { ip }) => {
@@ -1802,7 +1802,25 @@ impl Worker {
             let Some(c) = self.conns.get_mut(key) else {
                 return;
             };
-            let r = match c.io.read() {
+            // Deferring new INVITEs, a connection is read on demand: not while a whole
+            // message waits in its buffer, and one `recv` at a time, so that what the server
+            // has not handled stays in the kernel and holds the sender's window closed
+            // (seed 000: the read-ahead is bounded by the receive buffer, Fig. 24; without
+            // this a large `read_buffer` filled up with INVITEs the upstream's smart
+            // forwarding could no longer see).
+            let on_demand = self.settings.defer.is_some();
+            let read = if on_demand
+                && matches!(
+                    c.framer.poll(c.io.buffered()),
+                    Ok(Frame::Message { .. } | Frame::KeepAlive { .. })
+                ) {
+                Ok(ReadOutcome::default())
+            } else if on_demand {
+                c.io.read_once()
+            } else {
+                c.io.read()
+            };
+            let r = match read {
                 Ok(r) => r,
                 Err(e) => {
                     let (outbound, peer) = (c.outbound, c.io.peer_addr());
@@ -1986,7 +2004,18 @@ impl Worker {
                 Err(_) => return,
             }
         };
-        self.deferred.push(since, Deferred { bytes, from, owner });
+        self.push_deferred(since, Deferred { bytes, from, owner });
+    }
+
+    /// Queues a deferred INVITE: its stream is its connection, its weight the load its
+    /// upstream says it is offered (`hl-offered` in the top Via), when the deferral shares
+    /// idle time by it.
+    fn push_deferred(&mut self, since: Instant, d: Deferred) {
+        let flow = d.from.conn.map_or(u64::MAX, |c| c.0);
+        let weight = (self.deferred.config().fairness == DeferFairness::Offered)
+            .then(|| offered_load(&d.bytes))
+            .flatten();
+        self.deferred.push_from(since, d, flow, weight);
     }
 
     /// Reads connection `conn` again after its deferred INVITE was handled: here if this
@@ -2087,4 +2116,57 @@ struct SctpSock {
     ep: SctpUdp,
     /// Datagrams on their way to the socket (`sendmmsg`).
     sends: SendBatch,
+}
+
+/// The `hl-offered` parameter of the top Via of a request (the new INVITEs per second its
+/// upstream is offered, `advertise_offered_load`), read without parsing the message: the
+/// first Via line of the header section.
+fn offered_load(bytes: &[u8]) -> Option<f64> {
+    let head_end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(bytes.len());
+    let head = &bytes[..head_end];
+    let via = head.split(|&b| b == b'\n').find(|line| {
+        let line = line.strip_prefix(b" ").unwrap_or(line);
+        line.len() > 4
+            && (line[..4].eq_ignore_ascii_case(b"via:") || line[..2].eq_ignore_ascii_case(b"v:"))
+    })?;
+    // The top Via value ends at the first comma of the line.
+    let top = via.split(|&b| b == b',').next()?;
+    let key = b";hl-offered=";
+    let at = top
+        .windows(key.len())
+        .position(|w| w.eq_ignore_ascii_case(key))?;
+    let rest = &top[at + key.len()..];
+    let end = rest
+        .iter()
+        .position(|b| !(b.is_ascii_digit() || *b == b'.'))
+        .unwrap_or(rest.len());
+    std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::offered_load;
+
+    #[test]
+    fn the_offered_load_is_read_from_the_top_via_only() {
+        let invite = b"INVITE sip:a@b SIP/2.0\r\n\
+            Via: SIP/2.0/TCP 10.0.0.1:5070;branch=z9hG4bKx;rport;hl-offered=312.5, SIP/2.0/TCP 10.0.0.9;branch=z9hG4bKy;hl-offered=1\r\n\
+            Via: SIP/2.0/TCP 10.0.0.2;branch=z9hG4bKz;hl-offered=7\r\n\
+            Content-Length: 0\r\n\r\n";
+        assert_eq!(offered_load(invite), Some(312.5));
+        let compact =
+            b"INVITE sip:a@b SIP/2.0\r\nv: SIP/2.0/UDP h;branch=z9hG4bKq;HL-OFFERED=40\r\n\r\n";
+        assert_eq!(offered_load(compact), Some(40.0));
+        // Only in a lower Via, or only in the body: not the upstream's word.
+        let lower = b"INVITE sip:a@b SIP/2.0\r\nVia: SIP/2.0/TCP h;branch=z9hG4bKa, SIP/2.0/TCP g;branch=z9hG4bKb;hl-offered=9\r\n\r\n;hl-offered=5";
+        assert_eq!(offered_load(lower), None);
+        assert_eq!(
+            offered_load(b"INVITE sip:a@b SIP/2.0\r\nVia: x;hl-offered=abc\r\n\r\n"),
+            None
+        );
+        assert_eq!(offered_load(b""), None);
+    }
 }

@@ -412,6 +412,13 @@ pub struct ProxyConfig {
     /// transactions are reported as [`EndpointEvent::Feedback`](crate::EndpointEvent).
     /// Default `None`: nothing offered.
     pub overload_offer: Option<OcOffer>,
+    /// Write the rate of new INVITEs offered to each next hop (calls/s, counted when the
+    /// INVITE is forwarded, before any gate of the driver rejects it; this worker's count
+    /// times the workers of [`shard`](Self::shard)) into the Via of the INVITEs forwarded
+    /// there, as `;hl-offered=RATE` (seed 000's end-user-centric fairness: a next hop that
+    /// defers new INVITEs shares its idle time by it, see
+    /// [`DeferFairness::Offered`](holdline_overload::DeferFairness)). Default false.
+    pub advertise_offered_load: bool,
     /// Digest authentication (RFC 3261 §22): with settings, REGISTERs for served domains are
     /// challenged with 401, and out-of-dialog requests from users of served domains (From)
     /// with 407 unless they come from a [`AuthConfig::trusted`] source. Default `None`: no
@@ -458,6 +465,7 @@ impl Default for ProxyConfig {
             limits: Limits::DEFAULT,
             relay: RelayPolicy::default(),
             overload_offer: None,
+            advertise_offered_load: false,
             branch_events: false,
             auth: None,
             overload_seq_base: 0,

@@ -4905,3 +4905,50 @@ fn an_unanswered_copy_is_counted_as_failed_and_does_not_hold_the_phones_200() {
         (1, 1)
     );
 }
+
+#[test]
+fn forwarded_invites_tell_the_next_hop_the_load_offered_to_it() {
+    let forward = |advertise: bool| {
+        let mut config = routed_config();
+        config.advertise_offered_load = advertise;
+        let mut e = Endpoint::new(config, Arc::new(MemStore::default()));
+        let mut last = String::new();
+        // 20 new INVITEs per second offered for 3 s.
+        for i in 0..60u64 {
+            let now = ms(i * 50);
+            let invite = request(
+                "INVITE",
+                "sip:bob@far.example.net",
+                ua_addr(1),
+                &format!("z9hG4bKo{i}"),
+                i as u32 + 1,
+                &[],
+            );
+            // The forward gate (smart forwarding) rejects every other one: the next hop
+            // is told the load offered, not the load that got through.
+            let reject = i % 2 == 1;
+            e.handle_admitting(
+                now,
+                &invite,
+                udp(ua_addr(1)),
+                Transport::Udp,
+                &mut |_, _| None,
+                &mut |_| reject.then_some(REJECT),
+            );
+            let out = drain_to(&mut e, now);
+            if let Some((_, fwd)) = out.iter().find(|(p, _)| p.addr == ua_addr(5)) {
+                last = top_via(fwd);
+            }
+        }
+        last
+    };
+    let via = forward(true);
+    let rate: f64 = via
+        .split(";hl-offered=")
+        .nth(1)
+        .and_then(|r| r.split([';', ',']).next())
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no hl-offered in {via}"));
+    assert!((rate - 20.0).abs() < 2.0, "{via}");
+    assert!(!forward(false).contains("hl-offered"), "off by default");
+}
