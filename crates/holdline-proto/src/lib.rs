@@ -46,6 +46,7 @@ pub mod dns;
 pub mod endpoint;
 pub mod fuzzing;
 pub mod hrw;
+pub mod load_control;
 pub mod location;
 pub mod memstore;
 pub mod proxy;
