@@ -61,7 +61,7 @@ pub use auth::{
 pub use dns::{DnsCache, DnsConfig, DnsQuery, DnsResponse, DnsStats, DnsTarget};
 pub use endpoint::{
     AuthStats, DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
-    MethodCounters, OverloadAnswer, ProbedTarget, RateAnswer, StatelessFallback,
+    LoadControlStats, MethodCounters, OverloadAnswer, ProbedTarget, RateAnswer, StatelessFallback,
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;

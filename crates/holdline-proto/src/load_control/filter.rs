@@ -192,6 +192,16 @@ impl LoadFilter {
         }
     }
 
+    /// Takes over the admission state of `old`'s rules that are unchanged here.
+    fn keep_state_of(&mut self, old: Self) {
+        for r in &mut self.rules {
+            if let Some(o) = old.rules.iter().find(|o| o.rule == r.rule) {
+                r.tokens = o.tokens;
+                r.filled = o.filled;
+            }
+        }
+    }
+
     /// How many rules there are.
     pub fn len(&self) -> usize {
         self.rules.len()
@@ -245,12 +255,21 @@ impl SharedFilters {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Replaces the filters of `notifier` with `set` (a NOTIFY carries the whole state).
+    /// Replaces the filters of `notifier` with `set` (a NOTIFY carries the whole state). A
+    /// rule that comes again unchanged (a refresh's NOTIFY) keeps its admission state: its
+    /// bucket is not refilled.
     pub fn install(&self, notifier: SocketAddr, set: FilterSet) {
         let mut g = self.lock();
-        g.retain(|(n, _)| *n != notifier);
+        let old = g
+            .iter()
+            .position(|(n, _)| *n == notifier)
+            .map(|i| g.swap_remove(i).1);
         if !set.rules.is_empty() {
-            g.push((notifier, LoadFilter::new(set)));
+            let mut f = LoadFilter::new(set);
+            if let Some(old) = old {
+                f.keep_state_of(old);
+            }
+            g.push((notifier, f));
         }
         self.active.store(!g.is_empty(), Ordering::Release);
     }
