@@ -388,8 +388,11 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let engine_config = config.clone();
     let seq_base = holdline_server::seq_base(&clock);
     let engine_auth = auth.clone();
+    // RFC 7200: the filters received from notifiers, applied by every worker.
+    let load_filters = std::sync::Arc::new(holdline_proto::load_control::SharedFilters::new());
     let mut server = Server::start_with(&config, clock, move |i, bound| {
         let mut proxy = holdline_server::proxy_config(&engine_config, bound, i);
+        proxy.load_control.shared = load_filters.clone();
         proxy.overload_seq_base = seq_base;
         // seq_base counts 10 µs units: the wall clock at the engines' zero, in ms.
         proxy.auth = engine_auth.as_ref().map(|a| a.proxy_auth(seq_base / 100));

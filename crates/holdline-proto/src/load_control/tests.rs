@@ -273,7 +273,10 @@ fn shared_filters_apply_per_notifier_and_are_replaced_whole() {
     assert_eq!(s.decide(Instant::ZERO, 0, c, &hot), Verdict::NoMatch);
     // The same rule again (a refresh) keeps its empty bucket; a changed one starts full.
     s.install(b, rate_rule(0.0));
-    assert_eq!(s.decide(Instant::ZERO, 0, b, &hot), Verdict::Reject("hot".into()));
+    assert_eq!(
+        s.decide(Instant::ZERO, 0, b, &hot),
+        Verdict::Reject("hot".into())
+    );
     s.install(b, rate_rule(0.5));
     assert_eq!(s.decide(Instant::ZERO, 0, b, &hot), Verdict::Accept);
     s.clear(b);
