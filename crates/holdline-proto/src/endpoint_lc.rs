@@ -20,7 +20,9 @@ use holdline_base::{Duration, Instant, Peer};
 use holdline_sip::{HeaderName, Message, build_response};
 
 use super::{DropReason, Endpoint};
-use crate::load_control::{CONTENT_TYPE, EVENT_PACKAGE, FilterSet, SharedFilters};
+use crate::load_control::{
+    CONTENT_TYPE, EVENT_PACKAGE, FilterSet, LoadControlConfig, SharedFilters,
+};
 use crate::proxy::host_port;
 use crate::txn::{ClientTxnId, ServerTxnId};
 
@@ -104,8 +106,9 @@ pub(super) struct LcState {
     client: Vec<Subscribing>,
     txns: HashMap<ClientTxnId, LcTxn>,
     started: bool,
-    /// The notifier's document, built once.
+    /// The notifier's document, built once per generation of the published filters.
     doc: Option<String>,
+    doc_generation: u64,
 }
 
 fn key_of(call_id: &str, our_tag: &str) -> u64 {
@@ -160,11 +163,24 @@ impl Endpoint {
     }
 
     fn lc_document(&mut self) -> String {
-        if self.lc.doc.is_none() {
+        let updates = &self.config.load_control.updates;
+        if self.lc.doc.is_none() || updates.generation() != self.lc.doc_generation {
             let start = self.wall_s(Instant::ZERO);
-            self.lc.doc = Some(self.config.load_control.document(start).to_xml());
+            let (generation, set) = if updates.generation() == 0 {
+                (0, self.config.load_control.document(start))
+            } else {
+                let (g, filters) = updates.get();
+                (g, LoadControlConfig::document_of(&filters, start))
+            };
+            self.lc.doc = Some(set.to_xml());
+            self.lc.doc_generation = generation;
         }
         self.lc.doc.clone().unwrap_or_default()
+    }
+
+    /// Whether the published filters changed since this worker's document was built.
+    fn lc_changed(&self) -> bool {
+        self.config.load_control.updates.generation() != self.lc.doc_generation
     }
 
     /// A SUBSCRIBE for `Event: load-control` addressed to this server (notifier role).
@@ -489,6 +505,15 @@ impl Endpoint {
                 }
             }
         }
+        // Notifier: new filters go to every subscriber at once (the whole document).
+        if self.lc_changed() {
+            self.lc_document();
+            for i in 0..self.lc.subs.len() {
+                if self.lc.subs[i].expires_at > now {
+                    self.lc_notify(now, i, false);
+                }
+            }
+        }
         // Notifier: subscriptions that ran out get their last NOTIFY.
         while let Some(i) = self.lc.subs.iter().position(|s| s.expires_at <= now) {
             self.lc_notify(now, i, true);
@@ -524,7 +549,7 @@ impl Endpoint {
         if lc.subscribe.is_empty() && !lc.publish {
             return None;
         }
-        if !self.lc.started {
+        if !self.lc.started || self.lc_changed() {
             return Some(Instant::ZERO);
         }
         let client = self.lc.client.iter().filter_map(|c| match c.state {

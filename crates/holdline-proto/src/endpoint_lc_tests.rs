@@ -429,3 +429,32 @@ fn a_bad_document_is_refused_and_the_filters_before_it_stay() {
     assert_eq!(net.shared.rules(), 1);
     assert_eq!(net.a.stats().load_control.documents_refused, 2);
 }
+
+#[test]
+fn changed_filters_are_notified_to_every_subscriber_at_once() {
+    let mut net = Net::new(vec![hotline_filter(10.0)], Duration::from_secs(600));
+    net.advance_to(Instant::from_millis(100));
+    assert_eq!(net.shared.rules(), 1);
+    let sent = net.b.stats().load_control.notifies_sent;
+    let mut second = hotline_filter(1.0);
+    second.rule.id = "other".into();
+    net.b
+        .config()
+        .load_control
+        .updates
+        .set(vec![hotline_filter(10.0), second]);
+    // No timer of B's is due: the change alone makes it NOTIFY.
+    assert_eq!(net.b.poll_timeout(), Some(Instant::ZERO));
+    net.advance_to(Instant::from_millis(200));
+    assert_eq!(net.b.stats().load_control.notifies_sent, sent + 1);
+    assert_eq!(net.shared.rules(), 2);
+    // Every filter withdrawn: an empty ruleset, nothing applied.
+    net.b.config().load_control.updates.set(Vec::new());
+    net.advance_to(Instant::from_millis(300));
+    assert_eq!(net.shared.rules(), 0);
+    for n in 0..20 {
+        net.invite("hotline", n);
+    }
+    net.advance_to(Instant::from_secs(2));
+    assert_eq!(net.finals(0..20), (20, 0));
+}

@@ -127,7 +127,8 @@
 //! # publish = true                 # notifier: answer SUBSCRIBEs from trusted sources (on
 //!                                  # when filters are configured)
 //! max_expires_s = 3600             # ... longest subscription granted
-//! [[load_control.filters]]         # ... the filters published
+//! [[load_control.filters]]         # ... the filters published (SIGHUP re-reads them and
+//!                                  # NOTIFYs the subscribers when they changed)
 //! id = "hotline"
 //! callee = ["sip:hotline@example.com"]  # Request-URIs (or callee_domain = "example.com")
 //! # caller = ["sip:bot@example.net"]    # From URIs (or caller_domain = "example.net")

@@ -170,3 +170,88 @@ fn a_published_filter_holds_a_flash_crowd_to_one_number_while_other_calls_pass()
         "B received {b_invites} INVITEs, A admitted {admitted}"
     );
 }
+
+fn hup(h: &Holdline) {
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &h.pid().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+}
+
+#[test]
+fn filters_changed_at_run_time_are_notified_to_the_subscriber() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a_port, b_port, uas_port) = (free_port(), free_port(), free_port());
+    let one = "[[load_control.filters]]\nid = \"hotline\"\ncallee = [\"sip:hotline@example.com\"]\nrate = 10.0\n";
+    let (b, b_metrics) = server(dir.path(), "b", b_port, uas_port, one);
+    let (_a, a_metrics) = server(
+        dir.path(),
+        "a",
+        a_port,
+        b_port,
+        &format!("[load_control]\nsubscribe = [\"udp:127.0.0.1:{b_port}\"]\n"),
+    );
+    wait_metrics(a_metrics, Duration::from_secs(20), |t| {
+        metric(t, "holdline_load_control_filters", &[]) == 1.0
+    });
+    let sent = metric(
+        &scrape(b_metrics),
+        "holdline_load_control_notifies_sent_total",
+        &[],
+    );
+    // A second filter: SIGHUP, and A holds both without waiting for a refresh (600 s).
+    let two = format!(
+        "{one}[[load_control.filters]]\nid = \"bots\"\ncaller_domain = \"bots.example\"\nloss_percent = 90\n"
+    );
+    std::fs::write(dir.path().join("b.toml"), &two).expect("config");
+    hup(&b);
+    b.wait_line(
+        "holdline: load-control filters reloaded: 2",
+        Duration::from_secs(10),
+    );
+    wait_metrics(a_metrics, Duration::from_secs(10), |t| {
+        metric(t, "holdline_load_control_filters", &[]) == 2.0
+    });
+    assert_eq!(
+        metric(
+            &scrape(b_metrics),
+            "holdline_load_control_notifies_sent_total",
+            &[]
+        ),
+        sent + 1.0
+    );
+    // A broken file is refused where it is broken; the filters stay.
+    std::fs::write(
+        dir.path().join("b.toml"),
+        format!("{two}[[load_control.filters]]\nid = \"x\"\nrate = -1.0\n"),
+    )
+    .expect("config");
+    hup(&b);
+    let line = b.wait_line(
+        "holdline: load-control filters not reloaded",
+        Duration::from_secs(10),
+    );
+    assert!(
+        line.contains("b.toml") && line.contains("load_control.filters[2].rate"),
+        "{line}"
+    );
+    // Every filter withdrawn: A applies none.
+    std::fs::write(
+        dir.path().join("b.toml"),
+        "[load_control]\npublish = true\n",
+    )
+    .expect("config");
+    hup(&b);
+    wait_metrics(a_metrics, Duration::from_secs(10), |t| {
+        metric(t, "holdline_load_control_filters", &[]) == 0.0
+    });
+    assert_eq!(
+        metric(
+            &scrape(a_metrics),
+            "holdline_load_control_notifies_received_total",
+            &[]
+        ),
+        3.0
+    );
+}

@@ -14,7 +14,8 @@ pub mod filter;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use holdline_base::{Duration, Peer};
 
@@ -34,6 +35,41 @@ pub struct PublishedFilter {
     pub duration: Option<Duration>,
 }
 
+/// The notifier's filters when they change at run time (a configuration reload), shared by
+/// every worker: a worker that sees a new [`generation`](Self::generation) NOTIFYs its
+/// subscribers the new document. Generation 0: none set, the configuration's
+/// [`LoadControlConfig::filters`] apply.
+#[derive(Debug, Default)]
+pub struct PublishedFilters {
+    generation: AtomicU64,
+    filters: Mutex<Vec<PublishedFilter>>,
+}
+
+impl PublishedFilters {
+    /// None set yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Replaces the published filters (the next generation).
+    pub fn set(&self, filters: Vec<PublishedFilter>) {
+        let mut g = self.filters.lock().unwrap_or_else(PoisonError::into_inner);
+        *g = filters;
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times they were set.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The filters set last, with their generation.
+    pub fn get(&self) -> (u64, Vec<PublishedFilter>) {
+        let g = self.filters.lock().unwrap_or_else(PoisonError::into_inner);
+        (self.generation(), g.clone())
+    }
+}
+
 /// Both roles of RFC 7200 (see the [module documentation](self)).
 #[derive(Clone, Debug)]
 pub struct LoadControlConfig {
@@ -41,6 +77,9 @@ pub struct LoadControlConfig {
     /// ([`RelayPolicy::trusts`](crate::RelayPolicy::trusts)) and NOTIFY them these filters.
     /// Off unless [`publish`](Self::publish) is set.
     pub filters: Vec<PublishedFilter>,
+    /// Notifier role: the filters that replace [`filters`](Self::filters) at run time (give
+    /// every worker the same `Arc`); subscribers are NOTIFYed when they change.
+    pub updates: Arc<PublishedFilters>,
     /// Whether the notifier role is on (with no filters: an empty ruleset is published).
     pub publish: bool,
     /// Longest subscription granted (the SUBSCRIBE's Expires is cut to this). Default 1 h.
@@ -66,6 +105,7 @@ impl Default for LoadControlConfig {
             expires: Duration::from_secs(600),
             retry: Duration::from_secs(5),
             shared: Arc::new(SharedFilters::new()),
+            updates: Arc::new(PublishedFilters::new()),
         }
     }
 }
@@ -74,9 +114,13 @@ impl LoadControlConfig {
     /// The document the notifier publishes, its relative validity made absolute from
     /// `start_s` (Unix seconds at the server's start).
     pub fn document(&self, start_s: i64) -> FilterSet {
+        Self::document_of(&self.filters, start_s)
+    }
+
+    /// The document of `filters` (see [`document`](Self::document)).
+    pub fn document_of(filters: &[PublishedFilter], start_s: i64) -> FilterSet {
         FilterSet {
-            rules: self
-                .filters
+            rules: filters
                 .iter()
                 .map(|f| {
                     let mut r = f.rule.clone();
