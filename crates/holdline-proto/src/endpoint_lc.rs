@@ -193,7 +193,7 @@ impl Endpoint {
     ) {
         self.stats.load_control.subscribes_received += 1;
         if !self.config.load_control.publish {
-            self.respond(now, sid, msg, 489, "Bad Event", &[("Allow-Events", b"")]);
+            self.respond(now, sid, msg, 489, "Bad Event", &[]);
             return;
         }
         if !self.config.relay.trusts(from.addr.ip()) {
@@ -266,15 +266,23 @@ impl Endpoint {
         let tag = s.our_tag.clone();
         let mut out = Vec::with_capacity(512);
         let expires = granted.to_string();
-        build_response(
-            msg,
-            200,
-            "OK",
-            Some(tag.as_bytes()),
-            &[("Expires", expires.as_bytes())],
-            b"",
-            &mut out,
-        );
+        // The 2xx creates the dialog: its Contact is where in-dialog requests reach us.
+        let contact = self
+            .config
+            .listener(from.transport)
+            .map(|l| {
+                format!(
+                    "<sip:{};transport={}>",
+                    host_port(l.addr),
+                    from.transport.as_param_str()
+                )
+            })
+            .unwrap_or_default();
+        let mut extra: Vec<(&str, &[u8])> = vec![("Expires", expires.as_bytes())];
+        if !contact.is_empty() {
+            extra.push(("Contact", contact.as_bytes()));
+        }
+        build_response(msg, 200, "OK", Some(tag.as_bytes()), &extra, b"", &mut out);
         if self.txns.respond(now, sid, out).is_err() {
             self.drop_msg(DropReason::Internal);
         }

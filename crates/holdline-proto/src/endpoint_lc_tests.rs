@@ -383,6 +383,26 @@ fn the_notifier_answers_subscribes_as_the_rfc_asks() {
     let set = crate::load_control::FilterSet::parse(notify.body()).expect("document");
     assert_eq!(set.rules.len(), 1);
     assert_eq!(set.rules[0].action, Action::Rate(5.0));
+    assert!(ok.first_value(holdline_sip::HeaderName::Contact).is_some());
+    // Malformed: a bad Expires, no From tag, a refresh of a dialog that does not exist.
+    for (from_text, to_text, want) in [
+        ("Expires: 3600", "Expires: soon", 400),
+        ("tag=s1", "x=1", 400),
+        (
+            "To: <sip:10.0.0.2:5060>",
+            "To: <sip:10.0.0.2:5060>;tag=nope",
+            481,
+        ),
+    ] {
+        let m = String::from_utf8(subscribe("load-control", lo, 3600))
+            .expect("utf-8")
+            .replace(from_text, to_text)
+            .replace("z9hG4bKs12", &format!("z9hG4bKbad{want}{}", to_text.len()));
+        b.handle(now, m.as_bytes(), udp(lo), Transport::Udp);
+        let out = answers(&mut b, now);
+        assert_eq!(status(&out[0].1), want, "{to_text}");
+    }
+    assert_eq!(b.stats().load_control.subscriptions, 1);
     // Another event package is not ours: the request is for this server, 405.
     b.handle(
         now,
