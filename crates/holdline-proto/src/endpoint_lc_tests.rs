@@ -478,3 +478,70 @@ fn changed_filters_are_notified_to_every_subscriber_at_once() {
     net.advance_to(Instant::from_secs(2));
     assert_eq!(net.finals(0..20), (20, 0));
 }
+
+mod arbitrary {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// SUBSCRIBEs and NOTIFYs for `load-control` with arbitrary Expires, Event,
+        /// Subscription-State, Content-Type and bodies, to both roles: nothing panics,
+        /// everything either endpoint sends parses, and A keeps at most the rules a
+        /// document it accepted had.
+        #[test]
+        fn arbitrary_subscribes_and_notifies_never_break_either_role(
+            expires in "[0-9a-z ]{0,6}",
+            event in prop_oneof![Just("load-control".to_owned()), "[a-z;=-]{0,16}"],
+            state in prop_oneof![
+                Just("active;expires=30".to_owned()),
+                Just("terminated".to_owned()),
+                "[a-z;=0-9]{0,20}",
+            ],
+            content_type in prop_oneof![Just(crate::load_control::CONTENT_TYPE.to_owned()), "[a-z/+]{0,20}"],
+            body in prop_oneof![
+                Just(String::new()),
+                "[<>/a-z =\"']{0,64}",
+                Just("<ruleset><rule id='r'><actions><accept>1</accept></actions></rule></ruleset>".to_owned()),
+            ],
+            to_tag in prop::bool::ANY,
+        ) {
+            let mut net = Net::new(vec![hotline_filter(10.0)], Duration::from_secs(600));
+            net.advance_to(Instant::from_millis(100));
+            let lo = SocketAddr::from(([127, 0, 0, 1], 5070));
+            let sub = String::from_utf8(subscribe(&event, lo, 60))
+                .expect("utf-8")
+                .replace("Expires: 60", &format!("Expires: {expires}"));
+            net.b.handle(net.now, sub.as_bytes(), udp(lo), Transport::Udp);
+            let c = &net.a.lc.client[0];
+            let tag = if to_tag { format!(";tag={}", c.our_tag) } else { String::new() };
+            let notify = format!(
+                "NOTIFY sip:holdline@{A} SIP/2.0\r\n\
+                 Via: SIP/2.0/UDP {B};branch=z9hG4bKarb;rport\r\n\
+                 Max-Forwards: 70\r\n\
+                 From: <sip:{B}>;tag=x\r\n\
+                 To: <sip:holdline@{A}>{tag}\r\n\
+                 Call-ID: {}\r\n\
+                 CSeq: 77 NOTIFY\r\n\
+                 Event: {event}\r\n\
+                 Subscription-State: {state}\r\n\
+                 Content-Type: {content_type}\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                c.call_id,
+                body.len()
+            );
+            net.a.handle(net.now, notify.as_bytes(), udp(B), Transport::Udp);
+            let mut sent = Vec::new();
+            for ep in [&mut net.a, &mut net.b] {
+                sent.extend(answers(ep, net.now));
+            }
+            for (_, m) in &sent {
+                prop_assert!(Message::parse(m, &Limits::DEFAULT).is_ok());
+            }
+            prop_assert!(net.shared.rules() <= 1);
+            net.advance_to(Instant::from_secs(700));
+        }
+    }
+}
