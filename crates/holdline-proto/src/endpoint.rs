@@ -1755,9 +1755,15 @@ impl Endpoint {
             return;
         }
         // RFC 7200: a NOTIFY of one of our load-control subscriptions, a SUBSCRIBE to ours.
-        if method == Method::Notify && lc::is_load_control(msg) && self.lc_notify_in(now, sid, msg)
-        {
-            return;
+        if method == Method::Notify && lc::is_load_control(msg) {
+            if self.lc_notify_in(now, sid, msg) {
+                return;
+            }
+            // For this server but of no subscription of ours (ended, or never made).
+            if to_us || self.options_for_us(plan) {
+                self.respond(now, sid, msg, 481, "Subscription Does Not Exist", &[]);
+                return;
+            }
         }
         if method == Method::Subscribe
             && (to_us || self.options_for_us(plan))

@@ -448,6 +448,23 @@ fn a_bad_document_is_refused_and_the_filters_before_it_stay() {
     }
     assert_eq!(net.shared.rules(), 1);
     assert_eq!(net.a.stats().load_control.documents_refused, 2);
+    // A NOTIFY of no subscription of ours: 481.
+    let stray = format!(
+        "NOTIFY sip:holdline@{A} SIP/2.0\r\n\
+         Via: SIP/2.0/UDP {B};branch=z9hG4bKstray;rport\r\n\
+         Max-Forwards: 70\r\n\
+         From: <sip:{B}>;tag=x\r\n\
+         To: <sip:holdline@{A}>;tag=gone\r\n\
+         Call-ID: ended@b\r\n\
+         CSeq: 1 NOTIFY\r\n\
+         Event: load-control\r\n\
+         Subscription-State: active\r\n\
+         Content-Length: 0\r\n\r\n"
+    );
+    net.a
+        .handle(net.now, stray.as_bytes(), udp(B), Transport::Udp);
+    let out = answers(&mut net.a, net.now);
+    assert_eq!(status(&out[0].1), 481);
 }
 
 #[test]
