@@ -43,6 +43,11 @@ use crate::txn::{
     TxnId,
 };
 
+#[path = "endpoint_lc.rs"]
+mod lc;
+
+pub use lc::LoadControlStats;
+
 /// The To tag prefix of the gate's stateless rejections.
 pub(crate) const GATE_TAG_PREFIX: &[u8] = b"ol";
 /// Its length: the prefix and 16 hex digits of a keyed hash.
@@ -441,6 +446,8 @@ pub struct EndpointStats {
     pub register_commit_timeouts: u64,
     /// How long the held REGISTER responses waited for their commit (released or timed out).
     pub register_commit_wait: WaitHistogram,
+    /// RFC 7200 load control, both roles.
+    pub load_control: LoadControlStats,
 }
 
 /// A REGISTER's 200 waiting for the store's commit (see [`Endpoint::handle_committed`]).
@@ -602,6 +609,8 @@ pub struct Endpoint {
     parked_names: BTreeMap<DnsTarget, usize>,
     /// Whether the targets [`all_targets`](Self::all_targets) found came from DNS.
     targets_from_dns: bool,
+    /// RFC 7200 subscriptions, both roles ([`ProxyConfig::load_control`]).
+    lc: lc::LcState,
 }
 
 /// Stale Timer C entries the heap may hold beside twice the live branches before
@@ -729,6 +738,7 @@ impl Endpoint {
             parked: Vec::new(),
             parked_names: BTreeMap::new(),
             targets_from_dns: false,
+            lc: lc::LcState::default(),
         }
     }
 
@@ -1150,6 +1160,7 @@ impl Endpoint {
         self.release_held(now);
         self.expire_parked(now);
         self.run_probes(now);
+        self.run_load_control(now);
         self.txns.handle_timeout(now);
         while let Some(&Reverse((at, cid))) = self.timers.peek() {
             if at > now {
@@ -1218,7 +1229,11 @@ impl Endpoint {
                 .min(),
         };
         let parked = self.parked.iter().map(|p| p.deadline).min();
-        let ours = [timer_c, held, probe, parked].into_iter().flatten().min();
+        let lc = self.lc_timeout();
+        let ours = [timer_c, held, probe, parked, lc]
+            .into_iter()
+            .flatten()
+            .min();
         match (self.txns.poll_timeout(), ours) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1291,6 +1306,13 @@ impl Endpoint {
     }
 
     fn on_txn_event(&mut self, now: Instant, e: TxnEvent) {
+        if let TxnEvent::ClientTimeout(cid)
+        | TxnEvent::TransportError(TxnId::Client(cid))
+        | TxnEvent::Terminated(TxnId::Client(cid)) = e
+            && self.lc_failed(now, cid)
+        {
+            return;
+        }
         if let TxnEvent::ClientTimeout(cid) | TxnEvent::TransportError(TxnId::Client(cid)) = e
             && self.propagations.remove(&cid)
         {
@@ -1735,6 +1757,24 @@ impl Endpoint {
             );
             return;
         }
+        // RFC 7200: a NOTIFY of one of our load-control subscriptions, a SUBSCRIBE to ours.
+        if method == Method::Notify && lc::is_load_control(msg) {
+            if self.lc_notify_in(now, sid, msg) {
+                return;
+            }
+            // For this server but of no subscription of ours (ended, or never made).
+            if to_us || self.options_for_us(plan) {
+                self.respond(now, sid, msg, 481, "Subscription Does Not Exist", &[]);
+                return;
+            }
+        }
+        if method == Method::Subscribe
+            && (to_us || self.options_for_us(plan))
+            && lc::is_load_control(msg)
+        {
+            self.lc_subscribe(now, sid, msg, from);
+            return;
+        }
         if let Some((code, reason, unsupported)) = self.validate(msg, plan) {
             let extra: Vec<(&str, &[u8])> = unsupported
                 .as_deref()
@@ -1854,6 +1894,13 @@ impl Endpoint {
             self.redirect(now, sid, msg, plan, &targets);
             return;
         }
+        // RFC 7200: a new request for a notifier whose filters turn it away gets 503.
+        if msg.to().is_ok_and(|to| to.tag().is_none())
+            && self.load_filtered(now, msg, plan, &targets)
+        {
+            self.respond(now, sid, msg, 503, "Service Unavailable", &[]);
+            return;
+        }
         // The forward gate (TCP smart forwarding): a new INVITE goes only to the next hops
         // whose gate admits it; with none left it is answered with the gate's rejection.
         if invite && msg.to().is_ok_and(|to| to.tag().is_none()) {
@@ -1914,6 +1961,42 @@ impl Endpoint {
             self.start_branch(now, sid, msg, plan, &t, local, consumed);
         }
         self.maybe_finish(now, sid);
+    }
+
+    /// Whether the load-control filters of one of `targets`' next hops turn this new request
+    /// away (counted either way when a filter matched it).
+    fn load_filtered(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        plan: &RoutePlan<'_>,
+        targets: &[Target],
+    ) -> bool {
+        use crate::load_control::{CallView, Verdict};
+        if self.lc_filters().rules() == 0 {
+            return false;
+        }
+        let from_uri = msg.from().ok().map(|f| f.uri.as_bytes());
+        let call = CallView {
+            method: msg.method().map_or(&b""[..], |m| m.as_bytes()),
+            caller: from_uri,
+            callee: Some(plan.ruri.as_bytes()),
+        };
+        let wall = self.wall_s(now);
+        for t in targets {
+            match self.lc_filters().decide(now, wall, t.dest.addr, &call) {
+                Verdict::NoMatch => {}
+                Verdict::Accept => {
+                    self.stats.load_control.accepted += 1;
+                    return false;
+                }
+                Verdict::Reject(_) => {
+                    self.stats.load_control.rejected += 1;
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Whether `from` is one of the servers registrations are propagated to (and from).
@@ -3108,6 +3191,7 @@ impl Endpoint {
                     self.probe_done(now, cid, status < 500);
                 }
             }
+            ResponseOutcome::ForTu(cid) if self.lc_response(now, cid, status, Some(msg)) => {}
             ResponseOutcome::ForTu(cid) if self.propagations.contains(&cid) => {
                 if status >= 200 {
                     self.propagations.remove(&cid);

@@ -46,6 +46,7 @@ pub mod dns;
 pub mod endpoint;
 pub mod fuzzing;
 pub mod hrw;
+pub mod load_control;
 pub mod location;
 pub mod memstore;
 pub mod proxy;
@@ -60,7 +61,7 @@ pub use auth::{
 pub use dns::{DnsCache, DnsConfig, DnsQuery, DnsResponse, DnsStats, DnsTarget};
 pub use endpoint::{
     AuthStats, DropReason, Endpoint, EndpointEvent, EndpointStats, FeedbackTally, GateRejection,
-    MethodCounters, OverloadAnswer, ProbedTarget, RateAnswer, StatelessFallback,
+    LoadControlStats, MethodCounters, OverloadAnswer, ProbedTarget, RateAnswer, StatelessFallback,
 };
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;

@@ -124,6 +124,24 @@
 //! # server_name = "sip.example.net" # tls: the name its certificate must carry (default:
 //!                                  # the target's IP address)
 //!
+//! [load_control]                   # RFC 7200 load-control event package (docs/overload.md)
+//! # subscribe = ["udp:10.0.0.2:5060"]  # subscriber: apply these servers' filters to the
+//!                                  # new requests sent to them (503 for those turned away)
+//! expires_s = 600                  # ... the Expires of our SUBSCRIBEs (refreshed at 80%)
+//! retry_s = 5                      # ... after a failed SUBSCRIBE, try again this much later
+//! # publish = true                 # notifier: answer SUBSCRIBEs from trusted sources (on
+//!                                  # when filters are configured)
+//! max_expires_s = 3600             # ... longest subscription granted
+//! [[load_control.filters]]         # ... the filters published (SIGHUP re-reads them and
+//!                                  # NOTIFYs the subscribers when they changed)
+//! id = "hotline"
+//! callee = ["sip:hotline@example.com"]  # Request-URIs (or callee_domain = "example.com")
+//! # caller = ["sip:bot@example.net"]    # From URIs (or caller_domain = "example.net")
+//! methods = ["INVITE"]             # default INVITE
+//! rate = 10.0                      # accept at most this many calls/s, or:
+//! # loss_percent = 50.0            # turn away this share of them
+//! # duration_s = 600               # stop applying this long after the server starts
+//!
 //! [[hash_routes]]                  # identifier-based load sharing (docs/scaling.md):
 //! domain = "example.net"           # requests for this domain (or "*") go to one target,
 //! targets = ["udp:10.0.0.1:5060", "udp:10.0.0.2:5060"]  # chosen by rendezvous hashing
@@ -1310,6 +1328,210 @@ pub struct ServerConfig {
     pub tls: TlsSettings,
     /// SIP over SCTP over UDP (the `sctp:` listeners and next hops).
     pub sctp: SctpSettings,
+    /// RFC 7200 load control (`[load_control]`), both roles.
+    pub load_control: LoadControlSettings,
+}
+
+/// RFC 7200's load-control event package (`[load_control]`, docs/overload.md): the
+/// subscriber role (apply the filters of the servers subscribed to) and the notifier role
+/// (publish filters to trusted subscribers).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoadControlSettings {
+    /// Subscriber: the servers (`TRANSPORT:IP:PORT`) whose filters apply to the new requests
+    /// sent to them. Default: none.
+    pub subscribe: Vec<Listener>,
+    /// Subscriber: the Expires of our SUBSCRIBEs, seconds (refreshed at 80%). Default 600.
+    pub expires_s: u64,
+    /// Subscriber: how long after a failed SUBSCRIBE to try again, seconds. Default 5.
+    pub retry_s: u64,
+    /// Notifier: answer SUBSCRIBEs for `Event: load-control` from trusted sources (the
+    /// `trusted` networks, or anyone with `relay = "open"`). Default: on when `filters` are
+    /// configured.
+    pub publish: Option<bool>,
+    /// Notifier: the longest subscription granted, seconds. Default 3600.
+    pub max_expires_s: u64,
+    /// Notifier: the filters published.
+    pub filters: Vec<LoadFilterSettings>,
+}
+
+impl Default for LoadControlSettings {
+    fn default() -> Self {
+        Self {
+            subscribe: Vec::new(),
+            expires_s: 600,
+            retry_s: 5,
+            publish: None,
+            max_expires_s: 3600,
+            filters: Vec::new(),
+        }
+    }
+}
+
+fn default_filter_methods() -> Vec<String> {
+    vec!["INVITE".into()]
+}
+
+/// One published filter (`[[load_control.filters]]`): a rule of the RFC 7200 document.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadFilterSettings {
+    /// The rule's id (unique).
+    pub id: String,
+    /// Callees (Request-URIs, `sip:user@host`) the filter is for.
+    #[serde(default)]
+    pub callee: Vec<String>,
+    /// Or every callee of this domain.
+    #[serde(default)]
+    pub callee_domain: Option<String>,
+    /// Callers (From URIs) the filter is for.
+    #[serde(default)]
+    pub caller: Vec<String>,
+    /// Or every caller of this domain.
+    #[serde(default)]
+    pub caller_domain: Option<String>,
+    /// Methods the filter is for. Default `["INVITE"]`.
+    #[serde(default = "default_filter_methods")]
+    pub methods: Vec<String>,
+    /// Accept at most this many matching calls per second (`alg="rate"`).
+    #[serde(default)]
+    pub rate: Option<f64>,
+    /// Or turn away this percentage of the matching calls (`alg="loss"`).
+    #[serde(default)]
+    pub loss_percent: Option<f64>,
+    /// Stop applying the filter this long after the server starts, seconds. Default: never.
+    #[serde(default)]
+    pub duration_s: Option<u64>,
+}
+
+impl LoadControlSettings {
+    /// Whether the notifier role is on.
+    pub fn publishes(&self) -> bool {
+        self.publish.unwrap_or(!self.filters.is_empty())
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: String, m: String| Err((k, m));
+        if let Some(p) = self
+            .subscribe
+            .iter()
+            .find(|p| p.addr.port() == 0 || p.addr.ip().is_unspecified())
+        {
+            return err(
+                "load_control.subscribe".into(),
+                format!("{}: a server's address and port", p.addr),
+            );
+        }
+        if self.expires_s < 10 {
+            return err("load_control.expires_s".into(), "at least 10".into());
+        }
+        if self.retry_s == 0 {
+            return err("load_control.retry_s".into(), "must be positive".into());
+        }
+        if self.max_expires_s < 10 {
+            return err("load_control.max_expires_s".into(), "at least 10".into());
+        }
+        for (i, f) in self.filters.iter().enumerate() {
+            let key = |k: &str| format!("load_control.filters[{i}].{k}");
+            if f.id.is_empty() || f.id.chars().any(char::is_control) {
+                return err(key("id"), "a non-empty name".into());
+            }
+            if self.filters[..i].iter().any(|g| g.id == f.id) {
+                return err(key("id"), format!("`{}` is used by another filter", f.id));
+            }
+            for (k, uris) in [("callee", &f.callee), ("caller", &f.caller)] {
+                if let Some(u) = uris.iter().find(|u| {
+                    holdline_sip::Uri::parse(u.as_bytes())
+                        .ok()
+                        .is_none_or(|p| !p.is_sip() || p.host_bytes().is_none())
+                }) {
+                    return err(key(k), format!("`{u}`: expected a SIP URI (sip:user@host)"));
+                }
+            }
+            for (k, d) in [
+                ("callee_domain", &f.callee_domain),
+                ("caller_domain", &f.caller_domain),
+            ] {
+                if let Some(d) = d
+                    && (d.is_empty() || d.contains(['@', ':', '/', ' ', '<', '>', '"']))
+                {
+                    return err(key(k), format!("`{d}`: expected a domain name"));
+                }
+            }
+            if f.methods
+                .iter()
+                .any(|m| m.is_empty() || !m.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            {
+                return err(key("methods"), "expected method names".into());
+            }
+            match (f.rate, f.loss_percent) {
+                (Some(r), None) if r.is_finite() && r >= 0.0 => {}
+                (Some(_), None) => return err(key("rate"), "calls/s, 0 or more".into()),
+                (None, Some(l)) if (0.0..=100.0).contains(&l) => {}
+                (None, Some(_)) => return err(key("loss_percent"), "0 to 100".into()),
+                (Some(_), Some(_)) => {
+                    return err(key("rate"), "give rate or loss_percent, not both".into());
+                }
+                (None, None) => return err(key("id"), "needs rate or loss_percent".into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The proxy's settings (each worker's `shared` filters must then be made the same).
+    pub fn proxy_config(&self) -> holdline_proto::load_control::LoadControlConfig {
+        use holdline_base::{Duration, Peer};
+        use holdline_proto::load_control::{
+            Action, FilterRule, Identity, LoadControlConfig, Many, PublishedFilter,
+        };
+        let identity = |ones: &[String], domain: &Option<String>| {
+            (!ones.is_empty() || domain.is_some()).then(|| Identity {
+                ones: ones.to_vec(),
+                many: domain
+                    .iter()
+                    .map(|d| Many {
+                        domain: Some(d.clone()),
+                        ..Many::default()
+                    })
+                    .collect(),
+            })
+        };
+        LoadControlConfig {
+            filters: self
+                .filters
+                .iter()
+                .map(|f| PublishedFilter {
+                    rule: FilterRule {
+                        id: f.id.clone(),
+                        caller: identity(&f.caller, &f.caller_domain),
+                        callee: identity(&f.callee, &f.callee_domain),
+                        methods: f.methods.iter().map(|m| m.to_ascii_uppercase()).collect(),
+                        valid_from: None,
+                        valid_until: None,
+                        action: match (f.rate, f.loss_percent) {
+                            (_, Some(l)) => Action::Loss(l),
+                            (r, None) => Action::Rate(r.unwrap_or(0.0)),
+                        },
+                    },
+                    duration: f.duration_s.map(Duration::from_secs),
+                })
+                .collect(),
+            publish: self.publishes(),
+            max_expires: Duration::from_secs(self.max_expires_s),
+            subscribe: self
+                .subscribe
+                .iter()
+                .map(|l| Peer {
+                    addr: l.addr,
+                    transport: l.transport,
+                    conn: None,
+                })
+                .collect(),
+            expires: Duration::from_secs(self.expires_s),
+            retry: Duration::from_secs(self.retry_s),
+            ..LoadControlConfig::default()
+        }
+    }
 }
 
 /// SIP over SCTP over UDP (`[sctp]`; RFC 4168 over RFC 6951, docs/transports.md). Every
@@ -1582,6 +1804,7 @@ impl Default for ServerConfig {
             overload: OverloadSettings::default(),
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),
+            load_control: LoadControlSettings::default(),
             auth: AuthSettings::default(),
             tls: TlsSettings::default(),
             sctp: SctpSettings::default(),
@@ -1831,6 +2054,7 @@ impl ServerConfig {
                 &format!("{}: a server's address and port", p.addr),
             );
         }
+        self.load_control.validate()?;
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
         }
@@ -2215,6 +2439,73 @@ stateless = true
         let e = ServerConfig::from_toml("p.toml", "propagate_registrations = [\"10.0.0.2\"]\n")
             .expect_err("no transport");
         assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
+    fn load_control_filters_and_subscriptions_are_read_and_bad_ones_refused_where_they_are() {
+        let c = ServerConfig::from_toml(
+            "lc.toml",
+            "[load_control]\nsubscribe = [\"udp:10.0.0.2:5060\"]\nexpires_s = 60\n\
+             [[load_control.filters]]\nid = \"hotline\"\ncallee = [\"sip:hotline@example.com\"]\n\
+             rate = 10.0\nduration_s = 600\n\
+             [[load_control.filters]]\nid = \"bots\"\ncaller_domain = \"bots.example\"\n\
+             loss_percent = 50\n",
+        )
+        .expect("valid");
+        let lc = &c.load_control;
+        assert!(lc.publishes());
+        let p = lc.proxy_config();
+        assert_eq!(p.subscribe.len(), 1);
+        assert_eq!(p.expires, Duration::from_secs(60));
+        assert_eq!(p.filters.len(), 2);
+        let doc = p.document(0);
+        assert_eq!(
+            doc.rules[0].action,
+            holdline_proto::load_control::Action::Rate(10.0)
+        );
+        assert_eq!(doc.rules[0].valid_until, Some(600));
+        assert_eq!(doc.rules[0].methods, ["INVITE"]);
+        assert_eq!(
+            doc.rules[1].action,
+            holdline_proto::load_control::Action::Loss(50.0)
+        );
+        assert!(!ServerConfig::default().load_control.publishes());
+        let bad = |text: &str| ServerConfig::from_toml("lc.toml", text).expect_err(text);
+        let e = bad("workers = 1\n[load_control]\nsubscribe = [\"udp:10.0.0.2:0\"]\n");
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("lc.toml", 3, "load_control.subscribe"),
+            "{e}"
+        );
+        let two = "[[load_control.filters]]\nid = \"a\"\nrate = 1.0\n[[load_control.filters]]\nid = \"b\"\n";
+        let e = bad(&format!("{two}rate = -1.0\n"));
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (6, "load_control.filters[1].rate"),
+            "{e}"
+        );
+        let e = bad(&format!("{two}loss_percent = 101\n"));
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (6, "load_control.filters[1].loss_percent")
+        );
+        let e = bad(&format!("{two}rate = 1.0\ncallee = [\"hotline\"]\n"));
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (7, "load_control.filters[1].callee")
+        );
+        let e = bad(
+            "[[load_control.filters]]\nid = \"a\"\nrate = 1.0\n[[load_control.filters]]\nid = \"a\"\nrate = 2.0\n",
+        );
+        assert_eq!((e.line, e.key.as_str()), (5, "load_control.filters[1].id"));
+        let e = bad("[[load_control.filters]]\nid = \"a\"\n");
+        assert_eq!((e.line, e.key.as_str()), (2, "load_control.filters[0].id"));
+        let e = bad("[[load_control.filters]]\nid = \"a\"\nrate = 1.0\nloss_percent = 3\n");
+        assert_eq!(e.key, "load_control.filters[0].rate");
+        let e = bad("[load_control]\nexpires_s = 1\n");
+        assert_eq!((e.line, e.key.as_str()), (2, "load_control.expires_s"));
+        let e = bad("[[load_control.filters]]\nid = \"a\"\nrates = 1.0\n");
+        assert_eq!(e.line, 3, "{e}");
     }
 
     #[test]

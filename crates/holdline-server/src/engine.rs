@@ -148,7 +148,8 @@ pub fn seq_base(clock: &Clock) -> u64 {
 }
 
 /// The proxy configuration of worker `index`, from the server's configuration and the
-/// addresses its listeners are actually bound to.
+/// addresses its listeners are actually bound to. Its RFC 7200 filters
+/// (`load_control.shared`) are its own: give every worker of a server the same ones.
 pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> ProxyConfig {
     let mut p = ProxyConfig::default();
     p.domains.clone_from(&config.domains);
@@ -174,6 +175,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();
     p.registrar = config.registrar.into();
+    p.load_control = config.load_control.proxy_config();
     p.propagate_registrations = config
         .propagate_registrations
         .iter()
@@ -625,6 +627,21 @@ impl WorkerCore for Engine {
             s.stateless
         );
         let _ = writeln!(out, "holdline_sip_redirected_total {}", s.redirected);
+        let lc = &s.load_control;
+        for (name, v) in [
+            ("rejected_total", lc.rejected),
+            ("accepted_total", lc.accepted),
+            ("subscribes_received_total", lc.subscribes_received),
+            ("subscriptions", lc.subscriptions),
+            ("notifies_sent_total", lc.notifies_sent),
+            ("notifies_failed_total", lc.notifies_failed),
+            ("subscribes_sent_total", lc.subscribes_sent),
+            ("subscribes_failed_total", lc.subscribes_failed),
+            ("notifies_received_total", lc.notifies_received),
+            ("documents_refused_total", lc.documents_refused),
+        ] {
+            let _ = writeln!(out, "holdline_load_control_{name} {v}");
+        }
         let _ = writeln!(
             out,
             "holdline_registrar_propagated_total {}",
@@ -705,6 +722,11 @@ impl WorkerCore for Engine {
             self.endpoint.active_calls()
         );
         if self.next_purge.is_some() {
+            let _ = writeln!(
+                out,
+                "holdline_load_control_filters {}",
+                self.endpoint.config().load_control.shared.rules()
+            );
             let _ = writeln!(out, "holdline_store_bindings {}", self.store.len());
             let _ = writeln!(out, "holdline_store_purged_total {}", self.purged);
             if let Some(r) = &self.redis {

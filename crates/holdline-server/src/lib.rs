@@ -52,9 +52,9 @@ use mio::{Poll, Waker};
 
 pub use crate::auth::{AuthRuntime, AuthSetupError, load_auth, read_users};
 pub use crate::config::{
-    AuthSettings, BufferSizes, ConfigError, DnsSettings, LimitsConfig, Listener, OverloadSettings,
-    Overrides, RegistrarSettings, Route, RouteTarget, ServerConfig, StoreSpec, TcpBuffers,
-    TimersConfig, TlsSettings, default_data_dir,
+    AuthSettings, BufferSizes, ConfigError, DnsSettings, LimitsConfig, Listener,
+    LoadControlSettings, LoadFilterSettings, OverloadSettings, Overrides, RegistrarSettings, Route,
+    RouteTarget, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, TlsSettings, default_data_dir,
 };
 pub use crate::core::{CoreFactory, HopEvent, TestCore, WorkerCore, default_core_factory};
 pub use crate::dns::DnsSetupError;

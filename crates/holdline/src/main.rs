@@ -346,6 +346,7 @@ fn open_files(config: &mut ServerConfig) -> String {
 }
 
 fn run_server(args: ServeArgs) -> anyhow::Result<()> {
+    let config_file = args.config.clone();
     let mut config = match &args.config {
         Some(file) => ServerConfig::from_file(file)?,
         None => ServerConfig::default(),
@@ -388,8 +389,15 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let engine_config = config.clone();
     let seq_base = holdline_server::seq_base(&clock);
     let engine_auth = auth.clone();
+    // RFC 7200: the filters received from notifiers, applied by every worker.
+    let load_filters = std::sync::Arc::new(holdline_proto::load_control::SharedFilters::new());
+    // ... and the filters this server publishes, replaced on SIGHUP.
+    let published = std::sync::Arc::new(holdline_proto::load_control::PublishedFilters::new());
+    let engine_published = published.clone();
     let mut server = Server::start_with(&config, clock, move |i, bound| {
         let mut proxy = holdline_server::proxy_config(&engine_config, bound, i);
+        proxy.load_control.shared = load_filters.clone();
+        proxy.load_control.updates = engine_published.clone();
         proxy.overload_seq_base = seq_base;
         // seq_base counts 10 µs units: the wall clock at the engines' zero, in ms.
         proxy.auth = engine_auth.as_ref().map(|a| a.proxy_auth(seq_base / 100));
@@ -436,6 +444,33 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         None => eprintln!(
             "holdline: authentication off ([auth] users_file): REGISTERs for served domains are accepted from anyone"
         ),
+    }
+    if let Some(file) = config_file.filter(|_| config.load_control.publishes()) {
+        // RFC 7200 notifier: SIGHUP re-reads the published filters; subscribers are
+        // NOTIFYed when they changed.
+        let wake = server.wake_handle();
+        let last = std::sync::Mutex::new(config.load_control.filters.clone());
+        server.on_reload(Box::new(move || match ServerConfig::from_file(&file) {
+            Ok(c) => {
+                let mut last = last
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *last != c.load_control.filters {
+                    published.set(c.load_control.proxy_config().filters);
+                    *last = c.load_control.filters;
+                    wake.wake_all();
+                    eprintln!(
+                        "holdline: load-control filters reloaded: {} filters, subscribers notified",
+                        last.len()
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!(
+                    "holdline: load-control filters not reloaded ({e}); the previous ones stay"
+                )
+            }
+        }));
     }
     eprintln!("holdline: {files}");
     eprintln!("holdline: data directory {}", config.data_dir().display());

@@ -433,6 +433,9 @@ pub struct ProxyConfig {
     /// for sending-side controllers that count outstanding transactions (seed 004's window).
     /// Default `false`.
     pub branch_events: bool,
+    /// RFC 7200 load control, both roles (notifier: publish filters to subscribers;
+    /// subscriber: apply the filters of the notifiers subscribed to). Default: neither.
+    pub load_control: crate::load_control::LoadControlConfig,
 }
 
 impl Default for ProxyConfig {
@@ -469,6 +472,7 @@ impl Default for ProxyConfig {
             branch_events: false,
             auth: None,
             overload_seq_base: 0,
+            load_control: crate::load_control::LoadControlConfig::default(),
         }
     }
 }
