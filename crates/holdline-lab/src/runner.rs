@@ -518,6 +518,15 @@ pub(crate) fn machine() -> Value {
     })
 }
 
+/// An experiment's `DIR/results.json`, as it wrote it (for `--replot`).
+pub(crate) fn read_results<R: serde::de::DeserializeOwned>(out: &Path) -> Result<R> {
+    let path = out.join("results.json");
+    serde_json::from_value(crate::generator::read_json(&path)?).map_err(|e| LabError::Report {
+        path: path.clone(),
+        reason: e.to_string(),
+    })
+}
+
 /// Writes `results.partial.json` in `out`: what an experiment measured so far, so that it
 /// survives an interrupted run.
 pub(crate) fn write_partial<T: serde::Serialize>(

@@ -1011,11 +1011,7 @@ fn summarize(
 
 /// Rewrites `samples.csv` and the plots from `DIR/results.json`.
 fn replot(out: &Path) -> Result<Results> {
-    let path = out.join("results.json");
-    let r: Results = serde_json::from_value(read_json(&path)?).map_err(|e| LabError::Report {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let r: Results = crate::runner::read_results(out)?;
     write(out, &r)?;
     Ok(r)
 }

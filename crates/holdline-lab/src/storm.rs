@@ -404,11 +404,7 @@ struct Spec {
 /// registration was lost.
 pub(crate) fn run(args: &Args) -> Result<Results> {
     let results = if args.replot {
-        let path = args.out.join("results.json");
-        serde_json::from_value(read_json(&path)?).map_err(|e| LabError::Report {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?
+        crate::runner::read_results(&args.out)?
     } else {
         measure(args)?
     };

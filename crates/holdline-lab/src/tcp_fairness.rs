@@ -29,7 +29,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
-use crate::generator::read_json;
 use crate::plot;
 use crate::runner::{SweepArgs, check_tools, holdline_exe, lab_main, machine};
 use crate::tcp_overload::{
@@ -177,12 +176,7 @@ fn figures(fairness: &str, offered: Vec<f64>, p: Point) -> FairPoint {
 /// Runs the experiment and writes its results.
 pub fn run(args: &Args) -> Result<Results> {
     if args.sweep.replot {
-        let path = args.out.join("results.json");
-        let r: Results =
-            serde_json::from_value(read_json(&path)?).map_err(|e| LabError::Report {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let r: Results = crate::runner::read_results(&args.out)?;
         write(&args.out, &r)?;
         return Ok(r);
     }

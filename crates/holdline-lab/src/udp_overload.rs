@@ -752,11 +752,7 @@ pub fn run(args: &Args) -> Result<Results> {
 /// Rewrites `points.csv` and the plots from `DIR/results.json` and the UAC reports in
 /// `DIR/runs`.
 fn replot(out: &Path) -> Result<Results> {
-    let path = out.join("results.json");
-    let r: Results = serde_json::from_value(read_json(&path)?).map_err(|e| LabError::Report {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let r: Results = crate::runner::read_results(out)?;
     let mut mechanisms: Vec<String> = Vec::new();
     for p in &r.points {
         if !mechanisms.contains(&p.mechanism) {
