@@ -148,6 +148,7 @@ use crate::admission::{Admission, Class, Decision, RejectReason, TargetId};
 use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_positive, check_range};
 use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
+use crate::fair::max_min_share;
 use crate::signal::{Outcome, Signal};
 use crate::snapshot::Snapshot;
 
@@ -486,7 +487,14 @@ struct Target {
     report_age: Option<u32>,
     /// The last sequence number used per reporter (bounded, oldest dropped).
     seen: Vec<(u64, u64)>,
+    /// The reporter of the last fresh report: the targets one server reports on share the
+    /// budget it gives this edge.
+    last_reporter: u64,
 }
+
+/// What one reporter's fresh reports ask of this edge in a period: the sum of the rates
+/// asked of each target, and the targets (with their arrival rates and headroom).
+type ReporterBudget = (f64, Vec<(TargetId, f64, f64)>);
 
 /// Reporters whose last sequence number a target remembers.
 const MAX_REPORTERS: usize = 16;
@@ -529,6 +537,7 @@ impl Target {
             prev_admitted: 0,
             report_age: None,
             seen: Vec::new(),
+            last_reporter: 0,
         }
     }
 
@@ -547,6 +556,7 @@ impl Target {
                 self.seen.push((r.reporter, r.seq));
             }
         }
+        self.last_reporter = r.reporter;
         self.period_reports.0 += r.headroom;
         self.period_reports.1 = self.period_reports.1.saturating_add(1);
         self.view.reports = self.view.reports.saturating_add(1);
@@ -555,17 +565,45 @@ impl Target {
 
     /// The end of a period with [`DeocSignal::LoadReport`]: true when the reports decided
     /// (a fresh one, or one still in force); false: the paper's rule applies.
-    fn adapt_reported(
-        &mut self,
+    /// This period's fresh reports applied to the previous period's admissions: the rate the
+    /// reporter asks of this target alone, `a·(1 + gain·(g − 1))`, and `g`; `None` without a
+    /// fresh report.
+    fn proposal(
+        &self,
         c: &DeocConfig,
         lambda: Option<f64>,
         gain: f64,
         max_growth: f64,
+    ) -> Option<(f64, f64)> {
+        let (sum, n) = self.period_reports;
+        if n == 0 {
+            return None;
+        }
+        let g = (sum / f64::from(n)).clamp(0.0, max_growth);
+        // The report measured the reporter's last closed interval: the calls this edge
+        // admitted in its previous period (the one before the report arrived).
+        let admitted = self.prev_admitted as f64 / secs(c.period);
+        let base = if admitted > 0.0 {
+            admitted
+        } else {
+            self.view.rate.or(lambda).unwrap_or(c.min_rate)
+        };
+        Some(((base * (1.0 + gain * (g - 1.0))).max(c.min_rate), g))
+    }
+
+    /// The end of a period with [`DeocSignal::LoadReport`]: true when the reports decided
+    /// (`fresh`: the share of its reporter's budget this target gets, and `g`; or a report
+    /// still in force); false: the paper's rule applies.
+    fn adapt_reported(
+        &mut self,
+        c: &DeocConfig,
+        lambda: Option<f64>,
+        fresh: Option<(f64, f64)>,
         max_age: u32,
     ) -> bool {
-        let (sum, n) = std::mem::take(&mut self.period_reports);
+        self.period_reports = (0.0, 0);
         let v = &mut self.view;
-        if n == 0 {
+        if fresh.is_none() {
             let age = self.report_age.map(|a| a.saturating_add(1));
             self.report_age = age;
             if age.is_none_or(|a| a >= max_age) {
@@ -581,28 +619,23 @@ impl Target {
                     v.state = DeocState::Underload;
                 }
             }
-        } else {
+        } else if let Some((share, g)) = fresh {
             self.report_age = Some(0);
-            let g = (sum / f64::from(n)).clamp(0.0, max_growth);
-            let period = secs(c.period);
-            // The report measured the reporter's last closed interval: the calls this edge
-            // admitted in its previous period (the one before the report arrived).
-            let admitted = self.prev_admitted as f64 / period;
-            let base = if admitted > 0.0 {
-                admitted
-            } else {
-                v.rate.or(lambda).unwrap_or(c.min_rate)
-            };
-            let r = (base * (1.0 + gain * (g - 1.0))).max(c.min_rate);
+            let r = match lambda {
+                Some(l) if l <= share => l,
+                _ => share,
+            }
+            .max(c.min_rate);
             v.rate = Some(r);
             v.headroom = Some(g);
-            v.state = if g < 1.0 {
+            // Gapping only while the calls arriving exceed the share.
+            v.state = if !lambda.is_some_and(|l| l > r) {
+                DeocState::Underload
+            } else if g < 1.0 {
                 v.decreases = v.decreases.saturating_add(1);
                 DeocState::OverloadRecovery
-            } else if lambda.is_some_and(|l| l > r) {
-                DeocState::OverloadPrevention
             } else {
-                DeocState::Underload
+                DeocState::OverloadPrevention
             };
         }
         v.arrival_rate = lambda;
@@ -1047,7 +1080,36 @@ impl Controller for Deoc {
         self.forgotten = self
             .forgotten
             .saturating_add((before - self.targets.len()) as u64);
-        for t in self.targets.values_mut() {
+        // Load reports: each reporter's budget for this edge — the sum of what its fresh
+        // reports ask of each target it reported on — shared max-min over those targets by
+        // their arrival rates (scaling each target's own rate would keep any unfairness
+        // among them for ever: multiplicative increase and decrease alone do not converge).
+        let mut shares: BTreeMap<TargetId, (f64, f64)> = BTreeMap::new();
+        if let DeocSignal::LoadReport {
+            gain, max_growth, ..
+        } = c.signal
+        {
+            let mut groups: BTreeMap<u64, ReporterBudget> = BTreeMap::new();
+            for (&id, t) in &self.targets {
+                if !t.running() {
+                    continue;
+                }
+                let lambda = t.lambda(now, c.ewma_weight, open_gap);
+                if let Some((ask, g)) = t.proposal(c, lambda, gain, max_growth) {
+                    let e = groups.entry(t.last_reporter).or_default();
+                    e.0 += ask;
+                    e.1.push((id, lambda.unwrap_or(ask), g));
+                }
+            }
+            for (budget, members) in groups.into_values() {
+                let demands: Vec<f64> = members.iter().map(|m| m.1).collect();
+                let s = max_min_share(budget, &demands);
+                for (id, _, g) in members {
+                    shares.insert(id, (s, g));
+                }
+            }
+        }
+        for (id, t) in self.targets.iter_mut() {
             let admitted = t.view.period_admitted;
             if !t.running() {
                 t.prev_admitted = admitted;
@@ -1059,11 +1121,9 @@ impl Controller for Deoc {
             }
             let lambda = t.lambda(now, c.ewma_weight, open_gap);
             let reported = match c.signal {
-                DeocSignal::LoadReport {
-                    gain,
-                    max_growth,
-                    max_age,
-                } => t.adapt_reported(c, lambda, gain, max_growth, max_age),
+                DeocSignal::LoadReport { max_age, .. } => {
+                    t.adapt_reported(c, lambda, shares.get(id).copied(), max_age)
+                }
                 DeocSignal::Binary => false,
             };
             if !reported {

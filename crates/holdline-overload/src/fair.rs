@@ -5,44 +5,51 @@
 //! ones that do not keep pushing: a core that rejects each new INVITE with the same
 //! probability (OCC) hands the capacity the DEOC edges give up to the others, and the DEOC
 //! edges' rates fall towards their floor. [`FairShare`] sits *behind* the core's local
-//! controller: the local controller still decides **how many** new INVITEs the core admits
-//! (its admissions per interval are the allowance `A`); `FairShare` decides **whose**. It
-//! measures every upstream's arrival rate `λ_u` (per previous hop: the driver names it with a
-//! [`TargetId`]), computes the max-min fair share `s` of `A` over the active upstreams
-//! ([`max_min_share`]: `Σ_u min(λ_u, s) = A`) and admits each upstream's new INVITEs with
-//! the fraction `p_u = min(1, s/λ_u)`: an upstream sending less than its share is never
-//! rejected, the ones sending more are cut to `s`.
+//! controller: the local controller still decides **how many** new INVITEs the core rejects
+//! (every rejection it decides is one rejection to hand out); `FairShare` decides **whose**.
+//! It keeps, per upstream (the previous hop: the driver names it with a [`TargetId`]), the
+//! number of its new INVITEs admitted recently (a count decaying with time constant
+//! `window`), and hands each rejection to an upstream among the **top admitters**:
 //!
 //! ```text
 //!  new INVITE from u ──> local controller (OCC, ...) ──decision──> FairShare ──> admit / 503
-//!                         counts towards A                          │
-//!                   every interval: λ_u ← (1−w)·λ_u + w·(arrivals_u / interval)
-//!                                   A   = the local controller's admissions / interval
-//!                                   s   = max-min share of A over {λ_u};  p_u = min(1, s/λ_u)
+//!
+//!  top    = max over upstreams of admitted_v (decayed counts)
+//!  u on top ⇔ admitted_u ≥ (1 − tolerance)·top
+//!  reject  & u on top       → reject
+//!  reject  & u not on top   → admit it, owe one rejection (debt + 1, at most max_debt)
+//!  admit   & debt > 0 & on top → reject it instead (debt − 1)
+//!  admit   otherwise        → admit
 //! ```
 //!
-//! - **Active only under overload**: while the local controller rejected nothing in the last
-//!   interval its decisions pass through unchanged (no measurement lag when there is nothing
-//!   to share). After an interval with rejections, the decisions are `FairShare`'s until an
-//!   interval ends without any rejection from the local controller.
-//! - **Deterministic**: admission by credit, not by drawing: each arrival of `u` adds `p_u`
-//!   to its credit, a call is admitted when the credit reaches 1 (and 1 is taken off), so an
-//!   upstream at `p_u = 0.25` has exactly every fourth call admitted.
+//! Rejections thus always fall on the largest admitted flows: they are cut down towards each
+//! other while the smaller ones keep everything they send — the water-filling of max-min
+//! fairness ([`max_min_share`]: `Σ_u min(λ_u, s) = A`) reached decision by decision, without
+//! estimating the capacity `A`: the local controller's own rejections carry it, at once, so a
+//! local controller that oscillates (OCC with seed 003's 1 s interval swings between
+//! admitting all and nearly nothing) is followed without lag. The number of rejections is the
+//! local controller's (up to the debt still owed); only who gets them changes. With one
+//! upstream, or when the local controller rejects nothing, every decision passes through.
+//!
+//! - **Tolerance** (10%): an upstream within 10% of the top counts as on top; flows of a few
+//!   calls per second counted over a few seconds are noisy, and an upstream holding itself
+//!   just below the others (a DEOC edge) must not be rejected for the noise.
+//! - **Deterministic**: no draw; the same arrivals and decisions give the same answers.
 //! - **Rejections** are 503s with the reason (and `Retry-After`) of the local controller's
-//!   latest rejection (the fairness layer only moves the local controller's rejections from
-//!   one upstream to another; [`RejectReason::Occupancy`] before the first).
-//! - An upstream seen for the first time while active has no rate yet: the local
-//!   controller's decision applies to it until the next interval's end.
+//!   latest rejection ([`RejectReason::Occupancy`] before the first).
+//! - Arrival rates are measured too (EWMA over `interval`s, [`FairShare::rates`]) for what a
+//!   server reports upstream (the simulator's load reports: an upstream's max-min share over
+//!   its rate).
 //! - Memory is bounded: at most `max_upstreams` upstreams; one idle for `forget_after` is
 //!   forgotten; when the table is full the one idle longest makes room.
 //!
 //! **Where it plugs into the real server** (not wired there yet): `holdline-server`'s worker
-//! asks the local controller at the ingress gate (`Engine::admit` / the gate callback of
+//! asks the local controller at the ingress gate (the gate callback it gives
 //! `Endpoint::handle_admitting`) knowing the datagram's source address or the connection; the
 //! worker would number the previous hop (the source address, or the `ConnId` for streams, as
 //! the forward-gate controllers number next hops) and pass the local controller's decision
-//! through [`FairShare::decide`], one `FairShare` per worker (each worker sees its share of
-//! each upstream's calls, sharded by Call-ID, so the shares agree).
+//! for each new INVITE through [`FairShare::decide`], one `FairShare` per worker (each worker
+//! sees its share of each upstream's calls, sharded by Call-ID, so the counts agree).
 
 use std::collections::BTreeMap;
 
@@ -94,11 +101,19 @@ pub fn max_min_share(capacity: f64, demands: &[f64]) -> f64 {
 /// The configuration of [`FairShare`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct FairShareConfig {
-    /// How often the upstreams' rates, the allowance and the shares are updated. Default
-    /// 1 s (seed 003's OCC interval; set it to the local controller's interval).
+    /// Time constant of the decaying admitted counts: how far back "admitted recently"
+    /// looks. Default 4 s (four of seed 003's DEOC periods).
+    pub window: Duration,
+    /// An upstream within this fraction of the top admitted count is on top, in `[0, 1)`.
+    /// Default 0.1.
+    pub tolerance: f64,
+    /// Most rejections owed at once (≥ 1): admissions handed to upstreams below the top that
+    /// the top admitters have not yet paid back. Default 16.
+    pub max_debt: u32,
+    /// How often the upstreams' arrival rates are updated (for reports). Default 1 s.
     pub interval: Duration,
-    /// Weight of the last interval's arrival rate in each upstream's rate (EWMA), in
-    /// `(0, 1]`. Default 0.5.
+    /// Weight of the last interval in each upstream's arrival rate (EWMA), in `(0, 1]`.
+    /// Default 0.5.
     pub ewma_weight: f64,
     /// Most upstreams with state (≥ 1). Default 1,024.
     pub max_upstreams: usize,
@@ -109,6 +124,9 @@ pub struct FairShareConfig {
 impl Default for FairShareConfig {
     fn default() -> Self {
         Self {
+            window: Duration::from_secs(4),
+            tolerance: 0.1,
+            max_debt: 16,
             interval: Duration::from_secs(1),
             ewma_weight: 0.5,
             max_upstreams: 1024,
@@ -120,6 +138,15 @@ impl Default for FairShareConfig {
 impl FairShareConfig {
     /// Checks the configuration.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        check_positive("window", self.window)?;
+        check_range(
+            "tolerance",
+            self.tolerance,
+            0.0,
+            1.0 - f64::EPSILON,
+            "at least 0, below 1",
+        )?;
+        check_nonzero("max_debt", self.max_debt as usize)?;
         check_positive("interval", self.interval)?;
         check_range(
             "ewma_weight",
@@ -139,23 +166,37 @@ impl FairShareConfig {
 pub struct FairUpstream {
     /// Its new INVITEs per second (EWMA over intervals), once an interval has ended.
     pub rate: Option<f64>,
-    /// The fraction of its new INVITEs admitted while active, `min(1, s/λ_u)`.
-    pub admit_fraction: f64,
+    /// Its recent admissions: the decaying count (time constant `window`).
+    pub recent: f64,
     /// New INVITEs asked about in all.
     pub arrivals: u64,
     /// New INVITEs admitted in all.
     pub admitted: u64,
     /// New INVITEs rejected in all.
     pub rejected: u64,
+    /// Of those admitted, the ones the local controller had rejected (given a rejection
+    /// owed by a top admitter instead).
+    pub spared: u64,
+    /// Of those rejected, the ones the local controller had admitted (paying a debt).
+    pub charged: u64,
 }
 
 #[derive(Clone, Debug)]
 struct Upstream {
     view: FairUpstream,
+    /// When `view.recent` was last brought up to date.
+    recent_at: Instant,
     /// Arrivals in the current interval.
     interval_arrivals: u64,
-    credit: f64,
     last_seen: Instant,
+}
+
+impl Upstream {
+    /// The decayed admitted count at `now`.
+    fn recent(&self, now: Instant, window: f64) -> f64 {
+        let age = secs(now.saturating_duration_since(self.recent_at));
+        self.view.recent * (-age / window).exp()
+    }
 }
 
 /// Per-upstream max-min fair admission behind a local controller (see the
@@ -167,12 +208,8 @@ pub struct FairShare {
     interval_start: Instant,
     next_tick: Instant,
     latest: Instant,
-    /// The local controller's admissions and rejections in the current interval.
-    inner_admitted: u64,
-    inner_rejected: u64,
-    /// The last interval's allowance (admissions per second) and share, when active.
-    allowance: Option<f64>,
-    share: Option<f64>,
+    /// Rejections owed by the top admitters.
+    debt: u32,
     /// The local controller's latest rejection (reason and Retry-After reused).
     last_rejection: Option<Rejection>,
     intervals: u64,
@@ -188,10 +225,7 @@ impl FairShare {
             upstreams: BTreeMap::new(),
             interval_start: now,
             latest: now,
-            inner_admitted: 0,
-            inner_rejected: 0,
-            allowance: None,
-            share: None,
+            debt: 0,
             last_rejection: None,
             intervals: 0,
         })
@@ -202,21 +236,9 @@ impl FairShare {
         &self.config
     }
 
-    /// Whether the decisions are this layer's (the local controller rejected calls in the
-    /// last interval).
-    pub fn active(&self) -> bool {
-        self.allowance.is_some()
-    }
-
-    /// The current max-min fair share `s`, new INVITEs per second, while active.
-    pub fn share(&self) -> Option<f64> {
-        self.share
-    }
-
-    /// The allowance `A` (the local controller's admissions per second in the last
-    /// interval), while active.
-    pub fn allowance(&self) -> Option<f64> {
-        self.allowance
+    /// Rejections currently owed by the top admitters.
+    pub fn debt(&self) -> u32 {
+        self.debt
     }
 
     /// The state of `upstream`, if it has any.
@@ -231,7 +253,20 @@ impl FairShare {
             .filter_map(|(&k, u)| u.view.rate.map(|r| (k, r)))
     }
 
-    /// Completed intervals.
+    /// The admission rate of the top admitters at `now` (new INVITEs per second, the
+    /// largest decaying count over `window`): the level the rejections cut the largest flows
+    /// to — their current max-min share.
+    pub fn top_rate(&self, now: Instant) -> f64 {
+        let window = secs(self.config.window);
+        let now = self.latest.max(now);
+        self.upstreams
+            .values()
+            .map(|u| u.recent(now, window))
+            .fold(0.0, f64::max)
+            / window
+    }
+
+    /// Completed rate intervals.
     pub fn intervals(&self) -> u64 {
         self.intervals
     }
@@ -242,33 +277,48 @@ impl FairShare {
         self.latest = self.latest.max(now);
         let now = self.latest;
         self.roll(now);
-        match inner {
-            Decision::Admit => self.inner_admitted = self.inner_admitted.saturating_add(1),
-            Decision::Reject(r) => {
-                self.inner_rejected = self.inner_rejected.saturating_add(1);
-                self.last_rejection = Some(r);
-            }
+        let window = secs(self.config.window);
+        self.entry(upstream, now);
+        let top = self
+            .upstreams
+            .values()
+            .map(|u| u.recent(now, window))
+            .fold(0.0, f64::max);
+        let tolerance = self.config.tolerance;
+        let max_debt = self.config.max_debt;
+        if let Decision::Reject(r) = inner {
+            self.last_rejection = Some(r);
         }
-        let active = self.active();
-        let fallback = self.last_rejection.unwrap_or(Rejection::service_unavailable(
-            RejectReason::Occupancy,
-            None,
-        ));
-        let u = self.entry(upstream, now);
-        u.interval_arrivals = u.interval_arrivals.saturating_add(1);
+        let fallback = self
+            .last_rejection
+            .unwrap_or(Rejection::service_unavailable(
+                RejectReason::Occupancy,
+                None,
+            ));
+        let Some(u) = self.upstreams.get_mut(&upstream) else {
+            return inner;
+        };
+        let mine = u.recent(now, window);
+        let on_top = mine >= (1.0 - tolerance) * top;
         u.view.arrivals = u.view.arrivals.saturating_add(1);
-        let decision = if active && u.view.rate.is_some() {
-            u.credit += u.view.admit_fraction;
-            if u.credit >= 1.0 {
-                u.credit -= 1.0;
+        u.interval_arrivals = u.interval_arrivals.saturating_add(1);
+        let decision = match inner {
+            Decision::Reject(_) if !on_top && self.debt < max_debt => {
+                self.debt += 1;
+                u.view.spared = u.view.spared.saturating_add(1);
                 Decision::Admit
-            } else {
+            }
+            Decision::Admit if on_top && self.debt > 0 => {
+                self.debt -= 1;
+                u.view.charged = u.view.charged.saturating_add(1);
                 Decision::Reject(fallback)
             }
-        } else {
-            inner
+            d => d,
         };
+        u.view.recent = mine;
+        u.recent_at = now;
         if decision.is_admit() {
+            u.view.recent += 1.0;
             u.view.admitted = u.view.admitted.saturating_add(1);
         } else {
             u.view.rejected = u.view.rejected.saturating_add(1);
@@ -276,8 +326,8 @@ impl FairShare {
         decision
     }
 
-    /// The state of `upstream`, made (and room made for it) if needed.
-    fn entry(&mut self, upstream: TargetId, now: Instant) -> &mut Upstream {
+    /// Makes room for `upstream` and its state if needed.
+    fn entry(&mut self, upstream: TargetId, now: Instant) {
         if !self.upstreams.contains_key(&upstream)
             && self.upstreams.len() >= self.config.max_upstreams
         {
@@ -293,20 +343,21 @@ impl FairShare {
         let u = self.upstreams.entry(upstream).or_insert_with(|| Upstream {
             view: FairUpstream {
                 rate: None,
-                admit_fraction: 1.0,
+                recent: 0.0,
                 arrivals: 0,
                 admitted: 0,
                 rejected: 0,
+                spared: 0,
+                charged: 0,
             },
+            recent_at: now,
             interval_arrivals: 0,
-            credit: 0.0,
             last_seen: now,
         });
         u.last_seen = now;
-        u
     }
 
-    /// Ends the interval(s) due at `now`: rates, allowance, share and fractions.
+    /// Ends the interval(s) due at `now`: arrival rates, forgetting.
     fn roll(&mut self, now: Instant) {
         if now < self.next_tick {
             return;
@@ -327,32 +378,9 @@ impl FairShare {
             });
             u.interval_arrivals = 0;
         }
-        let rejected = std::mem::take(&mut self.inner_rejected);
-        let admitted = std::mem::take(&mut self.inner_admitted);
-        if rejected == 0 {
-            self.allowance = None;
-            self.share = None;
-            for u in self.upstreams.values_mut() {
-                u.view.admit_fraction = 1.0;
-                u.credit = 0.0;
-            }
-            return;
+        if self.upstreams.is_empty() {
+            self.debt = 0;
         }
-        let allowance = admitted as f64 / elapsed;
-        let demands: Vec<f64> = self
-            .upstreams
-            .values()
-            .filter_map(|u| u.view.rate)
-            .collect();
-        let share = max_min_share(allowance, &demands);
-        for u in self.upstreams.values_mut() {
-            u.view.admit_fraction = match u.view.rate {
-                Some(r) if r > share => share / r,
-                _ => 1.0,
-            };
-        }
-        self.allowance = Some(allowance);
-        self.share = Some(share);
     }
 }
 
@@ -389,6 +417,18 @@ mod tests {
             },
             FairShareConfig {
                 max_upstreams: 0,
+                ..FairShareConfig::default()
+            },
+            FairShareConfig {
+                window: Duration::ZERO,
+                ..FairShareConfig::default()
+            },
+            FairShareConfig {
+                tolerance: 1.0,
+                ..FairShareConfig::default()
+            },
+            FairShareConfig {
+                max_debt: 0,
                 ..FairShareConfig::default()
             },
         ] {

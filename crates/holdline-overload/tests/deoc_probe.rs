@@ -211,3 +211,38 @@ fn probing_converges_to_the_reported_capacity_where_the_binary_signal_creeps() {
         "binary reached the capacity at {first:?} s: {binary:?}"
     );
 }
+
+/// Two targets reported on by the same server share the budget its reports give this edge,
+/// max-min by their arrival rates: scaling each target's own rate by the report would keep
+/// whatever unfairness there is between them for ever.
+#[test]
+fn targets_of_one_reporter_share_its_budget_max_min() {
+    const B: TargetId = TargetId(8);
+    let mut d = Deoc::new(probe(), Instant::ZERO).unwrap();
+    // A: 100 calls/s, B: 20 calls/s, both admitted in full in the first period.
+    let step = |d: &mut Deoc, from: u64, to: u64| {
+        for ms in from..to {
+            let now = at_ms(ms);
+            if d.poll_timeout().is_some_and(|t| t <= now) {
+                d.handle_timeout(now);
+            }
+            if ms % 10 == 0 {
+                let _ = d.admit_call(now, A);
+            }
+            if ms % 50 == 0 {
+                let _ = d.admit_call(now, B);
+            }
+        }
+    };
+    step(&mut d, 0, 1500);
+    // The core asks for half of what it received: 50 + 10 = 60 calls/s for this edge.
+    d.on_load_report(at_ms(1500), A, report(1, 0.5));
+    d.on_load_report(at_ms(1500), B, report(1, 0.5));
+    step(&mut d, 1500, 2001);
+    let (a, b) = (d.target(A).unwrap(), d.target(B).unwrap());
+    // Max-min over demands 100 and 20: B keeps its 20 (no gap), A gets the other 40.
+    assert!((a.rate.unwrap() - 40.0).abs() < 2.0, "{a:?}");
+    assert_eq!(a.state, DeocState::OverloadRecovery);
+    assert_eq!(b.state, DeocState::Underload, "{b:?}");
+    assert!(b.gap.is_zero());
+}
