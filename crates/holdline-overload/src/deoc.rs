@@ -104,6 +104,25 @@
 //! two apart; holdline has no such header yet (issue 15 item 4), so the driver decides and
 //! passes [`DeocReply::Final`]`(503)` for every other 503.
 //!
+//! **Load reports** ([`DeocSignal::LoadReport`], seed 003's future work, l. 442: "a more
+//! complex and accurate feedback than the binary one"; off by default). The servers on a
+//! call's path report in its responses how much they want the load they receive multiplied
+//! by — their *headroom* `g` (below 1: overloaded; above 1: room) — with a sequence number
+//! per reporter ([`LoadReport`], fed by [`Deoc::on_load_report`]). At the end of a period in
+//! which a fresh report came for a target, `r ← a·(1 + gain·(g − 1))`, where `a` is the calls
+//! admitted for the target in the *previous* period per second (what the reporter measured:
+//! a report describes the reporter's last closed interval, which ended before the period the
+//! report arrives in when its interval is `T`, as OCC's 1 s interval and seed 003's `T` are;
+//! applying it to the current period's admissions would apply one cut twice) and `g` the mean headroom of the period's fresh reports (capped at `max_growth`);
+//! the state is overload recovery when `g < 1`, else prevention or underload as `λ` compares
+//! with the new `r`. Instead of cutting by `β` and probing back up along eq. 12, the edge
+//! jumps to what the reporter can take. Each (reporter, sequence number) is used once per
+//! target: a report repeated in many responses of one interval is not applied again. A period
+//! without a fresh report holds the rate while the last report is less than `max_age` periods
+//! old, and then falls back to the paper's binary rule (the reporters stopped reporting, or
+//! nothing was admitted). A report with `g < 1` restarts a terminated controller and resets
+//! its quiet period, as a rejection does.
+//!
 //! **Only new INVITEs** are measured and gapped (seed 003 l. 94: "overload control only deals
 //! with INVITE requests"): a new registration or refresh asked at the forward gate is admitted
 //! (and counted as admitted); everything else passes uncounted, as in every controller.
@@ -129,6 +148,7 @@ use crate::admission::{Admission, Class, Decision, RejectReason, TargetId};
 use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_positive, check_range};
 use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
+use crate::fair::max_min_share;
 use crate::signal::{Outcome, Signal};
 use crate::snapshot::Snapshot;
 
@@ -202,6 +222,62 @@ pub struct DeocConfig {
     /// `Retry-After` for the restrictor's 503s. Default `None` (l. 301: 503 without
     /// Retry-After).
     pub retry_after: Option<Duration>,
+    /// What the rate adaptation reads: the paper's binary signal ([`DeocSignal::Binary`],
+    /// default) or the servers' load reports ([`DeocSignal::LoadReport`], seed 003's future
+    /// work, l. 442).
+    pub signal: DeocSignal,
+}
+
+/// What DEOC's rate adaptation reads at the end of a period (see the
+/// [module documentation](self), "Load reports").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DeocSignal {
+    /// The paper's signal: were rejections (503s, and timeouts if counted) received in the
+    /// period. The default.
+    Binary,
+    /// The servers on the path report their headroom in the responses of the calls DEOC
+    /// admitted ([`Deoc::on_load_report`]); a period with a fresh report sets
+    /// `r ← a·(1 + gain·(g − 1))`, `a` the calls admitted in the previous period per second
+    /// (the interval the report measured) and `g`
+    /// the mean of its fresh reports' headroom (at most `max_growth`). Without a fresh report
+    /// for `max_age` periods, the paper's binary rule applies.
+    LoadReport {
+        /// How much of the reported correction is applied per period, in `(0, 1]`
+        /// (default 1: all of it).
+        gain: f64,
+        /// The largest headroom used, `≥ 1` (default 2: at most doubling per period).
+        max_growth: f64,
+        /// Periods a report stays in force when no fresh one comes (the rate is held), `≥ 1`
+        /// (default 3); after that, the binary rule.
+        max_age: u32,
+    },
+}
+
+impl DeocSignal {
+    /// [`DeocSignal::LoadReport`] with its defaults (gain 1, growth at most 2×, 3 periods).
+    pub const fn load_report() -> Self {
+        Self::LoadReport {
+            gain: 1.0,
+            max_growth: 2.0,
+            max_age: 3,
+        }
+    }
+}
+
+/// A load report read from a response of a call DEOC admitted: one server on the call's path
+/// (the most constrained one, when the servers combine their reports on the way back) says how
+/// much it wants the load it receives from its upstream multiplied by.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadReport {
+    /// The reporting server (the driver's numbering). Freshness is per reporter.
+    pub reporter: u64,
+    /// The report's sequence number at the reporter (its measurement interval): each
+    /// (reporter, seq) is used once per target, so a report repeated in many responses is
+    /// not applied again and again.
+    pub seq: u64,
+    /// The headroom `g`: below 1 the reporter is overloaded and asks for `g` times the load;
+    /// above 1 it has room for `g` times the load.
+    pub headroom: f64,
 }
 
 impl Default for DeocConfig {
@@ -223,6 +299,7 @@ impl Default for DeocConfig {
             max_targets: 1024,
             forget_after: Duration::from_secs(600),
             retry_after: None,
+            signal: DeocSignal::Binary,
         }
     }
 }
@@ -268,6 +345,22 @@ impl ControllerFactory for DeocConfig {
             check_positive("quiet_period", q)?;
         }
         check_positive("forget_after", self.forget_after)?;
+        if let DeocSignal::LoadReport {
+            gain,
+            max_growth,
+            max_age,
+        } = self.signal
+        {
+            check_range(
+                "gain",
+                gain,
+                f64::MIN_POSITIVE,
+                1.0,
+                "greater than 0, at most 1",
+            )?;
+            check_range("max_growth", max_growth, 1.0, 1e6, "at least 1")?;
+            check_nonzero("max_age", max_age as usize)?;
+        }
         check_nonzero("max_targets", self.max_targets)
     }
 
@@ -365,6 +458,10 @@ pub struct DeocTarget {
     pub restarts: u64,
     /// When the last counted rejection came.
     pub last_rejection: Option<Instant>,
+    /// Fresh load reports received in all ([`DeocSignal::LoadReport`]).
+    pub reports: u64,
+    /// The headroom applied at the last period with a fresh report.
+    pub headroom: Option<f64>,
 }
 
 /// One target's measurer, restrictor and controller.
@@ -382,7 +479,25 @@ struct Target {
     quiet_since: Instant,
     /// The last arrival or reply (for forgetting and eviction).
     last_active: Instant,
+    /// Fresh load reports of the current period: sum of headroom, count.
+    period_reports: (f64, u32),
+    /// Calls admitted in the previous period (what a report arriving in this one measured).
+    prev_admitted: u64,
+    /// Periods since the last one with a fresh report (`None`: never had one).
+    report_age: Option<u32>,
+    /// The last sequence number used per reporter (bounded, oldest dropped).
+    seen: Vec<(u64, u64)>,
+    /// The reporter of the last fresh report: the targets one server reports on share the
+    /// budget it gives this edge.
+    last_reporter: u64,
 }
+
+/// What one reporter's fresh reports ask of this edge in a period: the sum of the rates
+/// asked of each target, and the targets (with their arrival rates and headroom).
+type ReporterBudget = (f64, Vec<(TargetId, f64, f64)>);
+
+/// Reporters whose last sequence number a target remembers.
+const MAX_REPORTERS: usize = 16;
 
 impl Target {
     fn new(now: Instant, start_terminated: bool) -> Self {
@@ -409,6 +524,8 @@ impl Target {
                 decreases: 0,
                 restarts: u64::from(!start_terminated),
                 last_rejection: None,
+                reports: 0,
+                headroom: None,
             },
             last_arrival: None,
             mean_gap: None,
@@ -416,7 +533,123 @@ impl Target {
             latest_factor: 0.0,
             quiet_since: now,
             last_active: now,
+            period_reports: (0.0, 0),
+            prev_admitted: 0,
+            report_age: None,
+            seen: Vec::new(),
+            last_reporter: 0,
         }
+    }
+
+    /// Takes a load report: true when it is fresh (its reporter's sequence number is new).
+    fn report(&mut self, r: &LoadReport) -> bool {
+        if !r.headroom.is_finite() || r.headroom < 0.0 {
+            return false;
+        }
+        match self.seen.iter_mut().find(|(who, _)| *who == r.reporter) {
+            Some((_, seq)) if *seq >= r.seq => return false,
+            Some((_, seq)) => *seq = r.seq,
+            None => {
+                if self.seen.len() >= MAX_REPORTERS {
+                    self.seen.remove(0);
+                }
+                self.seen.push((r.reporter, r.seq));
+            }
+        }
+        self.last_reporter = r.reporter;
+        self.period_reports.0 += r.headroom;
+        self.period_reports.1 = self.period_reports.1.saturating_add(1);
+        self.view.reports = self.view.reports.saturating_add(1);
+        true
+    }
+
+    /// The end of a period with [`DeocSignal::LoadReport`]: true when the reports decided
+    /// (a fresh one, or one still in force); false: the paper's rule applies.
+    /// This period's fresh reports applied to the previous period's admissions: the rate the
+    /// reporter asks of this target alone, `a·(1 + gain·(g − 1))`, and `g`; `None` without a
+    /// fresh report.
+    fn proposal(
+        &self,
+        c: &DeocConfig,
+        lambda: Option<f64>,
+        gain: f64,
+        max_growth: f64,
+    ) -> Option<(f64, f64)> {
+        let (sum, n) = self.period_reports;
+        if n == 0 {
+            return None;
+        }
+        let g = (sum / f64::from(n)).clamp(0.0, max_growth);
+        // The report measured the reporter's last closed interval: the calls this edge
+        // admitted in its previous period (the one before the report arrived).
+        let admitted = self.prev_admitted as f64 / secs(c.period);
+        let base = if admitted > 0.0 {
+            admitted
+        } else {
+            self.view.rate.or(lambda).unwrap_or(c.min_rate)
+        };
+        Some(((base * (1.0 + gain * (g - 1.0))).max(c.min_rate), g))
+    }
+
+    /// The end of a period with [`DeocSignal::LoadReport`]: true when the reports decided
+    /// (`fresh`: the share of its reporter's budget this target gets, and `g`; or a report
+    /// still in force); false: the paper's rule applies.
+    fn adapt_reported(
+        &mut self,
+        c: &DeocConfig,
+        lambda: Option<f64>,
+        fresh: Option<(f64, f64)>,
+        max_age: u32,
+    ) -> bool {
+        self.period_reports = (0.0, 0);
+        let v = &mut self.view;
+        if fresh.is_none() {
+            let age = self.report_age.map(|a| a.saturating_add(1));
+            self.report_age = age;
+            if age.is_none_or(|a| a >= max_age) {
+                return false;
+            }
+            // A report still in force: hold the rate (gapping only while λ exceeds it).
+            if let Some(r) = v.rate {
+                if lambda.is_some_and(|l| l > r) {
+                    if v.state == DeocState::Underload {
+                        v.state = DeocState::OverloadPrevention;
+                    }
+                } else {
+                    v.state = DeocState::Underload;
+                }
+            }
+        } else if let Some((share, g)) = fresh {
+            self.report_age = Some(0);
+            let r = match lambda {
+                Some(l) if l <= share => l,
+                _ => share,
+            }
+            .max(c.min_rate);
+            v.rate = Some(r);
+            v.headroom = Some(g);
+            // Gapping only while the calls arriving exceed the share.
+            v.state = if !lambda.is_some_and(|l| l > r) {
+                DeocState::Underload
+            } else if g < 1.0 {
+                v.decreases = v.decreases.saturating_add(1);
+                DeocState::OverloadRecovery
+            } else {
+                DeocState::OverloadPrevention
+            };
+        }
+        v.arrival_rate = lambda;
+        v.epoch_start = None;
+        v.epoch_steps = 0;
+        self.latest_factor = 0.0;
+        v.overload_factor = 0.0;
+        v.gap = match (v.state, v.rate) {
+            (DeocState::Underload | DeocState::Terminated, _) | (_, None) => Duration::ZERO,
+            (_, Some(r)) => gap(r, lambda),
+        };
+        v.period_admitted = 0;
+        v.period_rejections = 0;
+        true
     }
 
     fn running(&self) -> bool {
@@ -758,6 +991,35 @@ impl Deoc {
         t.quiet_since = now;
     }
 
+    /// A load report read from a response of a call admitted for `target`
+    /// ([`DeocSignal::LoadReport`]; ignored with [`DeocSignal::Binary`]). A fresh report
+    /// counts in the current period; one asking for less load (`headroom < 1`) also restarts
+    /// a terminated controller and keeps it from terminating, as a rejection does.
+    pub fn on_load_report(&mut self, now: Instant, target: TargetId, report: LoadReport) {
+        let now = self.clock(now);
+        if self.config.signal == DeocSignal::Binary {
+            return;
+        }
+        let c = &self.config;
+        let (w, open_gap, min_rate) = (
+            c.ewma_weight,
+            c.open_gap.then(|| secs(c.period)),
+            c.min_rate,
+        );
+        let t = self.entry(target, now);
+        if !t.report(&report) || report.headroom >= 1.0 {
+            return;
+        }
+        if !t.running() {
+            let lambda = t.lambda(now, w, open_gap);
+            // The period's admissions and reports so far still count at its end.
+            let kept = (t.period_reports, t.view.period_admitted);
+            t.restart(now, lambda, min_rate);
+            (t.period_reports, t.view.period_admitted) = kept;
+        }
+        t.quiet_since = now;
+    }
+
     /// Forgets `target` (the route is gone).
     pub fn forget(&mut self, target: TargetId) {
         self.targets.remove(&target);
@@ -818,12 +1080,56 @@ impl Controller for Deoc {
         self.forgotten = self
             .forgotten
             .saturating_add((before - self.targets.len()) as u64);
-        for t in self.targets.values_mut() {
+        // Load reports: each reporter's budget for this edge — the sum of what its fresh
+        // reports ask of each target it reported on — shared max-min over those targets by
+        // their arrival rates (scaling each target's own rate would keep any unfairness
+        // among them for ever: multiplicative increase and decrease alone do not converge).
+        let mut shares: BTreeMap<TargetId, (f64, f64)> = BTreeMap::new();
+        if let DeocSignal::LoadReport {
+            gain, max_growth, ..
+        } = c.signal
+        {
+            let mut groups: BTreeMap<u64, ReporterBudget> = BTreeMap::new();
+            for (&id, t) in &self.targets {
+                if !t.running() {
+                    continue;
+                }
+                let lambda = t.lambda(now, c.ewma_weight, open_gap);
+                if let Some((ask, g)) = t.proposal(c, lambda, gain, max_growth) {
+                    let e = groups.entry(t.last_reporter).or_default();
+                    e.0 += ask;
+                    e.1.push((id, lambda.unwrap_or(ask), g));
+                }
+            }
+            for (budget, members) in groups.into_values() {
+                let demands: Vec<f64> = members.iter().map(|m| m.1).collect();
+                let s = max_min_share(budget, &demands);
+                for (id, _, g) in members {
+                    shares.insert(id, (s, g));
+                }
+            }
+        }
+        for (id, t) in self.targets.iter_mut() {
+            let admitted = t.view.period_admitted;
             if !t.running() {
+                t.prev_admitted = admitted;
+                // The period's counts start again (a restart within the next period reads
+                // only that period's admissions).
+                t.view.period_admitted = 0;
+                t.view.period_rejections = 0;
                 continue;
             }
             let lambda = t.lambda(now, c.ewma_weight, open_gap);
-            t.adapt(c, lambda);
+            let reported = match c.signal {
+                DeocSignal::LoadReport { max_age, .. } => {
+                    t.adapt_reported(c, lambda, shares.get(id).copied(), max_age)
+                }
+                DeocSignal::Binary => false,
+            };
+            if !reported {
+                t.adapt(c, lambda);
+            }
+            t.prev_admitted = admitted;
             if c.quiet_period
                 .is_some_and(|q| now.saturating_duration_since(t.quiet_since) >= q)
             {

@@ -4,8 +4,9 @@
 //! a full queue, bang-bang, occupancy-based OCC, queueing-delay-based), TCP smart forwarding,
 //! RFC 7339 loss-based and RFC 7415 rate-based control (client roles; the server roles and
 //! window-based control with explicit feedback are declared, not implemented yet), the
-//! delay-based window without feedback of seed 004, and DEOC's per-target edge control
-//! (seed 003, [`deoc`]).
+//! delay-based window without feedback of seed 004, DEOC's per-target edge control
+//! (seed 003, [`deoc`], optionally driven by load reports from the cores), and per-upstream
+//! max-min fair admission behind a local controller ([`fair`], seed 003's future work).
 //!
 //! # Design
 //!
@@ -57,6 +58,7 @@ mod common;
 mod controller;
 pub mod defer;
 pub mod deoc;
+pub mod fair;
 pub mod flood;
 pub mod hop;
 pub mod none;
@@ -76,7 +78,10 @@ pub use algorithm::{Algorithm, ConfigError, ControllerConfig, UnknownAlgorithm};
 pub use budget::{BudgetConfig, RejectionBudget, Work};
 pub use controller::{Controller, ControllerFactory};
 pub use defer::{DeferConfig, DeferFairness, DeferQueue, DeferStats, Release};
-pub use deoc::{Deoc, DeocConfig, DeocReply, DeocState, DeocTarget, IncreaseLaw};
+pub use deoc::{
+    Deoc, DeocConfig, DeocReply, DeocSignal, DeocState, DeocTarget, IncreaseLaw, LoadReport,
+};
+pub use fair::{FairShare, FairShareConfig, FairUpstream, max_min_share};
 pub use flood::{FloodConfig, FloodGuard, FloodStats, Verdict};
 pub use hop::{
     Accept, HopClient, HopClientConfig, HopMeasure, HopServer, HopServerConfig, TargetControl,

@@ -176,6 +176,19 @@ pub struct ServerSpec {
     /// `feedback_validity_ms`). Default 500.
     #[serde(default = "validity_default")]
     pub feedback_validity_ms: u32,
+    /// Fairness among upstreams behind the local controller: `none` or `per-upstream`
+    /// (`holdline_overload::FairShare`: when the local controller must reject, the previous
+    /// hops sending more than their max-min fair share of its admissions are cut to it, the
+    /// others are not rejected). Default `none`.
+    #[serde(default = "none_str")]
+    pub local_fairness: String,
+    /// This server reports its headroom in the responses to INVITEs it sends upstream (a
+    /// `Load-Report` header, combined with the one from downstream: the smaller headroom
+    /// wins), for DEOC edges with `deoc = { signal = "load-report" }`. Needs `local = "occ"`
+    /// (the headroom is OCC's next acceptance before clipping, per upstream with
+    /// `local_fairness`). Default false.
+    #[serde(default)]
+    pub load_report: bool,
 }
 
 /// DEOC's parameters in a scenario (`deoc = { alpha = 0.2, k = 0.5 }`); absent ones take
@@ -209,6 +222,20 @@ pub struct DeocSpec {
     /// rejection two hops away reaches the ingress edge as a 500 (see `docs/sim.md`).
     #[serde(default)]
     pub count_500: Option<bool>,
+    /// What the rate adaptation reads: `binary` (the paper's: 503s seen in the period) or
+    /// `load-report` (the `Load-Report` headroom of the servers on the path; see
+    /// `holdline_overload::DeocSignal`). Default `binary`.
+    #[serde(default)]
+    pub signal: Option<String>,
+    /// With `load-report`: the share of the reported correction applied per period (1).
+    #[serde(default)]
+    pub gain: Option<f64>,
+    /// With `load-report`: the largest headroom used, ≥ 1 (2).
+    #[serde(default)]
+    pub max_growth: Option<f64>,
+    /// With `load-report`: periods a report stays in force without a fresh one (3).
+    #[serde(default)]
+    pub max_age: Option<u32>,
 }
 
 impl DeocSpec {
@@ -242,6 +269,29 @@ impl DeocSpec {
         }
         if let Some(v) = self.timeouts_count {
             c.timeouts_count = v;
+        }
+        match self.signal.as_deref() {
+            None | Some("binary") => {
+                if self.gain.is_some() || self.max_growth.is_some() || self.max_age.is_some() {
+                    return Err("gain, max_growth and max_age need signal = \"load-report\"".into());
+                }
+            }
+            Some("load-report") => {
+                let d = holdline_overload::DeocSignal::load_report();
+                if let holdline_overload::DeocSignal::LoadReport {
+                    gain,
+                    max_growth,
+                    max_age,
+                } = d
+                {
+                    c.signal = holdline_overload::DeocSignal::LoadReport {
+                        gain: self.gain.unwrap_or(gain),
+                        max_growth: self.max_growth.unwrap_or(max_growth),
+                        max_age: self.max_age.unwrap_or(max_age),
+                    };
+                }
+            }
+            Some(o) => return Err(format!("signal must be binary or load-report, got `{o}`")),
         }
         holdline_overload::ControllerFactory::validate(&c).map_err(|e| e.to_string())?;
         Ok(c)
@@ -735,6 +785,18 @@ impl Scenario {
             if let Err(m) = s.deoc.config() {
                 return bad(format!("servers[{i}].deoc"), &m);
             }
+            if s.local_fairness != "none" && s.local_fairness != "per-upstream" {
+                return bad(
+                    format!("servers[{i}].local_fairness"),
+                    "must be none or per-upstream",
+                );
+            }
+            if s.load_report && s.local != "occ" {
+                return bad(
+                    format!("servers[{i}].load_report"),
+                    "needs local = \"occ\" (the reported headroom is OCC's)",
+                );
+            }
             if s.feedback != "none" && s.feedback != "loss" {
                 return bad(format!("servers[{i}].feedback"), "must be none or loss");
             }
@@ -889,22 +951,37 @@ impl Scenario {
     }
 
     /// This scenario with one of seed 003's mechanisms (the `--mechanism` sweep of
-    /// `holdline sim run`): `LOCAL[+hop][+deoc]`, e.g. `none`, `occ`, `occ+hop`, `occ+deoc`.
-    /// Every server's `local` is set to `LOCAL`; `+hop` turns on RFC 7339 loss feedback at
-    /// every server (OCC-Hop), `+deoc` DEOC at every ingress edge; without them both are
-    /// off everywhere.
+    /// `holdline sim run`): `LOCAL[+hop][+deoc|+asis][+probe][+fair]`, e.g. `none`, `occ`,
+    /// `occ+hop`, `occ+deoc`, `occ+asis+fair`. Every server's `local` is set to `LOCAL`;
+    /// `+hop` turns on RFC 7339 loss feedback at every server (OCC-Hop), `+deoc` DEOC at
+    /// every ingress edge (without it, and without `+asis`, DEOC is off everywhere); `+asis`
+    /// keeps each server's `edge` as the file sets it (mixed DEOC and non-DEOC edges);
+    /// `+probe` gives every DEOC edge the load-report signal and turns on `load_report` at
+    /// every server (with `+fair`, per upstream); `+fair` sets `local_fairness =
+    /// "per-upstream"` at every server. Without `+probe` and `+fair`, both are off.
     pub fn with_mechanism(&self, mechanism: &str) -> Result<Self, String> {
         let mut parts = mechanism.split('+');
         let local = parts.next().unwrap_or_default().trim();
-        let (mut hop, mut deoc) = (false, false);
+        let (mut hop, mut deoc, mut asis, mut probe, mut fair) =
+            (false, false, false, false, false);
         for p in parts {
             match p.trim() {
                 "hop" => hop = true,
                 "deoc" => deoc = true,
+                "asis" => asis = true,
+                "probe" => probe = true,
+                "fair" => fair = true,
                 o => {
-                    return Err(format!("mechanism `{mechanism}`: `{o}` is not hop or deoc"));
+                    return Err(format!(
+                        "mechanism `{mechanism}`: `{o}` is not hop, deoc, asis, probe or fair"
+                    ));
                 }
             }
+        }
+        if deoc && asis {
+            return Err(format!(
+                "mechanism `{mechanism}`: give deoc (every ingress edge) or asis (the file's), not both"
+            ));
         }
         let mut sc = self.clone();
         let ingress = self.ingress_edges();
@@ -913,12 +990,25 @@ impl Scenario {
             s.controller()
                 .map_err(|e| format!("mechanism `{mechanism}`: {e}"))?;
             s.feedback = if hop { "loss" } else { "none" }.to_owned();
-            s.edge = if deoc && ingress.contains(&s.name) {
-                "deoc"
-            } else {
-                "none"
+            if !asis {
+                s.edge = if deoc && ingress.contains(&s.name) {
+                    "deoc"
+                } else {
+                    "none"
+                }
+                .to_owned();
             }
-            .to_owned();
+            s.local_fairness = if fair { "per-upstream" } else { "none" }.to_owned();
+            s.load_report = probe;
+            s.deoc.signal = probe.then(|| "load-report".to_owned());
+            if !probe {
+                (s.deoc.gain, s.deoc.max_growth, s.deoc.max_age) = (None, None, None);
+            }
+            if probe && local != "occ" {
+                return Err(format!(
+                    "mechanism `{mechanism}`: probe needs occ (the headroom is OCC's)"
+                ));
+            }
         }
         Ok(sc)
     }
@@ -1025,6 +1115,67 @@ to = "uas"
     }
 
     #[test]
+    fn fairness_and_load_report_settings_are_checked_with_file_line_and_key() {
+        let with =
+            |keys: &str| GOOD.replace("service_us = 100", &format!("service_us = 100\n{keys}"));
+        let s = Scenario::from_toml(
+            "s.toml",
+            &with("local_fairness = \"per-upstream\"\nload_report = true\nedge = \"deoc\"\ndeoc = { signal = \"load-report\", gain = 0.5 }"),
+        )
+        .expect("valid");
+        assert_eq!(s.servers[0].local_fairness, "per-upstream");
+        assert!(s.servers[0].load_report);
+        let c = s.servers[0].deoc.config().expect("deoc");
+        assert_eq!(
+            c.signal,
+            holdline_overload::DeocSignal::LoadReport {
+                gain: 0.5,
+                max_growth: 2.0,
+                max_age: 3
+            }
+        );
+        // The default is the paper's binary signal.
+        let s = Scenario::from_toml("s.toml", GOOD).expect("valid");
+        assert_eq!(
+            s.servers[0].deoc.config().expect("deoc").signal,
+            holdline_overload::DeocSignal::Binary
+        );
+        let refused = [
+            (
+                "local_fairness = \"fifo\"",
+                "servers[0].local_fairness",
+                "none or per-upstream",
+            ),
+            (
+                "local = \"none\"\nload_report = true",
+                "servers[0].load_report",
+                "needs local",
+            ),
+            (
+                "deoc = { signal = \"ecn\" }",
+                "servers[0].deoc",
+                "binary or load-report",
+            ),
+            ("deoc = { gain = 0.5 }", "servers[0].deoc", "need signal"),
+            (
+                "deoc = { signal = \"load-report\", max_growth = 0.5 }",
+                "servers[0].deoc",
+                "max_growth",
+            ),
+        ];
+        for (keys, key, message) in refused {
+            let text = with(keys).replace(
+                "local = \"occ\"\nservice_us = 100\nlocal = \"none\"",
+                "local = \"none\"\nservice_us = 100",
+            );
+            let e = Scenario::from_toml("s.toml", &text).expect_err(keys);
+            assert_eq!(e.key, key, "{keys}: {e}");
+            assert!(e.line > 0, "{keys}: {e}");
+            assert!(e.message.contains(message), "{keys}: {e}");
+        }
+    }
+
+    #[test]
     fn routes_to_any_egress_edges_and_mechanisms() {
         let text = r#"
 duration_s = 10
@@ -1085,6 +1236,27 @@ to = "ua2"
             ]
         );
         assert!(s.with_mechanism("occ+e2e").is_err());
+        assert!(s.with_mechanism("occ+deoc+asis").is_err());
+        assert!(s.with_mechanism("none+deoc+probe").is_err());
+        let m = s.with_mechanism("occ+deoc+probe+fair").expect("mechanism");
+        assert!(
+            m.servers
+                .iter()
+                .all(|v| v.load_report && v.local_fairness == "per-upstream")
+        );
+        assert_eq!(m.servers[0].deoc.signal.as_deref(), Some("load-report"));
+        // `+asis` keeps the file's edges; without `+probe`/`+fair` both are off.
+        let mut mixed = s.clone();
+        mixed.servers[3].edge = "deoc".into();
+        mixed.servers[1].local_fairness = "per-upstream".into();
+        let m = mixed.with_mechanism("occ+asis").expect("mechanism");
+        let edges: Vec<&str> = m.servers.iter().map(|v| v.edge.as_str()).collect();
+        assert_eq!(edges, ["none", "none", "none", "deoc"]);
+        assert!(
+            m.servers
+                .iter()
+                .all(|v| v.local_fairness == "none" && !v.load_report)
+        );
         assert!(s.with_mechanism("loss-client").is_err());
 
         let bad = text.replace(

@@ -10,9 +10,10 @@ use holdline_agent::{
 use holdline_base::{Duration, Instant, Peer, Rng, Transport};
 use holdline_netmodel::{Fate, Link};
 use holdline_overload::{
-    Accept, Admission, BudgetConfig, Class, Controller, ControllerFactory, Deoc, DeocReply,
-    Feedback, HopClientConfig, HopMeasure, HopServer, HopServerConfig, RejectReason, Rejection,
-    RejectionBudget, Signal, TargetId, Work,
+    Accept, Admission, BudgetConfig, Class, Controller, ControllerConfig, ControllerFactory,
+    Decision, Deoc, DeocReply, DeocSignal, FairShare, FairShareConfig, Feedback, HopClientConfig,
+    HopMeasure, HopServer, HopServerConfig, LoadReport, RejectReason, Rejection, RejectionBudget,
+    Signal, TargetId, Work,
 };
 use holdline_proto::{
     Endpoint, EndpointEvent, GateRejection, HashRoute, HashTarget, ListenAddr, MemoryLocationStore,
@@ -253,6 +254,128 @@ struct Server {
     hop: Option<Box<dyn Controller>>,
     /// ... and the server role, answering upstream clients.
     role: Option<HopRole>,
+    /// Per-upstream max-min fair admission behind the local controller
+    /// (`local_fairness = "per-upstream"`).
+    fair: Option<FairShare>,
+    /// The headroom this server reports in responses to INVITEs (`load_report`).
+    report: Option<Box<Reporter>>,
+}
+
+/// The largest headroom a server reports (an idle server would report an infinite one).
+const MAX_HEADROOM: f64 = 10.0;
+
+/// A server's load reports (`load_report = true`): its headroom — OCC's next acceptance
+/// before clipping, `f·ρ_target/ρ`, the factor by which it wants the load it receives
+/// multiplied — updated at each close of its local controller's interval, and with
+/// `local_fairness` per upstream: the upstream's max-min share of `g` times the total
+/// arrivals over its own arrival rate.
+struct Reporter {
+    /// This server's node index (the report's `by`).
+    me: u64,
+    /// OCC's target occupancy.
+    target: f64,
+    /// The acceptance in force during the interval being closed.
+    acceptance: f64,
+    /// The last closed interval's number (0: nothing reported yet) and headroom.
+    seq: u64,
+    headroom: f64,
+    /// Per upstream, with fairness.
+    per_upstream: std::collections::HashMap<TargetId, f64>,
+}
+
+impl Reporter {
+    fn headroom_for(&self, upstream: TargetId) -> f64 {
+        self.per_upstream
+            .get(&upstream)
+            .copied()
+            .unwrap_or(self.headroom)
+    }
+}
+
+/// The header a server reports its headroom in: `Load-Report: g=0.7340;seq=12;by=3`.
+const LOAD_REPORT: &[u8] = b"Load-Report";
+
+/// The end of the header section of `bytes` (the index of the empty line's CRLF).
+fn header_end(bytes: &[u8]) -> Option<usize> {
+    bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 2)
+}
+
+/// The header lines of a message (start line excluded), each with its start offset.
+fn header_lines(bytes: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let end = header_end(bytes).unwrap_or(bytes.len());
+    let head = &bytes[..end];
+    let mut offset = 0;
+    head.split(|&b| b == b'\n').filter_map(move |line| {
+        let at = offset;
+        offset += line.len() + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        (at > 0 && !line.is_empty()).then_some((at, line))
+    })
+}
+
+/// The value of the first header field `name` (case-insensitive), trimmed.
+fn header_value<'a>(bytes: &'a [u8], name: &[u8]) -> Option<(usize, usize, &'a [u8])> {
+    header_lines(bytes).find_map(|(at, line)| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon]
+            .trim_ascii()
+            .eq_ignore_ascii_case(name)
+            .then(|| (at, line.len(), line[colon + 1..].trim_ascii()))
+    })
+}
+
+/// Whether `bytes` is a response to an INVITE (its CSeq method).
+fn answers_invite(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"SIP/2.0 ")
+        && header_value(bytes, b"CSeq").is_some_and(|(_, _, v)| v.ends_with(b"INVITE"))
+}
+
+/// Reads a `Load-Report` value: `g=…;seq=…;by=…`.
+fn parse_report(value: &[u8]) -> Option<LoadReport> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (mut g, mut seq, mut by) = (None, None, None);
+    for part in text.split(';') {
+        let (k, v) = part.split_once('=')?;
+        match k.trim() {
+            "g" => g = v.trim().parse::<f64>().ok(),
+            "seq" => seq = v.trim().parse::<u64>().ok(),
+            "by" => by = v.trim().parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    let headroom = g.filter(|g| g.is_finite() && *g >= 0.0)?;
+    Some(LoadReport {
+        reporter: by?,
+        seq: seq?,
+        headroom,
+    })
+}
+
+/// Puts this server's report into a response going upstream: added when the response has
+/// none, replacing the one from downstream when this server has less headroom.
+fn stamp(bytes: &mut Vec<u8>, report: LoadReport) {
+    let line = format!(
+        "Load-Report: g={:.4};seq={};by={}",
+        report.headroom, report.seq, report.reporter
+    );
+    match header_value(bytes, LOAD_REPORT) {
+        Some((at, len, v)) => {
+            if parse_report(v).is_some_and(|theirs| theirs.headroom <= report.headroom) {
+                return;
+            }
+            bytes.splice(at..at + len, line.into_bytes());
+        }
+        None => {
+            if let Some(end) = header_end(bytes) {
+                let mut l = line.into_bytes();
+                l.extend_from_slice(b"\r\n");
+                bytes.splice(end..end, l);
+            }
+        }
+    }
 }
 
 /// DEOC at an ingress edge: the controller, how a call's target is found, and the branches
@@ -269,9 +392,28 @@ struct EdgeDeoc {
     pending: std::collections::HashMap<Vec<u8>, (TargetId, SocketAddr, Instant)>,
     /// The new INVITE being handled: its target and Call-ID.
     current: Option<(TargetId, Vec<u8>)>,
+    /// DEOC reads the `Load-Report` of the responses of the calls it admitted.
+    probe: bool,
 }
 
 impl EdgeDeoc {
+    /// A response of a call this edge admitted: its load report, if any, to DEOC.
+    fn read_report(&mut self, now: Instant, bytes: &[u8]) {
+        let Some(report) = header_value(bytes, LOAD_REPORT).and_then(|(_, _, v)| parse_report(v))
+        else {
+            return;
+        };
+        let Some(id) = Message::parse(bytes, &Limits::DEFAULT)
+            .ok()
+            .and_then(|m| m.call_id().ok().map(<[u8]>::to_vec))
+        else {
+            return;
+        };
+        if let Some((target, _, _)) = self.pending.get(&id) {
+            self.ctl.on_load_report(now, *target, report);
+        }
+    }
+
     /// The target and Call-ID of `bytes` when it is an INVITE towards another edge.
     fn classify(&self, bytes: &[u8]) -> Option<(TargetId, Vec<u8>)> {
         let msg = Message::parse(bytes, &Limits::DEFAULT).ok()?;
@@ -397,7 +539,11 @@ impl Server {
         if self.paper && invite && !exempt {
             // Early rejection: the decision is taken on arrival (a retransmission of an
             // admitted INVITE is not put to the gate when served, whatever it says here).
-            if let Some(r) = self.ctl.admit(now, &Admission::new_invite()).rejection() {
+            let mut d = self.ctl.admit(now, &Admission::new_invite());
+            if let Some(f) = self.fair.as_mut() {
+                d = f.decide(now, target_of(from), d);
+            }
+            if let Some(r) = d.rejection() {
                 forced = Some(gate_rejection(r));
             }
         }
@@ -619,7 +765,15 @@ impl Server {
                 None
             };
         }
+        if let Some(d) = self.deoc.as_mut()
+            && d.probe
+            && m.bytes.starts_with(b"SIP/2.0 ")
+        {
+            d.read_report(t, &m.bytes);
+        }
         let ctl = &mut self.ctl;
+        let fair = &mut self.fair;
+        let upstream = target_of(m.from);
         let admit_all = self.admit_all;
         let forced = m.forced;
         let mut admitted = false;
@@ -638,7 +792,13 @@ impl Server {
                     admitted = true;
                     return None;
                 }
-                match ctl.admit(t, &Admission::ingress(class)).rejection() {
+                let mut d: Decision = ctl.admit(t, &Admission::ingress(class));
+                if class == Class::NewInvite
+                    && let Some(f) = fair.as_mut()
+                {
+                    d = f.decide(t, upstream, d);
+                }
+                match d.rejection() {
                     None => {
                         admitted = true;
                         None
@@ -747,6 +907,27 @@ impl Server {
             && h.poll_timeout().is_some_and(|t| t <= now)
         {
             h.handle_timeout(now);
+        }
+        if let Some(rep) = self.report.as_mut() {
+            let snap = self.ctl.snapshot();
+            if let Some(rho) = snap.occupancy {
+                let g = (rep.acceptance * rep.target / rho.max(1e-3)).min(MAX_HEADROOM);
+                rep.headroom = g;
+                rep.seq = snap.intervals;
+                rep.per_upstream.clear();
+                if let Some(f) = self.fair.as_ref() {
+                    // The top admitters' rate is the share the rejections cut the largest
+                    // flows to: an upstream below it may grow to it, one above is told its
+                    // acceptance; with room to spare (g > 1), everyone may grow by g.
+                    let top = f.top_rate(now);
+                    for (u, r) in f.rates() {
+                        let h = if r > 0.0 { top / r } else { MAX_HEADROOM };
+                        let h = if g > 1.0 { h.max(g) } else { h };
+                        rep.per_upstream.insert(u, h.min(MAX_HEADROOM));
+                    }
+                }
+            }
+            rep.acceptance = snap.acceptance.unwrap_or(1.0);
         }
         let Some(role) = self.role.as_mut() else {
             return;
@@ -860,7 +1041,19 @@ impl Server {
             // bytes (handing over the scratch buffer itself meant a fresh 1 KiB buffer per
             // message, and more fresh pages for the allocator to clear).
             let size = t.size.min(self.scratch.len());
-            out.push((self.addr, t.destination.addr, self.scratch[..size].to_vec()));
+            let mut bytes = self.scratch[..size].to_vec();
+            if let Some(rep) = self.report.as_ref()
+                && rep.seq > 0
+                && answers_invite(&bytes)
+            {
+                let report = LoadReport {
+                    reporter: rep.me,
+                    seq: rep.seq,
+                    headroom: rep.headroom_for(target_of(t.destination.addr)),
+                };
+                stamp(&mut bytes, report);
+            }
+            out.push((self.addr, t.destination.addr, bytes));
         }
         while self.ep.poll_event().is_some() {}
     }
@@ -1108,6 +1301,7 @@ impl World {
             }
             let deoc = if s.edge == "deoc" {
                 let cfg = s.deoc.config().map_err(err)?;
+                let probe = cfg.signal != DeocSignal::Binary;
                 p.branch_events = true;
                 Some(Box::new(EdgeDeoc {
                     ctl: Deoc::new(cfg, Instant::ZERO).map_err(|e| err(e.to_string()))?,
@@ -1116,6 +1310,7 @@ impl World {
                     count_500: s.deoc.counts_500(),
                     pending: std::collections::HashMap::new(),
                     current: None,
+                    probe,
                 }))
             } else {
                 None
@@ -1144,6 +1339,31 @@ impl World {
             } else {
                 (None, None)
             };
+            // OCC's target occupancy: the reported headroom brings the load to it.
+            let target = match &ctl_cfg {
+                ControllerConfig::Occupancy(c) => c.target_occupancy,
+                _ => 0.9,
+            };
+            // Fairness measures over its own interval (1 s: a flow of a few calls per second
+            // needs that long to be measured), whatever the local controller's.
+            let fair = if s.local_fairness == "per-upstream" {
+                Some(
+                    FairShare::new(FairShareConfig::default(), Instant::ZERO)
+                        .map_err(|e| err(e.to_string()))?,
+                )
+            } else {
+                None
+            };
+            let report = s.load_report.then(|| {
+                Box::new(Reporter {
+                    me: i as u64,
+                    target,
+                    acceptance: 1.0,
+                    seq: 0,
+                    headroom: 1.0,
+                    per_upstream: std::collections::HashMap::new(),
+                })
+            });
             let invite_queue = s.has_invite_queue();
             let budget = if invite_queue {
                 Some(
@@ -1204,6 +1424,8 @@ impl World {
                 deoc,
                 hop,
                 role,
+                fair,
+                report,
             })));
         }
         let goodput_window = dur_s(sc.goodput_window_s);
@@ -1705,6 +1927,47 @@ mod tests {
             assert_eq!(n, holds, "{len}-byte datagrams");
             assert!(q.pop().is_some());
             assert_eq!(q.used, (holds - 1) * truesize(len));
+        }
+    }
+
+    #[test]
+    fn load_reports_are_stamped_combined_and_read() {
+        let resp = b"SIP/2.0 180 Ringing\r\nVia: SIP/2.0/UDP 10.0.1.1:5060;branch=z9hG4bKa\r\nCall-ID: x\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        assert!(answers_invite(resp));
+        assert!(!answers_invite(b"SIP/2.0 200 OK\r\nCSeq: 2 BYE\r\n\r\n"));
+        assert!(!answers_invite(
+            b"INVITE sip:a@b SIP/2.0\r\nCSeq: 1 INVITE\r\n\r\n"
+        ));
+        let report = |reporter, seq, headroom| LoadReport {
+            reporter,
+            seq,
+            headroom,
+        };
+        let mut m = resp.to_vec();
+        stamp(&mut m, report(3, 12, 0.734));
+        let (_, _, v) = header_value(&m, LOAD_REPORT).expect("stamped");
+        assert_eq!(v, b"g=0.7340;seq=12;by=3");
+        assert!(m.ends_with(b"Content-Length: 0\r\nLoad-Report: g=0.7340;seq=12;by=3\r\n\r\n"));
+        // Upstream, a server with more headroom leaves it; one with less replaces it.
+        stamp(&mut m, report(1, 40, 1.5));
+        assert_eq!(
+            parse_report(header_value(&m, LOAD_REPORT).expect("kept").2),
+            Some(report(3, 12, 0.734))
+        );
+        stamp(&mut m, report(1, 41, 0.25));
+        assert_eq!(
+            parse_report(header_value(&m, LOAD_REPORT).expect("replaced").2),
+            Some(report(1, 41, 0.25))
+        );
+        assert_eq!(m.windows(11).filter(|w| *w == LOAD_REPORT).count(), 1);
+        assert!(Message::parse(&m, &Limits::DEFAULT).is_ok());
+        for bad in [
+            &b"g=x;seq=1;by=2"[..],
+            b"g=0.5;seq=1",
+            b"g=-1;seq=1;by=2",
+            b"nonsense",
+        ] {
+            assert_eq!(parse_report(bad), None);
         }
     }
 

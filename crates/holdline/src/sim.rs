@@ -94,10 +94,14 @@ struct RunArgs {
     /// `sweep-goodput.svg/png`, `sweep-pdd.svg/png`.
     #[arg(long, value_delimiter = ',')]
     scale: Vec<f64>,
-    /// Sweep over seed 003's mechanisms instead of `--local`: `LOCAL[+hop][+deoc]`
-    /// (comma-separated), e.g. `none,occ,occ+hop,occ+deoc`: every server's `local` set to
-    /// LOCAL, `+hop` RFC 7339 loss feedback at every server (OCC-Hop), `+deoc` DEOC at every
-    /// ingress edge (a server a UAC population sends to).
+    /// Sweep over seed 003's mechanisms instead of `--local`:
+    /// `LOCAL[+hop][+deoc|+asis][+probe][+fair]` (comma-separated), e.g.
+    /// `none,occ,occ+hop,occ+deoc`: every server's `local` set to LOCAL, `+hop` RFC 7339 loss
+    /// feedback at every server (OCC-Hop), `+deoc` DEOC at every ingress edge (a server a UAC
+    /// population sends to), `+asis` the file's `edge` settings kept (mixed DEOC and
+    /// non-DEOC edges), `+probe` load reports (`load_report` everywhere, DEOC's
+    /// `signal = "load-report"`), `+fair` `local_fairness = "per-upstream"` everywhere. One
+    /// mechanism without `--scale`: a plain run with it (time series included).
     #[arg(long, value_delimiter = ',', conflicts_with = "local")]
     mechanism: Vec<String>,
 }
@@ -124,7 +128,14 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
     if let Some(s) = a.seed {
         sc.seed = s;
     }
-    if !a.local.is_empty() || !a.scale.is_empty() || !a.mechanism.is_empty() {
+    if let [m] = a.mechanism.as_slice()
+        && a.local.is_empty()
+        && a.scale.is_empty()
+    {
+        // One mechanism and no sweep: a plain run of the scenario with it (time series and
+        // plots included).
+        sc = sc.with_mechanism(m).map_err(anyhow::Error::msg)?;
+    } else if !a.local.is_empty() || !a.scale.is_empty() || !a.mechanism.is_empty() {
         return sweep(a, &sc);
     }
     let runs = a.runs.unwrap_or(sc.runs).max(1);
