@@ -149,6 +149,34 @@ fn color_for(name: &str) -> RGBColor {
         let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * mix) as u8;
         return RGBColor(light(r), light(g), light(b));
     }
+    // `tcp-fairness`'s series ("offered: SE 2 (share 2)"): a hue per SE, lighter with the
+    // RE's default (equal) sharing.
+    for (prefix, mix) in [("offered: se ", 0.0), ("equal: se ", 0.5)] {
+        if let Some(rest) = n.strip_prefix(prefix) {
+            const HUES: [(u8, u8, u8); 4] =
+                [(0, 94, 184), (214, 39, 40), (44, 160, 44), (255, 127, 14)];
+            let se: usize = rest
+                .split(' ')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
+            let (r, g, b) = HUES[se.saturating_sub(1) % HUES.len()];
+            let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * mix) as u8;
+            return RGBColor(light(r), light(g), light(b));
+        }
+    }
+    // `tcp-buffers`' SE-send sweep ("12.5x, RE receive 1k / application 2k"): a hue per RE
+    // setting, lighter at the lower load.
+    if let Some((load, setting)) = n.split_once("x, re receive ") {
+        let (r, g, b) = match setting {
+            s if s.starts_with("default") => (214u8, 39u8, 40u8),
+            s if s.ends_with("application 2k") => (0, 94, 184),
+            _ => (44, 160, 44),
+        };
+        let mix = if load == "2.5" { 0.5 } else { 0.0 };
+        let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * mix) as u8;
+        return RGBColor(light(r), light(g), light(b));
+    }
     // Series named by their load (`soak`'s "5000 calls/s udp"): a palette colour per name.
     if n.starts_with(|c: char| c.is_ascii_digit()) {
         const PALETTE: [RGBColor; 6] = [
@@ -369,6 +397,36 @@ mod tests {
         assert_eq!(color_for("20 ms bbr: holdline defaults, 1 SE"), d20);
         // Other series with a colon keep their colours.
         assert_eq!(color_for("paper: window"), RGBColor(148, 103, 189));
+    }
+
+    #[test]
+    fn fairness_and_buffer_series_get_colours_of_their_own() {
+        let names = [
+            "offered: SE 1 (share 3)",
+            "offered: SE 2 (share 2)",
+            "offered: SE 3 (share 1)",
+            "equal: SE 1 (share 3)",
+            "equal: SE 2 (share 2)",
+            "equal: SE 3 (share 1)",
+        ];
+        let colours: Vec<RGBColor> = names.iter().map(|n| color_for(n)).collect();
+        for (i, a) in colours.iter().enumerate() {
+            for b in &colours[i + 1..] {
+                assert_ne!(a, b, "{names:?}");
+            }
+        }
+        let sweep = [
+            "12.5x, RE receive 1k / application 2k",
+            "12.5x, RE receive 1k / application 64k",
+            "12.5x, RE receive default / application 2k",
+            "2.5x, RE receive 1k / application 2k",
+        ];
+        let colours: Vec<RGBColor> = sweep.iter().map(|n| color_for(n)).collect();
+        for (i, a) in colours.iter().enumerate() {
+            for b in &colours[i + 1..] {
+                assert_ne!(a, b, "{sweep:?}");
+            }
+        }
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub struct Args {
 pub struct FairPoint {
     /// The RE's sharing: `equal` or `offered`.
     pub fairness: String,
-    /// Offered calls/s per SE (the rate × its share).
+    /// Offered calls/s per SE, as its UAC measured it (the rate × its share when the report
+    /// is missing).
     pub offered_per_se: Vec<f64>,
     /// Jain's index over the SEs' throughputs (service-provider-centric).
     pub jain_equal: f64,
@@ -173,10 +174,30 @@ fn figures(fairness: &str, offered: Vec<f64>, p: Point) -> FairPoint {
     }
 }
 
+/// The calls/s each of the `n` UACs of point `tag` offered, from their reports in `runs`
+/// (Poisson arrivals: a UAC asked for 12.5 calls/s offered 15.0 in 15 s, so its share is
+/// judged against what it offered, not what it was asked); `None` if a report is missing.
+fn measured_offered(runs: &Path, tag: &str, n: usize) -> Option<Vec<f64>> {
+    (0..n)
+        .map(|i| {
+            let r = crate::generator::read_json(&runs.join(format!("{tag}-uac{i}.json"))).ok()?;
+            let x = crate::generator::num(&r, &["offered_cps"]);
+            (x.is_finite() && x > 0.0).then_some(x)
+        })
+        .collect()
+}
+
 /// Runs the experiment and writes its results.
 pub fn run(args: &Args) -> Result<Results> {
     if args.sweep.replot {
-        let r: Results = crate::runner::read_results(&args.out)?;
+        let mut r: Results = crate::runner::read_results(&args.out)?;
+        // Offered loads as the UACs measured them, where their reports are still there.
+        let runs = args.out.join("runs");
+        for fp in &mut r.points {
+            if let Some(offered) = measured_offered(&runs, &fp.point.tag, r.shares.len()) {
+                *fp = figures(&fp.fairness, offered, fp.point.clone());
+            }
+        }
         write(&args.out, &r)?;
         return Ok(r);
     }
@@ -259,7 +280,8 @@ pub fn run(args: &Args) -> Result<Results> {
             let p = run_point(&exe, &runs, &spec, capacity)?;
             done += 1;
             progress(done, total, &p, started, false);
-            let offered: Vec<f64> = args.shares.iter().map(|s| rate * s / sum).collect();
+            let offered = measured_offered(&runs, &p.tag, args.shares.len())
+                .unwrap_or_else(|| args.shares.iter().map(|s| rate * s / sum).collect());
             let fp = figures(fairness, offered, p);
             eprintln!(
                 "        {fairness}: per SE {:?} calls/s; Jain equal {:.3}, offered {:.3}; share ÷ offered share {:?}",
