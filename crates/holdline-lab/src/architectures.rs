@@ -90,8 +90,8 @@ pub(crate) struct Args {
     /// Proxy modes, comma-separated: stateless, stateful.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "stateless,stateful", value_parser = ["stateless", "stateful"])]
     pub modes: Vec<String>,
-    /// Cores given to the driver, comma-separated: 1 (core 1) and/or 2 (cores 0 and 1; the
-    /// generator runs on core 0).
+    /// Cores given to the driver, comma-separated: 1 (`--one-core`, core 1 by default)
+    /// and/or 2 (cores 0 and 1, shared with the generator on `--generator-core`).
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u8).range(1..=2))]
     pub cores: Vec<u8>,
     /// Threads (or processes) of the pools.
