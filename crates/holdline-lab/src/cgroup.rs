@@ -50,6 +50,12 @@ impl CpuGroup {
         Ok(g)
     }
 
+    /// Sets the group's weight against its siblings (`cpu.shares`; 1024 weighs as one
+    /// process at nice 0, 335 as one at nice 5), whatever the number of threads inside.
+    pub(crate) fn set_shares(&self, shares: u64) -> Result<()> {
+        self.write("cpu.shares", &shares.to_string())
+    }
+
     fn write(&self, file: &str, value: &str) -> Result<()> {
         let p = self.path.join(file);
         std::fs::write(&p, value)

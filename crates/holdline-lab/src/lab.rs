@@ -50,6 +50,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "seed 001's failover drills: kill -9 a second-stage server, a first-stage server and the Redis primary under calls and re-REGISTERs; calls and registrations lost, bindings lost, time to recover",
     ),
     (
+        "architectures",
+        "seed 001 §6: the same protocol code as event loop, thread per message, pool thread per message, 100-set thread pool, process pool and holdline's thread per core; stateless and stateful, 1 and 2 cores: calls/s at saturation, CPU and context switches per call",
+    ),
+    (
         "vrrp",
         "IP takeover with VRRP (keepalived) in network namespaces: kill -9 of the active holdline under calls and re-REGISTERs; takeover time, calls failed, bindings lost",
     ),
@@ -86,6 +90,9 @@ pub fn run(args: Vec<String>) -> ExitCode {
         Some("scaling") => crate::scaling::main(it.collect()),
         Some("failover") => crate::failover::main(it.collect()),
         Some("vrrp") => crate::vrrp::main(it.collect()),
+        Some("architectures") => crate::architectures::main(it.collect()),
+        // Started by `architectures` itself: one driver process (not listed).
+        Some("architectures-driver") => crate::architectures::driver_main(it.collect()),
         Some("-h" | "--help" | "help") => {
             print!("{}", usage_text());
             ExitCode::SUCCESS

@@ -6,8 +6,10 @@
 //! [`bench::run`].
 //!
 //! [`lab`] is `holdline lab NAME`: the papers' experiments ([`udp_overload`], [`tcp_overload`],
-//! [`feedback`], [`window`]).
+//! [`feedback`], [`window`]; `architectures`, seed 001 §6's server architectures around
+//! holdline's own `Endpoint`).
 
+mod architectures;
 pub mod bench;
 mod cgroup;
 mod error;

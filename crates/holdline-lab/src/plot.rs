@@ -119,6 +119,13 @@ fn color_for(name: &str) -> RGBColor {
         ("register failed", RGBColor(148, 103, 189)),
         ("register failovers", RGBColor(188, 189, 34)),
         ("kill -9", RGBColor(0, 0, 0)),
+        // `architectures`: the measurement per core count, the paper per platform.
+        ("measured, 1 core", RGBColor(0, 94, 184)),
+        ("measured, 2 cores", RGBColor(214, 39, 40)),
+        ("paper 1×p", RGBColor(140, 180, 230)),
+        ("paper 4×p", RGBColor(255, 127, 14)),
+        ("paper 1×s", RGBColor(44, 160, 44)),
+        ("paper 2×s", RGBColor(148, 103, 189)),
     ] {
         if n.starts_with(prefix) {
             return c;
