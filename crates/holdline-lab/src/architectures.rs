@@ -899,9 +899,9 @@ fn summary(r: &Results) -> String {
         "Command: `{}`\n\n{:.1} s per point, pools of {} threads/processes, {} lock sets, \
          emulated cost {} µs per message, UAC from {} source ports; {}; 1-core drivers on \
          core {}, 2-core drivers on cores 0 and 1, the generator on core {}. Load average of \
-         the machine at the points: median {:.1}, highest {:.1}. Measured on a shared \
-         2-core machine (other builds and labs ran meanwhile): compare the ratios to the \
-         event loop measured in the same run, as the paper does, not the absolute rates.\n",
+         the machine at the points: median {:.1}, highest {:.1} (absolute rates depend on what \
+         else ran; the 2-core drivers share the generator's core). Compare the ratios to the \
+         event loop measured in the same run, as the paper does.\n",
         r.header.command,
         r.point_seconds,
         r.pool,

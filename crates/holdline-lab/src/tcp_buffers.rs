@@ -36,11 +36,10 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::{LabError, Result};
 use crate::plot;
-use crate::runner::{SweepArgs, check_tools, holdline_exe, lab_main, machine};
+use crate::runner::{RunHeader, SweepArgs, check_tools, holdline_exe, lab_main};
 use crate::tcp_overload::{
     Buffers, Point, Spec, capacity_phase, capacity_steps, nominal_capacity, progress, run_point,
 };
@@ -120,16 +119,9 @@ pub struct Measured {
 /// Everything a run measured (`results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
-    /// `tcp-buffers`.
-    pub experiment: String,
-    /// The command line.
-    pub command: String,
-    /// Start time, seconds since the Unix epoch.
-    pub started_unix_s: u64,
-    /// Quick mode.
-    pub quick: bool,
-    /// Machine facts.
-    pub machine: Value,
+    /// Experiment, command line, start time, quick mode, machine, transport.
+    #[serde(flatten)]
+    pub(crate) header: RunHeader,
     /// `--emulate-cost-us` of the RE.
     pub emulate_cost_us: u64,
     /// Nominal capacity from the emulated cost.
@@ -396,11 +388,7 @@ pub fn run(args: &Args) -> Result<Results> {
     }
 
     let results = Results {
-        experiment: "tcp-buffers".into(),
-        command: crate::runner::command_line(),
-        started_unix_s: crate::runner::started_unix_s(started),
-        quick,
-        machine: machine(),
+        header: RunHeader::new("tcp-buffers", started, quick, "tcp"),
         emulate_cost_us: args.sweep.cost_us,
         nominal_capacity_cps: nominal_capacity(&args.sweep),
         capacity_cps: capacity,

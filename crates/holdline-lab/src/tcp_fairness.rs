@@ -26,11 +26,10 @@ use std::time::Instant;
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::{LabError, Result};
 use crate::plot;
-use crate::runner::{SweepArgs, check_tools, holdline_exe, lab_main, machine};
+use crate::runner::{RunHeader, SweepArgs, check_tools, holdline_exe, lab_main};
 use crate::tcp_overload::{
     Point, Spec, capacity_phase, capacity_steps, nominal_capacity, progress, run_point,
 };
@@ -95,16 +94,9 @@ pub struct FairPoint {
 /// Everything a run measured (`results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Results {
-    /// `tcp-fairness`.
-    pub experiment: String,
-    /// The command line.
-    pub command: String,
-    /// Start time, seconds since the Unix epoch.
-    pub started_unix_s: u64,
-    /// Quick mode.
-    pub quick: bool,
-    /// Machine facts.
-    pub machine: Value,
+    /// Experiment, command line, start time, quick mode, machine, transport.
+    #[serde(flatten)]
+    pub(crate) header: RunHeader,
     /// `--emulate-cost-us` of the RE.
     pub emulate_cost_us: u64,
     /// Measured capacity.
@@ -302,11 +294,7 @@ pub fn run(args: &Args) -> Result<Results> {
         }
     }
     let results = Results {
-        experiment: "tcp-fairness".into(),
-        command: crate::runner::command_line(),
-        started_unix_s: crate::runner::started_unix_s(started),
-        quick,
-        machine: machine(),
+        header: RunHeader::new("tcp-fairness", started, quick, "tcp"),
         emulate_cost_us: args.sweep.cost_us,
         capacity_cps: capacity,
         capacity_steps,
@@ -394,7 +382,6 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     let mut jain_off = Vec::new();
     let mut dev = Vec::new();
     let mut fairnesses: Vec<&str> = r.points.iter().map(|p| p.fairness.as_str()).collect();
-    fairnesses.dedup();
     fairnesses.sort_unstable();
     fairnesses.dedup();
     for f in fairnesses {

@@ -1810,6 +1810,7 @@ impl Worker {
             // forwarding could no longer see).
             let on_demand = self.settings.defer.is_some();
             let read = if on_demand
+                && !c.io.buffered().is_empty()
                 && matches!(
                     c.framer.poll(c.io.buffered()),
                     Ok(Frame::Message { .. } | Frame::KeepAlive { .. })
