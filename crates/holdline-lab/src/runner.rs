@@ -148,8 +148,8 @@ pub struct SweepArgs {
     /// Load factors (multiples of the measured capacity), comma-separated.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub loads: Vec<f64>,
-    /// Mechanisms, comma-separated (default: all of the experiment's); in udp-overload
-    /// `ALG+invite-socket` adds `--udp-invite-socket on`.
+    /// Mechanisms, comma-separated (default: all of the experiment's, but tcp-overload's
+    /// `poll`); in udp-overload `ALG+invite-socket` adds `--udp-invite-socket on`.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub mechanisms: Vec<String>,
     /// Redraw the plots and the CSV of the results already in `--out` (no measurement).

@@ -11,6 +11,7 @@
 //! | `ics` | smart forwarding with the paper's rule (threshold 0, no hold), one connection to the RE (ICS) | buffer minimization on its listener, admitted calls first (new INVITEs deferred), no local control |
 //! | `ecs` | the same rule, a separate INVITE connection (ECS) | as for `ics` |
 //! | `default` | holdline's defaults: local control (OCC), smart forwarding ICS (16 KiB for 20 ms) | holdline's defaults: local control (OCC), new INVITEs deferred, system buffers |
+//! | `poll` | as `ecs` | as for `ecs`, polling: INVITE connections served a quantum at a time, the others held closed (`defer_fairness = "poll"`, seed 000's poll-based model, l. 383) |
 //!
 //! The RE's buffer minimization is seed 000's recommendation, a receive buffer of a couple of
 //! INVITEs (`recv_buffer = 1024`, which Linux doubles), with a small MSS announced to the SEs
@@ -76,8 +77,18 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 /// On a WAN link, `ss` looks at the SEs' connections every this many samples (1 s).
 const SS_EVERY: u64 = 4;
 
-/// The mechanisms, in plotting order.
-const MECHANISMS: [&str; 4] = ["none", "default", "ics", "ecs"];
+/// The most SEs a point may have (one `holdline serve` and one UAC process each; 100 is the
+/// largest of the poll-based comparison).
+const MAX_SES: u32 = 128;
+
+/// The mechanisms, in plotting order (all but `poll` by default).
+const MECHANISMS: [&str; 5] = ["none", "default", "ics", "ecs", "poll"];
+
+/// Whether `mechanism` is one of seed 000's (smart forwarding at the SEs, buffer
+/// minimization and deferral at the RE).
+fn seed_mechanism(mechanism: &str) -> bool {
+    matches!(mechanism, "ics" | "ecs" | "poll")
+}
 
 /// `holdline lab tcp-overload` options.
 #[derive(Debug, Parser)]
@@ -175,6 +186,13 @@ pub struct Point {
     pub re_rejected: u64,
     /// The most active sessions sampled at the RE.
     pub re_active_max: f64,
+    /// Connections the RE opened when polling (`poll`; 0 otherwise).
+    #[serde(default)]
+    pub re_polls: u64,
+    /// How busy the generator's core was over the run (1.0 = all the time): the SEs, UACs
+    /// and UAS share it, so a point near 1.0 is limited by its upstreams, not by the RE.
+    #[serde(default)]
+    pub gen_busy: Option<f64>,
     /// RE CPU over the run, seconds.
     pub re_cpu_s: f64,
     /// RE core busy over the run (1.0 = one core).
@@ -424,10 +442,10 @@ fn se_config(
         "listen = [\"tcp:{ip}:{port}\"]\nrecord_route = true\n{}",
         trusted(ip)
     );
-    if matches!(mechanism, "ics" | "ecs") || advertise {
+    if seed_mechanism(mechanism) || advertise {
         text.push_str("[overload]\n");
     }
-    if matches!(mechanism, "ics" | "ecs") {
+    if seed_mechanism(mechanism) {
         text.push_str("smart_forwarding_threshold = 0\nsmart_forwarding_hold_ms = 0\n");
     }
     if advertise {
@@ -748,11 +766,12 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     )?;
 
     // RE (core 1).
-    let sf = matches!(spec.mechanism, "ics" | "ecs");
+    let sf = seed_mechanism(spec.mechanism);
     let re_cfg = runs.join(format!("{tag}-re.toml"));
     let text = match spec.mechanism {
         "none" => re_config_none(re_site.ip(), re_port),
         "default" => re_config_default(re_site.ip(), re_port),
+        "poll" => re_config_sf(re_site.ip(), re_port, &spec.buffers, Some("poll")),
         _ => re_config_sf(
             re_site.ip(),
             re_port,
@@ -791,7 +810,13 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         let mut args = server_args(se_site.ip(), port, metrics, &cfg);
         args.push(format!("--route=*=tcp:{}:{re_port}", re_site.ip()));
         if sf {
-            args.push(format!("--smart-forwarding={}", spec.mechanism));
+            // Polling needs the INVITEs on connections of their own: ECS.
+            let split = if spec.mechanism == "poll" {
+                "ecs"
+            } else {
+                spec.mechanism
+            };
+            args.push(format!("--smart-forwarding={split}"));
         } else if spec.mechanism == "none" {
             args.extend(["--smart-forwarding=off".into(), "--overload=none".into()]);
         }
@@ -813,6 +838,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         )
     });
     let cpu0 = procfs::tree_cpu_us(re.0.id());
+    let gen0 = procfs::core_times(GENERATOR_CORE);
     let t0 = Instant::now();
     // Where the load window falls on the UAS's clock.
     let offset = t0.saturating_duration_since(uas_started).as_secs_f64();
@@ -835,6 +861,9 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     }
     let window = t0.elapsed().as_secs_f64();
     let cpu1 = procfs::tree_cpu_us(re.0.id());
+    let gen_busy = gen0
+        .zip(procfs::core_times(GENERATOR_CORE))
+        .map(|(a, b)| b.busy_since(a));
     let (active, ss_log) = sampling.finish();
     let trace = trace.map(RejectionTrace::finish);
     let re_text = re_site.scrape(re_metrics);
@@ -951,6 +980,8 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         se_rejected: se_rejected as u64,
         re_rejected: metric(&re_text, "holdline_sip_rejected_overload_total") as u64,
         re_active_max: active.iter().map(|a| a.1).fold(0.0f64, f64::max),
+        re_polls: metric(&re_text, "holdline_overload_deferred_polls_total") as u64,
+        gen_busy,
         re_cpu_s: cpu_s,
         re_busy: cpu_s / window.max(1e-3),
         wan_delay_ms: spec.wan_delay_ms,
@@ -1086,7 +1117,7 @@ fn read_active(path: &Path) -> Vec<(f64, f64)> {
 
 pub(crate) fn progress(i: usize, n: usize, p: &Point, started: Instant, wan_sweep: bool) {
     eprintln!(
-        "[{i}/{n} {:>5.0} s] {:<7} {:>2} SE {:>5.2}x offered {:>7.1}/s  throughput {:>6.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  other {:>5}  200 retrans {:>6}  fairness {}",
+        "[{i}/{n} {:>5.0} s] {:<7} {:>2} SE {:>5.2}x offered {:>7.1}/s  throughput {:>6.1}/s  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>6}  other {:>5}  200 retrans {:>6}  fairness {}  RE 503 {}{}  generator core {}",
         started.elapsed().as_secs_f64(),
         p.mechanism,
         p.ses.unwrap_or(1),
@@ -1100,6 +1131,14 @@ pub(crate) fn progress(i: usize, n: usize, p: &Point, started: Instant, wan_swee
         p.retrans_200,
         p.fairness
             .map_or_else(|| "-".to_string(), |f| format!("{f:.3}")),
+        p.re_rejected_deferred,
+        if p.re_polls > 0 {
+            format!(" polls {}", p.re_polls)
+        } else {
+            String::new()
+        },
+        p.gen_busy
+            .map_or_else(|| "-".to_string(), |b| format!("{:.0}%", b * 100.0)),
     );
     if wan_sweep {
         eprintln!(
@@ -1316,7 +1355,12 @@ pub fn run(args: &Args) -> Result<Results> {
         args.ses.clone()
     };
     let mechanisms: Vec<String> = if args.sweep.mechanisms.is_empty() {
-        MECHANISMS.iter().map(|s| s.to_string()).collect()
+        // Seed 000's figures; `poll` (its future work) when asked for.
+        MECHANISMS
+            .iter()
+            .filter(|m| **m != "poll")
+            .map(|s| s.to_string())
+            .collect()
     } else {
         args.sweep.mechanisms.clone()
     };
@@ -1329,10 +1373,10 @@ pub fn run(args: &Args) -> Result<Results> {
             MECHANISMS.join(", ")
         )));
     }
-    if ses.iter().any(|&n| n == 0 || n > 64) {
-        return Err(LabError::Precondition(
-            "--ses: each number of SEs must be between 1 and 64".into(),
-        ));
+    if ses.iter().any(|&n| n == 0 || n > MAX_SES) {
+        return Err(LabError::Precondition(format!(
+            "--ses: each number of SEs must be between 1 and {MAX_SES}"
+        )));
     }
     let nominal = nominal_capacity(&args.sweep);
     let steps = capacity_steps(&args.sweep, args.capacity);
@@ -1419,6 +1463,7 @@ fn label(mechanism: &str, ses: u32) -> String {
     let name = match mechanism {
         "ics" => "ICS+BM+SF",
         "ecs" => "ECS+BM+SF",
+        "poll" => "ECS+BM+SF, RE polling",
         "default" => "holdline defaults",
         _ => "no control",
     };
@@ -1433,11 +1478,11 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,completed_total,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_rejected,re_rejected,re_active_max,re_cpu_s,re_busy,per_se_cps,wan_delay_ms,se_rejected_sf,se_rejected_feedback,se_rejected_local,re_rejected_deferred,re_rejected_local,wan_rtt_ms,wan_notsent_max,wan_late_mean_us,wan_congestion_control\n",
+        "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,completed_total,goodput_cps,goodput_steady_cps,pdd_p50_ms,pdd_p99_ms,retrans_200,retrans_invite,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_rejected,re_rejected,re_active_max,re_cpu_s,re_busy,per_se_cps,wan_delay_ms,se_rejected_sf,se_rejected_feedback,se_rejected_local,re_rejected_deferred,re_rejected_local,wan_rtt_ms,wan_notsent_max,wan_late_mean_us,wan_congestion_control,re_polls,gen_busy\n",
     );
     for p in &r.points {
         csv.push_str(&format!(
-            "{},{},{},{:.3},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{:.3},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             p.experiment,
             p.mechanism,
             p.ses.unwrap_or(1),
@@ -1484,6 +1529,8 @@ fn write(out: &Path, r: &Results) -> Result<()> {
                 .as_ref()
                 .map_or_else(String::new, |w| format!("{:.0}", w.late_mean_us)),
             p.wan_congestion_control.as_deref().unwrap_or(""),
+            p.re_polls,
+            p.gen_busy.map_or_else(String::new, |b| format!("{b:.3}")),
         ));
     }
     std::fs::write(out.join("points.csv"), csv).map_err(|e| LabError::io("write points.csv", e))?;
@@ -1842,7 +1889,7 @@ mod tests {
             )
             .unwrap_or_else(|e| panic!("{m}: {e}"))
         };
-        for m in ["ics", "ecs"] {
+        for m in ["ics", "ecs", "poll"] {
             let o = parse(m).overload;
             assert_eq!(
                 (o.smart_forwarding_threshold, o.smart_forwarding_hold_ms),
@@ -1886,6 +1933,13 @@ mod tests {
         .expect("valid");
         assert_eq!(sf.overload.local, "none");
         assert!(sf.overload.defers_new_invites());
+        let poll = holdline_server::ServerConfig::from_toml(
+            "re.toml",
+            &re_config_sf(Ipv4Addr::LOCALHOST, 5080, &Buffers::MINIMIZED, Some("poll")),
+        )
+        .expect("valid");
+        assert_eq!(poll.overload.defer_fairness, "poll");
+        assert!(poll.overload.defers_new_invites());
         let b = sf.listener_buffers(&"tcp:127.0.0.1:5080".parse().expect("listener"));
         assert_eq!(
             (b.recv_buffer, b.read_buffer, b.max_segment),

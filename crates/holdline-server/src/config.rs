@@ -96,7 +96,13 @@
 //!                                  # UDP: when they waited this long in their socket)
 //! defer_fairness = "equal"         # ... idle time shared equally among the connections
 //!                                  # ("offered": in proportion to the load each upstream
-//!                                  # says it is offered, seed 000's end-user-centric fairness)
+//!                                  # says it is offered, seed 000's end-user-centric fairness;
+//!                                  # "poll": connections that bring only new INVITEs (ECS)
+//!                                  # served a quantum at a time, the others held closed,
+//!                                  # seed 000's poll-based model for many upstreams)
+//! defer_poll_quantum_ms = 500      # "poll": how long a connection stays open at least
+//! defer_poll_max_hold_ms = 5000    # "poll": the longest a closed connection's INVITE waits
+//! defer_poll_open_after_ms = 10    # "poll": idle this long before a closed one is opened
 //! advertise_offered_load = false   # tell next hops the new INVITEs offered to them, per
 //!                                  # second (Via parameter hl-offered), for the above
 //! # udp_invite_socket = true       # UDP: new INVITEs come in on sockets of their own, read
@@ -673,8 +679,23 @@ pub struct OverloadSettings {
     /// seed 000's service-provider-centric fairness) or `offered` (in proportion to the load
     /// each upstream says it is offered, from the `hl-offered` Via parameter that
     /// `advertise_offered_load` writes: end-user-centric fairness, seed 000 l. 410; an
-    /// upstream that says nothing weighs the mean of those that do).
+    /// upstream that says nothing weighs the mean of those that do), or `poll` (seed 000's
+    /// poll-based model for many upstreams, l. 383: a connection that has brought nothing but
+    /// new INVITEs (an upstream's ECS INVITE connection), once open for
+    /// `defer_poll_quantum_ms`, is held closed — unread, its receive window shut — at its
+    /// next INVITE when others compete; the server opens the closed one waiting longest when
+    /// it has been idle `defer_poll_open_after_ms` with nothing of an open one waiting; an
+    /// INVITE that waited `defer_max_wait_ms` is rejected at its turn. Connections that carry
+    /// anything else are served as with `equal`; see docs/overload.md, "Polling").
     pub defer_fairness: String,
+    /// `defer_fairness = "poll"`: how long an opened connection stays open, ms. Default 500.
+    pub defer_poll_quantum_ms: u64,
+    /// `defer_fairness = "poll"`: the longest the INVITE of a closed connection waits before
+    /// it is rejected anyway (and its connection opened), ms. Default 5000.
+    pub defer_poll_max_hold_ms: u64,
+    /// `defer_fairness = "poll"`: how long the server must have been idle, with nothing of
+    /// an open connection waiting, before it opens a closed one, ms. Default 10.
+    pub defer_poll_open_after_ms: u64,
     /// Write the rate of new INVITEs offered to each next hop (calls/s, counted before smart
     /// forwarding or any other gate rejects them) into the Via of the INVITEs forwarded there,
     /// as the parameter `hl-offered` (a holdline extension; other servers ignore it), for a
@@ -754,6 +775,9 @@ impl Default for OverloadSettings {
             defer_new_invites: None,
             defer_max_wait_ms: 250,
             defer_fairness: "equal".to_owned(),
+            defer_poll_quantum_ms: 500,
+            defer_poll_max_hold_ms: 5000,
+            defer_poll_open_after_ms: 10,
             advertise_offered_load: false,
             udp_invite_socket: None,
             udp_invite_recv_buffer: 256 * 1024,
@@ -821,10 +845,14 @@ impl OverloadSettings {
             .then(|| holdline_overload::DeferConfig {
                 max_wait: Duration::from_millis(self.defer_max_wait_ms),
                 retry_after: self.retry_after(),
-                fairness: if self.defer_fairness == "offered" {
-                    holdline_overload::DeferFairness::Offered
-                } else {
-                    holdline_overload::DeferFairness::Equal
+                fairness: match self.defer_fairness.as_str() {
+                    "offered" => holdline_overload::DeferFairness::Offered,
+                    "poll" => holdline_overload::DeferFairness::Poll {
+                        quantum: Duration::from_millis(self.defer_poll_quantum_ms),
+                        max_hold: Duration::from_millis(self.defer_poll_max_hold_ms),
+                        open_after: Duration::from_millis(self.defer_poll_open_after_ms),
+                    },
+                    _ => holdline_overload::DeferFairness::Equal,
                 },
             })
     }
@@ -2157,11 +2185,20 @@ impl ServerConfig {
         if self.overload.defer_max_wait_ms == 0 {
             return err("overload.defer_max_wait_ms", "must be positive");
         }
-        if !matches!(self.overload.defer_fairness.as_str(), "equal" | "offered") {
+        if !matches!(
+            self.overload.defer_fairness.as_str(),
+            "equal" | "offered" | "poll"
+        ) {
             return err(
                 "overload.defer_fairness",
-                "must be \"equal\" or \"offered\"",
+                "must be \"equal\", \"offered\" or \"poll\"",
             );
+        }
+        if self.overload.defer_poll_quantum_ms == 0 {
+            return err("overload.defer_poll_quantum_ms", "must be positive");
+        }
+        if self.overload.defer_poll_max_hold_ms == 0 {
+            return err("overload.defer_poll_max_hold_ms", "must be positive");
         }
         if !matches!(self.overload.occupancy_clock.as_str(), "cpu" | "wall") {
             return err("overload.occupancy_clock", "must be \"cpu\" or \"wall\"");
@@ -2918,6 +2955,28 @@ send_buffer = 16384
             Some(holdline_overload::DeferFairness::Offered)
         );
         assert!(c.overload.advertise_offered_load);
+        let c = ServerConfig::from_toml(
+            "b.toml",
+            "[overload]\ndefer_fairness = \"poll\"\ndefer_poll_quantum_ms = 200\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.overload.defer_config().map(|d| d.fairness),
+            Some(holdline_overload::DeferFairness::Poll {
+                quantum: Duration::from_millis(200),
+                max_hold: Duration::from_millis(5000),
+                open_after: Duration::from_millis(10),
+            })
+        );
+        let e = ServerConfig::from_toml(
+            "b.toml",
+            "[overload]\ndefer_fairness = \"poll\"\n\ndefer_poll_max_hold_ms = 0\n",
+        )
+        .expect_err("zero hold");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (4, "overload.defer_poll_max_hold_ms")
+        );
         for bad in ["rejection_budget = 0.0", "rejection_budget = 1.5"] {
             let e =
                 ServerConfig::from_toml("b.toml", &format!("[overload]\nlocal = \"occ\"\n{bad}\n"))

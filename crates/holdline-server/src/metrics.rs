@@ -591,7 +591,12 @@ pub(crate) fn render_overload(prefix: &str, s: &holdline_overload::Snapshot, out
 }
 
 /// The deferral of new INVITEs read over TCP (`overload.defer_new_invites`).
-pub(crate) fn render_defer(waiting: usize, s: &holdline_overload::DeferStats, out: &mut String) {
+pub(crate) fn render_defer(
+    waiting: usize,
+    open: usize,
+    s: &holdline_overload::DeferStats,
+    out: &mut String,
+) {
     let _ = writeln!(
         out,
         "holdline_overload_deferred_invites {waiting}\n\
@@ -599,12 +604,15 @@ pub(crate) fn render_defer(waiting: usize, s: &holdline_overload::DeferStats, ou
          holdline_overload_deferred_invites_total {}\n\
          holdline_overload_deferred_released_total{{outcome=\"handled\"}} {}\n\
          holdline_overload_deferred_released_total{{outcome=\"rejected\"}} {}\n\
-         holdline_overload_deferred_wait_seconds_total {:.6}",
+         holdline_overload_deferred_wait_seconds_total {:.6}\n\
+         holdline_overload_deferred_polls_total {}\n\
+         holdline_overload_deferred_open_connections {open}",
         s.max_len,
         s.deferred,
         s.admitted,
         s.rejected,
-        s.wait.as_secs_f64()
+        s.wait.as_secs_f64(),
+        s.opened,
     );
 }
 

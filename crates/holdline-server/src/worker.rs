@@ -68,6 +68,8 @@ pub(crate) enum Handoff {
         bytes: Vec<u8>,
         from: Peer,
         since: Instant,
+        /// Its connection has brought nothing but new INVITEs (it may be held closed).
+        pollable: bool,
     },
     /// The deferred INVITE of this connection (which the receiver owns) has been handled:
     /// read it again.
@@ -170,6 +172,51 @@ struct Conn {
     /// The kernel's receive time of the newest bytes read from this connection: every
     /// message framed from its buffer arrived then or earlier.
     rx_ns: Option<u64>,
+    /// The kernel's receive time of the read that brought the first bytes of the message at
+    /// the head of the buffer, when that read began it: a message that arrived in parts
+    /// (the rest held back by the sender) waited since its first part, not its last.
+    head_rx_ns: Option<u64>,
+    /// A message other than a new INVITE (or the ACK of one this server rejected) has been
+    /// read from this connection: it is not an upstream's ECS INVITE connection, and the
+    /// poll-based deferral never holds it closed.
+    mixed: bool,
+    /// The branches of the last new INVITEs read from this connection, to tell the ACK of a
+    /// rejected one (same branch) from that of an admitted call (RFC 3261 §17.1.1.3).
+    invite_branches: RecentBranches,
+}
+
+/// The hashes of the last few Via branches seen (a ring).
+#[derive(Debug, Default)]
+struct RecentBranches {
+    ring: [u64; 8],
+    next: usize,
+}
+
+impl RecentBranches {
+    fn push(&mut self, branch: Option<u64>) {
+        if let Some(b) = branch {
+            self.ring[self.next % self.ring.len()] = b;
+            self.next = self.next.wrapping_add(1);
+        }
+    }
+
+    /// Whether `bytes` is an ACK whose top Via branch is one of the remembered ones.
+    fn acks(&self, bytes: &[u8], limits: &Limits) -> bool {
+        bytes.starts_with(b"ACK ")
+            && Message::parse(bytes, limits)
+                .ok()
+                .and_then(|m| top_branch(&m))
+                .is_some_and(|b| self.ring[..self.next.min(self.ring.len())].contains(&b))
+    }
+}
+
+/// A hash of the branch parameter of the top Via of `m`.
+fn top_branch(m: &Message<'_>) -> Option<u64> {
+    use std::hash::{Hash as _, Hasher as _};
+    let via = m.top_via().ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    via.branch()?.hash(&mut h);
+    Some(h.finish())
 }
 
 /// A new INVITE read over TCP, waiting for the worker that owns its call to have nothing
@@ -179,6 +226,9 @@ struct Deferred {
     from: Peer,
     /// The worker owning its call (this one, unless the hand-off queue was full).
     owner: usize,
+    /// Its connection has brought nothing but new INVITEs so far: with
+    /// `defer_fairness = "poll"` it may be held closed.
+    pollable: bool,
 }
 
 pub(crate) struct Worker {
@@ -322,9 +372,10 @@ fn feedback_of(r: OcReport) -> Feedback {
 }
 
 /// The worker owning the call when `bytes` is a new INVITE for the deferral: an INVITE
-/// request whose To has no tag (a re-INVITE of an admitted call has one); `None` otherwise.
+/// request whose To has no tag (a re-INVITE of an admitted call has one), with a hash of its
+/// top Via branch; `None` otherwise.
 /// Anything that does not parse is not one: it goes its normal way (and gets its `400`).
-fn new_invite_owner(bytes: &[u8], limits: &Limits, workers: usize) -> Option<usize> {
+fn new_invite_owner(bytes: &[u8], limits: &Limits, workers: usize) -> Option<(usize, Option<u64>)> {
     if !bytes.starts_with(b"INVITE ") {
         return None;
     }
@@ -333,7 +384,7 @@ fn new_invite_owner(bytes: &[u8], limits: &Limits, workers: usize) -> Option<usi
     new.then(|| {
         m.call_id()
             .ok()
-            .map(|id| crate::shard::shard_of(id, workers))
+            .map(|id| (crate::shard::shard_of(id, workers), top_branch(&m)))
     })?
 }
 
@@ -553,10 +604,15 @@ impl Worker {
             let carried = std::mem::take(&mut self.pending);
             if !carried.is_empty()
                 || self.more_handoffs
-                || !self.deferred.is_empty()
+                || self.deferred.has_ready()
                 || !self.resumes.is_empty()
             {
                 timeout = Some(Duration::ZERO);
+            } else if let Some(t) = self.deferred.poll_timeout() {
+                // Only INVITEs of connections held closed wait (poll-based deferral): sleep
+                // until one is due (or a connection is to be opened).
+                let t = t.saturating_duration_since(now);
+                timeout = Some(timeout.map_or(t, |d| d.min(t)));
             }
             if self.invite_ready.contains(&true) {
                 timeout = Some(Duration::ZERO);
@@ -700,7 +756,12 @@ impl Worker {
             );
         }
         if self.settings.defer.is_some() {
-            crate::metrics::render_defer(self.deferred.len(), self.deferred.stats(), &mut text);
+            crate::metrics::render_defer(
+                self.deferred.len(),
+                self.deferred.open_streams(),
+                self.deferred.stats(),
+                &mut text,
+            );
         }
         if let Some(b) = &self.budget {
             crate::metrics::render_budget(b, &mut text);
@@ -1287,10 +1348,23 @@ impl Worker {
                     }
                 }
                 // Waits for idle time: not work handled yet.
-                Ok(Handoff::Deferred { bytes, from, since }) => {
+                Ok(Handoff::Deferred {
+                    bytes,
+                    from,
+                    since,
+                    pollable,
+                }) => {
                     self.stats().handoffs_in.fetch_add(1, Relaxed);
                     let owner = self.index;
-                    self.push_deferred(since, Deferred { bytes, from, owner });
+                    self.push_deferred(
+                        since,
+                        Deferred {
+                            bytes,
+                            from,
+                            owner,
+                            pollable,
+                        },
+                    );
                 }
                 Ok(Handoff::Resume { conn }) => self.resume(now, conn),
                 Ok(Handoff::AuthFailure { ip }) => {
@@ -1660,6 +1734,9 @@ impl Worker {
             outbound,
             paused: false,
             rx_ns: None,
+            head_rx_ns: None,
+            mixed: false,
+            invite_branches: RecentBranches::default(),
         });
         self.conn_keys.insert(id, key);
         self.stats().conns_open.fetch_add(1, Relaxed);
@@ -1809,6 +1886,7 @@ impl Worker {
             // this a large `read_buffer` filled up with INVITEs the upstream's smart
             // forwarding could no longer see).
             let on_demand = self.settings.defer.is_some();
+            let began = c.io.buffered().is_empty();
             let read = if on_demand
                 && !c.io.buffered().is_empty()
                 && matches!(
@@ -1856,6 +1934,9 @@ impl Worker {
             }
             if let Some(stamp) = r.rx_ns {
                 c.rx_ns = Some(stamp);
+                if began && r.bytes > 0 {
+                    c.head_rx_ns = Some(stamp);
+                }
                 self.report_queue_delay(now, stamp, 1);
             }
             loop {
@@ -1871,6 +1952,10 @@ impl Worker {
                 let owner = match frame {
                     Ok(Frame::Message { len }) if self.settings.defer.is_some() => {
                         new_invite_owner(&c.io.buffered()[..len], &self.settings.limits, workers)
+                            .map(|(owner, branch)| {
+                                c.invite_branches.push(branch);
+                                owner
+                            })
                     }
                     _ => None,
                 };
@@ -1879,20 +1964,40 @@ impl Worker {
                         let bytes = c.io.buffered()[..len].to_vec();
                         c.io.consume(len);
                         c.paused = true;
-                        // It has waited at least since the newest bytes read arrived (the
-                        // time it spent in the socket counts, not only the time from here).
-                        let since = c.rx_ns.map_or(now, |stamp| {
+                        // It has waited at least since its first bytes arrived (the time it
+                        // spent in the socket counts, not only the time from here; when it
+                        // came whole, since the newest bytes read arrived).
+                        let head = c.head_rx_ns.take().or(c.rx_ns);
+                        if !c.io.buffered().is_empty() {
+                            // What follows arrived at the latest with the newest read.
+                            c.head_rx_ns = c.rx_ns;
+                        }
+                        let since = head.map_or(now, |stamp| {
                             Instant::from_nanos(
                                 now.as_nanos()
                                     .saturating_sub(age_of(stamp).as_nanos() as u64),
                             )
                         });
-                        self.defer_invite(owner, since, bytes, peer);
+                        let pollable = !c.mixed && !c.outbound;
+                        self.defer_invite(owner, since, bytes, peer, pollable);
                         // Not read on until the INVITE is handled: the connection's backlog
                         // is the sender's signal (smart forwarding).
                         return;
                     }
                     Ok(Frame::Message { len }) => {
+                        // What follows it arrived at the latest with the newest read.
+                        c.head_rx_ns = (c.io.buffered().len() > len).then_some(c.rx_ns).flatten();
+                        // The ACK of an INVITE this server rejected comes back on the
+                        // INVITE's connection (RFC 3261 §17.1.1.3): it does not make an
+                        // upstream's INVITE connection a mixed one; anything else does.
+                        if !c.mixed
+                            && !c.outbound
+                            && !c
+                                .invite_branches
+                                .acks(&c.io.buffered()[..len], &self.settings.limits)
+                        {
+                            c.mixed = true;
+                        }
                         let mut msg = std::mem::take(&mut self.scratch);
                         msg.clear();
                         msg.extend_from_slice(&c.io.buffered()[..len]);
@@ -1988,11 +2093,23 @@ impl Worker {
     /// worker owning its call: the owner's idle time is what admitting it costs. The
     /// connection it came on is paused until [`Self::resume`]. Kept here when the owner's
     /// hand-off queue is full.
-    fn defer_invite(&mut self, owner: usize, since: Instant, bytes: Vec<u8>, from: Peer) {
+    fn defer_invite(
+        &mut self,
+        owner: usize,
+        since: Instant,
+        bytes: Vec<u8>,
+        from: Peer,
+        pollable: bool,
+    ) {
         let (bytes, from) = if owner == self.index {
             (bytes, from)
         } else {
-            match self.shared.senders[owner].try_send(Handoff::Deferred { bytes, from, since }) {
+            match self.shared.senders[owner].try_send(Handoff::Deferred {
+                bytes,
+                from,
+                since,
+                pollable,
+            }) {
                 Ok(()) => {
                     self.stats().handoffs_out.fetch_add(1, Relaxed);
                     self.need_wake[owner] = true;
@@ -2005,7 +2122,15 @@ impl Worker {
                 Err(_) => return,
             }
         };
-        self.push_deferred(since, Deferred { bytes, from, owner });
+        self.push_deferred(
+            since,
+            Deferred {
+                bytes,
+                from,
+                owner,
+                pollable,
+            },
+        );
     }
 
     /// Queues a deferred INVITE: its stream is its connection, its weight the load its
@@ -2016,7 +2141,8 @@ impl Worker {
         let weight = (self.deferred.config().fairness == DeferFairness::Offered)
             .then(|| offered_load(&d.bytes))
             .flatten();
-        self.deferred.push_from(since, d, flow, weight);
+        let pollable = d.pollable;
+        self.deferred.push_stream(since, d, flow, weight, pollable);
     }
 
     /// Reads connection `conn` again after its deferred INVITE was handled: here if this
@@ -2149,7 +2275,37 @@ fn offered_load(bytes: &[u8]) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::offered_load;
+    use super::{Limits, RecentBranches, new_invite_owner, offered_load};
+
+    #[test]
+    fn the_ack_of_a_rejected_invite_is_told_by_its_branch() {
+        let limits = Limits::default();
+        let invite = b"INVITE sip:bob@example.com SIP/2.0\r\n\
+Via: SIP/2.0/TCP 10.0.0.1:5060;branch=z9hG4bK-one\r\n\
+Max-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
+Call-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
+        let (owner, branch) = new_invite_owner(invite, &limits, 1).expect("a new INVITE");
+        assert_eq!(owner, 0);
+        let mut recent = RecentBranches::default();
+        recent.push(branch);
+        let ack = |b: &str| {
+            format!(
+                "ACK sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/TCP 10.0.0.1:5060;branch={b}\r\n\
+Max-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>;tag=x\r\n\
+Call-ID: c1\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"
+            )
+        };
+        // The ACK of the 503 (same branch) leaves the connection an INVITE connection...
+        assert!(recent.acks(ack("z9hG4bK-one").as_bytes(), &limits));
+        // ...the ACK of a 200 (a branch of its own), or anything else, does not.
+        assert!(!recent.acks(ack("z9hG4bK-two").as_bytes(), &limits));
+        assert!(!recent.acks(b"BYE sip:bob@example.com SIP/2.0\r\n\r\n", &limits));
+        // The ring forgets the oldest after eight INVITEs.
+        for i in 0..8u64 {
+            recent.push(Some(i));
+        }
+        assert!(!recent.acks(ack("z9hG4bK-one").as_bytes(), &limits));
+    }
 
     #[test]
     fn the_offered_load_is_read_from_the_top_via_only() {

@@ -276,6 +276,70 @@ fn tcp_buffers_application_buffer_makes_no_difference() {
     }
 }
 
+/// `holdline lab tcp-overload --mechanisms ecs,poll` with 30 SEs at 10x: the polling RE holds
+/// the SEs' INVITE connections closed and opens them in turn (it counts its polls, and
+/// answers 503 to the INVITEs that went stale behind a closed window), and the calls it
+/// admits wait less than with every connection served in turn (ECS). Delay is compared
+/// between the two points of one run, not against a number.
+#[test]
+fn tcp_overload_polling_serves_few_connections_at_a_time() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("poll");
+    let err = run_lab(
+        &[
+            "tcp-overload",
+            "--capacity",
+            "150",
+            "--ses",
+            "30",
+            "--mechanisms",
+            "ecs,poll",
+            "--loads",
+            "10",
+            "--duration",
+            "8",
+        ],
+        &out,
+    );
+    assert!(err.contains("[2/2"), "progress is shown:\n{err}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let points = v["points"].as_array().expect("points");
+    let at = |m: &str| {
+        points
+            .iter()
+            .find(|p| p["mechanism"] == m)
+            .unwrap_or_else(|| panic!("no {m} point in {text}"))
+    };
+    let (ecs, poll) = (at("ecs"), at("poll"));
+    let n = |p: &serde_json::Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+    assert_eq!(n(ecs, "re_polls"), 0, "ECS polls nothing: {ecs}");
+    assert!(
+        n(poll, "re_polls") > 0,
+        "the RE opened closed connections: {poll}"
+    );
+    assert!(
+        n(poll, "re_rejected_deferred") > 0,
+        "INVITEs stale behind a closed window are answered 503: {poll}"
+    );
+    assert!(n(poll, "calls_ok") > 0 && n(poll, "r503") > 0, "{poll}");
+    let p50 = |p: &serde_json::Value| p["pdd_p50_ms"].as_f64().expect("pdd");
+    assert!(
+        p50(poll) < p50(ecs),
+        "admitted calls wait less when few connections are open: p50 {} ms against {} ms",
+        p50(poll),
+        p50(ecs)
+    );
+    let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
+    assert!(
+        csv.lines()
+            .next()
+            .is_some_and(|h| h.ends_with("re_polls,gen_busy")),
+        "{csv}"
+    );
+}
+
 /// `holdline lab tcp-fairness`: three SEs offered 3:2:1 at 5x. With the RE's default sharing
 /// each SE gets the same throughput (service-provider-centric: the SE offered least gets
 /// about twice its share of the offered load); with `defer_fairness = "offered"` (the SEs
