@@ -373,18 +373,24 @@ fn feedback_of(r: OcReport) -> Feedback {
 
 /// The worker owning the call when `bytes` is a new INVITE for the deferral: an INVITE
 /// request whose To has no tag (a re-INVITE of an admitted call has one), with a hash of its
-/// top Via branch; `None` otherwise.
+/// top Via branch when `branch` is asked for (the poll-based deferral); `None` otherwise.
 /// Anything that does not parse is not one: it goes its normal way (and gets its `400`).
-fn new_invite_owner(bytes: &[u8], limits: &Limits, workers: usize) -> Option<(usize, Option<u64>)> {
+fn new_invite_owner(
+    bytes: &[u8],
+    limits: &Limits,
+    workers: usize,
+    branch: bool,
+) -> Option<(usize, Option<u64>)> {
     if !bytes.starts_with(b"INVITE ") {
         return None;
     }
     let m = Message::parse(bytes, limits).ok()?;
     let new = m.method() == Some(Method::Invite) && m.to().is_ok_and(|to| to.tag().is_none());
     new.then(|| {
-        m.call_id()
-            .ok()
-            .map(|id| (crate::shard::shard_of(id, workers), top_branch(&m)))
+        m.call_id().ok().map(|id| {
+            let b = branch.then(|| top_branch(&m)).flatten();
+            (crate::shard::shard_of(id, workers), b)
+        })
     })?
 }
 
@@ -1949,13 +1955,22 @@ impl Worker {
                     conn: Some(c.id),
                 };
                 let frame = c.framer.poll(c.io.buffered());
+                let polling = self
+                    .settings
+                    .defer
+                    .is_some_and(|d| matches!(d.fairness, DeferFairness::Poll { .. }));
                 let owner = match frame {
                     Ok(Frame::Message { len }) if self.settings.defer.is_some() => {
-                        new_invite_owner(&c.io.buffered()[..len], &self.settings.limits, workers)
-                            .map(|(owner, branch)| {
-                                c.invite_branches.push(branch);
-                                owner
-                            })
+                        new_invite_owner(
+                            &c.io.buffered()[..len],
+                            &self.settings.limits,
+                            workers,
+                            polling,
+                        )
+                        .map(|(owner, branch)| {
+                            c.invite_branches.push(branch);
+                            owner
+                        })
                     }
                     _ => None,
                 };
@@ -1990,7 +2005,9 @@ impl Worker {
                         // The ACK of an INVITE this server rejected comes back on the
                         // INVITE's connection (RFC 3261 §17.1.1.3): it does not make an
                         // upstream's INVITE connection a mixed one; anything else does.
-                        if !c.mixed
+                        // (Only a polling server asks.)
+                        if polling
+                            && !c.mixed
                             && !c.outbound
                             && !c
                                 .invite_branches
@@ -2284,7 +2301,12 @@ mod tests {
 Via: SIP/2.0/TCP 10.0.0.1:5060;branch=z9hG4bK-one\r\n\
 Max-Forwards: 70\r\nFrom: <sip:a@example.com>;tag=1\r\nTo: <sip:bob@example.com>\r\n\
 Call-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n";
-        let (owner, branch) = new_invite_owner(invite, &limits, 1).expect("a new INVITE");
+        let (owner, branch) = new_invite_owner(invite, &limits, 1, true).expect("a new INVITE");
+        assert_eq!(
+            new_invite_owner(invite, &limits, 1, false).map(|(_, b)| b),
+            Some(None),
+            "no hash unless polling"
+        );
         assert_eq!(owner, 0);
         let mut recent = RecentBranches::default();
         recent.push(branch);
