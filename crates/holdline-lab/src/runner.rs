@@ -365,6 +365,23 @@ pub(crate) fn metric_where(text: &str, name: &str, labels: &[&str]) -> f64 {
         .sum()
 }
 
+/// The mean wall time, in µs, the server's worker spent on each message that took at least
+/// `floor_s` (its `holdline_processing_seconds` histogram, every worker summed): with an
+/// emulated cost per message above `floor_s`, the cost the server really paid — the emulated
+/// work is a spin on the wall clock, so whatever else runs on the machine stretches it — which
+/// is what `holdline sim agree` gives its model. `floor_s` must be one of the histogram's
+/// bucket bounds (e.g. 0.0005); `None` when the text has no such histogram or no message
+/// reached the floor.
+pub(crate) fn processing_us_above(text: &str, floor_s: f64) -> Option<f64> {
+    let name = "holdline_processing_seconds";
+    let sum = metric(text, &format!("{name}_sum"));
+    let count = metric(text, &format!("{name}_count"));
+    let le = format!("le=\"{floor_s:.6}\"");
+    let below = metric_where(text, &format!("{name}_bucket"), &[le.as_str()]);
+    let above = count - below;
+    (above >= 1.0 && sum > 0.0).then(|| sum / above * 1e6)
+}
+
 /// The median of `v` (the mean of the middle two for an even count; 0 when empty).
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
@@ -546,4 +563,36 @@ pub(crate) fn write_partial<T: serde::Serialize>(
         serde_json::to_string_pretty(&partial).unwrap_or_default(),
     )
     .map_err(|e| LabError::io("write results.partial.json", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::processing_us_above;
+
+    #[test]
+    fn processing_cost_counts_only_the_messages_above_the_floor() {
+        // Two workers: 10 messages of 1.2 ms and 5 fast ones (0.1 ms) on worker 0, 10 of
+        // 1.0 ms on worker 1: (10 × 1.2 + 0.5 + 10 × 1.0) ms over the 20 slow messages.
+        let text = "\
+holdline_processing_seconds_bucket{worker=\"0\",le=\"0.000100\"} 5
+holdline_processing_seconds_bucket{worker=\"0\",le=\"0.000500\"} 5
+holdline_processing_seconds_bucket{worker=\"0\",le=\"+Inf\"} 15
+holdline_processing_seconds_sum{worker=\"0\"} 0.0125
+holdline_processing_seconds_count{worker=\"0\"} 15
+holdline_processing_seconds_bucket{worker=\"1\",le=\"0.000500\"} 0
+holdline_processing_seconds_bucket{worker=\"1\",le=\"+Inf\"} 10
+holdline_processing_seconds_sum{worker=\"1\"} 0.0100
+holdline_processing_seconds_count{worker=\"1\"} 10
+";
+        let us = processing_us_above(text, 0.0005).expect("messages above the floor");
+        assert!((us - 1125.0).abs() < 1e-6, "{us}");
+        assert_eq!(processing_us_above("", 0.0005), None);
+        // Every message below the floor: nothing served at full cost.
+        let fast = "\
+holdline_processing_seconds_bucket{worker=\"0\",le=\"0.000500\"} 7
+holdline_processing_seconds_sum{worker=\"0\"} 0.0007
+holdline_processing_seconds_count{worker=\"0\"} 7
+";
+        assert_eq!(processing_us_above(fast, 0.0005), None);
+    }
 }

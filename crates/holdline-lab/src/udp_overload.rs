@@ -32,8 +32,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, median, metric, scrape,
-    spawn, spawn_in, start_uas, steady,
+    SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, median, metric,
+    processing_us_above, scrape, spawn, spawn_in, start_uas, steady,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -136,6 +136,12 @@ pub struct Point {
     /// Which run of the point this is (`--repeat`), from 0.
     #[serde(default)]
     pub run: u32,
+    /// Mean wall time the server spent on a message served at full emulated cost (its
+    /// processing histogram above 0.5 ms), µs: the emulated cost as the server really paid
+    /// it on this machine (`holdline sim agree` models the point with it). `None` without
+    /// an emulated cost of at least 0.5 ms.
+    #[serde(default)]
+    pub service_us_measured: Option<f64>,
 }
 
 /// Server CPU per completed call and per rejected INVITE at one offered rate.
@@ -457,6 +463,9 @@ fn run_point_once(
         server_busy: cpu_s / window.max(1e-3),
         server_rejected: metric(&metrics, "holdline_sip_rejected_overload_total") as u64,
         run: 0,
+        service_us_measured: (spec.cost_us >= 500)
+            .then(|| processing_us_above(&metrics, 0.0005))
+            .flatten(),
     };
     Ok((point, uac_r))
 }

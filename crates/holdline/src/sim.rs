@@ -22,8 +22,9 @@ pub(crate) struct SimArgs {
 enum SimCommand {
     /// Run a scenario file: results.json, timeseries.csv, points.csv and plots in --out.
     Run(RunArgs),
-    /// Predict a `holdline lab udp-overload` run: simulate each of its (mechanism, load)
-    /// points with a scenario of the same server and compare throughput and PDD p50.
+    /// Predict a `holdline lab udp-overload` or `holdline lab feedback` (SEs → RE over UDP)
+    /// run: simulate each of its (mechanism, SEs, load) points with a scenario of the same
+    /// servers and compare throughput and PDD p50.
     Agree(AgreeArgs),
     /// Simulator speed: simulated SIP messages per second of wall time on one thread.
     Bench(BenchArgs),
@@ -34,10 +35,12 @@ struct AgreeArgs {
     /// The lab's `results.json` (real points).
     #[arg(long)]
     real: PathBuf,
-    /// The scenario modelling the lab's server (one server, one UAS, one UAC); its `local`
-    /// and load steps are set per point.
-    #[arg(long, default_value = "lab/sim/udp-overload.toml")]
-    scenario: PathBuf,
+    /// The scenario modelling the lab's servers; its `local` and load steps are set per
+    /// point. Default: `lab/sim/udp-overload.toml` for a `holdline lab udp-overload` run (one
+    /// server, one UAS, one UAC), `lab/sim/se-re.toml` for a `holdline lab feedback` run (a
+    /// server `re` and a template SE `se` and UAC `uac`, copied once per SE of each point).
+    #[arg(long)]
+    scenario: Option<PathBuf>,
     /// Seconds of load per point (default: the lab's, from its points).
     #[arg(long)]
     duration: Option<f64>,
@@ -308,14 +311,46 @@ fn plot(dir: &Path, sc: &Scenario, runs: &[RunOutput]) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// Which lab a `results.json` comes from, and so which topology models it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LabKind {
+    /// `holdline lab udp-overload`: UAC → server → UAS; throughput = every call whose ACK
+    /// reached the UAS (drain included) per second of load.
+    UdpOverload,
+    /// `holdline lab feedback`: M UACs → M SEs → RE → UAS; throughput = ACKs at the UAS
+    /// within the load window per second of it.
+    Feedback,
+}
+
+impl LabKind {
+    fn default_scenario(self) -> &'static str {
+        match self {
+            Self::UdpOverload => "lab/sim/udp-overload.toml",
+            Self::Feedback => "lab/sim/se-re.toml",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::UdpOverload => "udp-overload",
+            Self::Feedback => "feedback (SE → RE)",
+        }
+    }
+}
+
 /// One real point of the lab (the median of its repeats).
 #[derive(Clone, Debug)]
 struct RealPoint {
     mechanism: String,
+    /// SEs (1 for udp-overload).
+    ses: u32,
     load_factor: f64,
     rate: f64,
     throughput: f64,
     pdd_p50: f64,
+    /// The mean wall µs the measured server spent per message at full emulated cost (median
+    /// over the repeats), when the lab recorded it.
+    service_us: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -327,26 +362,40 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The lab's points, the median of each (mechanism, load) over its runs, and its load
-/// duration.
-fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64)> {
+/// The lab's points, the median of each (mechanism, SEs, load) over its runs, its load
+/// duration and which lab it is.
+fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64, LabKind)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).context("results.json")?;
     let pts = v["points"]
         .as_array()
         .context("no `points` in results.json")?;
+    let kind = match pts.first().and_then(|p| p["experiment"].as_str()) {
+        Some("feedback") => LabKind::Feedback,
+        Some("udp-overload") | None => LabKind::UdpOverload,
+        Some(other) => anyhow::bail!(
+            "{}: points of `{other}`; `sim agree` models `udp-overload` and `feedback`",
+            path.display()
+        ),
+    };
     let f = |p: &serde_json::Value, k: &str| p[k].as_f64().unwrap_or(0.0);
-    let mut keys: Vec<(String, f64, f64)> = Vec::new();
+    let ses_of = |p: &serde_json::Value| p["ses"].as_u64().map_or(1, |n| n.max(1) as u32);
+    let measured = |p: &serde_json::Value| {
+        p["service_us_measured"]
+            .as_f64()
+            .or_else(|| p["re_service_us_measured"].as_f64())
+    };
+    let mut keys: Vec<(String, u32, f64, f64)> = Vec::new();
     let mut durations = Vec::new();
     for p in pts {
         let m = p["mechanism"].as_str().unwrap_or_default().to_owned();
-        let lf = f(p, "load_factor");
+        let (ses, lf) = (ses_of(p), f(p, "load_factor"));
         if !keys
             .iter()
-            .any(|(k, l, _)| *k == m && (l - lf).abs() < 1e-9)
+            .any(|(k, n, l, _)| *k == m && *n == ses && (l - lf).abs() < 1e-9)
         {
-            keys.push((m, lf, (f(p, "capacity_cps") * lf).round()));
+            keys.push((m, ses, lf, (f(p, "capacity_cps") * lf).round()));
         }
         if f(p, "offered_cps") > 0.0 {
             durations.push(f(p, "calls_attempted") / f(p, "offered_cps"));
@@ -354,38 +403,70 @@ fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64)> {
     }
     let out = keys
         .into_iter()
-        .map(|(m, lf, rate)| {
+        .map(|(m, ses, lf, rate)| {
             let runs: Vec<&serde_json::Value> = pts
                 .iter()
-                .filter(|p| p["mechanism"] == m.as_str() && (f(p, "load_factor") - lf).abs() < 1e-9)
+                .filter(|p| {
+                    p["mechanism"] == m.as_str()
+                        && ses_of(p) == ses
+                        && (f(p, "load_factor") - lf).abs() < 1e-9
+                })
                 .collect();
+            let costs: Vec<f64> = runs.iter().filter_map(|p| measured(p)).collect();
             RealPoint {
                 throughput: median(runs.iter().map(|p| f(p, "throughput_cps")).collect()),
                 pdd_p50: median(runs.iter().map(|p| f(p, "pdd_p50_ms")).collect()),
+                service_us: (!costs.is_empty()).then(|| median(costs)),
                 mechanism: m,
+                ses,
                 load_factor: lf,
                 rate,
             }
         })
         .collect();
-    Ok((out, (median(durations) * 10.0).round() / 10.0))
+    Ok((out, (median(durations) * 10.0).round() / 10.0, kind))
 }
 
-/// The scenario of one point: the lab's server with `mechanism`, one step at `rate`.
+/// What one simulated point is: the lab's mechanism, SEs and offered rate, and the cost per
+/// message the lab's server really paid, if recorded.
+#[derive(Clone, Debug)]
+struct Task {
+    mechanism: String,
+    ses: u32,
+    load_factor: f64,
+    rate: f64,
+    service_us: Option<f64>,
+}
+
+/// The scenario of one point: the lab's servers with `mechanism` (at the measured server:
+/// udp-overload's only server, feedback's `re`), one step at `task.rate` (split evenly over
+/// the SEs), the measured cost per message if the lab recorded one.
 fn point_scenario(
     base: &Scenario,
-    mechanism: &str,
-    rate: f64,
+    kind: LabKind,
+    task: &Task,
     duration: f64,
 ) -> anyhow::Result<Scenario> {
+    let mechanism = task.mechanism.as_str();
     let mut sc = base.clone();
     let mut parts = mechanism.split('+');
     let alg = parts.next().unwrap_or_default();
+    let measured = match kind {
+        LabKind::UdpOverload => 0,
+        LabKind::Feedback => sc
+            .servers
+            .iter()
+            .position(|s| s.name == "re")
+            .context("the SE → RE scenario has no server `re`")?,
+    };
     let server = sc
         .servers
-        .first_mut()
+        .get_mut(measured)
         .context("the scenario has no server")?;
     server.local = alg.to_owned();
+    if let Some(us) = task.service_us {
+        server.service_us = us;
+    }
     for opt in parts {
         match opt {
             "invite-socket" => server.invite_queue = Some(true),
@@ -393,31 +474,77 @@ fn point_scenario(
             o => anyhow::bail!("mechanism `{mechanism}`: option `{o}` is not simulated"),
         }
     }
-    let uac = sc.uac.first_mut().context("the scenario has no UAC")?;
-    uac.steps = vec![holdline_sim::scenario::StepSpec {
-        at_s: 0.0,
-        rate_cps: Some(rate),
-        factor: None,
-    }];
+    let step = |rate: f64| {
+        vec![holdline_sim::scenario::StepSpec {
+            at_s: 0.0,
+            rate_cps: Some(rate),
+            factor: None,
+        }]
+    };
+    match kind {
+        LabKind::UdpOverload => {
+            let uac = sc.uac.first_mut().context("the scenario has no UAC")?;
+            uac.steps = step(task.rate);
+        }
+        LabKind::Feedback => {
+            // The SEs run holdline's defaults but no feedback; with mechanism `none` no
+            // control at all (the lab's `--overload=none --feedback=none`).
+            let se_local = if alg == "none" { "none" } else { "occ" };
+            let se = sc
+                .servers
+                .iter()
+                .position(|s| s.name == "se")
+                .context("the SE → RE scenario has no template server `se`")?;
+            let template = sc.servers.remove(se);
+            let uac = sc
+                .uac
+                .iter()
+                .position(|u| u.name == "uac")
+                .context("the SE → RE scenario has no template UAC `uac`")?;
+            let uac = sc.uac.remove(uac);
+            let route = sc
+                .routes
+                .iter()
+                .position(|r| r.server == "se")
+                .context("the SE → RE scenario has no route of `se`")?;
+            let route = sc.routes.remove(route);
+            let n = task.ses.max(1);
+            for i in 0..n {
+                let name = format!("se{i}");
+                let mut s = template.clone();
+                s.name.clone_from(&name);
+                s.local = se_local.to_owned();
+                sc.servers.push(s);
+                let mut u = uac.clone();
+                u.name = format!("uac{i}");
+                u.target.clone_from(&name);
+                u.steps = step(task.rate / f64::from(n));
+                sc.uac.push(u);
+                let mut r = route.clone();
+                r.server = name;
+                sc.routes.push(r);
+            }
+        }
+    }
     sc.duration_s = duration;
     sc.settle_s = 0.0;
     Ok(sc)
 }
 
-/// A simulated point: throughput (the lab's definition: every call whose ACK reached the
-/// UAS, drain included, per second of load) and PDD p50 of each run.
+/// A simulated point: throughput (the lab's definition, see [`LabKind`]) and PDD p50 of
+/// each run (udp-overload: the UAC's; feedback: the UACs' medians weighted by their calls,
+/// as the lab weighs them).
 #[derive(Clone, Debug)]
 struct SimPoint {
-    mechanism: String,
-    load_factor: f64,
-    rate: f64,
+    task: Task,
     throughput: holdline_sim::Estimate,
     pdd_p50: holdline_sim::Estimate,
 }
 
 fn simulate(
-    tasks: &[(String, f64, f64)],
+    tasks: &[Task],
     base: &Scenario,
+    kind: LabKind,
     duration: f64,
     runs: u64,
     jobs: usize,
@@ -436,11 +563,29 @@ fn simulate(
                         let Some(&(i, r)) = work.get(k) else {
                             return Ok(mine);
                         };
-                        let (m, _, rate) = &tasks[i];
-                        let sc = point_scenario(base, m, *rate, duration)?;
+                        let sc = point_scenario(base, kind, &tasks[i], duration)?;
                         let out = World::new(&sc, r)?.run(|_| {});
-                        let pdd = out.steps.first().map_or(0.0, |s| s.pdd_p50_ms);
-                        mine.push((i, r, out.completed as f64 / duration, pdd));
+                        let (thr, pdd) = match kind {
+                            LabKind::UdpOverload => (
+                                out.completed as f64 / duration,
+                                out.steps.first().map_or(0.0, |s| s.pdd_p50_ms),
+                            ),
+                            LabKind::Feedback => {
+                                let calls: f64 = out.steps.iter().map(|s| s.offered_cps).sum();
+                                let pdd = if calls > 0.0 {
+                                    out.steps
+                                        .iter()
+                                        .map(|s| s.pdd_p50_ms * s.offered_cps)
+                                        .sum::<f64>()
+                                        / calls
+                                } else {
+                                    0.0
+                                };
+                                // Network-wide: every step's throughput is the same count.
+                                (out.steps.first().map_or(0.0, |s| s.throughput_cps), pdd)
+                            }
+                        };
+                        mine.push((i, r, thr, pdd));
                     }
                 })
             })
@@ -457,12 +602,10 @@ fn simulate(
     Ok(tasks
         .iter()
         .enumerate()
-        .map(|(i, (m, lf, rate))| {
+        .map(|(i, task)| {
             let mine: Vec<&(usize, u64, f64, f64)> = results.iter().filter(|x| x.0 == i).collect();
             SimPoint {
-                mechanism: m.clone(),
-                load_factor: *lf,
-                rate: *rate,
+                task: task.clone(),
                 throughput: holdline_sim::Estimate::of(
                     &mine.iter().map(|x| x.2).collect::<Vec<_>>(),
                 ),
@@ -474,48 +617,73 @@ fn simulate(
 
 fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     let started = StdInstant::now();
-    let (real, lab_duration) = real_points(&a.real)?;
+    let (real, lab_duration, kind) = real_points(&a.real)?;
     anyhow::ensure!(!real.is_empty(), "no points in {}", a.real.display());
     let duration = a.duration.unwrap_or(lab_duration).max(1.0);
-    let file = a.scenario.display().to_string();
-    let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {file}"))?;
+    let scenario = a
+        .scenario
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(kind.default_scenario()));
+    let file = scenario.display().to_string();
+    let text = std::fs::read_to_string(&scenario).with_context(|| format!("reading {file}"))?;
     let base = Scenario::from_toml(&file, &text)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let capacity = real
         .iter()
         .find(|p| p.load_factor > 0.0)
         .map_or(0.0, |p| p.rate / p.load_factor);
-    // The lab's points, then the extra loads of the curve.
-    let mut tasks: Vec<(String, f64, f64)> = real
+    // The lab's points, then the extra loads of the curve (each curve's cost per message:
+    // the median of what its real points measured).
+    let mut tasks: Vec<Task> = real
         .iter()
-        .map(|p| (p.mechanism.clone(), p.load_factor, p.rate))
+        .map(|p| Task {
+            mechanism: p.mechanism.clone(),
+            ses: p.ses,
+            load_factor: p.load_factor,
+            rate: p.rate,
+            service_us: p.service_us,
+        })
         .collect();
-    let mut mechanisms: Vec<String> = Vec::new();
+    let mut curves: Vec<(String, u32)> = Vec::new();
     for p in &real {
-        if !mechanisms.contains(&p.mechanism) {
-            mechanisms.push(p.mechanism.clone());
+        if !curves.contains(&(p.mechanism.clone(), p.ses)) {
+            curves.push((p.mechanism.clone(), p.ses));
         }
     }
-    for m in &mechanisms {
+    for (m, ses) in &curves {
+        let costs: Vec<f64> = real
+            .iter()
+            .filter(|p| &p.mechanism == m && p.ses == *ses)
+            .filter_map(|p| p.service_us)
+            .collect();
+        let service_us = (!costs.is_empty()).then(|| median(costs));
         for &lf in &a.curve {
             if !tasks
                 .iter()
-                .any(|(k, l, _)| k == m && (l - lf).abs() < 1e-9)
+                .any(|t| &t.mechanism == m && t.ses == *ses && (t.load_factor - lf).abs() < 1e-9)
             {
-                tasks.push((m.clone(), lf, (capacity * lf).round()));
+                tasks.push(Task {
+                    mechanism: m.clone(),
+                    ses: *ses,
+                    load_factor: lf,
+                    rate: (capacity * lf).round(),
+                    service_us,
+                });
             }
         }
     }
     eprintln!(
-        "sim agree: {} real points, {} simulated points × {} runs of {duration} s load (capacity {capacity:.0} calls/s)",
+        "sim agree ({}): {} real points, {} simulated points × {} runs of {duration} s load (capacity {capacity:.0} calls/s; {} of the real points recorded their server's cost per message)",
+        kind.name(),
         real.len(),
         tasks.len(),
-        a.runs
+        a.runs,
+        real.iter().filter(|p| p.service_us.is_some()).count()
     );
-    let sim = simulate(&tasks, &base, duration, a.runs.max(1), a.jobs)?;
+    let sim = simulate(&tasks, &base, kind, duration, a.runs.max(1), a.jobs)?;
     let rel = |s: f64, r: f64| if r > 0.0 { (s - r) / r } else { 0.0 };
     let mut csv = String::from(
-        "mechanism,load_factor,rate_cps,real_throughput_cps,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,throughput_ok,pdd_ok\n",
+        "mechanism,ses,load_factor,rate_cps,service_us,real_throughput_cps,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,throughput_ok,pdd_ok\n",
     );
     let mut rows = Vec::new();
     let (mut n_ok, mut n) = (0, 0);
@@ -525,9 +693,11 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         let (tok, pok) = (te.abs() <= 0.10, pe.abs() <= 0.25);
         n += 1;
         n_ok += usize::from(tok && pok);
+        let cost = r.service_us.map_or_else(String::new, |c| format!("{c:.0}"));
         csv.push_str(&format!(
-            "{},{},{},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:+.3},{tok},{pok}\n",
+            "{},{},{},{},{cost},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:+.3},{tok},{pok}\n",
             r.mechanism,
+            r.ses,
             r.load_factor,
             r.rate,
             r.throughput,
@@ -540,10 +710,13 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             pe
         ));
         eprintln!(
-            "{:<12} {:>5.2}x {:>5.0}/s  throughput real {:>6.1} sim {:>6.1} ± {:>4.1} ({:+5.1}%)  PDD p50 real {:>7.1} sim {:>7.1} ms ({:+5.1}%){}",
+            "{:<12} {:>2} SE {:>5.2}x {:>5.0}/s {:>6}  throughput real {:>6.1} sim {:>6.1} ± {:>4.1} ({:+5.1}%)  PDD p50 real {:>7.1} sim {:>7.1} ms ({:+5.1}%){}",
             r.mechanism,
+            r.ses,
             r.load_factor,
             r.rate,
+            r.service_us
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}µs")),
             r.throughput,
             s.throughput.mean,
             s.throughput.ci95,
@@ -554,7 +727,8 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             if tok && pok { "" } else { "  <- outside" }
         );
         rows.push(serde_json::json!({
-            "mechanism": r.mechanism, "load_factor": r.load_factor, "rate_cps": r.rate,
+            "mechanism": r.mechanism, "ses": r.ses, "load_factor": r.load_factor,
+            "rate_cps": r.rate, "service_us": r.service_us,
             "real": {"throughput_cps": r.throughput, "pdd_p50_ms": r.pdd_p50},
             "sim": {"throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50},
             "throughput_error": te, "pdd_p50_error": pe,
@@ -564,12 +738,15 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     let curve: Vec<serde_json::Value> = sim
         .iter()
         .map(|s| {
-            serde_json::json!({"mechanism": s.mechanism, "load_factor": s.load_factor,
-                "rate_cps": s.rate, "throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50})
+            serde_json::json!({"mechanism": s.task.mechanism, "ses": s.task.ses,
+                "load_factor": s.task.load_factor, "rate_cps": s.task.rate,
+                "service_us": s.task.service_us,
+                "throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50})
         })
         .collect();
     let json = serde_json::json!({
         "real": a.real.display().to_string(),
+        "lab": kind.name(),
         "scenario": file,
         "duration_s": duration,
         "runs": a.runs,
@@ -585,40 +762,40 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     write(&a.out.join("agreement.csv"), &csv)?;
     let mut thr: Vec<Series> = Vec::new();
     let mut pdd: Vec<Series> = Vec::new();
-    for m in &mechanisms {
-        let mut rp: Vec<(f64, f64)> = real
-            .iter()
-            .filter(|p| &p.mechanism == m)
-            .map(|p| (p.rate, p.throughput))
-            .collect();
-        let mut sp: Vec<(f64, f64)> = sim
-            .iter()
-            .filter(|p| &p.mechanism == m)
-            .map(|p| (p.rate, p.throughput.mean))
-            .collect();
-        let mut rd: Vec<(f64, f64)> = real
-            .iter()
-            .filter(|p| &p.mechanism == m)
-            .map(|p| (p.rate, p.pdd_p50))
-            .collect();
-        let mut sd: Vec<(f64, f64)> = sim
-            .iter()
-            .filter(|p| &p.mechanism == m)
-            .map(|p| (p.rate, p.pdd_p50.mean))
-            .collect();
-        for v in [&mut rp, &mut sp, &mut rd, &mut sd] {
+    for (m, ses) in &curves {
+        let label = match kind {
+            LabKind::UdpOverload => m.clone(),
+            LabKind::Feedback => format!("{m}, {ses} SE"),
+        };
+        let real_of = |g: fn(&RealPoint) -> f64| -> Vec<(f64, f64)> {
+            let mut v: Vec<(f64, f64)> = real
+                .iter()
+                .filter(|p| &p.mechanism == m && p.ses == *ses)
+                .map(|p| (p.rate, g(p)))
+                .collect();
             v.sort_by(|x, y| x.0.total_cmp(&y.0));
-        }
-        thr.push((format!("{m}: real"), rp));
-        thr.push((format!("{m}: sim"), sp));
-        pdd.push((format!("{m}: real"), rd));
-        pdd.push((format!("{m}: sim"), sd));
+            v
+        };
+        let sim_of = |g: fn(&SimPoint) -> f64| -> Vec<(f64, f64)> {
+            let mut v: Vec<(f64, f64)> = sim
+                .iter()
+                .filter(|p| &p.task.mechanism == m && p.task.ses == *ses)
+                .map(|p| (p.task.rate, g(p)))
+                .collect();
+            v.sort_by(|x, y| x.0.total_cmp(&y.0));
+            v
+        };
+        thr.push((format!("{label}: real"), real_of(|p| p.throughput)));
+        thr.push((format!("{label}: sim"), sim_of(|p| p.throughput.mean)));
+        pdd.push((format!("{label}: real"), real_of(|p| p.pdd_p50)));
+        pdd.push((format!("{label}: sim"), sim_of(|p| p.pdd_p50.mean)));
     }
     chart(
         &a.out,
         "throughput",
         &format!(
-            "udp-overload: real (lab) vs simulated throughput, capacity {capacity:.0} calls/s"
+            "{}: real (lab) vs simulated throughput, capacity {capacity:.0} calls/s",
+            kind.name()
         ),
         "offered calls/s",
         "throughput (ACK at the UAS), calls/s",
@@ -627,7 +804,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     chart(
         &a.out,
         "pdd",
-        "udp-overload: real (lab) vs simulated PDD p50",
+        &format!("{}: real (lab) vs simulated PDD p50", kind.name()),
         "offered calls/s",
         "PDD p50, ms",
         &pdd,
@@ -867,4 +1044,133 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LabKind, Task, point_scenario, real_points};
+    use holdline_sim::{Scenario, World};
+
+    fn scenario(file: &str) -> Scenario {
+        let path = format!("{}/../../lab/sim/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("scenario file");
+        Scenario::from_toml(&path, &text).expect("scenario")
+    }
+
+    fn task(mechanism: &str, ses: u32, rate: f64, service_us: Option<f64>) -> Task {
+        Task {
+            mechanism: mechanism.to_owned(),
+            ses,
+            load_factor: 1.0,
+            rate,
+            service_us,
+        }
+    }
+
+    #[test]
+    fn a_feedback_point_gets_one_se_and_one_uac_per_se_with_the_load_split() {
+        let base = scenario("se-re.toml");
+        let sc = point_scenario(
+            &base,
+            LabKind::Feedback,
+            &task("occ", 3, 300.0, Some(1100.0)),
+            5.0,
+        )
+        .expect("point");
+        let names: Vec<&str> = sc.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["re", "se0", "se1", "se2"]);
+        let re = &sc.servers[0];
+        assert_eq!((re.local.as_str(), re.service_us), ("occ", 1100.0));
+        // The SEs keep their own cost; holdline's default control, no feedback.
+        assert!(
+            sc.servers[1..]
+                .iter()
+                .all(|s| s.service_us == 20.0 && s.local == "occ")
+        );
+        let uacs: Vec<(&str, &str, Option<f64>)> = sc
+            .uac
+            .iter()
+            .map(|u| (u.name.as_str(), u.target.as_str(), u.steps[0].rate_cps))
+            .collect();
+        assert_eq!(
+            uacs,
+            [
+                ("uac0", "se0", Some(100.0)),
+                ("uac1", "se1", Some(100.0)),
+                ("uac2", "se2", Some(100.0))
+            ]
+        );
+        let routes: Vec<(&str, &str)> = sc
+            .routes
+            .iter()
+            .map(|r| (r.server.as_str(), r.to.as_str()))
+            .collect();
+        assert_eq!(
+            routes,
+            [("re", "uas"), ("se0", "re"), ("se1", "re"), ("se2", "re")]
+        );
+        // Mechanism `none`: no control anywhere, as the lab's SEs run `--overload=none`.
+        let none = point_scenario(&base, LabKind::Feedback, &task("none", 2, 200.0, None), 5.0)
+            .expect("point");
+        assert!(none.servers.iter().all(|s| s.local == "none"));
+        assert_eq!(none.servers[0].service_us, 1000.0);
+        // The copies run: every SE carries calls to the one UAS.
+        let out = World::new(&sc, 0).expect("world").run(|_| {});
+        assert_eq!(out.steps.len(), 3);
+        assert!(out.completed > 0);
+        for (name, c) in &out.servers[1..] {
+            assert!(c.handled > 0, "{name} handled nothing");
+        }
+    }
+
+    #[test]
+    fn a_udp_overload_point_sets_the_measured_cost_of_its_server() {
+        let base = scenario("udp-overload.toml");
+        let sc = point_scenario(
+            &base,
+            LabKind::UdpOverload,
+            &task("queue-limit", 1, 280.0, Some(1234.0)),
+            8.0,
+        )
+        .expect("point");
+        assert_eq!(sc.servers[0].local, "queue-limit");
+        assert_eq!(sc.servers[0].service_us, 1234.0);
+        assert_eq!(sc.uac[0].steps[0].rate_cps, Some(280.0));
+        let unmeasured = point_scenario(
+            &base,
+            LabKind::UdpOverload,
+            &task("occ", 1, 280.0, None),
+            8.0,
+        )
+        .expect("point");
+        assert_eq!(unmeasured.servers[0].service_us, base.servers[0].service_us);
+    }
+
+    #[test]
+    fn real_points_group_by_ses_and_take_the_median_cost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("results.json");
+        let point = |ses: u32, lf: f64, thr: f64, cost: f64| {
+            serde_json::json!({"experiment": "feedback", "mechanism": "occ", "ses": ses,
+                "load_factor": lf, "capacity_cps": 150.0, "offered_cps": 150.0 * lf,
+                "calls_attempted": 1500.0 * lf, "throughput_cps": thr, "pdd_p50_ms": 10.0,
+                "re_service_us_measured": cost})
+        };
+        let json = serde_json::json!({"points": [
+            point(1, 2.0, 140.0, 1000.0), point(3, 2.0, 130.0, 1100.0),
+            point(1, 2.0, 150.0, 1200.0), point(1, 2.0, 160.0, 1300.0),
+        ]});
+        std::fs::write(&path, json.to_string()).expect("write");
+        let (pts, duration, kind) = real_points(&path).expect("points");
+        assert_eq!(kind, LabKind::Feedback);
+        assert_eq!(duration, 10.0);
+        assert_eq!(pts.len(), 2);
+        let one = pts.iter().find(|p| p.ses == 1).expect("1 SE");
+        assert_eq!(
+            (one.throughput, one.service_us, one.rate),
+            (150.0, Some(1200.0), 300.0)
+        );
+        let three = pts.iter().find(|p| p.ses == 3).expect("3 SEs");
+        assert_eq!((three.throughput, three.service_us), (130.0, Some(1100.0)));
+    }
 }
