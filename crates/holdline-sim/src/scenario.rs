@@ -539,7 +539,7 @@ pub struct UasSpec {
 
 /// A calling population: one UAC per step of its load profile.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "UacToml")]
 pub struct UacSpec {
     /// Its name.
     pub name: String,
@@ -560,6 +560,80 @@ pub struct UacSpec {
     pub hold: String,
     /// The load profile: steps in time order, the first at 0.
     pub steps: Vec<StepSpec>,
+    /// The indices of the steps reached by a linear ramp (`ramp = true` in the file): the
+    /// rate goes from the previous step's at its `at_s` to this one's at this `at_s`, so
+    /// the previous step's interval is a ramp (see [`UacSpec::ramp_end`]). Kept beside
+    /// `steps` so that a [`StepSpec`] stays a plain step.
+    pub ramp_steps: Vec<usize>,
+}
+
+impl UacSpec {
+    /// Whether the rate ramps into step `k` (it ramps over step `k - 1`'s interval).
+    pub fn ramps_into(&self, k: usize) -> bool {
+        k > 0 && k < self.steps.len() && self.ramp_steps.contains(&k)
+    }
+
+    /// For step `k`'s interval: the step the rate ramps to at its end (`k + 1`), if it
+    /// does.
+    pub fn ramp_end(&self, k: usize) -> Option<&StepSpec> {
+        self.ramps_into(k + 1).then(|| &self.steps[k + 1])
+    }
+}
+
+/// [`UacSpec`] as written: steps may say `ramp = true`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UacToml {
+    name: String,
+    target: String,
+    #[serde(default = "domain")]
+    domain: String,
+    #[serde(default = "poisson")]
+    arrivals: String,
+    #[serde(default)]
+    hold_ms: f64,
+    #[serde(default = "fixed")]
+    hold: String,
+    steps: Vec<StepToml>,
+}
+
+/// A [`StepSpec`] as written, with its `ramp` flag.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepToml {
+    at_s: f64,
+    #[serde(default)]
+    rate_cps: Option<f64>,
+    #[serde(default)]
+    factor: Option<f64>,
+    #[serde(default)]
+    ramp: bool,
+}
+
+impl From<UacToml> for UacSpec {
+    fn from(u: UacToml) -> Self {
+        Self {
+            name: u.name,
+            target: u.target,
+            domain: u.domain,
+            arrivals: u.arrivals,
+            hold_ms: u.hold_ms,
+            hold: u.hold,
+            ramp_steps: (u.steps.iter().enumerate())
+                .filter(|(_, s)| s.ramp)
+                .map(|(k, _)| k)
+                .collect(),
+            steps: u
+                .steps
+                .into_iter()
+                .map(|s| StepSpec {
+                    at_s: s.at_s,
+                    rate_cps: s.rate_cps,
+                    factor: s.factor,
+                })
+                .collect(),
+        }
+    }
 }
 
 fn fixed() -> String {
@@ -1069,6 +1143,12 @@ impl Scenario {
             }
             if u.steps[0].at_s != 0.0 {
                 return bad(format!("uac[{i}].steps"), "the first step must start at 0");
+            }
+            if u.ramp_steps.contains(&0) {
+                return bad(
+                    format!("uac[{i}].steps"),
+                    "the first step cannot be a ramp (`ramp = true` ramps from the previous step)",
+                );
             }
         }
         for (i, f) in self.fairness_flows.iter().enumerate() {

@@ -1470,15 +1470,18 @@ impl World {
                     .get(k + 1)
                     .map_or(load_end, |s| Instant::ZERO + dur_s(s.at_s));
                 let rate = sc.step_rate(step);
+                // A ramp over this step's interval: to the next step's rate at its start.
+                let rate_end = u.ramp_end(k).map(|next| sc.step_rate(next));
                 let addr = node_addr(i, k);
                 let mut cfg = AgentConfig::new(Transport::Udp, vec![addr]);
                 cfg.seed = master.next_u64();
                 cfg.goodput_window = goodput_window;
                 // A step without calls still needs a valid rate: it gets a zero-length run.
-                let (rate, duration) = if rate > 0.0 {
-                    (rate, stop - start)
+                let (rate, rate_end, duration) = if rate > 0.0 || rate_end.is_some_and(|r| r > 0.0)
+                {
+                    (rate, rate_end, stop - start)
                 } else {
-                    (1.0, Duration::ZERO)
+                    (1.0, None, Duration::ZERO)
                 };
                 cfg.uac = Some(UacConfig {
                     target: node_addr(target, 0),
@@ -1490,6 +1493,7 @@ impl World {
                         ArrivalKind::Poisson
                     },
                     rate,
+                    rate_end,
                     calls: if duration.is_zero() { Some(0) } else { None },
                     duration: Some(duration),
                     hold: if u.hold == "exp" {
@@ -1843,12 +1847,17 @@ impl World {
                     .filter(|(t, _)| *t > from && *t <= stop)
                     .map(|(_, c)| c)
                     .sum();
-                let rate = a
-                    .agent
-                    .config()
-                    .uac
-                    .as_ref()
-                    .map_or(0.0, |u| if u.calls == Some(0) { 0.0 } else { u.rate });
+                let rate =
+                    a.agent
+                        .config()
+                        .uac
+                        .as_ref()
+                        .map_or(0.0, |u| match (u.calls, u.rate_end) {
+                            (Some(0), _) => 0.0,
+                            // A ramp: its mean rate.
+                            (_, Some(end)) => (u.rate + end) / 2.0,
+                            (_, None) => u.rate,
+                        });
                 let pdd = &a.agent.recorder().lat.pdd;
                 steps.push(StepOutcome {
                     population: name.clone(),

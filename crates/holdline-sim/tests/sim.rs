@@ -344,3 +344,85 @@ fn per_upstream_fairness_at_the_core_makes_mixed_deoc_edges_fair() {
     let (probe, _, _) = run("occ+asis+probe+fair");
     assert!(probe >= 0.98, "with load reports too: {probe}");
 }
+
+/// One UAS called directly by a population ramping 0 -> 200 calls/s over 10 s, then holding
+/// 200/s for 4 s, then ramping down to 20/s by 16 s (`ramp = true` steps).
+fn ramp_scenario(arrivals: &str, seed: u64) -> Scenario {
+    let text = format!(
+        r#"
+seed = {seed}
+duration_s = 18
+drain_s = 1
+settle_s = 0
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "uas"
+arrivals = "{arrivals}"
+steps = [
+    {{ at_s = 0, rate_cps = 0 }},
+    {{ at_s = 10, rate_cps = 200, ramp = true }},
+    {{ at_s = 14, rate_cps = 200 }},
+    {{ at_s = 16, rate_cps = 20, ramp = true }},
+]
+"#
+    );
+    Scenario::from_toml("ramp.toml", &text).expect("valid scenario")
+}
+
+#[test]
+fn ramp_steps_offer_the_integral_of_their_rate() {
+    // Calls offered per interval (offered_cps × window): the ramp 0 -> 200 over 10 s is
+    // 1,000 calls, 200/s over 4 s 800, the ramp 200 -> 20 over 2 s 220, 20/s over 2 s 40.
+    let want = [1000.0, 800.0, 220.0, 40.0];
+    let counts = |arrivals: &str, seed: u64| -> Vec<f64> {
+        let sc = ramp_scenario(arrivals, seed);
+        let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+        out[0]
+            .steps
+            .iter()
+            .map(|s| s.offered_cps * s.window_s)
+            .collect()
+    };
+    // Constant arrivals: exactly the integral (± 1).
+    let got = counts("constant", 1);
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1.0 + 1e-6, "constant: {got:?} vs {want:?}");
+    }
+    // Poisson: within 4 standard deviations (sqrt of the mean) in every interval, over
+    // several seeds; and not the step profile's count (0/s over the first 10 s).
+    for seed in 1..=3 {
+        let got = counts("poisson", seed);
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 4.0 * w.sqrt(),
+                "seed {seed}: {got:?} vs {want:?}"
+            );
+        }
+    }
+    // The ramp's point reports its mean rate.
+    let sc = ramp_scenario("constant", 1);
+    let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+    let rates: Vec<f64> = out[0].steps.iter().map(|s| s.rate_cps).collect();
+    assert_eq!(rates, [100.0, 200.0, 110.0, 20.0]);
+}
+
+#[test]
+fn a_ramp_into_the_first_step_is_refused() {
+    let text = r#"
+duration_s = 5
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "uas"
+steps = [{ at_s = 0, rate_cps = 10, ramp = true }]
+"#;
+    let e = Scenario::from_toml("r.toml", text).expect_err("ramp into step 0");
+    assert_eq!((e.line, e.key.as_str()), (8, "uac[0].steps"));
+    assert!(e.message.contains("ramp"), "{e}");
+    let e = Scenario::from_toml("r.toml", &text.replace("ramp = true", "ramp = 1"))
+        .expect_err("not a boolean");
+    assert!(e.message.contains("bool"), "{e}");
+}
