@@ -1734,7 +1734,7 @@ to = "ua2"
     #[test]
     fn the_lab_scenarios_parse() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/sim");
-        let mut n = 0;
+        let mut names = Vec::new();
         for entry in std::fs::read_dir(&dir).expect("lab/sim") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "toml") {
@@ -1743,9 +1743,17 @@ to = "ua2"
                 if let Err(e) = Scenario::from_toml(&name, &text) {
                     panic!("{e}");
                 }
-                n += 1;
+                names.extend(path.file_name().and_then(|f| f.to_str()).map(str::to_owned));
             }
         }
-        assert!(n >= 5, "{n} scenarios in {}", dir.display());
+        assert!(names.len() >= 5, "{names:?} in {}", dir.display());
+        // Seed 001's two-stage architectures are among them.
+        for f in [
+            "seed001-s1p1.toml",
+            "seed001-s2p2.toml",
+            "seed001-s3p3.toml",
+        ] {
+            assert!(names.iter().any(|n| n == f), "{f} missing: {names:?}");
+        }
     }
 }
