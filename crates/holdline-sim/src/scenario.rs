@@ -535,6 +535,14 @@ pub struct UasSpec {
     /// Delay from the 180 to the 200, milliseconds. Default 0.
     #[serde(default)]
     pub answer_ms: f64,
+    /// The final response to every INVITE (e.g. 503: a callee out of service, for failover
+    /// scenarios), 200 to 699. Default 200.
+    #[serde(default = "status_ok")]
+    pub status: u16,
+}
+
+fn status_ok() -> u16 {
+    200
 }
 
 /// A calling population: one UAC per step of its load profile.
@@ -850,12 +858,34 @@ pub struct RouteSpec {
     /// spread evenly over them, the stand-in for seed 003's round-robin (l. 301).
     #[serde(default)]
     pub to_any: Vec<String>,
+    /// DNS-like next hops (RFC 3263 with RFC 2782 SRV records), instead of `to`/`to_any`:
+    /// the server resolves the route's name to these targets — lowest `priority` first, a
+    /// weighted random order within a priority, drawn per request from the run's seed — and
+    /// a request that times out, gets a 503 or fails to be sent goes on to the next target
+    /// in a new branch of the same transaction (`holdline-proto`'s DNS routes, with the
+    /// simulator as the DNS server).
+    #[serde(default)]
+    pub srv: Vec<SrvSpec>,
+}
+
+/// One SRV record of a route (`{ to = "a", priority = 10, weight = 60 }`).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SrvSpec {
+    /// The node.
+    pub to: String,
+    /// Lower first.
+    pub priority: u16,
+    /// Relative weight within its priority (0: chosen first only rarely, RFC 2782).
+    pub weight: u16,
 }
 
 impl RouteSpec {
-    /// The next hops of this route (`to`, or `to_any`).
+    /// The next hops of this route (`to`, `to_any`, or the `srv` targets).
     pub fn next_hops(&self) -> Vec<&str> {
-        if self.to_any.is_empty() {
+        if !self.srv.is_empty() {
+            self.srv.iter().map(|t| t.to.as_str()).collect()
+        } else if self.to_any.is_empty() {
             vec![self.to.as_str()]
         } else {
             self.to_any.iter().map(String::as_str).collect()
@@ -1094,6 +1124,12 @@ impl Scenario {
             if !ms(u.ring_ms) || !ms(u.answer_ms) {
                 return bad(format!("uas[{i}].ring_ms"), "delays must be zero or more");
             }
+            if !(200..=699).contains(&u.status) {
+                return bad(
+                    format!("uas[{i}].status"),
+                    "must be a final status, 200 to 699",
+                );
+            }
         }
         for (i, u) in self.uac.iter().enumerate() {
             if !known(&u.target) {
@@ -1177,7 +1213,25 @@ impl Scenario {
             if !self.servers.iter().any(|s| s.name == r.server) {
                 return bad(format!("routes[{i}].server"), "names no server");
             }
-            if r.to_any.is_empty() {
+            if !r.srv.is_empty() {
+                if !r.to.is_empty() || !r.to_any.is_empty() {
+                    return bad(
+                        format!("routes[{i}].srv"),
+                        "give `to`, `to_any` or `srv`, only one",
+                    );
+                }
+                let mut seen = BTreeSet::new();
+                if r.srv.len() > 32
+                    || r.srv
+                        .iter()
+                        .any(|t| !known(&t.to) || t.to == r.server || !seen.insert(&t.to))
+                {
+                    return bad(
+                        format!("routes[{i}].srv"),
+                        "must name 1 to 32 other nodes, each once",
+                    );
+                }
+            } else if r.to_any.is_empty() {
                 if !known(&r.to) || r.to == r.server {
                     return bad(format!("routes[{i}].to"), "names no other node");
                 }
