@@ -15,6 +15,32 @@ pub struct Arrivals {
     emitted: u64,
     limit: Option<u64>,
     end: Option<Instant>,
+    /// A linearly changing rate instead of `mean_ns` (see [`Arrivals::ramp`]).
+    ramp: Option<Ramp>,
+}
+
+/// A rate `r0 + 2a·τ` per nanosecond at `τ` ns after the start: the expected arrivals by `τ`
+/// are `Λ(τ) = r0·τ + a·τ²`. Arrival `k` comes when `Λ` reaches its level: `k` for constant
+/// arrivals, the sum of `k + 1` unit exponentials for Poisson ones (the time-rescaling of a
+/// unit-rate Poisson process: exactly a Poisson process of the changing rate).
+#[derive(Clone, Copy, Debug)]
+struct Ramp {
+    r0: f64,
+    a: f64,
+    level: f64,
+}
+
+impl Ramp {
+    /// `τ` (ns) where `Λ(τ) = level`, if the rate reaches it (a falling ramp may not).
+    fn time_of(&self, level: f64) -> Option<f64> {
+        if level <= 0.0 {
+            return Some(0.0);
+        }
+        let disc = self.r0 * self.r0 + 4.0 * self.a * level;
+        // The root of a·τ² + r0·τ − level in a form without cancellation.
+        let den = self.r0 + disc.max(0.0).sqrt();
+        (disc >= 0.0 && den > 0.0).then(|| 2.0 * level / den)
+    }
 }
 
 impl Arrivals {
@@ -41,6 +67,7 @@ impl Arrivals {
             emitted: 0,
             limit,
             end,
+            ramp: None,
         };
         if mean_ns.is_finite() && limit != Some(0) {
             // The first call comes one gap after the start (a Poisson process has no arrival
@@ -52,6 +79,62 @@ impl Arrivals {
             a.next = a.admissible(first);
         }
         a
+    }
+
+    /// A process whose rate changes linearly from `from_rate` at `start` to `to_rate` at the
+    /// end of `duration` (a ramp; arrivals stop there): Poisson arrivals of that rate, or
+    /// constant ones — arrival `k` when the expected count `∫ rate` reaches `k`, so that a
+    /// ramp has exactly the integral of its rate, rounded up. Rates below zero count as zero;
+    /// a ramp with both rates zero, or no duration, generates nothing.
+    pub fn ramp(
+        kind: ArrivalKind,
+        from_rate: f64,
+        to_rate: f64,
+        start: Instant,
+        limit: Option<u64>,
+        duration: Duration,
+        rng: &mut Rng,
+    ) -> Self {
+        let per_ns = |r: f64| if r.is_finite() { r.max(0.0) / 1e9 } else { 0.0 };
+        let (r0, r1) = (per_ns(from_rate), per_ns(to_rate));
+        let d = duration.as_nanos() as f64;
+        let mut a = Self {
+            kind,
+            mean_ns: f64::INFINITY,
+            start,
+            next: None,
+            emitted: 0,
+            limit,
+            end: Some(start.checked_add(duration).unwrap_or(Instant::MAX)),
+            ramp: Some(Ramp {
+                r0,
+                a: if d > 0.0 { (r1 - r0) / (2.0 * d) } else { 0.0 },
+                level: 0.0,
+            }),
+        };
+        if d > 0.0 && (r0 > 0.0 || r1 > 0.0) && limit != Some(0) {
+            let first = a.ramp_next(rng);
+            a.next = first.and_then(|t| a.admissible(t));
+        }
+        a
+    }
+
+    /// The next arrival of a ramp: its level raised by one (constant) or by a unit
+    /// exponential (Poisson), turned into time.
+    fn ramp_next(&mut self, rng: &mut Rng) -> Option<Instant> {
+        let kind = self.kind;
+        let emitted = self.emitted;
+        let r = self.ramp.as_mut()?;
+        r.level = match kind {
+            ArrivalKind::Constant => emitted as f64,
+            ArrivalKind::Poisson => r.level + rng.exp(1.0),
+        };
+        let tau = r.time_of(r.level)?;
+        Some(
+            self.start
+                .checked_add(Duration::from_nanos(tau.min(1e18) as u64))
+                .unwrap_or(Instant::MAX),
+        )
     }
 
     fn after(&self, t: Instant, rng: &mut Rng) -> Instant {
@@ -95,6 +178,10 @@ impl Arrivals {
     pub fn poll(&mut self, now: Instant, rng: &mut Rng) -> Option<Instant> {
         let due = self.next.filter(|t| *t <= now)?;
         self.emitted += 1;
+        if self.ramp.is_some() {
+            self.next = self.ramp_next(rng).and_then(|t| self.admissible(t));
+            return Some(due);
+        }
         let t = match self.kind {
             // Constant spacing from the start avoids accumulating rounding errors.
             ArrivalKind::Constant => self
@@ -190,6 +277,97 @@ mod tests {
             g[1..].iter().all(|x| (x - 333.333333).abs() < 0.001),
             "{g:?}"
         );
+    }
+
+    /// Arrivals of a ramp over `secs` seconds from `r0` to `r1` per second, as offsets in
+    /// seconds.
+    fn ramp_times(kind: ArrivalKind, r0: f64, r1: f64, secs: u64, seed: u64) -> Vec<f64> {
+        let mut rng = Rng::seed_from_u64(seed);
+        let start = Instant::from_secs(2);
+        let mut a = Arrivals::ramp(
+            kind,
+            r0,
+            r1,
+            start,
+            None,
+            Duration::from_secs(secs),
+            &mut rng,
+        );
+        let mut out = Vec::new();
+        while let Some(t) = a.next() {
+            assert_eq!(a.poll(t, &mut rng), Some(t));
+            out.push(t.saturating_duration_since(start).as_nanos() as f64 / 1e9);
+        }
+        out
+    }
+
+    #[test]
+    fn a_constant_ramp_has_exactly_the_integral_of_its_rate() {
+        // (from, to, seconds): the integral is (from + to) / 2 · seconds.
+        for (r0, r1, secs) in [
+            (0.0, 100.0, 10),
+            (100.0, 0.0, 10),
+            (10.0, 250.0, 7),
+            (300.0, 20.0, 3),
+            (50.0, 50.0, 4),
+        ] {
+            let t = ramp_times(ArrivalKind::Constant, r0, r1, secs, 1);
+            let integral = (r0 + r1) / 2.0 * secs as f64;
+            assert!(
+                (t.len() as f64 - integral).abs() <= 1.0,
+                "{r0} -> {r1} over {secs} s: {} arrivals, integral {integral}",
+                t.len()
+            );
+            // Every prefix too: the count by time x is the integral up to x (± 1).
+            let slope = (r1 - r0) / secs as f64;
+            for (k, x) in t.iter().enumerate() {
+                let by_x = r0 * x + slope * x * x / 2.0;
+                assert!(
+                    (k as f64 - by_x).abs() <= 1.0 + 1e-6,
+                    "arrival {k} at {x} s, integral {by_x}"
+                );
+            }
+            assert!(t.iter().all(|x| *x < secs as f64));
+        }
+    }
+
+    #[test]
+    fn a_poisson_ramp_follows_the_changing_rate() {
+        // 0 -> 2000/s over 10 s: 10,000 arrivals expected, sd 100. Per second i the expected
+        // count is 200·i + 100 (sd ≤ 45): each within 5 sd, the total within 4 sd.
+        let t = ramp_times(ArrivalKind::Poisson, 0.0, 2000.0, 10, 7);
+        let n = t.len() as f64;
+        assert!((n - 10_000.0).abs() < 400.0, "{n} arrivals");
+        for i in 0..10 {
+            let c = t
+                .iter()
+                .filter(|x| **x >= i as f64 && **x < (i + 1) as f64)
+                .count() as f64;
+            let want = 200.0 * i as f64 + 100.0;
+            assert!(
+                (c - want).abs() < 5.0 * want.sqrt() + 1.0,
+                "second {i}: {c} arrivals, {want} expected"
+            );
+        }
+        // Falling: 1000 -> 0/s over 4 s, 2,000 expected (sd 45); the last second has 125.
+        let t = ramp_times(ArrivalKind::Poisson, 1000.0, 0.0, 4, 8);
+        assert!(
+            (t.len() as f64 - 2000.0).abs() < 200.0,
+            "{} arrivals",
+            t.len()
+        );
+        let last = t.iter().filter(|x| **x >= 3.0).count() as f64;
+        assert!((last - 125.0).abs() < 60.0, "{last} in the last second");
+        // Deterministic per seed.
+        assert_eq!(
+            ramp_times(ArrivalKind::Poisson, 5.0, 50.0, 3, 9),
+            ramp_times(ArrivalKind::Poisson, 5.0, 50.0, 3, 9)
+        );
+        assert_ne!(
+            ramp_times(ArrivalKind::Poisson, 5.0, 50.0, 3, 9),
+            ramp_times(ArrivalKind::Poisson, 5.0, 50.0, 3, 10)
+        );
+        assert!(ramp_times(ArrivalKind::Poisson, 0.0, 0.0, 3, 9).is_empty());
     }
 
     #[test]

@@ -174,6 +174,10 @@ pub struct UacConfig {
     pub arrivals: ArrivalKind,
     /// Calls per second.
     pub rate: f64,
+    /// A ramp: the rate changes linearly from `rate` at the start to this at the end of
+    /// [`duration`](Self::duration) (which it needs; `rate` may then be 0, not both).
+    /// `None` (default): the rate is constant.
+    pub rate_end: Option<f64>,
     /// Place at most this many calls.
     pub calls: Option<u64>,
     /// Place no call after this long.

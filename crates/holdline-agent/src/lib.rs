@@ -210,8 +210,22 @@ impl Agent {
                 if legs.is_empty() {
                     return Err(ConfigError::NoLeg("uac"));
                 }
-                if !(u.rate > 0.0 && u.rate.is_finite()) {
-                    return Err(ConfigError::BadRate(u.rate.to_string()));
+                let rate_ok = match u.rate_end {
+                    None => u.rate > 0.0 && u.rate.is_finite(),
+                    // A ramp: both rates finite and non-negative, one positive, over a
+                    // duration.
+                    Some(end) => {
+                        [u.rate, end].iter().all(|r| r.is_finite() && *r >= 0.0)
+                            && (u.rate > 0.0 || end > 0.0)
+                            && u.duration.is_some_and(|d| !d.is_zero())
+                    }
+                };
+                if !rate_ok {
+                    let rate = match u.rate_end {
+                        Some(end) => format!("{} to {end} (a ramp needs a duration)", u.rate),
+                        None => u.rate.to_string(),
+                    };
+                    return Err(ConfigError::BadRate(rate));
                 }
                 let hops = 1 + u.hops.alternates.len();
                 if hops > MAX_HOPS {
@@ -223,7 +237,12 @@ impl Agent {
                         legs: legs.len(),
                     });
                 }
-                let a = Arrivals::new(u.arrivals, u.rate, now, u.calls, u.duration, &mut rng);
+                let a = match (u.rate_end, u.duration) {
+                    (Some(end), Some(d)) => {
+                        Arrivals::ramp(u.arrivals, u.rate, end, now, u.calls, d, &mut rng)
+                    }
+                    _ => Arrivals::new(u.arrivals, u.rate, now, u.calls, u.duration, &mut rng),
+                };
                 Some(uac::Uac::new(u.clone(), legs.clone(), a))
             }
             None => None,

@@ -153,6 +153,7 @@ pub fn uac_config(transport: Transport, rate: f64, calls: u64) -> AgentConfig {
         from_user: "caller".into(),
         arrivals: holdline_agent::ArrivalKind::Constant,
         rate,
+        rate_end: None,
         calls: Some(calls),
         duration: None,
         hold: holdline_agent::Hold::Fixed(Duration::ZERO),

@@ -32,7 +32,7 @@ pub mod scenario;
 pub mod world;
 
 pub use report::{Estimate, Point, Results, jain_index, series_csv};
-pub use scenario::{Scenario, ScenarioError};
+pub use scenario::{Scenario, ScenarioError, Sweep, sweep_points};
 pub use world::{RunOutput, SimError, World, run_seed};
 
 /// Runs `runs` runs of `sc` one after the other; `progress(run, simulated_second)` is called

@@ -108,6 +108,9 @@ pub struct ServerTotals {
     pub busy_s: Estimate,
     /// New INVITEs rejected at its forward gate (DEOC, a next hop's loss answer).
     pub forward_rejected: Estimate,
+    /// Requests it sent on to a further target of an `srv` route after one failed (the
+    /// endpoint's `failovers`).
+    pub failovers: Estimate,
 }
 
 /// Jain's fairness index of `xs`: `(Σx)² / (n·Σx²)`, 1 when all are equal; `None` when
@@ -200,6 +203,7 @@ impl Results {
                     queue_drops: col(&|c| (c.queue_drops + c.invite_queue_drops) as f64),
                     busy_s: col(&|c| c.busy_ns as f64 / 1e9),
                     forward_rejected: col(&|c| c.forward_rejected as f64),
+                    failovers: col(&|c| c.failovers as f64),
                 });
             }
         }

@@ -11,18 +11,161 @@ use holdline_netmodel::{GilbertElliott, LinkConfig, Loss, QueueDrop, RateLimit};
 use holdline_overload::{Algorithm, ControllerConfig};
 use serde::Deserialize;
 
-/// A scenario that cannot be run, located in its file.
+/// A scenario that cannot be run, located in its file (or, for a value a `--sweep` set, in
+/// the command line: `FILE (--sweep KEY=VALUE): key …`, without a line).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}: key `{key}`: {message}")]
 pub struct ScenarioError {
-    /// The file (as given by the caller).
+    /// The file (as given by the caller), with the sweep's setting when one is to blame.
     pub file: String,
-    /// 1-based line number (0 when unknown).
+    /// 1-based line number (0 when unknown, or when a sweep's setting is to blame).
     pub line: usize,
     /// The dotted key, e.g. `servers[0].local`.
     pub key: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: key `{}`: {}", self.file, self.key, self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}: key `{}`: {}",
+                self.file, self.line, self.key, self.message
+            )
+        }
+    }
+}
+
+/// One `--sweep KEY=V1,V2,...` of `holdline sim run`: a dotted key of the scenario and the
+/// values it takes, each a point of the sweep (see [`Scenario::from_toml_with`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// The dotted key: a top-level key (`duration_s`), `default_link.KEY`,
+    /// `servers.NAME.KEY`, `uac.NAME.KEY`, `uas.NAME.KEY` (`NAME` a node's name or `*` for
+    /// every one); `KEY` may itself be dotted (`servers.*.deoc.alpha`).
+    pub key: String,
+    /// The values as written (TOML scalars; bare words are strings).
+    pub values: Vec<String>,
+}
+
+impl std::str::FromStr for Sweep {
+    type Err = String;
+
+    /// `KEY=V1,V2,...`.
+    fn from_str(arg: &str) -> Result<Self, String> {
+        let (key, values) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("--sweep {arg}: expected KEY=V1,V2,..."))?;
+        let key = key.trim();
+        if key.is_empty() || key.split('.').any(|p| p.trim().is_empty()) {
+            return Err(format!("--sweep {arg}: `{key}` is not a dotted key"));
+        }
+        let values: Vec<String> = values.split(',').map(|v| v.trim().to_owned()).collect();
+        if values.iter().any(String::is_empty) {
+            return Err(format!("--sweep {arg}: an empty value"));
+        }
+        Ok(Self {
+            key: key.to_owned(),
+            values,
+        })
+    }
+}
+
+/// Every combination of the sweeps' values (the cartesian product, the first sweep varying
+/// slowest), as `(key, value)` settings; one empty combination without sweeps.
+pub fn sweep_points(sweeps: &[Sweep]) -> Vec<Vec<(String, String)>> {
+    let mut out: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for s in sweeps {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                s.values.iter().map(move |v| {
+                    let mut p = prefix.clone();
+                    p.push((s.key.clone(), v.clone()));
+                    p
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// A sweep's value as TOML reads it: a number, a boolean, a quoted string (any TOML value);
+/// anything else (a bare word) is a string.
+pub fn sweep_value(text: &str) -> toml::Value {
+    let text = text.trim();
+    toml::from_str::<toml::Table>(&format!("v = {text}"))
+        .ok()
+        .filter(|t| t.len() == 1)
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_owned()))
+}
+
+/// A sweep's value as [`sweep_value`] reads it, for JSON reports.
+pub fn sweep_json(text: &str) -> serde_json::Value {
+    match sweep_value(text) {
+        toml::Value::Integer(i) => serde_json::json!(i),
+        toml::Value::Float(f) => serde_json::json!(f),
+        toml::Value::Boolean(b) => serde_json::json!(b),
+        toml::Value::String(s) => serde_json::json!(s),
+        other => serde_json::Value::String(other.to_string()),
+    }
+}
+
+/// Sets `key` (see [`Sweep::key`]) to `value` in the scenario document `doc`.
+fn apply_setting(doc: &mut toml::Table, key: &str, value: &toml::Value) -> Result<(), String> {
+    let parts: Vec<&str> = key.split('.').map(str::trim).collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("`{key}` is not a dotted key"));
+    }
+    match parts.as_slice() {
+        [kind @ ("servers" | "uac" | "uas"), name, rest @ ..] if !rest.is_empty() => {
+            let entries = doc
+                .get_mut(*kind)
+                .and_then(toml::Value::as_array_mut)
+                .ok_or_else(|| format!("the scenario has no `{kind}`"))?;
+            let mut n = 0;
+            for t in entries.iter_mut().filter_map(toml::Value::as_table_mut) {
+                if *name == "*" || t.get("name").and_then(toml::Value::as_str) == Some(name) {
+                    set_path(t, rest, value)?;
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                return Err(format!("`{name}` names no entry of `{kind}`"));
+            }
+            Ok(())
+        }
+        ["servers" | "uac" | "uas", ..] => Err(format!(
+            "`{key}`: give {}.NAME.KEY (NAME a node's name, or * for every one)",
+            parts[0]
+        )),
+        ["links" | "routes" | "fairness_flows", ..] => Err(format!(
+            "`{key}`: only top-level keys, default_link.KEY, servers.NAME.KEY, uac.NAME.KEY \
+             and uas.NAME.KEY can be swept"
+        )),
+        _ => set_path(doc, &parts, value),
+    }
+}
+
+/// Sets the dotted `path` under `table`, creating tables on the way.
+fn set_path(table: &mut toml::Table, path: &[&str], value: &toml::Value) -> Result<(), String> {
+    let Some((last, head)) = path.split_last() else {
+        return Err("an empty key".into());
+    };
+    let mut cur = table;
+    for p in head {
+        cur = cur
+            .entry((*p).to_owned())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| format!("`{p}` is not a table"))?;
+    }
+    cur.insert((*last).to_owned(), value.clone());
+    Ok(())
 }
 
 /// A whole scenario: see `docs/sim.md` for the reference.
@@ -392,11 +535,19 @@ pub struct UasSpec {
     /// Delay from the 180 to the 200, milliseconds. Default 0.
     #[serde(default)]
     pub answer_ms: f64,
+    /// The final response to every INVITE (e.g. 503: a callee out of service, for failover
+    /// scenarios), 200 to 699. Default 200.
+    #[serde(default = "status_ok")]
+    pub status: u16,
+}
+
+fn status_ok() -> u16 {
+    200
 }
 
 /// A calling population: one UAC per step of its load profile.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "UacToml")]
 pub struct UacSpec {
     /// Its name.
     pub name: String,
@@ -417,6 +568,80 @@ pub struct UacSpec {
     pub hold: String,
     /// The load profile: steps in time order, the first at 0.
     pub steps: Vec<StepSpec>,
+    /// The indices of the steps reached by a linear ramp (`ramp = true` in the file): the
+    /// rate goes from the previous step's at its `at_s` to this one's at this `at_s`, so
+    /// the previous step's interval is a ramp (see [`UacSpec::ramp_end`]). Kept beside
+    /// `steps` so that a [`StepSpec`] stays a plain step.
+    pub ramp_steps: Vec<usize>,
+}
+
+impl UacSpec {
+    /// Whether the rate ramps into step `k` (it ramps over step `k - 1`'s interval).
+    pub fn ramps_into(&self, k: usize) -> bool {
+        k > 0 && k < self.steps.len() && self.ramp_steps.contains(&k)
+    }
+
+    /// For step `k`'s interval: the step the rate ramps to at its end (`k + 1`), if it
+    /// does.
+    pub fn ramp_end(&self, k: usize) -> Option<&StepSpec> {
+        self.ramps_into(k + 1).then(|| &self.steps[k + 1])
+    }
+}
+
+/// [`UacSpec`] as written: steps may say `ramp = true`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UacToml {
+    name: String,
+    target: String,
+    #[serde(default = "domain")]
+    domain: String,
+    #[serde(default = "poisson")]
+    arrivals: String,
+    #[serde(default)]
+    hold_ms: f64,
+    #[serde(default = "fixed")]
+    hold: String,
+    steps: Vec<StepToml>,
+}
+
+/// A [`StepSpec`] as written, with its `ramp` flag.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepToml {
+    at_s: f64,
+    #[serde(default)]
+    rate_cps: Option<f64>,
+    #[serde(default)]
+    factor: Option<f64>,
+    #[serde(default)]
+    ramp: bool,
+}
+
+impl From<UacToml> for UacSpec {
+    fn from(u: UacToml) -> Self {
+        Self {
+            name: u.name,
+            target: u.target,
+            domain: u.domain,
+            arrivals: u.arrivals,
+            hold_ms: u.hold_ms,
+            hold: u.hold,
+            ramp_steps: (u.steps.iter().enumerate())
+                .filter(|(_, s)| s.ramp)
+                .map(|(k, _)| k)
+                .collect(),
+            steps: u
+                .steps
+                .into_iter()
+                .map(|s| StepSpec {
+                    at_s: s.at_s,
+                    rate_cps: s.rate_cps,
+                    factor: s.factor,
+                })
+                .collect(),
+        }
+    }
 }
 
 fn fixed() -> String {
@@ -633,12 +858,34 @@ pub struct RouteSpec {
     /// spread evenly over them, the stand-in for seed 003's round-robin (l. 301).
     #[serde(default)]
     pub to_any: Vec<String>,
+    /// DNS-like next hops (RFC 3263 with RFC 2782 SRV records), instead of `to`/`to_any`:
+    /// the server resolves the route's name to these targets — lowest `priority` first, a
+    /// weighted random order within a priority, drawn per request from the run's seed — and
+    /// a request that times out, gets a 503 or fails to be sent goes on to the next target
+    /// in a new branch of the same transaction (`holdline-proto`'s DNS routes, with the
+    /// simulator as the DNS server).
+    #[serde(default)]
+    pub srv: Vec<SrvSpec>,
+}
+
+/// One SRV record of a route (`{ to = "a", priority = 10, weight = 60 }`).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SrvSpec {
+    /// The node.
+    pub to: String,
+    /// Lower first.
+    pub priority: u16,
+    /// Relative weight within its priority (0: chosen first only rarely, RFC 2782).
+    pub weight: u16,
 }
 
 impl RouteSpec {
-    /// The next hops of this route (`to`, or `to_any`).
+    /// The next hops of this route (`to`, `to_any`, or the `srv` targets).
     pub fn next_hops(&self) -> Vec<&str> {
-        if self.to_any.is_empty() {
+        if !self.srv.is_empty() {
+            self.srv.iter().map(|t| t.to.as_str()).collect()
+        } else if self.to_any.is_empty() {
             vec![self.to.as_str()]
         } else {
             self.to_any.iter().map(String::as_str).collect()
@@ -650,21 +897,24 @@ fn star() -> String {
     "*".into()
 }
 
+/// A TOML error of `text`, located by its span.
+fn located(file: &str, text: &str, e: &toml::de::Error) -> ScenarioError {
+    let (line, key) = match e.span() {
+        Some(span) => locate(text, span.start),
+        None => (0, "-".into()),
+    };
+    ScenarioError {
+        file: file.into(),
+        line,
+        key,
+        message: e.message().trim().to_owned(),
+    }
+}
+
 impl Scenario {
     /// Parses and checks TOML `text`; `file` names it in errors.
     pub fn from_toml(file: &str, text: &str) -> Result<Self, ScenarioError> {
-        let sc: Self = toml::from_str(text).map_err(|e| {
-            let (line, key) = match e.span() {
-                Some(span) => locate(text, span.start),
-                None => (0, "-".into()),
-            };
-            ScenarioError {
-                file: file.into(),
-                line,
-                key,
-                message: e.message().trim().to_owned(),
-            }
-        })?;
+        let sc: Self = toml::from_str(text).map_err(|e| located(file, text, &e))?;
         sc.validate().map_err(|(key, message)| ScenarioError {
             file: file.into(),
             line: find_key_line(text, &key),
@@ -672,6 +922,62 @@ impl Scenario {
             message,
         })?;
         Ok(sc)
+    }
+
+    /// Parses TOML `text`, sets each `(key, value)` of `settings` in the document (a
+    /// `--sweep` point: see [`Sweep`]), and checks the result. An error the file has by
+    /// itself is located in the file as [`from_toml`](Self::from_toml) does; one a setting
+    /// causes names the setting instead of a line (`FILE (--sweep KEY=VALUE): key …`).
+    pub fn from_toml_with(
+        file: &str,
+        text: &str,
+        settings: &[(String, String)],
+    ) -> Result<Self, ScenarioError> {
+        if settings.is_empty() {
+            return Self::from_toml(file, text);
+        }
+        let doc: toml::Table = toml::from_str(text).map_err(|e| located(file, text, &e))?;
+        let blame = |set: &[(String, String)], key: String, message: String| {
+            let what: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            ScenarioError {
+                file: format!("{file} (--sweep {})", what.join(" --sweep ")),
+                line: 0,
+                key,
+                message,
+            }
+        };
+        let apply = |set: &[(String, String)]| -> Result<Self, (String, String)> {
+            let mut d = doc.clone();
+            for (k, v) in set {
+                apply_setting(&mut d, k, &sweep_value(v)).map_err(|m| (k.clone(), m))?;
+            }
+            let sc: Self = toml::Value::Table(d)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    let key = set.last().map_or_else(String::new, |s| s.0.clone());
+                    (key, e.message().trim().to_owned())
+                })?;
+            sc.validate()?;
+            Ok(sc)
+        };
+        match apply(settings) {
+            Ok(sc) => Ok(sc),
+            Err((key, message)) => {
+                // The file's own error, where it is in the file.
+                if let Err(e) = Self::from_toml(file, text)
+                    && e.message == message
+                {
+                    return Err(e);
+                }
+                // The first setting that fails on its own, or all of them together.
+                for s in settings {
+                    if let Err((key, message)) = apply(std::slice::from_ref(s)) {
+                        return Err(blame(std::slice::from_ref(s), key, message));
+                    }
+                }
+                Err(blame(settings, key, message))
+            }
+        }
     }
 
     /// Every node name: servers, UASs, UAC populations, in that order (the node ids).
@@ -818,6 +1124,12 @@ impl Scenario {
             if !ms(u.ring_ms) || !ms(u.answer_ms) {
                 return bad(format!("uas[{i}].ring_ms"), "delays must be zero or more");
             }
+            if !(200..=699).contains(&u.status) {
+                return bad(
+                    format!("uas[{i}].status"),
+                    "must be a final status, 200 to 699",
+                );
+            }
         }
         for (i, u) in self.uac.iter().enumerate() {
             if !known(&u.target) {
@@ -868,6 +1180,12 @@ impl Scenario {
             if u.steps[0].at_s != 0.0 {
                 return bad(format!("uac[{i}].steps"), "the first step must start at 0");
             }
+            if u.ramp_steps.contains(&0) {
+                return bad(
+                    format!("uac[{i}].steps"),
+                    "the first step cannot be a ramp (`ramp = true` ramps from the previous step)",
+                );
+            }
         }
         for (i, f) in self.fairness_flows.iter().enumerate() {
             if !self.uac.iter().any(|u| &u.name == f) {
@@ -895,7 +1213,25 @@ impl Scenario {
             if !self.servers.iter().any(|s| s.name == r.server) {
                 return bad(format!("routes[{i}].server"), "names no server");
             }
-            if r.to_any.is_empty() {
+            if !r.srv.is_empty() {
+                if !r.to.is_empty() || !r.to_any.is_empty() {
+                    return bad(
+                        format!("routes[{i}].srv"),
+                        "give `to`, `to_any` or `srv`, only one",
+                    );
+                }
+                let mut seen = BTreeSet::new();
+                if r.srv.len() > 32
+                    || r.srv
+                        .iter()
+                        .any(|t| !known(&t.to) || t.to == r.server || !seen.insert(&t.to))
+                {
+                    return bad(
+                        format!("routes[{i}].srv"),
+                        "must name 1 to 32 other nodes, each once",
+                    );
+                }
+            } else if r.to_any.is_empty() {
                 if !known(&r.to) || r.to == r.server {
                     return bad(format!("routes[{i}].to"), "names no other node");
                 }
@@ -1349,9 +1685,110 @@ to = "ua2"
     }
 
     #[test]
+    fn sweep_settings_are_applied_to_the_document_before_it_is_checked() {
+        let set = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let s = Scenario::from_toml_with(
+            "s.toml",
+            GOOD,
+            &set(&[
+                ("duration_s", "20"),
+                ("servers.*.local", "none"),
+                ("servers.proxy.service_us", "250"),
+                ("servers.*.deoc.alpha", "0.3"),
+                ("uac.uac.arrivals", "constant"),
+                ("uas.*.ring_ms", "5"),
+                ("default_link.delay_ms", "2"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(s.duration_s, 20.0);
+        assert_eq!(s.servers[0].local, "none");
+        assert_eq!(s.servers[0].service_us, 250.0);
+        assert_eq!(s.servers[0].deoc.alpha, Some(0.3));
+        assert_eq!(s.uac[0].arrivals, "constant");
+        assert_eq!(s.uas[0].ring_ms, 5.0);
+        assert_eq!(s.default_link.delay_ms, 2.0);
+        // The file alone is untouched by an empty point.
+        let plain = Scenario::from_toml_with("s.toml", GOOD, &[]).expect("valid");
+        assert_eq!(plain.servers[0].local, "occ");
+
+        // A value the scenario refuses names the sweep, its key and value.
+        let e = Scenario::from_toml_with(
+            "s.toml",
+            GOOD,
+            &set(&[("duration_s", "20"), ("servers.*.local", "fifo")]),
+        )
+        .expect_err("bad local");
+        assert_eq!(e.file, "s.toml (--sweep servers.*.local=fifo)");
+        assert_eq!((e.line, e.key.as_str()), (0, "servers[0].local"));
+        assert!(
+            e.to_string()
+                .starts_with("s.toml (--sweep servers.*.local=fifo): key `servers[0].local`: "),
+            "{e}"
+        );
+        let refused = [
+            (
+                "servers.nobody.local",
+                "occ",
+                "`nobody` names no entry of `servers`",
+            ),
+            ("servers.*.bogus", "1", "unknown field `bogus`"),
+            ("duration_s", "-1", "positive number"),
+            ("duration_s", "ten", "invalid type: string \"ten\""),
+            ("routes.*.to", "uas", "can be swept"),
+            ("servers.local", "occ", "servers.NAME.KEY"),
+        ];
+        for (k, v, message) in refused {
+            let e = Scenario::from_toml_with("s.toml", GOOD, &set(&[(k, v)])).expect_err(k);
+            assert_eq!(e.file, format!("s.toml (--sweep {k}={v})"), "{e}");
+            assert!(e.message.contains(message), "{k}={v}: {e}");
+        }
+        // An error of the file itself stays located in the file.
+        let text = GOOD.replace("service_us = 100", "service_us = 100\nbogus = 1");
+        let e = Scenario::from_toml_with("s.toml", &text, &set(&[("duration_s", "5")]))
+            .expect_err("the file's error");
+        assert_eq!((e.file.as_str(), e.line), ("s.toml", 9));
+        assert_eq!(e.key, "servers.bogus");
+    }
+
+    #[test]
+    fn sweep_arguments_values_and_points() {
+        let s: Sweep = "servers.*.local = none, occ ,queue-limit"
+            .parse()
+            .expect("sweep");
+        assert_eq!(s.key, "servers.*.local");
+        assert_eq!(s.values, ["none", "occ", "queue-limit"]);
+        assert!("duration_s".parse::<Sweep>().is_err());
+        assert!("servers..local=occ".parse::<Sweep>().is_err());
+        assert!("duration_s=1,,2".parse::<Sweep>().is_err());
+        let t: Sweep = "duration_s=10,20".parse().expect("sweep");
+        let points = sweep_points(&[s, t]);
+        assert_eq!(points.len(), 6);
+        let first: Vec<(&str, &str)> = points[0]
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(first, [("servers.*.local", "none"), ("duration_s", "10")]);
+        assert_eq!(points[1][1].1, "20");
+        assert_eq!(points[5][0].1, "queue-limit");
+        assert_eq!(sweep_points(&[]), vec![Vec::new()]);
+        assert_eq!(sweep_value("10"), toml::Value::Integer(10));
+        assert_eq!(sweep_value("0.5"), toml::Value::Float(0.5));
+        assert_eq!(sweep_value("true"), toml::Value::Boolean(true));
+        assert_eq!(sweep_value("occ"), toml::Value::String("occ".into()));
+        assert_eq!(sweep_value("\"a b\""), toml::Value::String("a b".into()));
+        assert_eq!(sweep_json("2.5"), serde_json::json!(2.5));
+    }
+
+    #[test]
     fn the_lab_scenarios_parse() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/sim");
-        let mut n = 0;
+        let mut names = Vec::new();
         for entry in std::fs::read_dir(&dir).expect("lab/sim") {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "toml") {
@@ -1360,9 +1797,17 @@ to = "ua2"
                 if let Err(e) = Scenario::from_toml(&name, &text) {
                     panic!("{e}");
                 }
-                n += 1;
+                names.extend(path.file_name().and_then(|f| f.to_str()).map(str::to_owned));
             }
         }
-        assert!(n >= 5, "{n} scenarios in {}", dir.display());
+        assert!(names.len() >= 5, "{names:?} in {}", dir.display());
+        // Seed 001's two-stage architectures are among them.
+        for f in [
+            "seed001-s1p1.toml",
+            "seed001-s2p2.toml",
+            "seed001-s3p3.toml",
+        ] {
+            assert!(names.iter().any(|n| n == f), "{f} missing: {names:?}");
+        }
     }
 }

@@ -15,9 +15,11 @@ use holdline_overload::{
     HopMeasure, HopServer, HopServerConfig, LoadReport, RejectReason, Rejection, RejectionBudget,
     Signal, TargetId, Work,
 };
+use holdline_proto::dns::{DnsAnswer, DnsRecords, QueryKind, SrvRecord};
 use holdline_proto::{
-    Endpoint, EndpointEvent, GateRejection, HashRoute, HashTarget, ListenAddr, MemoryLocationStore,
-    OverloadAnswer, ProxyConfig, RateAnswer, RelayPolicy, StaticRoute,
+    DnsQuery, DnsResponse, DnsRoute, DnsTarget, Endpoint, EndpointEvent, GateRejection, HashRoute,
+    HashTarget, ListenAddr, MemoryLocationStore, OverloadAnswer, ProxyConfig, RateAnswer,
+    RelayPolicy, StaticRoute,
 };
 use holdline_sip::{Limits, Message, OcAlgo, OcOffer, OcReport};
 
@@ -48,6 +50,9 @@ pub enum SimError {
     #[error("link: {0}")]
     Link(String),
 }
+
+/// How long the SRV records of `srv` routes are cached: longer than any run.
+const DNS_TTL: Duration = Duration::from_secs(10_000_000);
 
 /// The first port of a node; sub-agent `i` of a population listens on `BASE_PORT + i`.
 const BASE_PORT: u16 = 5060;
@@ -132,6 +137,9 @@ pub struct ServerCounters {
     /// New INVITEs rejected at the forward gate: DEOC's restrictor, or a next hop's loss
     /// answer (the endpoint's count).
     pub forward_rejected: u64,
+    /// Requests sent on to the next target of an `srv` route after one failed (timeout,
+    /// 503, transport error) within their transaction (the endpoint's count).
+    pub failovers: u64,
 }
 
 /// A receive queue: a FIFO bounded in messages or, as a kernel socket buffer, in bytes.
@@ -259,6 +267,9 @@ struct Server {
     fair: Option<FairShare>,
     /// The headroom this server reports in responses to INVITEs (`load_report`).
     report: Option<Box<Reporter>>,
+    /// The SRV records of this server's `srv` routes (the simulator is its DNS server):
+    /// given to the endpoint's cache at the start and on every lookup it asks for.
+    zone: Vec<(String, Vec<SrvRecord>)>,
 }
 
 /// The largest headroom a server reports (an idle server would report an infinite one).
@@ -1031,7 +1042,25 @@ impl Server {
         }
     }
 
+    /// The answer of this server's DNS zone to `query`: its `srv` routes' records.
+    fn dns_answer(&self, query: &DnsQuery) -> DnsAnswer {
+        match self.zone.iter().find(|(name, _)| *name == query.name) {
+            Some((_, records)) if query.kind == QueryKind::Srv => DnsAnswer::Records {
+                records: DnsRecords::Srv(records.clone()),
+                ttl: DNS_TTL,
+            },
+            _ => DnsAnswer::NotFound { ttl: None },
+        }
+    }
+
     fn drain(&mut self, now: Instant, out: &mut Vec<Out>) {
+        // Lookups of `srv` routes (only if an answer expired: the zone is in the cache from
+        // the start) are answered at once; the requests they held go on.
+        while let Some(query) = self.ep.poll_dns_query() {
+            let answer = self.dns_answer(&query);
+            self.ep
+                .handle_dns_response(now, DnsResponse { query, answer });
+        }
         loop {
             self.scratch.clear();
             let Some(t) = self.ep.poll_transmit(now, &mut self.scratch) else {
@@ -1278,8 +1307,38 @@ impl World {
             p.relay = RelayPolicy::Open;
             p.branch_seed = master.next_u64();
             p.gate_key = gate_key;
-            for r in sc.routes.iter().filter(|r| r.server == s.name) {
-                if r.to_any.is_empty() {
+            let mut zone = Vec::new();
+            for (ri, r) in sc
+                .routes
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.server == s.name)
+            {
+                if !r.srv.is_empty() {
+                    // A DNS route to a name of its own, whose SRV records name the nodes by
+                    // address: the endpoint orders them (RFC 2782) and fails over between
+                    // them per request, as it does for names a real DNS resolves.
+                    let name = format!("route{ri}.sim");
+                    let target: DnsTarget = format!("sip:{name};transport=udp")
+                        .parse()
+                        .map_err(|e| err(format!("route {ri}: {e}")))?;
+                    let mut records = Vec::new();
+                    for t in &r.srv {
+                        let to = index(&t.to).ok_or_else(|| err(format!("route to `{}`", t.to)))?;
+                        let addr = node_addr(to, 0);
+                        records.push(SrvRecord {
+                            priority: t.priority,
+                            weight: t.weight,
+                            port: addr.port(),
+                            target: addr.ip().to_string(),
+                        });
+                    }
+                    p.dns_routes.push(DnsRoute {
+                        domain: r.domain.clone(),
+                        target,
+                    });
+                    zone.push((format!("_sip._udp.{name}"), records));
+                } else if r.to_any.is_empty() {
                     let to = index(&r.to).ok_or_else(|| err(format!("route to `{}`", r.to)))?;
                     p.static_routes.push(StaticRoute {
                         domain: r.domain.clone(),
@@ -1380,9 +1439,23 @@ impl World {
                 None
             };
             let us = |v: f64| Duration::from_nanos((v * 1000.0).round() as u64);
+            p.dns.min_ttl = DNS_TTL;
+            p.dns.max_ttl = DNS_TTL;
+            let mut ep = Endpoint::new(p, Arc::new(MemoryLocationStore::new()));
+            for (name, records) in &zone {
+                let query = DnsQuery {
+                    name: name.clone(),
+                    kind: QueryKind::Srv,
+                };
+                let answer = DnsAnswer::Records {
+                    records: DnsRecords::Srv(records.clone()),
+                    ttl: DNS_TTL,
+                };
+                ep.handle_dns_response(Instant::ZERO, DnsResponse { query, answer });
+            }
             nodes.push(Node::Server(Box::new(Server {
                 name: s.name.clone(),
-                ep: Endpoint::new(p, Arc::new(MemoryLocationStore::new())),
+                ep,
                 ctl,
                 budget,
                 addr,
@@ -1426,6 +1499,7 @@ impl World {
                 role,
                 fair,
                 report,
+                zone,
             })));
         }
         let goodput_window = dur_s(sc.goodput_window_s);
@@ -1437,6 +1511,7 @@ impl World {
             cfg.uas = Some(UasConfig {
                 ring_delay: dur_s(u.ring_ms / 1000.0),
                 answer_delay: dur_s(u.answer_ms / 1000.0),
+                mix: vec![(u.status, 1.0)],
                 ..UasConfig::default()
             });
             cfg.seed = master.next_u64();
@@ -1470,15 +1545,18 @@ impl World {
                     .get(k + 1)
                     .map_or(load_end, |s| Instant::ZERO + dur_s(s.at_s));
                 let rate = sc.step_rate(step);
+                // A ramp over this step's interval: to the next step's rate at its start.
+                let rate_end = u.ramp_end(k).map(|next| sc.step_rate(next));
                 let addr = node_addr(i, k);
                 let mut cfg = AgentConfig::new(Transport::Udp, vec![addr]);
                 cfg.seed = master.next_u64();
                 cfg.goodput_window = goodput_window;
                 // A step without calls still needs a valid rate: it gets a zero-length run.
-                let (rate, duration) = if rate > 0.0 {
-                    (rate, stop - start)
+                let (rate, rate_end, duration) = if rate > 0.0 || rate_end.is_some_and(|r| r > 0.0)
+                {
+                    (rate, rate_end, stop - start)
                 } else {
-                    (1.0, Duration::ZERO)
+                    (1.0, None, Duration::ZERO)
                 };
                 cfg.uac = Some(UacConfig {
                     target: node_addr(target, 0),
@@ -1490,6 +1568,7 @@ impl World {
                         ArrivalKind::Poisson
                     },
                     rate,
+                    rate_end,
                     calls: if duration.is_zero() { Some(0) } else { None },
                     duration: Some(duration),
                     hold: if u.hold == "exp" {
@@ -1843,12 +1922,17 @@ impl World {
                     .filter(|(t, _)| *t > from && *t <= stop)
                     .map(|(_, c)| c)
                     .sum();
-                let rate = a
-                    .agent
-                    .config()
-                    .uac
-                    .as_ref()
-                    .map_or(0.0, |u| if u.calls == Some(0) { 0.0 } else { u.rate });
+                let rate =
+                    a.agent
+                        .config()
+                        .uac
+                        .as_ref()
+                        .map_or(0.0, |u| match (u.calls, u.rate_end) {
+                            (Some(0), _) => 0.0,
+                            // A ramp: its mean rate.
+                            (_, Some(end)) => (u.rate + end) / 2.0,
+                            (_, None) => u.rate,
+                        });
                 let pdd = &a.agent.recorder().lat.pdd;
                 steps.push(StepOutcome {
                     population: name.clone(),
@@ -1876,6 +1960,7 @@ impl World {
                     let mut c = s.c;
                     c.rejected = s.ep.stats().rejected_by_gate;
                     c.forward_rejected = s.ep.stats().rejected_by_forward_gate;
+                    c.failovers = s.ep.stats().failovers;
                     Some((s.name.clone(), c))
                 }
                 Node::Agents(_) => None,

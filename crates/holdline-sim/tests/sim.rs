@@ -344,3 +344,271 @@ fn per_upstream_fairness_at_the_core_makes_mixed_deoc_edges_fair() {
     let (probe, _, _) = run("occ+asis+probe+fair");
     assert!(probe >= 0.98, "with load reports too: {probe}");
 }
+
+/// One UAS called directly by a population ramping 0 -> 200 calls/s over 10 s, then holding
+/// 200/s for 4 s, then ramping down to 20/s by 16 s (`ramp = true` steps).
+fn ramp_scenario(arrivals: &str, seed: u64) -> Scenario {
+    let text = format!(
+        r#"
+seed = {seed}
+duration_s = 18
+drain_s = 1
+settle_s = 0
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "uas"
+arrivals = "{arrivals}"
+steps = [
+    {{ at_s = 0, rate_cps = 0 }},
+    {{ at_s = 10, rate_cps = 200, ramp = true }},
+    {{ at_s = 14, rate_cps = 200 }},
+    {{ at_s = 16, rate_cps = 20, ramp = true }},
+]
+"#
+    );
+    Scenario::from_toml("ramp.toml", &text).expect("valid scenario")
+}
+
+#[test]
+fn ramp_steps_offer_the_integral_of_their_rate() {
+    // Calls offered per interval (offered_cps × window): the ramp 0 -> 200 over 10 s is
+    // 1,000 calls, 200/s over 4 s 800, the ramp 200 -> 20 over 2 s 220, 20/s over 2 s 40.
+    let want = [1000.0, 800.0, 220.0, 40.0];
+    let counts = |arrivals: &str, seed: u64| -> Vec<f64> {
+        let sc = ramp_scenario(arrivals, seed);
+        let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+        out[0]
+            .steps
+            .iter()
+            .map(|s| s.offered_cps * s.window_s)
+            .collect()
+    };
+    // Constant arrivals: exactly the integral (± 1).
+    let got = counts("constant", 1);
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1.0 + 1e-6, "constant: {got:?} vs {want:?}");
+    }
+    // Poisson: within 4 standard deviations (sqrt of the mean) in every interval, over
+    // several seeds; and not the step profile's count (0/s over the first 10 s).
+    for seed in 1..=3 {
+        let got = counts("poisson", seed);
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 4.0 * w.sqrt(),
+                "seed {seed}: {got:?} vs {want:?}"
+            );
+        }
+    }
+    // The ramp's point reports its mean rate.
+    let sc = ramp_scenario("constant", 1);
+    let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+    let rates: Vec<f64> = out[0].steps.iter().map(|s| s.rate_cps).collect();
+    assert_eq!(rates, [100.0, 200.0, 110.0, 20.0]);
+}
+
+#[test]
+fn a_ramp_into_the_first_step_is_refused() {
+    let text = r#"
+duration_s = 5
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "uas"
+steps = [{ at_s = 0, rate_cps = 10, ramp = true }]
+"#;
+    let e = Scenario::from_toml("r.toml", text).expect_err("ramp into step 0");
+    assert_eq!((e.line, e.key.as_str()), (8, "uac[0].steps"));
+    assert!(e.message.contains("ramp"), "{e}");
+    let e = Scenario::from_toml("r.toml", &text.replace("ramp = true", "ramp = 1"))
+        .expect_err("not a boolean");
+    assert!(e.message.contains("bool"), "{e}");
+}
+
+/// A proxy whose route is DNS-like (`srv`) over the servers a, b and c, each routing to
+/// the UAS; `links` adds `[[links]]` entries.
+fn srv_scenario(srv: &str, links: &str, rate: f64, duration_s: f64, drain_s: f64) -> Scenario {
+    let mut text = format!(
+        r#"
+seed = 3
+duration_s = {duration_s}
+drain_s = {drain_s}
+settle_s = 0
+[[servers]]
+name = "proxy"
+service_us = 10
+"#
+    );
+    for s in ["a", "b", "c"] {
+        text.push_str(&format!(
+            "[[servers]]\nname = \"{s}\"\nservice_us = 10\n[[routes]]\nserver = \"{s}\"\nto = \"uas\"\n"
+        ));
+    }
+    text.push_str(&format!(
+        r#"
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{{ at_s = 0, rate_cps = {rate} }}]
+[[routes]]
+server = "proxy"
+srv = {srv}
+{links}
+"#
+    ));
+    Scenario::from_toml("srv.toml", &text).expect("valid scenario")
+}
+
+/// Per server of a run: (name, new INVITEs admitted, failovers).
+fn server_calls(out: &holdline_sim::RunOutput) -> Vec<(String, u64, u64)> {
+    out.servers
+        .iter()
+        .map(|(n, c)| (n.clone(), c.admitted, c.failovers))
+        .collect()
+}
+
+#[test]
+fn srv_routes_fail_over_to_the_next_priority_within_the_transaction() {
+    // The priority-10 target is a callee out of service (every INVITE answered 503): every
+    // call completes through the priority-20 one, the 503 failed over in a new branch of
+    // the same transaction (a 503 from the proxy's only branch would reach the caller as a
+    // 500, RFC 3261 §16.7). The failed target then goes last for 30 s, as in the server:
+    // over 70 s it is tried (and failed over from) 2 or 3 times.
+    let text = r#"
+seed = 3
+duration_s = 70
+drain_s = 2
+settle_s = 0
+[[servers]]
+name = "proxy"
+service_us = 10
+[[uas]]
+name = "dead"
+status = 503
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{ at_s = 0, rate_cps = 5 }]
+[[routes]]
+server = "proxy"
+srv = [{ to = "dead", priority = 10, weight = 1 }, { to = "uas", priority = 20, weight = 0 }]
+"#;
+    let sc = Scenario::from_toml("srv.toml", text).expect("valid scenario");
+    let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+    let step = &out[0].steps[0];
+    let calls = (step.offered_cps * step.window_s).round() as u64;
+    assert!(calls > 300, "{calls} calls");
+    let ok = (step.calls_ok_cps * step.window_s).round() as u64;
+    assert!(ok + 1 >= calls, "{ok} of {calls}: {step:?}");
+    assert_eq!(step.failed_other_cps + step.rejected_cps, 0.0, "{step:?}");
+    let failovers = out[0].servers[0].1.failovers;
+    assert!((2..=3).contains(&failovers), "{failovers} failovers");
+
+    // The same with the priority-10 target a server behind a link that loses everything:
+    // the first calls time out there (Timer B, 32 s) and fail over within their
+    // transaction — too late for their callers, whose own Timer B (32 s from the same
+    // INVITE) has just fired — and once a failed, the later calls go to c at once.
+    let sc = srv_scenario(
+        r#"[{ to = "a", priority = 10, weight = 1 }, { to = "c", priority = 20, weight = 0 }]"#,
+        "[[links]]\nbetween = [\"proxy\", \"a\"]\nloss = 1.0",
+        5.0,
+        40.0,
+        35.0,
+    );
+    let mut sc = sc;
+    sc.uac[0].steps.push(holdline_sim::scenario::StepSpec {
+        at_s: 33.0,
+        rate_cps: Some(5.0),
+        factor: None,
+    });
+    let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+    let servers = server_calls(&out[0]);
+    let calls: u64 = out[0]
+        .steps
+        .iter()
+        .map(|s| (s.offered_cps * s.window_s).round() as u64)
+        .sum();
+    // Every INVITE reached c, none a; about 32 s of calls (160) failed over.
+    assert_eq!((servers[1].1, servers[3].1), (0, calls), "{servers:?}");
+    assert!((120..=200).contains(&servers[0].2), "{servers:?}");
+    let late = &out[0].steps[1];
+    let ok = (late.calls_ok_cps * late.window_s).round();
+    let offered = (late.offered_cps * late.window_s).round();
+    assert!(ok + 1.0 >= offered, "{late:?}");
+    assert_eq!(late.failed_other_cps + late.rejected_cps, 0.0, "{late:?}");
+}
+
+#[test]
+fn srv_weights_split_calls_within_a_priority() {
+    // 60/40 between a and b at priority 10; c (priority 20) gets nothing while they work.
+    let sc = srv_scenario(
+        r#"[{ to = "a", priority = 10, weight = 60 }, { to = "b", priority = 10, weight = 40 }, { to = "c", priority = 20, weight = 0 }]"#,
+        "",
+        200.0,
+        20.0,
+        2.0,
+    );
+    let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+    let servers = server_calls(&out[0]);
+    let (a, b, c) = (servers[1].1 as f64, servers[2].1 as f64, servers[3].1);
+    assert!(a + b > 3900.0, "{servers:?}");
+    // 4,000 calls: the share's standard deviation is 0.8%; allow 3%.
+    let share = a / (a + b);
+    assert!((share - 0.6).abs() < 0.03, "a's share {share}: {servers:?}");
+    assert_eq!(c, 0, "{servers:?}");
+    assert!(servers.iter().all(|s| s.2 == 0), "{servers:?}");
+    // The order is drawn from the run's seed: another seed, another split (same mean).
+    let mut other = sc;
+    other.seed = 4;
+    let out2 = run_scenario(&other, 1, |_, _| {}).expect("runs");
+    assert_ne!(server_calls(&out2[0]), servers);
+}
+
+#[test]
+fn srv_routes_are_checked_with_file_line_and_key() {
+    let base = r#"
+duration_s = 5
+[[servers]]
+name = "proxy"
+service_us = 10
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{ at_s = 0, rate_cps = 1 }]
+[[routes]]
+server = "proxy"
+"#;
+    let ok = format!("{base}srv = [{{ to = \"uas\", priority = 1, weight = 1 }}]\n");
+    let s = Scenario::from_toml("r.toml", &ok).expect("valid");
+    assert_eq!(s.routes[0].next_hops(), ["uas"]);
+    let refused = [
+        (
+            "srv = [{ to = \"nobody\", priority = 1, weight = 1 }]",
+            14,
+            "routes[0].srv",
+        ),
+        (
+            "to = \"uas\"\nsrv = [{ to = \"uas\", priority = 1, weight = 1 }]",
+            15,
+            "routes[0].srv",
+        ),
+        ("srv = [{ to = \"uas\", priority = 1 }]", 14, "routes.srv"),
+        (
+            "srv = [{ to = \"uas\", priority = -1, weight = 1 }]",
+            14,
+            "routes.srv",
+        ),
+    ];
+    for (keys, line, key) in refused {
+        let e = Scenario::from_toml("r.toml", &format!("{base}{keys}\n")).expect_err(keys);
+        assert_eq!((e.line, e.key.as_str()), (line, key), "{keys}: {e}");
+    }
+}

@@ -441,6 +441,7 @@ fn uac_config(c: &Calling, target: SocketAddr) -> Result<UacConfig, String> {
         from_user: c.from.clone(),
         arrivals: arrival(c.arrivals),
         rate: c.rate,
+        rate_end: None,
         calls: c.calls,
         duration: c.duration.map(|d| secs(d, "--duration")).transpose()?,
         hold: c.hold,

@@ -107,6 +107,14 @@ struct RunArgs {
     /// mechanism without `--scale`: a plain run with it (time series included).
     #[arg(long, value_delimiter = ',', conflicts_with = "local")]
     mechanism: Vec<String>,
+    /// General sweep (repeatable): `KEY=V1,V2,...` sets a dotted key of the scenario —
+    /// a top-level key (`duration_s`), `default_link.KEY`, `servers.NAME.KEY`,
+    /// `uac.NAME.KEY`, `uas.NAME.KEY` (NAME a node's name or `*` for every one) — to each
+    /// value (TOML scalars; bare words are strings) before the scenario is checked. The
+    /// points are every combination of the sweeps' values (and of `--local`/`--mechanism`
+    /// and `--scale`, applied after them); one directory per point, `sweep.csv`/`sweep.json`.
+    #[arg(long = "sweep", value_name = "KEY=V1,V2,...")]
+    sweep: Vec<String>,
 }
 
 pub(crate) fn main(args: SimArgs) -> ExitCode {
@@ -127,6 +135,9 @@ pub(crate) fn main(args: SimArgs) -> ExitCode {
 fn run(a: &RunArgs) -> anyhow::Result<()> {
     let file = a.scenario.display().to_string();
     let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {file}"))?;
+    if !a.sweep.is_empty() {
+        return sweep(a, &file, &text);
+    }
     let mut sc = Scenario::from_toml(&file, &text)?;
     if let Some(s) = a.seed {
         sc.seed = s;
@@ -139,7 +150,7 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         // plots included).
         sc = sc.with_mechanism(m).map_err(anyhow::Error::msg)?;
     } else if !a.local.is_empty() || !a.scale.is_empty() || !a.mechanism.is_empty() {
-        return sweep(a, &sc);
+        return sweep(a, &file, &text);
     }
     let runs = a.runs.unwrap_or(sc.runs).max(1);
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -878,10 +889,53 @@ fn par_runs(tasks: &[(Scenario, u64)], jobs: usize) -> anyhow::Result<Vec<RunOut
     Ok(all.into_iter().map(|(_, o)| o).collect())
 }
 
-/// `holdline sim run --local A,B --scale X,Y`: every (local, scale) point, `runs` runs each.
-fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
+/// One point of a sweep: its scenario and what it sets.
+struct SweepPoint {
+    /// `--local`/`--mechanism` (or "scenario").
+    name: String,
+    /// `--scale`.
+    scale: f64,
+    /// The `--sweep` settings, `(key, value)`.
+    settings: Vec<(String, String)>,
+    /// Its directory under `--out`.
+    dir: String,
+    sc: Scenario,
+    runs: u64,
+}
+
+/// A directory name from a point's description: `*` → `all`, anything but letters, digits
+/// and `._=,+-` → `_`.
+fn dir_name(text: &str) -> String {
+    text.replace('*', "all")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._=,+-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `holdline sim run --local A,B --scale X,Y --sweep KEY=V1,V2`: every combination of the
+/// points, `runs` runs each (the `--sweep` settings are applied to the scenario's text before
+/// it is checked, then `--local`/`--mechanism`, then `--scale`).
+fn sweep(a: &RunArgs, file: &str, text: &str) -> anyhow::Result<()> {
     let started = StdInstant::now();
-    let runs = a.runs.unwrap_or(base.runs).max(1);
+    let sweeps: Vec<holdline_sim::Sweep> = a
+        .sweep
+        .iter()
+        .map(|s| s.parse().map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<_>>()?;
+    for (i, s) in sweeps.iter().enumerate() {
+        anyhow::ensure!(
+            !sweeps[..i].iter().any(|o| o.key == s.key),
+            "--sweep {}: the key is swept twice",
+            s.key
+        );
+    }
+    let combos = holdline_sim::sweep_points(&sweeps);
     // (mechanism, is `--mechanism`) per point; `None`: the scenario's own.
     let locals: Vec<Option<(String, bool)>> = if !a.mechanism.is_empty() {
         a.mechanism
@@ -898,61 +952,104 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
     } else {
         a.scale.clone()
     };
+    // Directory names as before when only --local/--mechanism/--scale are given.
+    let legacy = !a.local.is_empty() || !a.mechanism.is_empty() || !a.scale.is_empty();
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let mut points: Vec<(String, f64, Scenario)> = Vec::new();
+    let mut points: Vec<SweepPoint> = Vec::new();
     for l in &locals {
-        for &x in &scales {
-            anyhow::ensure!(x.is_finite() && x >= 0.0, "--scale {x}: not a factor");
-            let mut sc = base.clone();
-            if let Some((m, true)) = l {
-                sc = base
-                    .with_mechanism(m)
-                    .map_err(|e| anyhow::anyhow!("--mechanism: {e}"))?;
-            } else if let Some((l, _)) = l {
-                for s in &mut sc.servers {
-                    s.local = l.clone();
-                    s.controller()
-                        .map_err(|e| anyhow::anyhow!("--local {l}: {e}"))?;
+        for settings in &combos {
+            let point_base = Scenario::from_toml_with(file, text, settings)?;
+            for &x in &scales {
+                anyhow::ensure!(x.is_finite() && x >= 0.0, "--scale {x}: not a factor");
+                let mut sc = point_base.clone();
+                if let Some((m, true)) = l {
+                    sc = point_base
+                        .with_mechanism(m)
+                        .map_err(|e| anyhow::anyhow!("--mechanism: {e}"))?;
+                } else if let Some((l, _)) = l {
+                    for s in &mut sc.servers {
+                        s.local = l.clone();
+                        s.controller()
+                            .map_err(|e| anyhow::anyhow!("--local {l}: {e}"))?;
+                    }
                 }
-            }
-            for u in &mut sc.uac {
-                for st in &mut u.steps {
-                    let r = base.step_rate(st);
-                    st.rate_cps = Some(r * x);
-                    st.factor = None;
+                if let Some(seed) = a.seed {
+                    sc.seed = seed;
                 }
+                for u in &mut sc.uac {
+                    for st in &mut u.steps {
+                        let r = point_base.step_rate(st);
+                        st.rate_cps = Some(r * x);
+                        st.factor = None;
+                    }
+                }
+                let name = l
+                    .as_ref()
+                    .map_or_else(|| "scenario".into(), |(m, _)| m.clone());
+                let mut parts: Vec<String> = Vec::new();
+                if legacy {
+                    parts.push(format!("{name}-{x}x"));
+                }
+                parts.extend(settings.iter().map(|(k, v)| format!("{k}={v}")));
+                let runs = a.runs.unwrap_or(sc.runs).max(1);
+                points.push(SweepPoint {
+                    name,
+                    scale: x,
+                    settings: settings.clone(),
+                    dir: dir_name(&parts.join(",")),
+                    sc,
+                    runs,
+                });
             }
-            let name = l
-                .as_ref()
-                .map_or_else(|| "scenario".into(), |(m, _)| m.clone());
-            points.push((name, x, sc));
         }
     }
     let tasks: Vec<(Scenario, u64)> = points
         .iter()
-        .flat_map(|(_, _, sc)| (0..runs).map(move |r| (sc.clone(), r)))
+        .flat_map(|p| (0..p.runs).map(move |r| (p.sc.clone(), r)))
         .collect();
     if !a.quiet {
         eprintln!(
-            "sim sweep: {} points × {runs} runs = {} runs on {} thread(s)",
+            "sim sweep: {} points, {} runs on {} thread(s)",
             points.len(),
             tasks.len(),
             a.jobs
         );
     }
     let outs = par_runs(&tasks, a.jobs)?;
-    let mut csv = String::from(
-        "local,scale,offered_cps,offered_ci95,goodput_cps,goodput_ci95,throughput_cps,throughput_ci95,rejected_cps,failed_other_cps,pdd_p50_ms,pdd_p50_ci95,messages_per_run\n",
-    );
+    let keys: Vec<&str> = sweeps.iter().map(|s| s.key.as_str()).collect();
+    let mut csv = String::from("local,scale,");
+    for k in &keys {
+        csv.push_str(k);
+        csv.push(',');
+    }
+    csv.push_str("offered_cps,offered_ci95,goodput_cps,goodput_ci95,throughput_cps,throughput_ci95,rejected_cps,failed_other_cps,pdd_p50_ms,pdd_p50_ci95,messages_per_run\n");
     let mut json = Vec::new();
+    // The x axis of the plots: the offered load when --scale is given (or nothing is
+    // swept but --local/--mechanism), else the last numeric --sweep key, else the point's
+    // index in its series.
+    let x_key: Option<usize> = if a.scale.is_empty() {
+        sweeps
+            .iter()
+            .rposition(|s| s.values.iter().all(|v| v.parse::<f64>().is_ok()))
+    } else {
+        None
+    };
+    let x_label = match x_key {
+        Some(i) => sweeps[i].key.clone(),
+        None if a.scale.is_empty() && !sweeps.is_empty() => "point".to_owned(),
+        None => "offered calls/s".to_owned(),
+    };
     let mut good: Vec<Series> = Vec::new();
     let mut pdd: Vec<Series> = Vec::new();
     let mut total_msgs = 0u64;
-    for (k, (name, x, sc)) in points.iter().enumerate() {
-        let mine = &outs[k * runs as usize..(k + 1) * runs as usize];
-        let dir = a.out.join(format!("{name}-{x}x"));
+    let mut offset = 0usize;
+    for p in &points {
+        let mine = &outs[offset..offset + p.runs as usize];
+        offset += p.runs as usize;
+        let runs = p.runs;
+        let dir = a.out.join(&p.dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let results = Results::from_runs(sc, mine);
+        let results = Results::from_runs(&p.sc, mine);
         write(&dir.join("results.json"), &results.to_json())?;
         write(&dir.join("points.csv"), &points_csv(&results))?;
         // Network-wide per run: sums over populations (a step's throughput is already
@@ -975,8 +1072,14 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
         let p50 = e(per_run(&|s| s.pdd_p50_ms, false));
         let msgs = mine.iter().map(|o| o.messages).sum::<u64>() / runs;
         total_msgs += mine.iter().map(|o| o.messages).sum::<u64>();
+        let (name, x) = (&p.name, p.scale);
+        csv.push_str(&format!("{name},{x},"));
+        for (_, v) in &p.settings {
+            csv.push_str(v);
+            csv.push(',');
+        }
         csv.push_str(&format!(
-            "{name},{x},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.1},{:.1},{msgs}\n",
+            "{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},{:.1},{:.1},{msgs}\n",
             offered.mean,
             offered.ci95,
             goodput.mean,
@@ -990,39 +1093,76 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
         ));
         if !a.quiet {
             eprintln!(
-                "{name:<12} {x:>5}x  offered {:>7.1}/s  goodput {:>7.1} ± {:>5.1}/s  throughput {:>7.1} ± {:>5.1}/s  503 {:>7.1}/s  PDD p50 {:>8.1} ms",
-                offered.mean, goodput.mean, goodput.ci95, thr.mean, thr.ci95, rej.mean, p50.mean
+                "{:<24} offered {:>7.1}/s  goodput {:>7.1} ± {:>5.1}/s  throughput {:>7.1} ± {:>5.1}/s  503 {:>7.1}/s  PDD p50 {:>8.1} ms",
+                p.dir,
+                offered.mean,
+                goodput.mean,
+                goodput.ci95,
+                thr.mean,
+                thr.ci95,
+                rej.mean,
+                p50.mean
             );
         }
-        for (series, y) in [(&mut good, goodput.mean), (&mut pdd, p50.mean)] {
-            match series.iter_mut().find(|s| &s.0 == name) {
-                Some(s) => s.1.push((offered.mean, y)),
-                None => series.push((name.clone(), vec![(offered.mean, y)])),
+        // The series: the point without its x-axis parameter.
+        let mut label: Vec<String> = Vec::new();
+        if !a.local.is_empty() || !a.mechanism.is_empty() || p.settings.is_empty() {
+            label.push(name.clone());
+        }
+        for (i, (k, v)) in p.settings.iter().enumerate() {
+            if Some(i) != x_key {
+                label.push(format!("{k}={v}"));
             }
         }
-        json.push(serde_json::json!({
+        let label = label.join(",");
+        for (series, y) in [(&mut good, goodput.mean), (&mut pdd, p50.mean)] {
+            let k = series.iter().position(|s| s.0 == label);
+            let n = k.map_or(0, |k| series[k].1.len());
+            let px = match x_key {
+                Some(i) => p.settings[i].1.parse::<f64>().unwrap_or(n as f64),
+                None if a.scale.is_empty() && !sweeps.is_empty() => n as f64,
+                None => offered.mean,
+            };
+            match k {
+                Some(k) => series[k].1.push((px, y)),
+                None => series.push((label.clone(), vec![(px, y)])),
+            }
+        }
+        let mut point = serde_json::json!({
             "local": name, "scale": x, "runs": runs, "offered_cps": offered,
             "goodput_cps": goodput, "throughput_cps": thr, "rejected_cps": rej,
             "failed_other_cps": other, "pdd_p50_ms": p50, "messages_per_run": msgs,
-        }));
+        });
+        if !p.settings.is_empty() {
+            let set: serde_json::Map<String, serde_json::Value> = p
+                .settings
+                .iter()
+                .map(|(k, v)| (k.clone(), holdline_sim::scenario::sweep_json(v)))
+                .collect();
+            point["point"] = serde_json::Value::String(p.dir.clone());
+            point["sweep"] = serde_json::Value::Object(set);
+        }
+        json.push(point);
     }
     write(&a.out.join("sweep.csv"), &csv)?;
+    let runs = points.first().map_or(1, |p| p.runs);
+    let base_name = points.first().map_or("", |p| p.sc.name.as_str());
     write(
         &a.out.join("sweep.json"),
         &serde_json::to_string_pretty(&serde_json::json!({
-            "scenario": base.name, "runs": runs, "points": json,
+            "scenario": base_name, "runs": runs, "points": json,
         }))?,
     )?;
-    let title = if base.name.is_empty() {
+    let title = if base_name.is_empty() {
         "sim"
     } else {
-        &base.name
+        base_name
     };
     chart(
         &a.out,
         "sweep-goodput",
         &format!("{title}: goodput (200 OK within the window, network-wide; mean of {runs} runs)"),
-        "offered calls/s",
+        &x_label,
         "goodput, calls/s",
         &good,
     )?;
@@ -1030,7 +1170,7 @@ fn sweep(a: &RunArgs, base: &Scenario) -> anyhow::Result<()> {
         &a.out,
         "sweep-pdd",
         &format!("{title}: PDD p50 (mean over populations and {runs} runs)"),
-        "offered calls/s",
+        &x_label,
         "PDD p50, ms",
         &pdd,
     )?;

@@ -109,3 +109,89 @@ fn sim_run_refuses_a_bad_scenario_with_file_line_and_key() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("bad.toml:14: key `servers.servise`"), "{err}");
 }
+
+#[test]
+fn sim_sweep_runs_every_combination_and_does_not_depend_on_jobs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("s.toml");
+    std::fs::write(&file, SCENARIO).expect("write scenario");
+    let file = file.to_str().expect("utf-8 path");
+    let outs: Vec<_> = ["1", "2"]
+        .iter()
+        .map(|jobs| {
+            let out = dir.path().join(format!("sweep{jobs}"));
+            let o = sim(&[
+                "run",
+                file,
+                "--quiet",
+                "--runs",
+                "2",
+                "--jobs",
+                jobs,
+                "--sweep",
+                "servers.*.service_us=1666.667,3333.333",
+                "--sweep",
+                "uac.uac.arrivals=poisson,constant",
+                "--out",
+                out.to_str().expect("utf-8"),
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            out
+        })
+        .collect();
+    for f in ["sweep.csv", "sweep.json"] {
+        assert_eq!(
+            read(&outs[0].join(f)),
+            read(&outs[1].join(f)),
+            "{f} differs"
+        );
+    }
+    let point = "servers.all.service_us=3333.333,uac.uac.arrivals=constant";
+    assert_eq!(
+        read(&outs[0].join(point).join("results.json")),
+        read(&outs[1].join(point).join("results.json")),
+    );
+    let csv = String::from_utf8(read(&outs[0].join("sweep.csv"))).expect("utf-8");
+    assert!(
+        csv.starts_with("local,scale,servers.*.service_us,uac.uac.arrivals,offered_cps,"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&read(&outs[0].join("sweep.json"))).expect("json");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 4);
+    assert_eq!(points[0]["sweep"]["servers.*.service_us"], 1666.667);
+    assert_eq!(points[3]["sweep"]["uac.uac.arrivals"], "constant");
+    assert_eq!(points[3]["point"], point);
+    // The swept cost took effect: twice the CPU per message, about half the goodput in
+    // overload (the 5x step is most of the window).
+    let goodput = |i: usize| points[i]["goodput_cps"]["mean"].as_f64().expect("goodput");
+    assert!(
+        goodput(2) < 0.8 * goodput(0),
+        "{} vs {}",
+        goodput(2),
+        goodput(0)
+    );
+}
+
+#[test]
+fn sim_sweep_refuses_a_bad_value_naming_the_sweep() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("s.toml");
+    std::fs::write(&file, SCENARIO).expect("write scenario");
+    let o = sim(&[
+        "run",
+        file.to_str().expect("utf-8"),
+        "--sweep",
+        "servers.*.local=occ,fifo",
+        "--out",
+        dir.path().join("out").to_str().expect("utf-8"),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("s.toml (--sweep servers.*.local=fifo): key `servers[0].local`"),
+        "{err}"
+    );
+}
