@@ -42,6 +42,13 @@ fn font() -> Result<()> {
 /// and for `tcp-overload`'s and `feedback`'s series ("ICS+BM+SF, 3 SEs") one hue per
 /// mechanism, lighter with more SEs.
 fn color_for(name: &str) -> RGBColor {
+    // `sim agree`: a measured series ("occ, 3 SE: real") in a lighter shade of its
+    // simulated one's hue.
+    if let Some(sim) = name.strip_suffix(": real") {
+        let RGBColor(r, g, b) = color_for(sim);
+        let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * 0.55) as u8;
+        return RGBColor(light(r), light(g), light(b));
+    }
     let n = name.to_ascii_lowercase();
     if let Some(c) = link_color(&n) {
         return c;

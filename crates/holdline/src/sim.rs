@@ -57,6 +57,13 @@ struct AgreeArgs {
     /// Threads.
     #[arg(long, default_value_t = 1)]
     jobs: usize,
+    /// Calibrate the latency outside the servers (the scenario's per-hop delay and every
+    /// server's wake-up, scaled together) on the lab's points at or below this load factor
+    /// before predicting the others: the one thing the model takes from the machine rather
+    /// than from holdline (loopback, scheduler wake-ups, the load generators' loops), which
+    /// moves with how loaded the machine is. 0: use the scenario's values as written.
+    #[arg(long, default_value_t = 0.5)]
+    calibrate_below: f64,
     /// Output directory: agreement.csv, agreement.json, throughput.svg/png, pdd.svg/png.
     #[arg(long, default_value = "sim-agree")]
     out: PathBuf,
@@ -496,6 +503,7 @@ fn point_scenario(
         LabKind::UdpOverload => {
             let uac = sc.uac.first_mut().context("the scenario has no UAC")?;
             uac.steps = step(task.rate);
+            uac.ramp_steps.clear();
         }
         LabKind::Feedback => {
             // The SEs run holdline's defaults but no feedback; with mechanism `none` no
@@ -530,6 +538,7 @@ fn point_scenario(
                 u.name = format!("uac{i}");
                 u.target.clone_from(&name);
                 u.steps = step(task.rate / f64::from(n));
+                u.ramp_steps.clear();
                 sc.uac.push(u);
                 let mut r = route.clone();
                 r.server = name;
@@ -626,6 +635,88 @@ fn simulate(
         .collect())
 }
 
+/// Scales of the latency outside the servers tried by [`calibrate`].
+const LATENCY_SCALES: [f64; 8] = [0.1, 0.2, 0.33, 0.5, 0.75, 1.0, 1.5, 2.0];
+
+/// `base` with its latency outside the servers (per-hop delay of the default link, every
+/// server's wake-up) multiplied by `scale`.
+fn scale_latency(base: &Scenario, scale: f64) -> Scenario {
+    let mut sc = base.clone();
+    sc.default_link.delay_ms *= scale;
+    for s in &mut sc.servers {
+        s.wakeup_us *= scale;
+    }
+    sc
+}
+
+/// Picks the latency scale (of [`LATENCY_SCALES`]) whose simulated PDD medians best match
+/// the lab's points at or below `--calibrate-below` (least mean |log(sim / real)|) and
+/// returns the scenario scaled so, with a description for agreement.json. Nothing is
+/// calibrated when no real point is that light.
+fn calibrate(
+    base: &Scenario,
+    kind: LabKind,
+    real: &[RealPoint],
+    a: &AgreeArgs,
+    duration: f64,
+) -> anyhow::Result<(Scenario, serde_json::Value)> {
+    let light: Vec<Task> = real
+        .iter()
+        .filter(|p| p.load_factor <= a.calibrate_below && p.pdd_p50 > 0.0)
+        .map(|p| Task {
+            mechanism: p.mechanism.clone(),
+            ses: p.ses,
+            load_factor: p.load_factor,
+            rate: p.rate,
+            service_us: p.service_us,
+        })
+        .collect();
+    if light.is_empty() {
+        return Ok((base.clone(), serde_json::Value::Null));
+    }
+    let mut best: Option<(f64, f64)> = None;
+    for scale in LATENCY_SCALES {
+        let sc = scale_latency(base, scale);
+        let sim = simulate(&light, &sc, kind, duration, a.runs.max(1), a.jobs)?;
+        let err = sim
+            .iter()
+            .zip(
+                real.iter()
+                    .filter(|p| p.load_factor <= a.calibrate_below && p.pdd_p50 > 0.0),
+            )
+            .map(|(s, r)| (s.pdd_p50.mean.max(1e-6) / r.pdd_p50).ln().abs())
+            .sum::<f64>()
+            / light.len() as f64;
+        eprintln!(
+            "sim agree: calibration, latency outside the servers x{scale}: mean |log(sim/real)| of PDD p50 {err:.3}"
+        );
+        if best.is_none_or(|(_, e)| err < e) {
+            best = Some((scale, err));
+        }
+    }
+    let (scale, err) = best.unwrap_or((1.0, 0.0));
+    let sc = scale_latency(base, scale);
+    let wakeups: Vec<f64> = sc.servers.iter().map(|s| s.wakeup_us).collect();
+    eprintln!(
+        "sim agree: calibrated on {} points at or below {}x: latency outside the servers x{scale} (per hop {:.3} ms, wake-ups {:?} µs)",
+        light.len(),
+        a.calibrate_below,
+        sc.default_link.delay_ms,
+        wakeups
+    );
+    Ok((
+        sc.clone(),
+        serde_json::json!({
+            "below_load_factor": a.calibrate_below,
+            "points": light.len(),
+            "scale": scale,
+            "mean_abs_log_error": err,
+            "hop_delay_ms": sc.default_link.delay_ms,
+            "wakeup_us": wakeups,
+        }),
+    ))
+}
+
 fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     let started = StdInstant::now();
     let (real, lab_duration, kind) = real_points(&a.real)?;
@@ -691,6 +782,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         a.runs,
         real.iter().filter(|p| p.service_us.is_some()).count()
     );
+    let (base, calibration) = calibrate(&base, kind, &real, a, duration)?;
     let sim = simulate(&tasks, &base, kind, duration, a.runs.max(1), a.jobs)?;
     let rel = |s: f64, r: f64| if r > 0.0 { (s - r) / r } else { 0.0 };
     let mut csv = String::from(
@@ -764,6 +856,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         "capacity_cps": capacity,
         "points": rows,
         "curve": curve,
+        "calibration": calibration,
         "within": {"points": n, "both_ok": n_ok},
     });
     write(
@@ -771,55 +864,64 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         &serde_json::to_string_pretty(&json)?,
     )?;
     write(&a.out.join("agreement.csv"), &csv)?;
-    let mut thr: Vec<Series> = Vec::new();
-    let mut pdd: Vec<Series> = Vec::new();
-    for (m, ses) in &curves {
-        let label = match kind {
-            LabKind::UdpOverload => m.clone(),
-            LabKind::Feedback => format!("{m}, {ses} SE"),
+    // One chart per number of SEs (udp-overload: one chart), each mechanism's real points
+    // in a lighter shade of its simulated curve.
+    let mut groups: Vec<u32> = curves.iter().map(|(_, ses)| *ses).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for ses_group in groups {
+        let mut thr: Vec<Series> = Vec::new();
+        let mut pdd: Vec<Series> = Vec::new();
+        for (m, ses) in curves.iter().filter(|(_, n)| *n == ses_group) {
+            let real_of = |g: fn(&RealPoint) -> f64| -> Vec<(f64, f64)> {
+                let mut v: Vec<(f64, f64)> = real
+                    .iter()
+                    .filter(|p| &p.mechanism == m && p.ses == *ses)
+                    .map(|p| (p.rate, g(p)))
+                    .collect();
+                v.sort_by(|x, y| x.0.total_cmp(&y.0));
+                v
+            };
+            let sim_of = |g: fn(&SimPoint) -> f64| -> Vec<(f64, f64)> {
+                let mut v: Vec<(f64, f64)> = sim
+                    .iter()
+                    .filter(|p| &p.task.mechanism == m && p.task.ses == *ses)
+                    .map(|p| (p.task.rate, g(p)))
+                    .collect();
+                v.sort_by(|x, y| x.0.total_cmp(&y.0));
+                v
+            };
+            thr.push((format!("{m}: real"), real_of(|p| p.throughput)));
+            thr.push((format!("{m}: sim"), sim_of(|p| p.throughput.mean)));
+            pdd.push((format!("{m}: real"), real_of(|p| p.pdd_p50)));
+            pdd.push((format!("{m}: sim"), sim_of(|p| p.pdd_p50.mean)));
+        }
+        let (suffix, what) = match kind {
+            LabKind::UdpOverload => (String::new(), kind.name().to_owned()),
+            LabKind::Feedback => (
+                format!("-{ses_group}se"),
+                format!("{}, {ses_group} SE", kind.name()),
+            ),
         };
-        let real_of = |g: fn(&RealPoint) -> f64| -> Vec<(f64, f64)> {
-            let mut v: Vec<(f64, f64)> = real
-                .iter()
-                .filter(|p| &p.mechanism == m && p.ses == *ses)
-                .map(|p| (p.rate, g(p)))
-                .collect();
-            v.sort_by(|x, y| x.0.total_cmp(&y.0));
-            v
-        };
-        let sim_of = |g: fn(&SimPoint) -> f64| -> Vec<(f64, f64)> {
-            let mut v: Vec<(f64, f64)> = sim
-                .iter()
-                .filter(|p| &p.task.mechanism == m && p.task.ses == *ses)
-                .map(|p| (p.task.rate, g(p)))
-                .collect();
-            v.sort_by(|x, y| x.0.total_cmp(&y.0));
-            v
-        };
-        thr.push((format!("{label}: real"), real_of(|p| p.throughput)));
-        thr.push((format!("{label}: sim"), sim_of(|p| p.throughput.mean)));
-        pdd.push((format!("{label}: real"), real_of(|p| p.pdd_p50)));
-        pdd.push((format!("{label}: sim"), sim_of(|p| p.pdd_p50.mean)));
+        chart(
+            &a.out,
+            &format!("throughput{suffix}"),
+            &format!(
+                "{what}: real (lab, light) vs simulated throughput, capacity {capacity:.0} calls/s"
+            ),
+            "offered calls/s",
+            "throughput (ACK at the UAS), calls/s",
+            &thr,
+        )?;
+        chart(
+            &a.out,
+            &format!("pdd{suffix}"),
+            &format!("{what}: real (lab, light) vs simulated PDD p50"),
+            "offered calls/s",
+            "PDD p50, ms",
+            &pdd,
+        )?;
     }
-    chart(
-        &a.out,
-        "throughput",
-        &format!(
-            "{}: real (lab) vs simulated throughput, capacity {capacity:.0} calls/s",
-            kind.name()
-        ),
-        "offered calls/s",
-        "throughput (ACK at the UAS), calls/s",
-        &thr,
-    )?;
-    chart(
-        &a.out,
-        "pdd",
-        &format!("{}: real (lab) vs simulated PDD p50", kind.name()),
-        "offered calls/s",
-        "PDD p50, ms",
-        &pdd,
-    )?;
     eprintln!(
         "{n_ok} of {n} points within 10% (throughput) and 25% (PDD p50); {:.1} s; results in {}",
         started.elapsed().as_secs_f64(),
