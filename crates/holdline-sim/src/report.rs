@@ -111,6 +111,18 @@ pub struct ServerTotals {
     /// Requests it sent on to a further target of an `srv` route after one failed (the
     /// endpoint's `failovers`).
     pub failovers: Estimate,
+    /// INVITEs its endpoint received (retransmissions included).
+    pub invites_in: Estimate,
+    /// ACKs it received.
+    pub acks_in: Estimate,
+    /// BYEs it received.
+    pub byes_in: Estimate,
+    /// 1xx responses it received.
+    pub responses_1xx_in: Estimate,
+    /// 2xx responses it received.
+    pub responses_2xx_in: Estimate,
+    /// 3xx-6xx responses it received.
+    pub responses_3xx_6xx_in: Estimate,
 }
 
 /// Jain's fairness index of `xs`: `(Σx)² / (n·Σx²)`, 1 when all are equal; `None` when
@@ -204,6 +216,12 @@ impl Results {
                     busy_s: col(&|c| c.busy_ns as f64 / 1e9),
                     forward_rejected: col(&|c| c.forward_rejected as f64),
                     failovers: col(&|c| c.failovers as f64),
+                    invites_in: col(&|c| c.received.invite as f64),
+                    acks_in: col(&|c| c.received.ack as f64),
+                    byes_in: col(&|c| c.received.bye as f64),
+                    responses_1xx_in: col(&|c| c.received.r1xx as f64),
+                    responses_2xx_in: col(&|c| c.received.r2xx as f64),
+                    responses_3xx_6xx_in: col(&|c| c.received.r3xx_6xx as f64),
                 });
             }
         }

@@ -539,6 +539,13 @@ pub struct UasSpec {
     /// scenarios), 200 to 699. Default 200.
     #[serde(default = "status_ok")]
     pub status: u16,
+    /// The agent's loop as `holdline load`'s: under load (16 or more messages read in one
+    /// wake-up) it handles messages and timers at most this often, microseconds (`holdline
+    /// load --coalesce-us`, whose default is 1,000); what it sends in one iteration leaves
+    /// together, the answers to what it read first. Default 0: an ideal agent that handles
+    /// every message and timer the instant it comes.
+    #[serde(default)]
+    pub coalesce_us: f64,
 }
 
 fn status_ok() -> u16 {
@@ -566,6 +573,8 @@ pub struct UacSpec {
     /// `hold_ms`, seed 003's holding time). Default `fixed`.
     #[serde(default = "fixed")]
     pub hold: String,
+    /// The agent's loop under load, as [`UasSpec::coalesce_us`]. Default 0.
+    pub coalesce_us: f64,
     /// The load profile: steps in time order, the first at 0.
     pub steps: Vec<StepSpec>,
     /// The indices of the steps reached by a linear ramp (`ramp = true` in the file): the
@@ -602,6 +611,8 @@ struct UacToml {
     hold_ms: f64,
     #[serde(default = "fixed")]
     hold: String,
+    #[serde(default)]
+    coalesce_us: f64,
     steps: Vec<StepToml>,
 }
 
@@ -627,6 +638,7 @@ impl From<UacToml> for UacSpec {
             arrivals: u.arrivals,
             hold_ms: u.hold_ms,
             hold: u.hold,
+            coalesce_us: u.coalesce_us,
             ramp_steps: (u.steps.iter().enumerate())
                 .filter(|(_, s)| s.ramp)
                 .map(|(k, _)| k)
@@ -1130,6 +1142,12 @@ impl Scenario {
                     "must be a final status, 200 to 699",
                 );
             }
+            if !(u.coalesce_us.is_finite() && (0.0..=100_000.0).contains(&u.coalesce_us)) {
+                return bad(
+                    format!("uas[{i}].coalesce_us"),
+                    "must be 0 to 100000 (microseconds)",
+                );
+            }
         }
         for (i, u) in self.uac.iter().enumerate() {
             if !known(&u.target) {
@@ -1137,6 +1155,12 @@ impl Scenario {
             }
             if u.arrivals != "poisson" && u.arrivals != "constant" {
                 return bad(format!("uac[{i}].arrivals"), "must be poisson or constant");
+            }
+            if !(u.coalesce_us.is_finite() && (0.0..=100_000.0).contains(&u.coalesce_us)) {
+                return bad(
+                    format!("uac[{i}].coalesce_us"),
+                    "must be 0 to 100000 (microseconds)",
+                );
             }
             if !(u.hold_ms.is_finite() && u.hold_ms >= 0.0) {
                 return bad(format!("uac[{i}].hold_ms"), "must be zero or more");

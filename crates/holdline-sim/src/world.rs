@@ -103,6 +103,8 @@ enum Ev {
     Send { node: usize, out: Vec<Out> },
     /// A timer of node `node`, sub-agent `sub` (the server itself for servers).
     Wake { node: usize, sub: usize },
+    /// Agent `sub` of node `node` ends the pause its loop takes under load (`coalesce_us`).
+    Resume { node: usize, sub: usize },
     /// Cut the per-second time series.
     Sample,
 }
@@ -140,6 +142,27 @@ pub struct ServerCounters {
     /// Requests sent on to the next target of an `srv` route after one failed (timeout,
     /// 503, transport error) within their transaction (the endpoint's count).
     pub failovers: u64,
+    /// What the endpoint received, as the real server exports it
+    /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
+    /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
+    pub received: Received,
+}
+
+/// Messages a server's endpoint received, by kind (retransmissions included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Received {
+    /// INVITE requests.
+    pub invite: u64,
+    /// ACK requests.
+    pub ack: u64,
+    /// BYE requests.
+    pub bye: u64,
+    /// 1xx responses.
+    pub r1xx: u64,
+    /// 2xx responses.
+    pub r2xx: u64,
+    /// 3xx-6xx responses.
+    pub r3xx_6xx: u64,
 }
 
 /// A receive queue: a FIFO bounded in messages or, as a kernel socket buffer, in bytes.
@@ -1113,13 +1136,57 @@ struct AgentNode {
     armed: Option<Instant>,
     /// Start and end of its load step (UACs).
     step: Option<(Instant, Instant)>,
+    /// Its loop's pause under load (`coalesce_us`; zero: none).
+    coalesce: Duration,
+    /// While the loop pauses: until when, and the messages that arrived meanwhile.
+    paused: Option<Instant>,
+    inbox: Vec<(SocketAddr, Vec<u8>)>,
 }
 
+/// Messages read in one wake-up from which `holdline load`'s loop pauses (its
+/// `COALESCE_MIN`).
+const COALESCE_MIN: usize = 16;
+
 impl AgentNode {
+    fn new(
+        agent: Agent,
+        addr: SocketAddr,
+        step: Option<(Instant, Instant)>,
+        coalesce_us: f64,
+    ) -> Self {
+        Self {
+            agent,
+            addr,
+            armed: None,
+            step,
+            coalesce: dur_s(coalesce_us / 1e6),
+            paused: None,
+            inbox: Vec::new(),
+        }
+    }
+
     fn drain(&mut self, out: &mut Vec<Out>) {
         let addr = self.addr;
         self.agent
             .drain_transmits(|peer, bytes| out.push((addr, peer.addr, bytes.to_vec())));
+    }
+
+    /// One iteration of `holdline load`'s loop at `now`: what arrived is read and handled,
+    /// due timers run, and everything queued leaves (the answers to what was read first);
+    /// the loop pauses for `coalesce` when it read [`COALESCE_MIN`] messages or more, and
+    /// then returns when the pause ends.
+    fn iterate(&mut self, now: Instant, out: &mut Vec<Out>) -> Option<Instant> {
+        let read = self.inbox.len();
+        for (from, bytes) in std::mem::take(&mut self.inbox) {
+            self.agent.handle(now, udp(from), &bytes);
+        }
+        if self.agent.poll_timeout().is_some_and(|t| t <= now) {
+            self.agent.handle_timeout(now);
+        }
+        self.drain(out);
+        self.paused =
+            (!self.coalesce.is_zero() && read >= COALESCE_MIN).then(|| now + self.coalesce);
+        self.paused
     }
 }
 
@@ -1521,12 +1588,12 @@ impl World {
                 node: u.name.clone(),
                 message: e.to_string(),
             })?;
-            nodes.push(Node::Agents(vec![AgentNode {
+            nodes.push(Node::Agents(vec![AgentNode::new(
                 agent,
                 addr,
-                armed: None,
-                step: None,
-            }]));
+                None,
+                u.coalesce_us,
+            )]));
         }
         for (j, u) in sc.uac.iter().enumerate() {
             let i = sc.servers.len() + sc.uas.len() + j;
@@ -1582,12 +1649,12 @@ impl World {
                     hops: holdline_agent::Hops::default(),
                 });
                 let agent = Agent::new(cfg, start).map_err(|e| err(e.to_string()))?;
-                agents.push(AgentNode {
+                agents.push(AgentNode::new(
                     agent,
                     addr,
-                    armed: None,
-                    step: Some((start, stop)),
-                });
+                    Some((start, stop)),
+                    u.coalesce_us,
+                ));
             }
             nodes.push(Node::Agents(agents));
         }
@@ -1645,6 +1712,8 @@ impl World {
             Node::Server(srv) if srv.iter.is_some() || srv.waking => return,
             Node::Server(srv) => (srv.poll_timeout(), &mut srv.armed),
             Node::Agents(a) => match a.get_mut(s) {
+                // A pausing loop looks at its timers when the pause ends.
+                Some(a) if a.paused.is_some() => return,
                 Some(a) => (a.agent.poll_timeout(), &mut a.armed),
                 None => return,
             },
@@ -1723,6 +1792,7 @@ impl World {
                     self.flush(node);
                 }
                 Ev::Wake { node, sub } => self.wake(node, sub),
+                Ev::Resume { node, sub } => self.resume(node, sub),
                 Ev::Sample => {
                     self.sample();
                     let t = self.now.as_nanos() / 1_000_000_000;
@@ -1774,14 +1844,64 @@ impl World {
             }
             Node::Agents(a) => {
                 if let Some(a) = a.get_mut(sub) {
-                    let mut out = std::mem::take(&mut self.out);
-                    a.agent.handle(now, udp(from), &bytes);
-                    a.drain(&mut out);
-                    self.out = out;
-                    self.flush(to);
-                    self.arm(to, sub);
+                    if a.coalesce.is_zero() {
+                        let mut out = std::mem::take(&mut self.out);
+                        a.agent.handle(now, udp(from), &bytes);
+                        a.drain(&mut out);
+                        self.out = out;
+                        self.flush(to);
+                        self.arm(to, sub);
+                    } else {
+                        a.inbox.push((from, bytes));
+                        if a.paused.is_none() {
+                            // The loop wakes now and reads everything that arrived at this
+                            // instant (a server's `sendmmsg` batch) in one go.
+                            a.paused = Some(now);
+                            self.queue.push(now, Ev::Resume { node: to, sub });
+                        }
+                    }
                 }
             }
+        }
+    }
+
+    /// Agent `sub` of node `node` runs one iteration of its loop now (see
+    /// [`AgentNode::iterate`]).
+    fn agent_iteration(&mut self, node: usize, sub: usize) {
+        let now = self.now;
+        let Node::Agents(v) = &mut self.nodes[node] else {
+            return;
+        };
+        let Some(a) = v.get_mut(sub) else {
+            return;
+        };
+        let mut out = std::mem::take(&mut self.out);
+        let pause = a.iterate(now, &mut out);
+        self.out = out;
+        self.flush(node);
+        match pause {
+            Some(t) => self.queue.push(t, Ev::Resume { node, sub }),
+            None => self.arm(node, sub),
+        }
+    }
+
+    /// Agent `sub` of node `node` ends its pause: it reads what came meanwhile and runs its
+    /// due timers, or waits.
+    fn resume(&mut self, node: usize, sub: usize) {
+        let now = self.now;
+        let Node::Agents(v) = &mut self.nodes[node] else {
+            return;
+        };
+        let Some(a) = v.get_mut(sub) else {
+            return;
+        };
+        a.paused = None;
+        a.armed = None;
+        let due = a.agent.poll_timeout().is_some_and(|t| t <= now);
+        if due || !a.inbox.is_empty() {
+            self.agent_iteration(node, sub);
+        } else {
+            self.arm(node, sub);
         }
     }
 
@@ -1801,7 +1921,7 @@ impl World {
                 let Some(a) = a.get_mut(sub) else {
                     return;
                 };
-                if a.armed != Some(now) {
+                if a.armed != Some(now) || a.paused.is_some() {
                     return;
                 }
                 a.armed = None;
@@ -1961,6 +2081,15 @@ impl World {
                     c.rejected = s.ep.stats().rejected_by_gate;
                     c.forward_rejected = s.ep.stats().rejected_by_forward_gate;
                     c.failovers = s.ep.stats().failovers;
+                    let st = s.ep.stats();
+                    c.received = Received {
+                        invite: st.requests_in.invite,
+                        ack: st.requests_in.ack,
+                        bye: st.requests_in.bye,
+                        r1xx: st.responses_in[0],
+                        r2xx: st.responses_in[1],
+                        r3xx_6xx: st.responses_in[2..].iter().sum(),
+                    };
                     Some((s.name.clone(), c))
                 }
                 Node::Agents(_) => None,
@@ -2062,5 +2191,63 @@ mod tests {
             assert_eq!(decode(node_addr(n, s)), Some((n, s)));
         }
         assert_eq!(decode("127.0.0.1:5060".parse().expect("addr")), None);
+    }
+}
+
+#[cfg(test)]
+mod agent_loop_tests {
+    use super::*;
+    use holdline_agent::{AgentConfig, UasConfig};
+
+    fn uas(coalesce_us: f64) -> AgentNode {
+        let addr = node_addr(1, 0);
+        let mut cfg = AgentConfig::new(Transport::Udp, Vec::new());
+        cfg.uas_addr = Some(addr);
+        cfg.uas = Some(UasConfig::default());
+        let agent = Agent::new(cfg, Instant::ZERO).expect("agent");
+        AgentNode::new(agent, addr, None, coalesce_us)
+    }
+
+    fn invite(k: usize) -> Vec<u8> {
+        format!(
+            "INVITE sip:user{k}@example.com SIP/2.0\r\n\
+             Via: SIP/2.0/UDP 10.0.0.1:5060;branch=z9hG4bK-loop-{k}\r\n\
+             Max-Forwards: 70\r\n\
+             From: <sip:caller@example.com>;tag=a{k}\r\n\
+             To: <sip:user{k}@example.com>\r\n\
+             Call-ID: loop-{k}@sim\r\n\
+             CSeq: 1 INVITE\r\n\
+             Contact: <sip:caller@10.0.0.1:5060>\r\n\
+             Content-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    }
+
+    /// `holdline load`'s loop: a wake-up that reads 16 messages or more pauses for
+    /// `coalesce`; fewer, or no coalescing, never pause; what the iteration read is
+    /// answered at once, in that iteration.
+    #[test]
+    fn a_loop_pauses_after_a_busy_wake_up_only() {
+        let from = node_addr(0, 0);
+        let t = Instant::ZERO + Duration::from_millis(5);
+        for (coalesce_us, n, pause) in [
+            (1000.0, COALESCE_MIN, Some(t + Duration::from_millis(1))),
+            (1000.0, COALESCE_MIN - 1, None),
+            (0.0, 40, None),
+        ] {
+            let mut a = uas(coalesce_us);
+            a.inbox = (0..n).map(|k| (from, invite(k))).collect();
+            let mut out = Vec::new();
+            assert_eq!(
+                a.iterate(t, &mut out),
+                pause,
+                "{coalesce_us} µs, {n} messages"
+            );
+            assert!(a.inbox.is_empty());
+            // 180 and 200 (no ringing or answering delay) for each INVITE read, all sent
+            // now.
+            assert_eq!(out.len(), 2 * n, "{coalesce_us} µs, {n} messages");
+            assert_eq!(a.paused, pause);
+        }
     }
 }
