@@ -129,6 +129,10 @@ pub struct Point {
     pub pdd_p50_ms: f64,
     /// PDD p99, ms: the largest of the UACs' p99s.
     pub pdd_p99_ms: f64,
+    /// PDD mean over every UAC's calls, ms (well-conditioned where the median sits on a
+    /// step of the retransmission schedule).
+    #[serde(default)]
+    pub pdd_mean_ms: Option<f64>,
     /// INVITE retransmissions by the UACs.
     pub retrans_invite: u64,
     /// 200 OK retransmissions by the UAS.
@@ -511,6 +515,14 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             0.0
         },
         pdd_p50_ms: pdd_p50,
+        pdd_mean_ms: (total_n > 0.0).then(|| {
+            reports
+                .iter()
+                .zip(&pdd_n)
+                .map(|(r, n)| num(r, &["latency", "pdd", "mean_ms"]) * n)
+                .sum::<f64>()
+                / total_n
+        }),
         pdd_p99_ms: reports
             .iter()
             .map(|r| num(r, &["pdd_p99_ms"]))
@@ -1172,6 +1184,7 @@ mod tests {
             re_busy: 0.5,
             run,
             re_service_us_measured: None,
+            pdd_mean_ms: None,
         };
         let pts = [
             p("loss", 1, 100.0, 0),

@@ -113,6 +113,10 @@ pub struct Point {
     pub pdd_p50_ms: f64,
     /// PDD p99, ms.
     pub pdd_p99_ms: f64,
+    /// PDD mean, ms (well-conditioned where the median sits on a step of the
+    /// retransmission schedule).
+    #[serde(default)]
+    pub pdd_mean_ms: Option<f64>,
     /// 200 OK retransmissions by the UAS.
     pub retrans_200: u64,
     /// INVITE retransmissions by the UAC.
@@ -452,6 +456,7 @@ fn run_point_once(
         ),
         pdd_p50_ms: num(&uac_r, &["pdd_p50_ms"]),
         pdd_p99_ms: num(&uac_r, &["pdd_p99_ms"]),
+        pdd_mean_ms: Some(num(&uac_r, &["latency", "pdd", "mean_ms"])),
         retrans_200: count(&uas_r, &["totals", "retrans_200"]),
         retrans_invite: count(&uac_r, &["totals", "retrans_invite"]),
         fairness: None,

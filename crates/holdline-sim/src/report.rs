@@ -89,6 +89,8 @@ pub struct Point {
     pub pdd_p50_ms: Estimate,
     /// 99th percentile of the post-dial delay, milliseconds.
     pub pdd_p99_ms: Estimate,
+    /// Mean post-dial delay, milliseconds.
+    pub pdd_mean_ms: Estimate,
 }
 
 /// A server's totals, mean over runs.
@@ -193,6 +195,7 @@ impl Results {
                     retrans_invite_cps: col(&|p| p.retrans_invite_cps),
                     pdd_p50_ms: col(&|p| p.pdd_p50_ms),
                     pdd_p99_ms: col(&|p| p.pdd_p99_ms),
+                    pdd_mean_ms: col(&|p| p.pdd_mean_ms),
                 });
             }
         }

@@ -1264,6 +1264,9 @@ pub struct StepOutcome {
     pub pdd_p50_ms: f64,
     /// PDD 99th percentile, milliseconds.
     pub pdd_p99_ms: f64,
+    /// PDD mean, milliseconds: unlike a quantile it does not jump from one step of the
+    /// retransmission schedule to the next when a few calls move.
+    pub pdd_mean_ms: f64,
 }
 
 /// Everything one run measured.
@@ -2069,6 +2072,7 @@ impl World {
                     retrans_invite_cps: per_s(sums.retrans_invite),
                     pdd_p50_ms: pdd.quantile_ms(0.5),
                     pdd_p99_ms: pdd.quantile_ms(0.99),
+                    pdd_mean_ms: pdd.summary().mean_ms,
                 });
             }
         }

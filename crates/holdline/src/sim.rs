@@ -372,6 +372,9 @@ struct RealPoint {
     pdd_range: (f64, f64),
     /// Real runs of the point.
     runs: usize,
+    /// PDD mean (median over the runs that recorded it): a diagnostic beside the median,
+    /// which jumps between steps of the retransmission schedule.
+    pdd_mean: Option<f64>,
     /// The mean wall µs the measured server spent per message at full emulated cost (median
     /// over the repeats), when the lab recorded it.
     service_us: Option<f64>,
@@ -448,10 +451,15 @@ fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64, LabKind)> {
                 })
                 .collect();
             let costs: Vec<f64> = runs.iter().filter_map(|p| measured(p)).collect();
+            let means: Vec<f64> = runs
+                .iter()
+                .filter_map(|p| p["pdd_mean_ms"].as_f64())
+                .collect();
             let thr: Vec<f64> = runs.iter().map(|p| f(p, "throughput_cps")).collect();
             let pdd: Vec<f64> = runs.iter().map(|p| f(p, "pdd_p50_ms")).collect();
             RealPoint {
                 runs: runs.len(),
+                pdd_mean: (!means.is_empty()).then(|| median(means)),
                 throughput_range: range(&thr),
                 pdd_range: range(&pdd),
                 throughput: median(thr),
@@ -465,6 +473,16 @@ fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64, LabKind)> {
         })
         .collect();
     Ok((out, (median(durations) * 10.0).round() / 10.0, kind))
+}
+
+/// Removes and returns the first item of `v` that `is` picks (the SE → RE scenario's
+/// templates), or says that the scenario has no `what`.
+fn take<T>(v: &mut Vec<T>, is: impl Fn(&T) -> bool, what: &str) -> anyhow::Result<T> {
+    let i = v
+        .iter()
+        .position(is)
+        .with_context(|| format!("the SE → RE scenario has no {what}"))?;
+    Ok(v.remove(i))
 }
 
 /// What one simulated point is: the lab's mechanism, SEs and offered rate, and the cost per
@@ -531,24 +549,9 @@ fn point_scenario(
             // The SEs run holdline's defaults but no feedback; with mechanism `none` no
             // control at all (the lab's `--overload=none --feedback=none`).
             let se_local = if alg == "none" { "none" } else { "occ" };
-            let se = sc
-                .servers
-                .iter()
-                .position(|s| s.name == "se")
-                .context("the SE → RE scenario has no template server `se`")?;
-            let template = sc.servers.remove(se);
-            let uac = sc
-                .uac
-                .iter()
-                .position(|u| u.name == "uac")
-                .context("the SE → RE scenario has no template UAC `uac`")?;
-            let uac = sc.uac.remove(uac);
-            let route = sc
-                .routes
-                .iter()
-                .position(|r| r.server == "se")
-                .context("the SE → RE scenario has no route of `se`")?;
-            let route = sc.routes.remove(route);
+            let template = take(&mut sc.servers, |s| s.name == "se", "template server `se`")?;
+            let uac = take(&mut sc.uac, |u| u.name == "uac", "template UAC `uac`")?;
+            let route = take(&mut sc.routes, |r| r.server == "se", "route of `se`")?;
             let n = task.ses.max(1);
             for i in 0..n {
                 let name = format!("se{i}");
@@ -581,6 +584,17 @@ struct SimPoint {
     task: Task,
     throughput: holdline_sim::Estimate,
     pdd_p50: holdline_sim::Estimate,
+    pdd_mean: holdline_sim::Estimate,
+}
+
+/// What one simulated run of a task measured.
+struct RunFigures {
+    /// Index of the task and of the run.
+    task: usize,
+    run: u64,
+    throughput: f64,
+    pdd_p50: f64,
+    pdd_mean: f64,
 }
 
 fn simulate(
@@ -595,10 +609,10 @@ fn simulate(
         .flat_map(|i| (0..runs).map(move |r| (i, r)))
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<(usize, u64, f64, f64)> = std::thread::scope(|scope| {
+    let results: Vec<RunFigures> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs.clamp(1, 64))
             .map(|_| {
-                scope.spawn(|| -> anyhow::Result<Vec<(usize, u64, f64, f64)>> {
+                scope.spawn(|| -> anyhow::Result<Vec<RunFigures>> {
                     let mut mine = Vec::new();
                     loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -607,27 +621,31 @@ fn simulate(
                         };
                         let sc = point_scenario(base, kind, &tasks[i], duration)?;
                         let out = World::new(&sc, r)?.run(|_| {});
-                        let (thr, pdd) = match kind {
-                            LabKind::UdpOverload => (
-                                out.completed as f64 / duration,
-                                out.steps.first().map_or(0.0, |s| s.pdd_p50_ms),
-                            ),
-                            LabKind::Feedback => {
-                                let calls: f64 = out.steps.iter().map(|s| s.offered_cps).sum();
-                                let pdd = if calls > 0.0 {
-                                    out.steps
-                                        .iter()
-                                        .map(|s| s.pdd_p50_ms * s.offered_cps)
-                                        .sum::<f64>()
-                                        / calls
-                                } else {
-                                    0.0
-                                };
-                                // Network-wide: every step's throughput is the same count.
-                                (out.steps.first().map_or(0.0, |s| s.throughput_cps), pdd)
+                        // PDD median and mean: the UAC's, or the UACs' weighted by their
+                        // calls as the lab weighs them.
+                        let calls: f64 = out.steps.iter().map(|s| s.offered_cps).sum();
+                        let weighted = |g: fn(&holdline_sim::world::StepOutcome) -> f64| {
+                            if calls > 0.0 {
+                                out.steps.iter().map(|s| g(s) * s.offered_cps).sum::<f64>() / calls
+                            } else {
+                                0.0
                             }
                         };
-                        mine.push((i, r, thr, pdd));
+                        let (pdd, mean) = (weighted(|s| s.pdd_p50_ms), weighted(|s| s.pdd_mean_ms));
+                        let thr = match kind {
+                            LabKind::UdpOverload => out.completed as f64 / duration,
+                            // Network-wide: every step's throughput is the same count.
+                            LabKind::Feedback => {
+                                out.steps.first().map_or(0.0, |s| s.throughput_cps)
+                            }
+                        };
+                        mine.push(RunFigures {
+                            task: i,
+                            run: r,
+                            throughput: thr,
+                            pdd_p50: pdd,
+                            pdd_mean: mean,
+                        });
                     }
                 })
             })
@@ -639,19 +657,23 @@ fn simulate(
                 Err(_) => anyhow::bail!("a simulation thread panicked"),
             }
         }
+        // In run order whatever thread ran what: sums over runs do not depend on --jobs.
+        all.sort_by_key(|x| (x.task, x.run));
         Ok(all)
     })?;
     Ok(tasks
         .iter()
         .enumerate()
         .map(|(i, task)| {
-            let mine: Vec<&(usize, u64, f64, f64)> = results.iter().filter(|x| x.0 == i).collect();
+            let mine: Vec<&RunFigures> = results.iter().filter(|x| x.task == i).collect();
+            let of = |g: fn(&RunFigures) -> f64| {
+                holdline_sim::Estimate::of(&mine.iter().map(|x| g(x)).collect::<Vec<_>>())
+            };
             SimPoint {
                 task: task.clone(),
-                throughput: holdline_sim::Estimate::of(
-                    &mine.iter().map(|x| x.2).collect::<Vec<_>>(),
-                ),
-                pdd_p50: holdline_sim::Estimate::of(&mine.iter().map(|x| x.3).collect::<Vec<_>>()),
+                throughput: of(|x| x.throughput),
+                pdd_p50: of(|x| x.pdd_p50),
+                pdd_mean: of(|x| x.pdd_mean),
             }
         })
         .collect())
@@ -808,7 +830,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     let sim = simulate(&tasks, &base, kind, duration, a.runs.max(1), a.jobs)?;
     let rel = |s: f64, r: f64| if r > 0.0 { (s - r) / r } else { 0.0 };
     let mut csv = String::from(
-        "mechanism,ses,load_factor,rate_cps,service_us,real_runs,real_throughput_cps,real_throughput_min,real_throughput_max,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,real_pdd_p50_min,real_pdd_p50_max,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,throughput_ok,pdd_ok,within_real_range\n",
+        "mechanism,ses,load_factor,rate_cps,service_us,real_runs,real_throughput_cps,real_throughput_min,real_throughput_max,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,real_pdd_p50_min,real_pdd_p50_max,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,real_pdd_mean_ms,sim_pdd_mean_ms,pdd_mean_error,throughput_ok,pdd_ok,within_real_range\n",
     );
     let mut rows = Vec::new();
     let (mut n_ok, mut n, mut n_in_range) = (0, 0, 0);
@@ -825,8 +847,11 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             && (pok || inside(s.pdd_p50.mean, r.pdd_range));
         n_in_range += usize::from(!(tok && pok) && in_range);
         let cost = r.service_us.map_or_else(String::new, |c| format!("{c:.0}"));
+        let mean_error = r.pdd_mean.map(|m| rel(s.pdd_mean.mean, m));
+        let real_mean = r.pdd_mean.map_or_else(String::new, |m| format!("{m:.1}"));
+        let mean_err = mean_error.map_or_else(String::new, |e| format!("{e:+.3}"));
         csv.push_str(&format!(
-            "{},{},{},{},{cost},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{tok},{pok},{in_range}\n",
+            "{},{},{},{},{cost},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{real_mean},{:.1},{mean_err},{tok},{pok},{in_range}\n",
             r.mechanism,
             r.ses,
             r.load_factor,
@@ -843,7 +868,8 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             r.pdd_range.1,
             s.pdd_p50.mean,
             s.pdd_p50.ci95,
-            pe
+            pe,
+            s.pdd_mean.mean
         ));
         eprintln!(
             "{:<12} {:>2} SE {:>5.2}x {:>5.0}/s {:>6}  throughput real {:>6.1} sim {:>6.1} ± {:>4.1} ({:+5.1}%)  PDD p50 real {:>7.1} sim {:>7.1} ms ({:+5.1}%){}",
@@ -862,6 +888,15 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             pe * 100.0,
             match (tok && pok, in_range) {
                 (true, _) => String::new(),
+                (false, _) if !pok && mean_error.is_some() => format!(
+                    "  <- outside{} (PDD mean real {real_mean} sim {:.1} ms, {mean_err})",
+                    if in_range {
+                        ", but within the real runs"
+                    } else {
+                        ""
+                    },
+                    s.pdd_mean.mean
+                ),
                 (false, true) => format!(
                     "  <- outside, but within the {} real runs ({:.0}-{:.0}/s, {:.1}-{:.1} ms)",
                     r.runs,
@@ -882,6 +917,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             "within_real_range": in_range,
             "sim": {"throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50},
             "throughput_error": te, "pdd_p50_error": pe,
+            "pdd_mean": {"real": r.pdd_mean, "sim": s.pdd_mean, "error": mean_error},
             "throughput_ok": tok, "pdd_ok": pok,
         }));
     }

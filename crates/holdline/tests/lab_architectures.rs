@@ -70,7 +70,16 @@ fn architectures_reports_all_six_drivers_in_both_modes() {
             let cpu = u["user_us"].as_u64().unwrap_or(0) + u["sys_us"].as_u64().unwrap_or(0);
             let switches =
                 u["voluntary"].as_u64().unwrap_or(0) + u["involuntary"].as_u64().unwrap_or(0);
-            assert!(cpu > 0 && switches > 0, "{driver} {mode} measured: {p}");
+            assert!(
+                u["user_us"].is_u64() && u["sys_us"].is_u64() && switches > 0,
+                "{driver} {mode} measured: {p}"
+            );
+            // `holdline serve`'s CPU comes from /proc in clock ticks (10 ms): at about 60 µs
+            // per call, a 1 s quick point's ~12 ms reads as 0 ticks about a third of the
+            // time (CI, 2026-11-29). The drivers in this process use getrusage (µs).
+            if driver != "holdline" {
+                assert!(cpu > 0, "{driver} {mode} measured CPU: {p}");
+            }
         }
     }
     let summary = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");

@@ -43,36 +43,51 @@ fn read(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-#[test]
-fn sim_run_writes_identical_results_for_one_seed() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("s.toml");
-    std::fs::write(&file, SCENARIO).expect("write scenario");
-    let file = file.to_str().expect("utf-8 path");
+/// Runs `holdline sim run FILE ARGS --jobs J --out DIR/PREFIXJ` with 1 and 2 jobs and asserts
+/// that `files` are byte-identical in both outputs (results never depend on `--jobs`);
+/// returns the two output directories.
+fn same_with_one_and_two_jobs(
+    dir: &Path,
+    file: &str,
+    args: &[&str],
+    prefix: &str,
+    files: &[&str],
+) -> Vec<std::path::PathBuf> {
     let outs: Vec<_> = ["1", "2"]
         .iter()
         .map(|jobs| {
-            let out = dir.path().join(format!("out{jobs}"));
-            let o = sim(&[
-                "run",
-                file,
-                "--quiet",
-                "--jobs",
-                jobs,
-                "--out",
-                out.to_str().expect("utf-8"),
-            ]);
+            let out = dir.join(format!("{prefix}{jobs}"));
+            let mut all = vec!["run", file, "--quiet", "--jobs", jobs];
+            all.extend_from_slice(args);
+            all.extend(["--out", out.to_str().expect("utf-8")]);
+            let o = sim(&all);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             out
         })
         .collect();
-    for f in ["results.json", "timeseries.csv", "points.csv"] {
+    for f in files {
         assert_eq!(
             read(&outs[0].join(f)),
             read(&outs[1].join(f)),
             "{f} differs"
         );
     }
+    outs
+}
+
+#[test]
+fn sim_run_writes_identical_results_for_one_seed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("s.toml");
+    std::fs::write(&file, SCENARIO).expect("write scenario");
+    let file = file.to_str().expect("utf-8 path");
+    let outs = same_with_one_and_two_jobs(
+        dir.path(),
+        file,
+        &[],
+        "out",
+        &["results.json", "timeseries.csv", "points.csv"],
+    );
     let v: serde_json::Value =
         serde_json::from_slice(&read(&outs[0].join("results.json"))).expect("json");
     assert_eq!(v["points"].as_array().map(Vec::len), Some(2));
@@ -116,36 +131,20 @@ fn sim_sweep_runs_every_combination_and_does_not_depend_on_jobs() {
     let file = dir.path().join("s.toml");
     std::fs::write(&file, SCENARIO).expect("write scenario");
     let file = file.to_str().expect("utf-8 path");
-    let outs: Vec<_> = ["1", "2"]
-        .iter()
-        .map(|jobs| {
-            let out = dir.path().join(format!("sweep{jobs}"));
-            let o = sim(&[
-                "run",
-                file,
-                "--quiet",
-                "--runs",
-                "2",
-                "--jobs",
-                jobs,
-                "--sweep",
-                "servers.*.service_us=1666.667,3333.333",
-                "--sweep",
-                "uac.uac.arrivals=poisson,constant",
-                "--out",
-                out.to_str().expect("utf-8"),
-            ]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            out
-        })
-        .collect();
-    for f in ["sweep.csv", "sweep.json"] {
-        assert_eq!(
-            read(&outs[0].join(f)),
-            read(&outs[1].join(f)),
-            "{f} differs"
-        );
-    }
+    let outs = same_with_one_and_two_jobs(
+        dir.path(),
+        file,
+        &[
+            "--runs",
+            "2",
+            "--sweep",
+            "servers.*.service_us=1666.667,3333.333",
+            "--sweep",
+            "uac.uac.arrivals=poisson,constant",
+        ],
+        "sweep",
+        &["sweep.csv", "sweep.json"],
+    );
     let point = "servers.all.service_us=3333.333,uac.uac.arrivals=constant";
     assert_eq!(
         read(&outs[0].join(point).join("results.json")),
