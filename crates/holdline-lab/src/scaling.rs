@@ -210,6 +210,11 @@ pub(crate) struct Step {
     pub goodput_cps: f64,
     /// `503`s the loader received.
     pub r503: u64,
+    /// `500`s the loader received: in this set-up a second stage's 503 that a stateful first
+    /// stage relays as 500 (RFC 3261 §16.7: a lone 503 is not passed upstream; the cause
+    /// rides in its `Reason` header, RFC 3326) — overload shedding like `r503`.
+    #[serde(default)]
+    pub r503_relayed: u64,
     /// Post-dial delay p50 / p99, ms.
     pub pdd_p50_ms: f64,
     /// Post-dial delay p99, ms.
@@ -344,9 +349,11 @@ fn first_stage_config(dir: &Path, tag: &str, targets: &[String], mode: &str) -> 
         .join(", ");
     let text = format!(
         "# holdline lab scaling: a first stage (seed 001), hashing each user of {DOMAIN}\n\
-         # to one second stage by rendezvous hashing of its address-of-record.\n\
+         # to one second stage by rendezvous hashing of its address-of-record. Each second\n\
+         # stage keeps its own users (no shared store): a 503 is not retried at another,\n\
+         # which could only answer 404.\n\
          mode = \"{mode}\"\n\
-         [[hash_routes]]\ndomain = \"{DOMAIN}\"\ntargets = [{list}]\n"
+         [[hash_routes]]\ndomain = \"{DOMAIN}\"\ntargets = [{list}]\nfailover = false\n"
     );
     std::fs::write(&path, text)
         .map_err(|e| LabError::io(format!("write {}", path.display()), e))?;
@@ -554,6 +561,7 @@ fn step(ctx: &Ctx<'_>, c: Config, name: &str, rate: f64, seconds: f64) -> Result
         calls_failed: count(&v, &["totals", "calls_failed"]),
         goodput_cps: num(&v, &["goodput_cps"]),
         r503: count(&v, &["totals", "r503"]),
+        r503_relayed: count(&v, &["failures_by_code", "500"]),
         pdd_p50_ms: num(&v, &["pdd_p50_ms"]),
         pdd_p99_ms: num(&v, &["pdd_p99_ms"]),
         retrans_invite: count(&v, &["totals", "retrans_invite"]),
@@ -565,7 +573,7 @@ fn step(ctx: &Ctx<'_>, c: Config, name: &str, rate: f64, seconds: f64) -> Result
 
 fn progress(s: &Step, started: Instant) {
     eprintln!(
-        "scaling {:>6.0}s  {:<13} offered {:>6.0}/s  goodput {:>6.0}/s  ok {}/{}  503 {}  PDD p50/p99 {:.1}/{:.1} ms  cpu {}",
+        "scaling {:>6.0}s  {:<13} offered {:>6.0}/s  goodput {:>6.0}/s  ok {}/{}  503 {} (+{} relayed as 500)  PDD p50/p99 {:.1}/{:.1} ms  cpu {}",
         started.elapsed().as_secs_f64(),
         s.config,
         s.offered_cps,
@@ -573,6 +581,7 @@ fn progress(s: &Step, started: Instant) {
         s.calls_ok,
         s.attempted,
         s.r503,
+        s.r503_relayed,
         s.pdd_p50_ms,
         s.pdd_p99_ms,
         s.cpu
@@ -943,6 +952,7 @@ mod tests {
             calls_failed: 0,
             goodput_cps: goodput,
             r503: 0,
+            r503_relayed: 0,
             pdd_p50_ms: 0.0,
             pdd_p99_ms: 0.0,
             retrans_invite: 0,

@@ -2681,7 +2681,11 @@ impl Endpoint {
             }
             return Err((404, "Not Found").into());
         };
-        self.failover = ranked.take(MAX_ALTERNATIVES).collect();
+        self.failover = if route.failover {
+            ranked.take(MAX_ALTERNATIVES).collect()
+        } else {
+            Vec::new()
+        };
         self.targets_from_dns = from_dns;
         Ok((vec![Target { uri: ruri, dest }], FoundBy::StaticRoute))
     }

@@ -153,6 +153,8 @@
 //! targets = ["udp:10.0.0.1:5060", "udp:10.0.0.2:5060"]  # chosen by rendezvous hashing
 //!                                  # (or names: "sip:c1.example.net", resolved with DNS)
 //! # weights = [1.0, 1.0]           # of the user's AOR (the To URI of a REGISTER)
+//! # failover = true                # on 503/timeout, the user's next target (RFC 3263
+//!                                  # §4.3); false when targets do not share registrations
 //!
 //! [dns]                            # resolution of sip: route targets (docs/scaling.md)
 //! servers = ["127.0.0.1:53"]       # name servers; default: the system's (/etc/resolv.conf)
@@ -453,6 +455,10 @@ impl Route {
     }
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// A load-sharing route (`[[hash_routes]]`): requests for `domain` (or `*`) go to one of
 /// `targets`, chosen by rendezvous hashing of the user's address-of-record
 /// (`holdline_proto::hrw`), so that a user's REGISTERs and calls reach the same target from
@@ -468,6 +474,12 @@ pub struct HashRouteSettings {
     /// Relative weights, one per target (default: all 1).
     #[serde(default)]
     pub weights: Vec<f64>,
+    /// On a 503, a timeout or a transport error, the request goes to the user's next target
+    /// (default true): right when the targets share the users' registrations (a shared or
+    /// replicated store), wrong when each holds only its own users — the next target can
+    /// only answer 404, so a passing overload would reach callers as "no such user".
+    #[serde(default = "yes")]
+    pub failover: bool,
 }
 
 /// TLS settings (`[tls]`): the certificate of `tls:` listeners, the CAs next hops' (and
@@ -2683,6 +2695,10 @@ stateless = true
                       targets = [\"udp:10.0.0.1:5060\", \"tcp:10.0.0.2:5060\"]\n";
         let c = ServerConfig::from_toml("h.toml", hashed).expect("a load-sharing route");
         assert_eq!(c.hash_routes[0].targets.len(), 2);
+        assert!(c.hash_routes[0].failover, "fails over by default");
+        let c = ServerConfig::from_toml("h.toml", &format!("{hashed}failover = false\n"))
+            .expect("failover off");
+        assert!(!c.hash_routes[0].failover);
         let e = ServerConfig::from_toml("h.toml", &format!("{hashed}weights = [1.0]\n"))
             .expect_err("one weight for two targets");
         assert_eq!(

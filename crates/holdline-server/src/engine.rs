@@ -220,6 +220,7 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         .iter()
         .map(|r| HashRoute {
             domain: r.domain.clone(),
+            failover: r.failover,
             targets: r
                 .targets
                 .iter()

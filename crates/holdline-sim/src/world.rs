@@ -1424,6 +1424,7 @@ impl World {
                     }
                     p.hash_routes.push(HashRoute {
                         domain: r.domain.clone(),
+                        failover: true,
                         targets,
                     });
                 }

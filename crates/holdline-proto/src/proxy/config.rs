@@ -59,6 +59,13 @@ pub struct HashRoute {
     pub domain: String,
     /// The destinations (at least one).
     pub targets: Vec<HashTarget>,
+    /// A request whose target answered 503, timed out or failed to send goes to the user's
+    /// next target in the same transaction (RFC 3263 §4.3). Right when the targets share
+    /// the users' registrations (a replicated or shared store: seed 001's clusters); wrong
+    /// when each target holds only its own users, where the next target can only answer
+    /// 404 and a passing overload (503) would reach the caller as "no such user". A target
+    /// that probing found down is passed over either way.
+    pub failover: bool,
 }
 
 /// One destination of a [`HashRoute`].

@@ -3464,6 +3464,7 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
         .collect();
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover: true,
         targets: targets.clone(),
     }];
     let mut net = Net::new(
@@ -3546,6 +3547,11 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
 /// user hashes to and the other answering 200; returns the net after the call and which UA
 /// was first.
 fn failover_net(user: &str, first: Script, run_ms: u64) -> (Net, u8) {
+    failover_net_with(user, first, run_ms, true)
+}
+
+/// [`failover_net`] with the route's `failover` switch.
+fn failover_net_with(user: &str, first: Script, run_ms: u64, failover: bool) -> (Net, u8) {
     let mut c = config();
     let targets: Vec<HashTarget> = [5, 6]
         .iter()
@@ -3557,6 +3563,7 @@ fn failover_net(user: &str, first: Script, run_ms: u64) -> (Net, u8) {
     let (a, b) = ([5u8, 6][order[0]], [5u8, 6][order[1]]);
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover,
         targets,
     }];
     let mut net = Net::new(
@@ -3611,6 +3618,20 @@ fn a_hash_routed_request_fails_over_to_the_next_target_on_503_or_timeout() {
 }
 
 #[test]
+fn a_hash_route_without_failover_leaves_a_503_with_the_users_own_target() {
+    // Targets that each hold their own users: the next one could only answer 404, so the
+    // first one's 503 goes back to the caller (as a 500 carrying the cause, RFC 3261
+    // §16.7 / RFC 3326) and the other target never hears of the call.
+    let (net, first) = failover_net_with("kim", Script::answers(1, 2, 503), 500, false);
+    let second = if first == 5 { 6 } else { 5 };
+    assert_eq!(net.ua(first).requests("INVITE").len(), 1);
+    assert!(net.ua(second).requests("INVITE").is_empty(), "no failover");
+    assert_eq!(net.ua(1).responses(500, "INVITE").len(), 1);
+    assert!(net.ua(1).responses(200, "INVITE").is_empty());
+    assert_eq!(net.proxy.stats().failovers, 0);
+}
+
+#[test]
 fn probing_takes_a_dead_target_out_of_its_users_way() {
     // UAs 5 and 6 share example.net; "kim" hashes to `first`, which never answers anything.
     let targets: Vec<HashTarget> = [5, 6]
@@ -3624,6 +3645,7 @@ fn probing_takes_a_dead_target_out_of_its_users_way() {
     let mut c = config();
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover: true,
         targets,
     }];
     c.probe = Some(ProbeConfig::default());
@@ -3672,6 +3694,7 @@ fn probes_carry_a_call_id_their_worker_owns() {
     let mut c = config();
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover: true,
         targets: vec![
             HashTarget::new(ua_addr(5), Transport::Udp, 1.0),
             HashTarget::new(ua_addr(6), Transport::Udp, 1.0),
@@ -3960,6 +3983,7 @@ fn hash_route_targets_may_be_names_resolved_with_dns() {
     let mut c = config();
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover: true,
         targets,
     }];
     c.probe = Some(ProbeConfig::default());
@@ -4188,6 +4212,7 @@ fn cluster_net(dead: u8, probe: bool) -> (Net, String) {
     let mut c = config();
     c.hash_routes = vec![HashRoute {
         domain: "c1.example.net".into(),
+        failover: true,
         targets,
     }];
     c.probe = probe.then(ProbeConfig::default);
@@ -4333,6 +4358,7 @@ fn stateless_net(user: &str, first: Script, second: Script, probe: bool) -> (Net
     c.mode = ProxyMode::Stateless;
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover: true,
         targets,
     }];
     c.probe = probe.then(ProbeConfig::default);
@@ -4724,6 +4750,7 @@ fn redirect_mode_on_a_first_stage_sends_the_caller_to_the_hashed_cluster_then_it
     c.mode = ProxyMode::Redirect;
     c.hash_routes = vec![HashRoute {
         domain: "example.net".into(),
+        failover: true,
         targets,
     }];
     let mut net = Net::new(
