@@ -30,7 +30,9 @@ mod core;
 mod dns;
 mod engine;
 mod metrics;
+mod notify;
 pub mod shard;
+mod status;
 mod tls;
 mod worker;
 
@@ -607,14 +609,19 @@ impl Server {
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
         tracing::info!("ready; SIGINT or SIGTERM stops the server, SIGHUP reloads");
         eprintln!("holdline: ready (SIGINT/SIGTERM to stop, SIGHUP to reload)");
+        // systemd's Type=notify: the listeners are bound and the workers run.
+        notify::tell(notify::State::Ready);
         for sig in signals.forever() {
             if sig == SIGHUP {
                 tracing::info!("SIGHUP: reloading");
+                notify::tell(notify::State::Reloading);
                 for hook in &self.reload_hooks {
                     hook();
                 }
+                notify::tell(notify::State::Ready);
                 continue;
             }
+            notify::tell(notify::State::Stopping);
             tracing::info!(
                 signal = sig,
                 grace_ms = self.grace.as_millis() as u64,

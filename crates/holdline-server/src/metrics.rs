@@ -446,6 +446,17 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             s.busy_ns.load(Relaxed) as f64 / total
         );
     });
+    if let Some(rss) = resident_memory_bytes() {
+        let _ = writeln!(
+            out,
+            "# HELP process_resident_memory_bytes Resident memory of the server process.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {rss}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP holdline_build_info The server's version (value 1).\n# TYPE holdline_build_info gauge\nholdline_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
     if let Some(d) = &shared.dns {
         d.render(&mut out);
     }
@@ -497,7 +508,21 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
     out
 }
 
-/// The `/metrics` responder thread.
+/// The process's resident set size, from `VmRSS` in `/proc/self/status` (Linux), bytes.
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// The `/metrics` responder thread (and the status page, `/` and `/status.json`).
 pub(crate) struct MetricsServer {
     pub(crate) addr: SocketAddr,
     stop: Arc<AtomicBool>,
@@ -510,6 +535,8 @@ impl MetricsServer {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        // The status page's uptime: from the endpoint's start, which is the server's.
+        let started = std::time::Instant::now();
         let thread = std::thread::Builder::new()
             .name("holdline-metrics".into())
             .spawn(move || {
@@ -533,11 +560,22 @@ impl MetricsServer {
                     }
                     let head = String::from_utf8_lossy(&req[..n]);
                     let path = head.split_whitespace().nth(1).unwrap_or("");
-                    let resp = if head.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
-                        let body = render(&shared, Duration::from_millis(250));
-                        format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-                    } else {
-                        "HTTP/1.0 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n".to_owned()
+                    let path = path.split_once('?').map_or(path, |(p, _)| p);
+                    let ok = |kind: &str, body: &str| {
+                        format!("HTTP/1.0 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                    };
+                    let resp = match (head.starts_with("GET "), path) {
+                        (true, "/metrics") => {
+                            ok("text/plain; version=0.0.4", &render(&shared, Duration::from_millis(250)))
+                        }
+                        // The status page and what it polls (crate::status).
+                        (true, "/" | "/index.html") => ok("text/html; charset=utf-8", crate::status::PAGE),
+                        (true, "/status.json") => {
+                            let text = render(&shared, Duration::from_millis(250));
+                            let body = crate::status::json(&text, started.elapsed(), shared.stats.len());
+                            ok("application/json", &body)
+                        }
+                        _ => "HTTP/1.0 404 Not Found\r\nContent-Length: 10\r\n\r\nnot found\n".to_owned(),
                     };
                     let _ = conn.write_all(resp.as_bytes());
                 }
