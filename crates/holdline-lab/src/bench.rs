@@ -817,6 +817,7 @@ fn bench(args: &Args, env: Env) -> Result<()> {
         start.elapsed().as_secs_f64(),
     );
     report::write_all(&args.out, &results)?;
+    crate::index::after_run(&args.out, "holdline bench: holdline against Kamailio");
     eprintln!(
         "holdline bench: done in {:.0} s; {}",
         start.elapsed().as_secs_f64(),

@@ -67,6 +67,7 @@ fn usage_text() -> String {
     for (name, what) in EXPERIMENTS {
         s.push_str(&format!("  {name:<14} {what}\n"));
     }
+    s.push_str("  index DIR      (re)write DIR/index.html: every plot of a results directory with its summary next to it\n");
     s
 }
 
@@ -74,8 +75,41 @@ fn usage() {
     eprint!("{}", usage_text());
 }
 
-/// Runs `holdline lab ARGS`.
+/// The `--out DIR` of an experiment's arguments (`--out DIR` or `--out=DIR`), or its
+/// default `lab-results/NAME`.
+fn out_dir(name: &str, args: &[String]) -> std::path::PathBuf {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--out" {
+            if let Some(v) = it.next() {
+                return v.into();
+            }
+        } else if let Some(v) = a.strip_prefix("--out=") {
+            return v.into();
+        }
+    }
+    std::path::Path::new("lab-results").join(name)
+}
+
+/// Runs `holdline lab ARGS`; after an experiment that succeeded, writes `index.html` beside
+/// its results (every plot with the summary next to it; [`crate::index`]).
 pub fn run(args: Vec<String>) -> ExitCode {
+    let name = args.first().cloned().unwrap_or_default();
+    let help = args.iter().any(|a| a == "-h" || a == "--help");
+    let out = out_dir(&name, args.get(1..).unwrap_or_default());
+    let code = dispatch(args);
+    let experiment = EXPERIMENTS.iter().any(|(n, _)| *n == name);
+    if experiment && !help && code == ExitCode::SUCCESS && out.is_dir() {
+        let dir = out.file_name().map_or_else(
+            || out.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        crate::index::after_run(&out, &format!("holdline lab {name}: {dir}"));
+    }
+    code
+}
+
+fn dispatch(args: Vec<String>) -> ExitCode {
     let mut it = args.into_iter();
     match it.next().as_deref() {
         Some("udp-overload") => crate::udp_overload::main(it.collect()),
@@ -91,6 +125,7 @@ pub fn run(args: Vec<String>) -> ExitCode {
         Some("failover") => crate::failover::main(it.collect()),
         Some("vrrp") => crate::vrrp::main(it.collect()),
         Some("architectures") => crate::architectures::main(it.collect()),
+        Some("index") => crate::index::main(it.collect()),
         // Started by `architectures` itself: one driver process (not listed).
         Some("architectures-driver") => crate::architectures::driver_main(it.collect()),
         Some("-h" | "--help" | "help") => {

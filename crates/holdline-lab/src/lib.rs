@@ -17,6 +17,7 @@ mod failover;
 pub mod feedback;
 mod generator;
 pub mod holb;
+pub mod index;
 pub mod lab;
 mod pki;
 pub mod plot;

@@ -7,6 +7,8 @@
 //! than no control, with a lower average setup delay and fewer retransmissions.
 
 mod common;
+#[path = "common/browser.rs"]
+mod browser;
 
 use std::path::Path;
 use std::process::Command;
@@ -155,4 +157,12 @@ fn window_quick_keeps_the_overloaded_downstream_serving() {
         let png = std::fs::read(out.join(format!("{plot}.png"))).expect("png");
         assert_eq!(&png[1..4], b"PNG");
     }
+    // The index the lab wrote beside its plots, in headless Chromium: every plot loaded, the
+    // paper's tables (paper.csv) next to them.
+    let browser = browser::Browser::start(1280, 900);
+    let page = browser::check_lab_index(&browser, &out);
+    assert!(
+        page["summary_tables"].as_u64().unwrap_or(0) >= 1,
+        "the paper's numbers beside the plots: {page}"
+    );
 }

@@ -243,3 +243,42 @@ fn status_page_shows_live_numbers_in_headless_chromium() {
     let (status, _) = server.terminate();
     assert!(status.success(), "{status:?}");
 }
+
+/// `holdline lab index` over a copy of a lab's committed results (tcp-fairness: four plots
+/// as SVG and PNG, the summary with the paper's finding), opened in headless Chromium: every
+/// plot loaded, the summary's table rendered; a screenshot.
+#[test]
+fn lab_index_html_loads_every_plot_in_headless_chromium() {
+    require_browser();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/results/2026-11-29-tcp-fairness");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("tcp-fairness");
+    std::fs::create_dir(&out).expect("mkdir");
+    for e in std::fs::read_dir(&src).expect("results").flatten() {
+        std::fs::copy(e.path(), out.join(e.file_name())).expect("copy");
+    }
+    let status = Command::new(BIN)
+        .args(["lab", "index"])
+        .arg(&out)
+        .status()
+        .expect("run holdline lab index");
+    assert!(status.success(), "{status:?}");
+    let html = std::fs::read_to_string(out.join("index.html")).expect("index.html");
+    assert!(html.contains("<title>holdline lab tcp-fairness: tcp-fairness</title>"));
+
+    let browser = Browser::start(1280, 900);
+    let v = browser::check_lab_index(&browser, &out);
+    assert_eq!(v["figures"], 4, "{v}");
+    assert!(
+        v["summary_rows"].as_u64().unwrap_or(0) >= 19,
+        "the summary's table (18 points and its head): {v}"
+    );
+    let shot = dir.path().join("lab-index.png");
+    check_png(&browser.screenshot(&shot));
+    if std::env::var_os("HOLDLINE_UPDATE_SCREENSHOTS").is_some() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img");
+        std::fs::create_dir_all(&docs).expect("docs/img");
+        std::fs::copy(&shot, docs.join("lab-index.png")).expect("copy screenshot");
+    }
+}

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Guard, free_port};
+use crate::common::{Guard, free_port};
 
 /// Whether chromium and chromedriver are installed; fails the test with the advice when not
 /// (`scripts/install-test-deps` installs them).
@@ -271,4 +271,72 @@ mod tests {
         assert_eq!(super::base64_decode("aGVsbG8h"), b"hello!");
         assert_eq!(super::base64_decode("aGk="), b"hi");
     }
+}
+
+/// What the lab index check reads from the page: every image with its state.
+const READ_INDEX: &str = r##"
+const imgs = Array.from(document.images);
+return {
+  ready: document.readyState,
+  images: imgs.map((i) => ({ src: i.getAttribute("src"), complete: i.complete, width: i.naturalWidth, height: i.naturalHeight })),
+  figures: document.querySelectorAll("figure.plot").length,
+  summary_tables: document.querySelectorAll(".summary table").length,
+  summary_rows: document.querySelectorAll(".summary table tr").length,
+  summary_text: (document.querySelector(".summary") || { textContent: "" }).textContent.length,
+};
+"##;
+
+/// Opens `dir/index.html` (a lab's) in `browser` from disk and checks that every plot of the
+/// directory is on the page and loaded (decoded with a non-zero size) and that the summary's
+/// tables are rendered; returns what the page showed.
+pub fn check_lab_index(browser: &Browser, dir: &Path) -> Value {
+    let index = dir.join("index.html");
+    assert!(index.is_file(), "{} written", index.display());
+    let dir = dir.canonicalize().expect("canonical dir");
+    // The plots in the directory (and one level down), by name without extension.
+    let mut stems = std::collections::BTreeSet::new();
+    let mut visit = |d: &Path, prefix: &str| {
+        for e in std::fs::read_dir(d).expect("read dir").flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            for ext in [".svg", ".png"] {
+                if let Some(stem) = name.strip_suffix(ext) {
+                    stems.insert(format!("{prefix}{stem}"));
+                }
+            }
+        }
+    };
+    visit(&dir, "");
+    for e in std::fs::read_dir(&dir).expect("read dir").flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            visit(&e.path(), &format!("{name}/"));
+        }
+    }
+    assert!(!stems.is_empty(), "plots in {}", dir.display());
+    browser.open(&format!("file://{}", dir.join("index.html").display()));
+    let v = browser.wait_for(READ_INDEX, Duration::from_secs(30), |v| {
+        v["ready"] == "complete"
+            && v["images"]
+                .as_array()
+                .is_some_and(|a| a.iter().all(|i| i["complete"] == true))
+    });
+    let images = v["images"].as_array().expect("images");
+    assert_eq!(
+        images.len(),
+        stems.len(),
+        "one image per plot ({stems:?}): {v}"
+    );
+    for i in images {
+        assert!(
+            i["width"].as_u64().unwrap_or(0) > 0 && i["height"].as_u64().unwrap_or(0) > 0,
+            "plot loaded and decoded: {i}"
+        );
+        let src = i["src"].as_str().unwrap_or("").replace("%20", " ");
+        let stem = src
+            .strip_suffix(".svg")
+            .or_else(|| src.strip_suffix(".png"))
+            .unwrap_or("");
+        assert!(stems.contains(stem), "{src} is one of the plots");
+    }
+    v
 }
