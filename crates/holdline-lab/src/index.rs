@@ -308,10 +308,10 @@ pub fn write_index(dir: &Path, title: &str) -> Result<PathBuf> {
             let png = format!("{}.png", p.stem);
             links.push(format!("<a href=\"{}\">{}</a>", href(&png), esc(&png)));
         }
-        let _ = write!(
+        let _ = writeln!(
             html,
             "<figure class=\"plot\" id=\"plot-{id}\"><img src=\"{src}\" alt=\"{alt}\" loading=\"eager\">\
-             <figcaption>{links}</figcaption></figure>\n",
+             <figcaption>{links}</figcaption></figure>",
             id = esc(&p.stem.replace('/', "-")),
             src = href(&shown),
             alt = esc(&p.stem),

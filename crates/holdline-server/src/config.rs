@@ -25,7 +25,8 @@
 //! durability = "commit"            # persistent store: a REGISTER's 200 waits for the commit;
 //!                                  # "write-behind": written within 100 ms, a crash loses that
 //! commit_window_us = 2000          # shortest time between two commits (group commit)
-//! metrics = "127.0.0.1:9060"       # Prometheus text on /metrics; absent: off
+//! metrics = "127.0.0.1:9060"       # Prometheus text on /metrics, the status page on /
+//!                                  # (its data: /status.json); absent: off
 //! log = "info"                     # tracing filter; RUST_LOG wins
 //! shutdown_grace_ms = 2000
 //!
@@ -1336,7 +1337,8 @@ pub struct ServerConfig {
     pub commit_window_us: u64,
     /// Data directory; absent: [`default_data_dir`].
     pub data_dir: Option<PathBuf>,
-    /// Address of the Prometheus endpoint (`GET /metrics`); absent: off.
+    /// Address of the Prometheus endpoint (`GET /metrics`), which also serves the status
+    /// page (`GET /`, `GET /status.json`); absent: off.
     pub metrics: Option<SocketAddr>,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` takes precedence.
     pub log: String,

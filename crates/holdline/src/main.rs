@@ -51,6 +51,13 @@ enum Command {
     /// What a running server is doing: calls, overload, store, probed targets (from its
     /// `/metrics`).
     Status(status::StatusArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff, man(7)) on stdout: `holdline man | man -l -`.
+    Man,
 }
 
 /// Arguments handed unparsed to a subcommand with its own parser (`bench`, `lab`).
@@ -82,7 +89,7 @@ struct ServeArgs {
     /// Worker threads (default: one per core).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// Serve Prometheus metrics on IP:PORT (GET /metrics).
+    /// Serve Prometheus metrics on IP:PORT (GET /metrics), and the status page (GET /).
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<SocketAddr>,
     /// Record-Route initial dialog-creating requests (default on).
@@ -531,7 +538,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     match server.metrics_addr() {
-        Some(a) => eprintln!("holdline: metrics on http://{a}/metrics"),
+        Some(a) => eprintln!("holdline: metrics on http://{a}/metrics, status page on http://{a}/"),
         None => eprintln!("holdline: metrics off (--metrics IP:PORT)"),
     }
     eprintln!(
@@ -587,6 +594,50 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `holdline man`: the manual page of `holdline` and, as its sections, of each subcommand.
+fn man() -> ExitCode {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut out = Vec::new();
+    let mut page = || -> std::io::Result<()> {
+        let man = clap_mangen::Man::new(cmd.clone());
+        man.render_title(&mut out)?;
+        man.render_name_section(&mut out)?;
+        man.render_synopsis_section(&mut out)?;
+        man.render_description_section(&mut out)?;
+        // Each subcommand's options, under a section of its own.
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            let name = format!("holdline {}", sub.get_name());
+            let sub = sub.clone().bin_name(name.clone());
+            out.extend_from_slice(format!(".SH \"{}\"\n", name.to_uppercase()).as_bytes());
+            let m = clap_mangen::Man::new(sub);
+            let mut body = Vec::new();
+            m.render_synopsis_section(&mut body)?;
+            m.render_description_section(&mut body)?;
+            m.render_options_section(&mut body)?;
+            // Demote the subcommand's own section headings under its section.
+            let body = String::from_utf8_lossy(&body).replace(".SH ", ".SS ");
+            out.extend_from_slice(body.as_bytes());
+        }
+        out.extend_from_slice(
+            b".SH FILES\n.TP\n/etc/holdline/holdline.toml\nthe configuration holdline.service runs with\n\
+              .TP\n/var/lib/holdline\nthe data directory (location store)\n\
+              .SH SEE ALSO\nsystemctl(1), journalctl(1); docs/operations.md in the source\n",
+        );
+        man.render_version_section(&mut out)?;
+        std::io::Write::write_all(&mut std::io::stdout(), &out)
+    };
+    match page() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("holdline man: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -598,5 +649,15 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::main(args),
         Command::Netem(args) => netem::main(args),
         Command::Status(args) => status::main(&args),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "holdline",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Man => man(),
     }
 }

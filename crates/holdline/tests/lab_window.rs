@@ -6,9 +6,9 @@
 //! and the experiment's point: at 2.5× the window keeps more calls set up (and completed)
 //! than no control, with a lower average setup delay and fewer retransmissions.
 
-mod common;
 #[path = "common/browser.rs"]
 mod browser;
+mod common;
 
 use std::path::Path;
 use std::process::Command;

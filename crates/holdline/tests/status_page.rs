@@ -88,9 +88,9 @@ fn status_page_shows_live_numbers_in_headless_chromium() {
         s("--max-time"),
         s("120"),
     ]);
-    // One worker with an emulated cost of 0.6 ms per message holds ≈ 250 calls/s (about six
-    // messages per call) on a quiet machine: the 300/s offered below overload it a little, so
-    // the page has 503s by reason to show as well.
+    // One worker with an emulated cost of 0.6 ms per message (50 µs per rejection) holds
+    // ≈ 250 calls/s (about six messages per call) on a quiet machine: the 300/s offered below
+    // overload it a little, so the page has 503s by reason to show as well.
     let server = Holdline::start(&[
         s("--listen"),
         format!("udp:127.0.0.1:{sip}"),
@@ -104,6 +104,8 @@ fn status_page_shows_live_numbers_in_headless_chromium() {
         s("1"),
         s("--emulate-cost-us"),
         s("600"),
+        s("--emulate-reject-cost-us"),
+        s("50"),
         s("--metrics"),
         metrics_addr.to_string(),
     ]);

@@ -263,16 +263,6 @@ pub fn check_png(png: &[u8]) -> (u32, u32) {
     (info.width, info.height)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_round_trip() {
-        assert_eq!(super::base64_decode("aGVsbG8="), b"hello");
-        assert_eq!(super::base64_decode("aGVsbG8h"), b"hello!");
-        assert_eq!(super::base64_decode("aGk="), b"hi");
-    }
-}
-
 /// What the lab index check reads from the page: every image with its state.
 const READ_INDEX: &str = r##"
 const imgs = Array.from(document.images);
@@ -339,4 +329,14 @@ pub fn check_lab_index(browser: &Browser, dir: &Path) -> Value {
         assert!(stems.contains(stem), "{src} is one of the plots");
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_round_trip() {
+        assert_eq!(super::base64_decode("aGVsbG8="), b"hello");
+        assert_eq!(super::base64_decode("aGVsbG8h"), b"hello!");
+        assert_eq!(super::base64_decode("aGk="), b"hi");
+    }
 }
