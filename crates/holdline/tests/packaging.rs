@@ -297,9 +297,13 @@ fn debian_package_installs_starts_and_is_removed() {
     }
     let installed = run(Command::new("dpkg-query").args(["-W", "-f=${Status}", "holdline"]));
     if String::from_utf8_lossy(&installed.stdout).contains("installed")
-        || Path::new("/usr/bin/holdline").exists()
+        || ["/usr/bin/holdline", "/etc/holdline", "/var/lib/holdline"]
+            .iter()
+            .any(|p| Path::new(p).exists())
     {
-        eprintln!("SKIPPED: holdline is already installed on this machine (not replacing it)");
+        eprintln!(
+            "SKIPPED: holdline (or its /etc/holdline or /var/lib/holdline) is already on this machine: not replacing or purging it"
+        );
         return;
     }
     assert!(
