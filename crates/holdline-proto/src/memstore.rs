@@ -118,6 +118,19 @@ impl LocationStore for MemoryLocationStore {
             .map(|s| lock(s).values().map(Vec::len).sum::<usize>())
             .sum()
     }
+
+    fn list_aors(&self, prefix: &[u8], limit: usize, out: &mut Vec<Box<[u8]>>) -> bool {
+        for s in &self.shards {
+            let shard = lock(s);
+            for aor in shard.keys().filter(|a| a.starts_with(prefix)) {
+                if out.len() >= limit {
+                    return true;
+                }
+                out.push(aor.clone());
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]
