@@ -705,7 +705,7 @@ impl Server {
                     self.ctl = Some(c);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "control socket off");
+                    tracing::info!(error = %e, "control socket off");
                     eprintln!("holdline: control socket off: {e}");
                     self.ctl_path = None;
                 }

@@ -473,8 +473,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(file) = config_file.clone() {
         // Reloads (SIGHUP, `holdline ctl reload`) read the file again, with the command
         // line's overrides on top, and the open-file limit's cap on connections.
-        let overrides = overrides.clone();
-        let ctl_socket = ctl_socket.clone();
+
         let f = file.clone();
         server.set_config_source(
             file,

@@ -336,7 +336,7 @@ not a sample
         assert_eq!((up.up_on, up.down_on), (2, 0));
         let down = &r.targets["udp 127.0.0.1:5072"];
         assert_eq!((down.up_on, down.down_on, down.failures), (1, 1, 3));
-        let text = r.render("127.0.0.1:9480".parse().expect("addr"));
+        let text = r.render("127.0.0.1:9480".parse::<SocketAddr>().expect("addr"));
         assert!(text.contains("2 worker(s)"), "{text}");
         assert!(text.contains("worker 1 0.50"), "{text}");
         assert!(
