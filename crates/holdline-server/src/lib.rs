@@ -911,7 +911,9 @@ impl Server {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
+            // RUST_LOG wins over the file's `log`, as at start.
             if plan.live.iter().any(|k| k == "log")
+                && std::env::var_os("RUST_LOG").is_none()
                 && let Some(h) = &self.log_hook
                 && let Err(e) = h(&next.log)
             {

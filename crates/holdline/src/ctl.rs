@@ -175,10 +175,14 @@ pub(crate) fn main(args: &CtlArgs) -> ExitCode {
         .and_then(|o| o.remove("metrics"))
         .and_then(|m| m.as_str().map(str::to_owned))
     {
-        let report = crate::status::Report::from_samples(&crate::status::parse(&text));
+        let samples = crate::status::parse(&text);
+        let report = crate::status::Report::from_samples(&samples);
         match req {
             Request::NextHops => reply["probed"] = report.targets_json(),
-            _ => reply["summary"] = report.to_json(),
+            _ => {
+                reply["summary"] = report.to_json();
+                reply["controllers"] = controllers(&samples);
+            }
         }
     }
     if args.json {
@@ -198,6 +202,64 @@ pub(crate) fn main(args: &CtlArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The admission controllers' state per worker, from the metrics text: the local one
+/// (`holdline_overload_*`), TCP smart forwarding (`holdline_forward_*`) and hop-by-hop
+/// feedback (`holdline_feedback_*`), those the server runs.
+fn controllers(samples: &[crate::status::Sample]) -> Value {
+    let mut out = serde_json::Map::new();
+    for (name, prefix) in [
+        ("local", "holdline_overload"),
+        ("forward", "holdline_forward"),
+        ("feedback", "holdline_feedback"),
+    ] {
+        let mut workers: std::collections::BTreeMap<String, serde_json::Map<String, Value>> =
+            std::collections::BTreeMap::new();
+        for smp in samples {
+            let Some(field) = smp
+                .name
+                .strip_prefix(prefix)
+                .and_then(|f| f.strip_prefix('_'))
+            else {
+                continue;
+            };
+            let Some(w) = smp.labels.get("worker") else {
+                continue;
+            };
+            let e = workers.entry(w.clone()).or_default();
+            match field {
+                "algorithm" => {
+                    if let Some(a) = smp.labels.get("algorithm") {
+                        e.insert("algorithm".into(), Value::from(a.clone()));
+                    }
+                }
+                "acceptance_ratio"
+                | "occupancy_ratio"
+                | "queue_delay_seconds"
+                | "queue_length"
+                | "admitted_total" => {
+                    e.insert(field.into(), Value::from(smp.value));
+                }
+                "rejected_total" => {
+                    let n = e.get(field).and_then(Value::as_f64).unwrap_or(0.0);
+                    e.insert(field.into(), Value::from(n + smp.value));
+                }
+                _ => {}
+            }
+        }
+        if !workers.is_empty() {
+            out.insert(
+                name.into(),
+                workers
+                    .into_iter()
+                    .map(|(w, m)| (w, Value::Object(m)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into(),
+            );
+        }
+    }
+    out.into()
 }
 
 fn s(v: &Value) -> String {
@@ -285,6 +347,31 @@ fn render(req: &Request, r: &Value, path: &Path) -> String {
                     },
                     s(&sm["overload_rejected"])
                 );
+            }
+            if let Some(ctls) = r["controllers"].as_object() {
+                for (name, workers) in ctls {
+                    let per: Vec<String> = workers
+                        .as_object()
+                        .map(|ws| {
+                            ws.iter()
+                                .map(|(w, c)| {
+                                    format!(
+                                        "worker {w} {} acceptance {:.2}{} admitted {} rejected {}",
+                                        s(&c["algorithm"]),
+                                        c["acceptance_ratio"].as_f64().unwrap_or(1.0),
+                                        c["occupancy_ratio"]
+                                            .as_f64()
+                                            .map(|o| format!(" occupancy {o:.2}"))
+                                            .unwrap_or_default(),
+                                        s(&c["admitted_total"]),
+                                        s(&c["rejected_total"]),
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let _ = writeln!(out, "  controller {name}: {}", per.join("; "));
+                }
             }
         }
         Request::Bindings(BindingsAction::Show { .. }) => {

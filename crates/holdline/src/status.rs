@@ -64,9 +64,9 @@ fn fetch(addr: SocketAddr) -> std::io::Result<String> {
 /// One sample of the exposition: its name, labels and value.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
 }
 
 /// The samples of a Prometheus text exposition (comments and malformed lines skipped).
