@@ -723,7 +723,8 @@ impl Server {
                 }
                 ctl::Command::Signal(SIGTERM) if self.drain_grace() > Duration::ZERO => {
                     tracing::info!("SIGTERM: draining");
-                    self.drain(&rx);
+                    let started = self.begin_drain();
+                    self.wait_drained(&rx, started);
                     break;
                 }
                 ctl::Command::Signal(sig) => {
@@ -740,8 +741,10 @@ impl Server {
                     let _ = reply.send(r);
                 }
                 ctl::Command::Ctl(ctl::Request::Drain, reply) => {
+                    // Draining before the reply: a `status` right after it says so.
+                    let started = self.begin_drain();
                     let _ = reply.send(self.drain_reply());
-                    self.drain(&rx);
+                    self.wait_drained(&rx, started);
                     break;
                 }
                 ctl::Command::Ctl(_, reply) => {
@@ -777,16 +780,11 @@ impl Server {
         })
     }
 
-    /// Drains: new calls and registrations get 503 (maintenance) from now on; returns once
-    /// no request has been in progress on any worker for `drain_idle_ms`, or after
-    /// `drain_grace_s`, or at SIGINT or a second SIGTERM. Reloads are still served.
-    fn drain(&mut self, rx: &std::sync::mpsc::Receiver<ctl::Command>) {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    /// Starts a drain: new calls and registrations get 503 (maintenance) from now on.
+    /// Returns when it started.
+    fn begin_drain(&self) -> Instant {
         let c = self.shared.live_config();
-        let clock = self.shared.clock;
-        let start = clock.now();
-        let deadline = start + Duration::from_secs(c.drain_grace_s);
-        let idle = Duration::from_millis(c.drain_idle_ms);
+        let start = self.shared.clock.now();
         self.shared
             .drain_retry_after
             .store(c.drain_grace_s.max(1), Relaxed);
@@ -799,6 +797,18 @@ impl Server {
             "holdline: draining: new calls and registrations get 503 (maintenance); waiting at most {} s for those in progress",
             c.drain_grace_s
         );
+        start
+    }
+
+    /// Waits for the end of the drain begun at `start`: once no request has been in
+    /// progress on any worker for `drain_idle_ms`, or after `drain_grace_s`, or at SIGINT or
+    /// a second SIGTERM. Reloads are still served meanwhile.
+    fn wait_drained(&mut self, rx: &std::sync::mpsc::Receiver<ctl::Command>, start: Instant) {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let c = self.shared.live_config();
+        let clock = self.shared.clock;
+        let deadline = start + Duration::from_secs(c.drain_grace_s);
+        let idle = Duration::from_millis(c.drain_idle_ms);
         let outcome = loop {
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(ctl::Command::Signal(SIGHUP)) => {

@@ -409,6 +409,19 @@ fn bindings_reload_by_signal_errors_and_a_drain_on_sigterm() {
         format!("udp:127.0.0.1:{other}"),
         "{r}"
     );
+    // The registrations are untouched by the reload.
+    let (_, r) = ctl_json(&socket, &["bindings", "list"]);
+    assert_eq!(r["aors"].as_array().map(Vec::len), Some(9), "{r}");
+    // The human form of the status names the workers and the controllers.
+    let out = ctl(&socket, &["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains("configuration generation 1")
+            && text.contains("store: persistent (9 bindings)")
+            && text.contains("controller local: worker 0 occ acceptance"),
+        "{text}"
+    );
     // Nothing listening: the error says what to do.
     let nowhere = dir.path().join("nowhere.sock");
     let out = ctl(&nowhere, &["status"]);
