@@ -266,6 +266,11 @@ fn s(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".to_owned(),
+        // Counts summed from the metrics come as floats: 12.0 reads 12.
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.0}"),
+            _ => n.to_string(),
+        },
         v => v.to_string(),
     }
 }
@@ -504,4 +509,35 @@ fn render(req: &Request, r: &Value, path: &Path) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controllers_are_read_per_worker_from_the_metrics() {
+        let text = "\
+holdline_overload_algorithm{worker=\"0\",algorithm=\"occ\"} 1
+holdline_overload_acceptance_ratio{worker=\"0\"} 0.75
+holdline_overload_rejected_total{worker=\"0\",reason=\"occupancy\"} 3
+holdline_overload_rejected_total{worker=\"0\",reason=\"maintenance\"} 2
+holdline_forward_acceptance_ratio{worker=\"1\"} 1
+holdline_messages_in_total{worker=\"0\",transport=\"udp\"} 10
+";
+        let c = controllers(&crate::status::parse(text));
+        assert_eq!(c["local"]["0"]["algorithm"], "occ");
+        assert_eq!(c["local"]["0"]["acceptance_ratio"], 0.75);
+        assert_eq!(c["local"]["0"]["rejected_total"], 5.0);
+        assert_eq!(c["forward"]["1"]["acceptance_ratio"], 1.0);
+        assert!(c.get("feedback").is_none());
+    }
+
+    #[test]
+    fn counts_print_without_a_fraction() {
+        assert_eq!(s(&serde_json::json!(12.0)), "12");
+        assert_eq!(s(&serde_json::json!(0.25)), "0.25");
+        assert_eq!(s(&serde_json::json!(7)), "7");
+        assert_eq!(s(&Value::Null), "-");
+    }
 }
