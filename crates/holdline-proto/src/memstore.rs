@@ -149,6 +149,26 @@ mod tests {
     }
 
     #[test]
+    fn addresses_of_record_are_listed_by_prefix_up_to_the_limit() {
+        let store = MemoryLocationStore::new();
+        for aor in ["alice@a", "alan@a", "bob@a"] {
+            store.modify(aor.as_bytes(), Instant::ZERO, &mut |b| {
+                b.push(binding("sip:x@192.0.2.1", 60));
+            });
+        }
+        let mut out = Vec::new();
+        assert!(store.list_aors(b"al", 10, &mut out));
+        out.sort();
+        assert_eq!(
+            out,
+            [b"alan@a".as_slice().into(), b"alice@a".as_slice().into()] as [Box<[u8]>; 2]
+        );
+        let mut out = Vec::new();
+        assert!(store.list_aors(b"", 2, &mut out));
+        assert_eq!(out.len(), 2, "the limit holds");
+    }
+
+    #[test]
     fn modify_lookup_and_purge() {
         let store = MemoryLocationStore::with_shards(3);
         assert!(store.is_empty());
