@@ -857,95 +857,35 @@ impl Server {
         use serde_json::json;
         let mut reply = json!({"ok": true});
         if let Some((file, source)) = &self.source {
-            let new = match source() {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(error = %e, "configuration not reloaded; the running one stays");
-                    return json!({
-                        "ok": false,
-                        "error": format!("{e}; the running configuration stays"),
-                        "file": e.file,
-                        "line": e.line,
-                        "key": e.key,
-                    });
-                }
-            };
-            let running = self.shared.live_config();
-            let plan = reload::plan(&running, &new, self.shared.dns.is_some());
-            let mut next = (*running).clone();
-            reload::apply_live(&mut next, &new);
-            // Controllers the workers will build: refuse here rather than on a worker.
-            if let Err((key, message)) = next
-                .overload
-                .controller()
-                .map(drop)
-                .and_then(|()| next.overload.forward_controller().map(drop))
-            {
-                return json!({
+            match source().map_err(|e| {
+                json!({
                     "ok": false,
-                    "error": format!("{}: key `{key}`: {message}; the running configuration stays", file.display()),
-                    "file": file.display().to_string(),
-                    "line": 0,
-                    "key": key,
-                });
-            }
-            let mut generation = self.shared.live_gen.load(Relaxed);
-            let mut workers_applied = self.threads.len();
-            if next != *running {
-                if let Ok(mut g) = self.shared.live.lock() {
-                    *g = Arc::new(next.clone());
-                }
-                generation = self
-                    .shared
-                    .live_gen
-                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
-                    + 1;
-                for w in &self.shared.wakers {
-                    let _ = w.wake();
-                }
-                let until = std::time::Instant::now() + Duration::from_secs(5);
-                loop {
-                    workers_applied = self
-                        .shared
-                        .stats
-                        .iter()
-                        .filter(|w| {
-                            w.applied_gen.load(std::sync::atomic::Ordering::Acquire) >= generation
-                        })
-                        .count();
-                    if workers_applied == self.shared.stats.len()
-                        || std::time::Instant::now() >= until
-                    {
-                        break;
+                    "error": format!("{e}; the running configuration stays"),
+                    "file": e.file,
+                    "line": e.line,
+                    "key": e.key,
+                })
+            }) {
+                Ok(new) => match self.apply(file, &new) {
+                    Ok(applied) => {
+                        for (k, v) in applied {
+                            reply[k] = v;
+                        }
                     }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                    Err(refused) => reply = refused,
+                },
+                Err(refused) => reply = refused,
             }
-            // RUST_LOG wins over the file's `log`, as at start.
-            if plan.live.iter().any(|k| k == "log")
-                && std::env::var_os("RUST_LOG").is_none()
-                && let Some(h) = &self.log_hook
-                && let Err(e) = h(&next.log)
-            {
-                tracing::warn!(error = %e, "log filter not changed");
-            }
-            reply["file"] = json!(file.display().to_string());
-            reply["config_generation"] = json!(generation);
-            reply["workers_applied"] = json!(workers_applied);
-            reply["applied"] = json!(plan.live);
-            reply["needs_restart"] = json!(plan.restart);
-            if workers_applied < self.shared.stats.len() {
-                reply["ok"] = json!(false);
-                reply["error"] = json!(format!(
-                    "only {workers_applied} of {} workers applied the configuration within 5 s",
-                    self.shared.stats.len()
-                ));
+            if reply["ok"] == false {
+                tracing::error!(reply = %reply, "configuration not reloaded; the running one stays");
             }
         } else {
             reply["note"] = json!(
                 "no configuration file (serve was started without --config): only the users file and hooks were reloaded"
             );
         }
+        // The hooks (the users file, RFC 7200's filters) run even when the file was refused:
+        // each keeps what it has on its own errors.
         for h in &self.reload_hooks {
             h();
         }
@@ -960,11 +900,103 @@ impl Server {
         }
         reply["notes"] = json!(notes);
         if !errors.is_empty() {
+            let before = reply["error"].as_str().map(str::to_owned);
             reply["ok"] = json!(false);
-            reply["error"] = json!(errors.join("; "));
+            reply["error"] = json!(
+                before
+                    .into_iter()
+                    .chain(errors)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
         }
         tracing::info!(reply = %reply, "reloaded");
         reply
+    }
+
+    /// Applies the live part of `new` (read from `file`) on every worker, waiting until each
+    /// runs it; the reply's fields, or the refusal.
+    fn apply(
+        &self,
+        file: &std::path::Path,
+        new: &ServerConfig,
+    ) -> Result<Vec<(&'static str, serde_json::Value)>, serde_json::Value> {
+        use serde_json::json;
+        let running = self.shared.live_config();
+        let plan = reload::plan(&running, new, self.shared.dns.is_some());
+        let mut next = (*running).clone();
+        reload::apply_live(&mut next, new);
+        // Controllers the workers will build: refuse here rather than on a worker.
+        if let Err((key, message)) = next
+            .overload
+            .controller()
+            .map(drop)
+            .and_then(|()| next.overload.forward_controller().map(drop))
+        {
+            return Err(json!({
+                "ok": false,
+                "error": format!("{}: key `{key}`: {message}; the running configuration stays", file.display()),
+                "file": file.display().to_string(),
+                "line": 0,
+                "key": key,
+            }));
+        }
+        let mut generation = self.shared.live_gen.load(Relaxed);
+        let workers = self.shared.stats.len();
+        let mut workers_applied = workers;
+        if next != *running {
+            if let Ok(mut g) = self.shared.live.lock() {
+                *g = Arc::new(next.clone());
+            }
+            generation = self
+                .shared
+                .live_gen
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+                + 1;
+            for w in &self.shared.wakers {
+                let _ = w.wake();
+            }
+            let until = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                workers_applied = self
+                    .shared
+                    .stats
+                    .iter()
+                    .filter(|w| {
+                        w.applied_gen.load(std::sync::atomic::Ordering::Acquire) >= generation
+                    })
+                    .count();
+                if workers_applied == workers || std::time::Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // RUST_LOG wins over the file's `log`, as at start.
+        if plan.live.iter().any(|k| k == "log")
+            && std::env::var_os("RUST_LOG").is_none()
+            && let Some(h) = &self.log_hook
+            && let Err(e) = h(&next.log)
+        {
+            tracing::warn!(error = %e, "log filter not changed");
+        }
+        let mut out = vec![
+            ("file", json!(file.display().to_string())),
+            ("config_generation", json!(generation)),
+            ("workers_applied", json!(workers_applied)),
+            ("applied", json!(plan.live)),
+            ("needs_restart", json!(plan.restart)),
+        ];
+        if workers_applied < workers {
+            out.push(("ok", json!(false)));
+            out.push((
+                "error",
+                json!(format!(
+                    "only {workers_applied} of {workers} workers applied the configuration within 5 s"
+                )),
+            ));
+        }
+        Ok(out)
     }
 
     /// Stops reading, lets workers run timers until the grace deadline, joins them, stops
