@@ -330,6 +330,8 @@ pub(crate) struct Worker {
     server_role: Option<ServerRole>,
     /// New INVITEs answered 503 because they waited too long in their INVITE socket.
     stale_invites: u64,
+    /// New calls and registrations turned away by a drain (`holdline_drain_rejected_total`).
+    drain_rejected: u64,
     /// The configuration generation this worker runs (see [`Shared::live_gen`]).
     live_gen: u64,
     /// The configuration it was applied from.
@@ -526,6 +528,7 @@ impl Worker {
             hop: None,
             server_role: None,
             stale_invites: 0,
+            drain_rejected: 0,
             live_gen: 0,
             live: Some(live),
             recv: Some(RecvBatch::new(32, slot)),
@@ -846,6 +849,15 @@ impl Worker {
         if let Some((f, _)) = &self.forward {
             crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
         }
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!(
+                "holdline_draining {}\nholdline_drain_rejected_total {}\nholdline_config_generation {}\n",
+                u8::from(self.shared.draining.load(Relaxed)),
+                self.drain_rejected,
+                self.live_gen
+            ),
+        );
         if self.settings.invite_max_wait.is_some() {
             let _ = std::fmt::Write::write_fmt(
                 &mut text,
@@ -1299,7 +1311,8 @@ impl Worker {
         let (rng, spread) = (&mut self.rng, self.settings.register_retry_after);
         let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
         // A drain turns new calls and registrations away, whatever the controllers say.
-        let forced = if self.shared.draining.load(Relaxed) {
+        let draining = self.shared.draining.load(Relaxed);
+        let forced = if draining {
             Some(Rejection::service_unavailable(
                 RejectReason::Maintenance,
                 Some(Duration::from_secs(
@@ -1390,6 +1403,9 @@ impl Worker {
                     .rejection()
             },
         );
+        if rejected && draining {
+            self.drain_rejected += 1;
+        }
         let cost = if rejected {
             self.settings.emulate_reject_cost
         } else {

@@ -181,6 +181,12 @@ pub(crate) fn main(args: &CtlArgs) -> ExitCode {
             Request::NextHops => reply["probed"] = report.targets_json(),
             _ => {
                 reply["summary"] = report.to_json();
+                reply["summary"]["drain_rejected"] = samples
+                    .iter()
+                    .filter(|x| x.name == "holdline_drain_rejected_total")
+                    .map(|x| x.value)
+                    .sum::<f64>()
+                    .into();
                 reply["controllers"] = controllers(&samples);
             }
         }

@@ -446,6 +446,9 @@ fn bindings_reload_by_signal_errors_and_a_drain_on_sigterm() {
     assert!(reply.starts_with("SIP/2.0 503"), "{reply}");
     assert!(reply.contains("Retry-After: 30"), "{reply}");
     assert!(reply.contains("Maintenance: draining"), "{reply}");
+    let (_, st) = ctl_json(&socket, &["status"]);
+    assert_eq!(st["draining"], true, "{st}");
+    assert_eq!(st["summary"]["drain_rejected"], 1.0, "{st}");
     let (status, rest) = server.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "{status:?}\n{rest}");
     assert!(rest.contains("drained (nothing in progress)"), "{rest}");
