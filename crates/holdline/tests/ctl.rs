@@ -453,3 +453,86 @@ fn bindings_reload_by_signal_errors_and_a_drain_on_sigterm() {
     assert!(status.success(), "{status:?}\n{rest}");
     assert!(rest.contains("drained (nothing in progress)"), "{rest}");
 }
+
+/// `ctl next-hops` shows each hash-route target's probing state: a target that answers up,
+/// one that does not down; a reload that drops the dead one keeps the live one's state.
+#[test]
+fn next_hops_show_probed_targets_and_follow_a_reload() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, live, dead) = (free_port(), free_port(), free_port());
+    let file = dir.path().join("holdline.toml");
+    let write = |targets: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "listen = [\"udp:127.0.0.1:{port}\"]\nworkers = 2\nstore = \"memory\"\n\
+                 data_dir = \"{dir}\"\n\
+                 [[hash_routes]]\ndomain = \"*\"\ntargets = [{targets}]\n\
+                 [probing]\ninterval_ms = 200\ntimeout_ms = 100\ndown_after = 2\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write");
+    };
+    write(&format!(
+        "\"udp:127.0.0.1:{live}\", \"udp:127.0.0.1:{dead}\""
+    ));
+    let _uas = common::load(&[
+        s("uas"),
+        s("--listen"),
+        format!("127.0.0.1:{live}"),
+        s("--max-time"),
+        s("30"),
+        s("--progress"),
+        s("off"),
+    ]);
+    wait_port_taken(live);
+    let server = Holdline::start(&[s("--config"), file.display().to_string()]);
+    let socket = dir.path().join("ctl.sock");
+    let (live_key, dead_key) = (
+        format!("udp 127.0.0.1:{live}"),
+        format!("udp 127.0.0.1:{dead}"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let (ok, r) = ctl_json(&socket, &["next-hops"]);
+        assert!(ok, "{r}");
+        if r["probed"][&dead_key]["state"] == "down" && r["probed"][&live_key]["state"] == "up" {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "probing never told them apart: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(r["probed"][&dead_key]["down_on_workers"], 2, "{r}");
+    let out = ctl(&socket, &["next-hops"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("udp:127.0.0.1:{dead}")) && l.contains("down")),
+        "{text}"
+    );
+    // Drop the dead target: it leaves the probed set, the live one stays up.
+    write(&format!("\"udp:127.0.0.1:{live}\""));
+    let (ok, r) = ctl_json(&socket, &["reload"]);
+    assert!(
+        ok && r["applied"] == serde_json::json!(["hash_routes"]),
+        "{r}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, r) = ctl_json(&socket, &["next-hops"]);
+        if r["probed"].get(&dead_key).is_none() && r["probed"][&live_key]["state"] == "up" {
+            assert_eq!(
+                r["targets"],
+                serde_json::json!([format!("udp:127.0.0.1:{live}")])
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the dropped target stays: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(server);
+}
