@@ -262,11 +262,15 @@ pub enum RejectReason {
     /// A new INVITE read from a stream waited for idle time longer than allowed
     /// ([`DeferQueue`](crate::defer::DeferQueue)): the server was busy with admitted calls.
     DeferTimeout,
+    /// The server is draining for maintenance (`holdline ctl drain`, SIGTERM): new calls
+    /// and registrations are turned away with a `Retry-After`, so that upstreams tell
+    /// maintenance from overload.
+    Maintenance,
 }
 
 impl RejectReason {
     /// Every reason, in [`index`](Self::index) order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::QueueFull,
         Self::Occupancy,
         Self::QueueDelay,
@@ -276,6 +280,7 @@ impl RejectReason {
         Self::WindowFull,
         Self::CallGap,
         Self::DeferTimeout,
+        Self::Maintenance,
     ];
 
     /// The number of reasons.
@@ -293,6 +298,7 @@ impl RejectReason {
             Self::WindowFull => 6,
             Self::CallGap => 7,
             Self::DeferTimeout => 8,
+            Self::Maintenance => 9,
         }
     }
 
@@ -308,6 +314,7 @@ impl RejectReason {
             Self::WindowFull => "window_full",
             Self::CallGap => "call_gap",
             Self::DeferTimeout => "defer_timeout",
+            Self::Maintenance => "maintenance",
         }
     }
 }

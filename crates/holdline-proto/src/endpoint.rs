@@ -747,6 +747,43 @@ impl Endpoint {
         &self.config
     }
 
+    /// Replaces the routing part of the configuration with `new`'s, for a reload that keeps
+    /// calls and transactions: the domains, aliases, Record-Route switch, relay policy, the
+    /// static, load-sharing and DNS routes, and the probing of load-sharing targets. Every
+    /// other field of `new` is ignored. Transactions in progress finish on the next hop
+    /// they were sent to; new requests follow the new routes. Probed targets that stay keep
+    /// their state; new ones start up and are probed at once.
+    pub fn reconfigure(&mut self, new: &ProxyConfig) {
+        let c = &mut self.config;
+        c.domains.clone_from(&new.domains);
+        c.aliases.clone_from(&new.aliases);
+        c.record_route = new.record_route;
+        c.relay = new.relay.clone();
+        c.static_routes.clone_from(&new.static_routes);
+        c.hash_routes.clone_from(&new.hash_routes);
+        c.dns_routes.clone_from(&new.dns_routes);
+        c.probe = new.probe;
+        let targets: Vec<Peer> = c
+            .hash_routes
+            .iter()
+            .flat_map(|r| r.targets.iter().filter(|t| t.name.is_none()))
+            .map(|t| Peer {
+                addr: t.next_hop,
+                transport: t.transport,
+                conn: None,
+            })
+            .collect();
+        if c.probe.is_some() {
+            self.probes.retain(|p| targets.contains(&p.dest));
+            // The next round enumerates the targets again (adding the new ones).
+            self.probe_at = None;
+        } else {
+            self.probes.clear();
+            self.probe_at = None;
+        }
+        self.stats.targets_down = self.probes.iter().filter(|p| !p.up).count() as u64;
+    }
+
     /// The counters.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats

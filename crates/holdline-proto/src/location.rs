@@ -89,6 +89,15 @@ pub trait LocationStore: Send + Sync {
         u64::MAX
     }
 
+    /// Appends to `out` the addresses-of-record that start with `prefix` and have a stored
+    /// binding (expired ones not yet purged included), at most `limit` of them, in no
+    /// particular order; returns `false` when the store cannot list its keys (the default),
+    /// for the control interface's `bindings list`.
+    fn list_aors(&self, prefix: &[u8], limit: usize, out: &mut Vec<Box<[u8]>>) -> bool {
+        let _ = (prefix, limit, out);
+        false
+    }
+
     /// Whether no binding is stored.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -118,6 +118,19 @@ impl LocationStore for MemoryLocationStore {
             .map(|s| lock(s).values().map(Vec::len).sum::<usize>())
             .sum()
     }
+
+    fn list_aors(&self, prefix: &[u8], limit: usize, out: &mut Vec<Box<[u8]>>) -> bool {
+        for s in &self.shards {
+            let shard = lock(s);
+            for aor in shard.keys().filter(|a| a.starts_with(prefix)) {
+                if out.len() >= limit {
+                    return true;
+                }
+                out.push(aor.clone());
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +146,26 @@ mod tests {
             cseq: 1,
             source: None,
         }
+    }
+
+    #[test]
+    fn addresses_of_record_are_listed_by_prefix_up_to_the_limit() {
+        let store = MemoryLocationStore::new();
+        for aor in ["alice@a", "alan@a", "bob@a"] {
+            store.modify(aor.as_bytes(), Instant::ZERO, &mut |b| {
+                b.push(binding("sip:x@192.0.2.1", 60));
+            });
+        }
+        let mut out = Vec::new();
+        assert!(store.list_aors(b"al", 10, &mut out));
+        out.sort();
+        assert_eq!(
+            out,
+            [b"alan@a".as_slice().into(), b"alice@a".as_slice().into()] as [Box<[u8]>; 2]
+        );
+        let mut out = Vec::new();
+        assert!(store.list_aors(b"", 2, &mut out));
+        assert_eq!(out.len(), 2, "the limit holds");
     }
 
     #[test]

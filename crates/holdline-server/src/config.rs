@@ -29,6 +29,12 @@
 //!                                  # (its data: /status.json); absent: off
 //! log = "info"                     # tracing filter; RUST_LOG wins
 //! shutdown_grace_ms = 2000
+//! drain_grace_s = 30               # SIGTERM / `holdline ctl drain`: new calls and REGISTERs
+//!                                  # get 503 (Maintenance) while calls in progress finish,
+//!                                  # at most this long
+//! drain_idle_ms = 500              # ... finished: nothing in progress for this long
+//! # ctl_socket = "/run/holdline/ctl.sock"  # `holdline ctl`; default: ctl.sock in the data
+//!                                  # directory; "" turns it off
 //!
 //! [flood]                          # per-source flood protection (pike); trusted exempt
 //! enabled = true
@@ -1344,6 +1350,15 @@ pub struct ServerConfig {
     pub log: String,
     /// How long workers keep running timers after a shutdown signal, ms.
     pub shutdown_grace_ms: u64,
+    /// The longest a drain (SIGTERM, `holdline ctl drain`) waits for the calls in progress
+    /// before the server stops anyway, seconds (default 30; 0: SIGTERM stops at once).
+    pub drain_grace_s: u64,
+    /// A drain is over once no request has been in progress on any worker for this long, ms
+    /// (default 500): the in-dialog requests of calls just set up (ACK, BYE) get through.
+    pub drain_idle_ms: u64,
+    /// The control socket of `holdline ctl` (a Unix socket, mode 0600). Absent: `ctl.sock`
+    /// in the data directory; an empty path turns it off.
+    pub ctl_socket: Option<PathBuf>,
     /// Bounds.
     pub limits: LimitsConfig,
     /// Transaction timers.
@@ -1835,6 +1850,9 @@ impl Default for ServerConfig {
             metrics: None,
             log: "info".into(),
             shutdown_grace_ms: 2000,
+            drain_grace_s: 30,
+            drain_idle_ms: 500,
+            ctl_socket: None,
             limits: LimitsConfig::default(),
             timers: TimersConfig::default(),
             registrar: RegistrarSettings::default(),
@@ -2325,6 +2343,16 @@ impl ServerConfig {
         self.store
             .clone()
             .unwrap_or_else(|| StoreSpec::Path(self.data_dir().join("location")))
+    }
+
+    /// The control socket in effect (`ctl_socket`, or `ctl.sock` in the data directory);
+    /// `None` when turned off (an empty path).
+    pub fn ctl_socket_path(&self) -> Option<PathBuf> {
+        match &self.ctl_socket {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None => Some(self.data_dir().join("ctl.sock")),
+        }
     }
 
     /// The shutdown grace period.

@@ -68,6 +68,18 @@ pub trait WorkerCore: Send {
     fn handle_dns_response(&mut self, now: Instant, response: holdline_proto::DnsResponse) {
         let _ = (now, response);
     }
+    /// Applies the live part of a reloaded configuration (routes, domains, relay policy,
+    /// probing): calls and transactions in progress are kept. Engines without routing ignore
+    /// it.
+    fn reconfigure(&mut self, config: &ServerConfig) {
+        let _ = config;
+    }
+    /// Requests in progress: proxied requests awaiting or holding their final response and
+    /// branches awaiting theirs (a drain waits until none is left on any worker). Engines
+    /// that keep none report 0.
+    fn in_flight(&self) -> usize {
+        0
+    }
     /// Fires every timer due at or before `now`.
     fn handle_timeout(&mut self, now: Instant);
     /// Appends the next message to send to `buf` and describes it.

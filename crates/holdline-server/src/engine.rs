@@ -152,7 +152,7 @@ pub fn seq_base(clock: &Clock) -> u64 {
 /// (`load_control.shared`) are its own: give every worker of a server the same ones.
 pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> ProxyConfig {
     let mut p = ProxyConfig::default();
-    p.domains.clone_from(&config.domains);
+    live_routing(config, &mut p);
     p.listen = bound
         .iter()
         .map(|l| ListenAddr {
@@ -160,11 +160,8 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
             addr: l.addr,
         })
         .collect();
-    p.record_route = config.record_route;
     p.mode = config.mode;
     p.record_route_host.clone_from(&config.record_route_host);
-    p.aliases.clone_from(&config.aliases);
-    p.relay = config.relay_policy();
     // validate() checked the setting.
     let algos = config.overload.feedback_algos().unwrap_or_default();
     p.overload_offer = (!algos.is_empty()).then(|| holdline_sip::OcOffer::new(&algos));
@@ -185,6 +182,44 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
             conn: None,
         })
         .collect();
+    // DNS targets may use the transports the server listens on (UDP, TCP, TLS in that
+    // order of preference).
+    let transports = [Transport::Udp, Transport::Tcp, Transport::Tls]
+        .into_iter()
+        .filter(|t| bound.iter().any(|l| l.transport == *t))
+        .collect();
+    p.dns = config.dns.proxy_config(transports);
+    let mut limits = Limits::DEFAULT;
+    limits.max_message_size(config.limits.max_message_size);
+    p.limits = limits;
+    p.txn
+        .t1(Duration::from_millis(config.timers.t1_ms))
+        .t2(Duration::from_millis(config.timers.t2_ms))
+        .t4(Duration::from_millis(config.timers.t4_ms))
+        .max_transactions(config.limits.max_transactions)
+        .memory_budget(config.transaction_memory_bytes())
+        // Secret per server and run: a peer cannot aim its keys at a hash collision.
+        .hash_seed(random_seed());
+    // Distinct per worker, so that branches of different workers never collide.
+    p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
+    p.shard = Some(holdline_proto::shard::Shard {
+        index,
+        workers: config.worker_count(),
+    });
+    // The same for every worker (a rejection one worker builds is acknowledged to the
+    // call's owner), different between servers: a hash of the bound listeners.
+    p.gate_key = gate_key(bound);
+    p
+}
+
+/// The part of a worker's proxy configuration a reload replaces live
+/// ([`holdline_proto::Endpoint::reconfigure`]): domains, aliases, Record-Route, relay policy,
+/// static, DNS and load-sharing routes, probing.
+pub(crate) fn live_routing(config: &ServerConfig, p: &mut ProxyConfig) {
+    p.domains.clone_from(&config.domains);
+    p.record_route = config.record_route;
+    p.aliases.clone_from(&config.aliases);
+    p.relay = config.relay_policy();
     p.static_routes = config
         .routes
         .iter()
@@ -208,13 +243,6 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
             crate::config::RouteTarget::Addr(_) => None,
         })
         .collect();
-    // DNS targets may use the transports the server listens on (UDP, TCP, TLS in that
-    // order of preference).
-    let transports = [Transport::Udp, Transport::Tcp, Transport::Tls]
-        .into_iter()
-        .filter(|t| bound.iter().any(|l| l.transport == *t))
-        .collect();
-    p.dns = config.dns.proxy_config(transports);
     p.hash_routes = config
         .hash_routes
         .iter()
@@ -245,27 +273,6 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         timeout: Duration::from_millis(probing.timeout_ms.max(1)),
         down_after: probing.down_after.max(1),
     });
-    let mut limits = Limits::DEFAULT;
-    limits.max_message_size(config.limits.max_message_size);
-    p.limits = limits;
-    p.txn
-        .t1(Duration::from_millis(config.timers.t1_ms))
-        .t2(Duration::from_millis(config.timers.t2_ms))
-        .t4(Duration::from_millis(config.timers.t4_ms))
-        .max_transactions(config.limits.max_transactions)
-        .memory_budget(config.transaction_memory_bytes())
-        // Secret per server and run: a peer cannot aim its keys at a hash collision.
-        .hash_seed(random_seed());
-    // Distinct per worker, so that branches of different workers never collide.
-    p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
-    p.shard = Some(holdline_proto::shard::Shard {
-        index,
-        workers: config.worker_count(),
-    });
-    // The same for every worker (a rejection one worker builds is acknowledged to the
-    // call's owner), different between servers: a hash of the bound listeners.
-    p.gate_key = gate_key(bound);
-    p
 }
 
 /// The machine's interface addresses (for listeners on `0.0.0.0`/`::`); none when they
@@ -421,6 +428,7 @@ fn reason_text(r: holdline_overload::RejectReason) -> &'static str {
         R::RateThrottle => "Downstream overload: rate_throttle",
         R::WindowFull => "Downstream overload: window_full",
         R::CallGap => "Downstream overload: call_gap",
+        R::Maintenance => "Maintenance: draining",
         _ => "Overload",
     }
 }
@@ -459,6 +467,16 @@ fn render_dns(s: &EndpointStats, d: &holdline_proto::DnsStats, out: &mut String)
 }
 
 impl WorkerCore for Engine {
+    fn reconfigure(&mut self, config: &ServerConfig) {
+        let mut p = self.endpoint.config().clone();
+        live_routing(config, &mut p);
+        self.endpoint.reconfigure(&p);
+    }
+
+    fn in_flight(&self) -> usize {
+        self.endpoint.active_calls() + self.endpoint.pending_branches()
+    }
+
     fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer) {
         self.endpoint.handle(now, bytes, from, from.transport);
         self.drain_events();

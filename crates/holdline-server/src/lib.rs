@@ -27,10 +27,12 @@
 mod auth;
 mod config;
 mod core;
+pub mod ctl;
 mod dns;
 mod engine;
 mod metrics;
 mod notify;
+pub mod reload;
 pub mod shard;
 mod status;
 mod tls;
@@ -59,12 +61,14 @@ pub use crate::config::{
     RouteTarget, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, TlsSettings, default_data_dir,
 };
 pub use crate::core::{CoreFactory, HopEvent, TestCore, WorkerCore, default_core_factory};
+pub use crate::ctl::{CtlError, LogHook};
 pub use crate::dns::DnsSetupError;
 pub use crate::engine::{
     Engine, EngineError, OpenedStore, STORE_FILE, open_store, proxy_config, seq_base,
 };
 pub use crate::metrics::{BUCKETS_US, Close as CloseReason, Drop as DropReason};
 use crate::metrics::{MetricsServer, WorkerStats};
+pub use crate::reload::ReloadPlan;
 use crate::worker::{Settings, Shared, WAKER, Worker};
 
 /// Why the server could not start.
@@ -124,6 +128,14 @@ pub type ShutdownHook = Box<dyn FnOnce() + Send>;
 /// A hook run on SIGHUP (e.g. reloading the users file).
 pub type ReloadHook = Box<dyn Fn() + Send>;
 
+/// A hook run on every reload (SIGHUP, `holdline ctl reload`) whose outcome goes into the
+/// reply: `Ok(note)` (e.g. "users reloaded: 3 users"; empty: nothing to say) or `Err(why)`.
+pub type ReportingReloadHook = Box<dyn Fn() -> Result<String, String> + Send>;
+
+/// Reads the configuration again for a reload (the file, with the command line's overrides
+/// applied): a bad file is refused with its file, line and key.
+pub type ConfigSource = Box<dyn Fn() -> Result<ServerConfig, ConfigError> + Send>;
+
 /// The per-source guard's settings: `[flood]`, and the failed-authentication limits of
 /// `[auth]` (the same table counts both; with `[flood]` off but authentication on, only
 /// failures are limited).
@@ -180,8 +192,18 @@ pub struct Server {
     metrics: Option<MetricsServer>,
     hooks: Vec<ShutdownHook>,
     reload_hooks: Vec<ReloadHook>,
+    reporting_hooks: Vec<ReportingReloadHook>,
     grace: Duration,
     store: StoreSpec,
+    /// When the server started (uptime).
+    started: std::time::Instant,
+    /// The control socket's path (`None`: off).
+    ctl_path: Option<std::path::PathBuf>,
+    ctl: Option<ctl::CtlServer>,
+    /// Where a reload reads the configuration, and the file it names.
+    source: Option<(std::path::PathBuf, ConfigSource)>,
+    location: Option<Arc<dyn holdline_proto::LocationStore>>,
+    log_hook: Option<LogHook>,
 }
 
 impl std::fmt::Debug for Server {
@@ -393,6 +415,10 @@ impl Server {
             accepted: std::sync::Mutex::new(std::collections::HashMap::new()),
             udp_inodes,
             dns,
+            draining: AtomicBool::new(false),
+            drain_retry_after: AtomicU64::new(config.drain_grace_s.max(1)),
+            live: std::sync::Mutex::new(Arc::new(config.clone())),
+            live_gen: AtomicU64::new(0),
         });
         let dns_thread = match dns_runner {
             Some(r) => Some(r.spawn(Arc::downgrade(&shared))?),
@@ -541,8 +567,15 @@ impl Server {
             metrics,
             hooks: Vec::new(),
             reload_hooks: Vec::new(),
+            reporting_hooks: Vec::new(),
             grace: config.shutdown_grace(),
             store,
+            started: std::time::Instant::now(),
+            ctl_path: config.ctl_socket_path(),
+            ctl: None,
+            source: None,
+            location: None,
+            log_hook: None,
         })
     }
 
@@ -602,34 +635,378 @@ impl Server {
         self.reload_hooks.push(hook);
     }
 
-    /// Waits for SIGINT or SIGTERM, then shuts down; on SIGHUP runs the reload hooks and
-    /// waits on. Prints `ready` on stderr once the signal handlers are installed.
-    pub fn run(self) -> io::Result<ShutdownReport> {
+    /// Registers a hook run on every reload whose outcome goes into the reply of
+    /// `holdline ctl reload` (and the log, on SIGHUP).
+    pub fn on_reload_report(&mut self, hook: ReportingReloadHook) {
+        self.reporting_hooks.push(hook);
+    }
+
+    /// Where reloads read the configuration: `file` (named in replies) through `source`
+    /// (which applies the command line's overrides). Without one, a reload runs the hooks
+    /// only.
+    pub fn set_config_source(&mut self, file: std::path::PathBuf, source: ConfigSource) {
+        self.source = Some((file, source));
+    }
+
+    /// The location store `holdline ctl bindings` reads and edits.
+    pub fn set_location_store(&mut self, store: Arc<dyn holdline_proto::LocationStore>) {
+        self.location = Some(store);
+    }
+
+    /// How `holdline ctl log-level` and a reload that changes `log` set the log filter.
+    pub fn set_log_hook(&mut self, hook: LogHook) {
+        self.log_hook = Some(hook);
+    }
+
+    /// The control socket's path, when on (bound by [`run`](Self::run)).
+    pub fn ctl_socket(&self) -> Option<&std::path::Path> {
+        self.ctl_path.as_deref()
+    }
+
+    /// Opens the control socket, then waits for signals and control requests: SIGHUP and
+    /// `ctl reload` reload; SIGTERM drains (with `drain_grace_s` > 0, else stops at once);
+    /// `ctl drain` drains; SIGINT stops at once. Prints `ready` on stderr once the signal
+    /// handlers are installed and the control socket listens.
+    pub fn run(mut self) -> io::Result<ShutdownReport> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let (tx, rx) = std::sync::mpsc::channel();
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-        tracing::info!("ready; SIGINT or SIGTERM stops the server, SIGHUP reloads");
-        eprintln!("holdline: ready (SIGINT/SIGTERM to stop, SIGHUP to reload)");
-        // systemd's Type=notify: the listeners are bound and the workers run.
-        notify::tell(notify::State::Ready);
-        for sig in signals.forever() {
-            if sig == SIGHUP {
-                tracing::info!("SIGHUP: reloading");
-                notify::tell(notify::State::Reloading);
-                for hook in &self.reload_hooks {
-                    hook();
+        let signal_handle = signals.handle();
+        let signal_tx = tx.clone();
+        let signal_thread = std::thread::Builder::new()
+            .name("holdline-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if signal_tx.send(ctl::Command::Signal(sig)).is_err() {
+                        break;
+                    }
                 }
-                notify::tell(notify::State::Ready);
-                continue;
+            })?;
+        if let Some(path) = self.ctl_path.clone() {
+            let store_name = match &self.store {
+                StoreSpec::Memory => "memory".to_owned(),
+                StoreSpec::Path(_) => "persistent".to_owned(),
+                _ => "redis".to_owned(),
+            };
+            let ctx = ctl::Context {
+                shared: Arc::downgrade(&self.shared),
+                store: self.location.clone(),
+                store_name,
+                log: self.log_hook.clone(),
+                commands: tx.clone(),
+                started: self.started,
+                config_file: self.source.as_ref().map(|(f, _)| f.clone()),
+            };
+            match ctl::CtlServer::start(&path, ctx) {
+                Ok(c) => {
+                    eprintln!(
+                        "holdline: control socket {} (holdline ctl --socket {} status)",
+                        c.path().display(),
+                        c.path().display()
+                    );
+                    self.ctl = Some(c);
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "control socket off");
+                    eprintln!("holdline: control socket off: {e}");
+                    self.ctl_path = None;
+                }
             }
-            notify::tell(notify::State::Stopping);
-            tracing::info!(
-                signal = sig,
-                grace_ms = self.grace.as_millis() as u64,
-                "shutting down"
-            );
-            break;
         }
+        drop(tx);
+        tracing::info!("ready; SIGINT stops the server, SIGTERM drains it, SIGHUP reloads");
+        eprintln!("holdline: ready (SIGINT to stop, SIGTERM to drain and stop, SIGHUP to reload)");
+        // systemd's Type=notify: the listeners are bound, the workers and the control socket run.
+        notify::tell(notify::State::Ready);
+        while let Ok(cmd) = rx.recv() {
+            match cmd {
+                ctl::Command::Signal(SIGHUP) => {
+                    tracing::info!("SIGHUP: reloading");
+                    notify::tell(notify::State::Reloading);
+                    let r = self.reload();
+                    notify::tell(notify::State::Ready);
+                    eprintln!("holdline: reload (SIGHUP): {r}");
+                }
+                ctl::Command::Signal(SIGTERM) if self.drain_grace() > Duration::ZERO => {
+                    tracing::info!("SIGTERM: draining");
+                    let started = self.begin_drain();
+                    self.wait_drained(&rx, started);
+                    break;
+                }
+                ctl::Command::Signal(sig) => {
+                    tracing::info!(
+                        signal = sig,
+                        grace_ms = self.grace.as_millis() as u64,
+                        "shutting down"
+                    );
+                    break;
+                }
+                ctl::Command::Ctl(ctl::Request::Reload, reply) => {
+                    notify::tell(notify::State::Reloading);
+                    let r = self.reload();
+                    notify::tell(notify::State::Ready);
+                    eprintln!("holdline: reload (ctl): {r}");
+                    let _ = reply.send(r);
+                }
+                ctl::Command::Ctl(ctl::Request::Drain, reply) => {
+                    // Draining before the reply: a `status` right after it says so.
+                    let started = self.begin_drain();
+                    let _ = reply.send(self.drain_reply());
+                    self.wait_drained(&rx, started);
+                    break;
+                }
+                ctl::Command::Ctl(_, reply) => {
+                    let _ = reply.send(ctl::failure("not handled here"));
+                }
+            }
+        }
+        notify::tell(notify::State::Stopping);
+        signal_handle.close();
+        let _ = signal_thread.join();
         Ok(self.shutdown())
+    }
+
+    /// The running configuration's drain grace.
+    fn drain_grace(&self) -> Duration {
+        Duration::from_secs(self.shared.live_config().drain_grace_s)
+    }
+
+    fn drain_reply(&self) -> serde_json::Value {
+        let c = self.shared.live_config();
+        let in_flight: u64 = self
+            .shared
+            .stats
+            .iter()
+            .map(|w| w.in_flight.load(Relaxed))
+            .sum();
+        serde_json::json!({
+            "ok": true,
+            "draining": true,
+            "grace_s": c.drain_grace_s,
+            "idle_ms": c.drain_idle_ms,
+            "in_flight": in_flight,
+            "retry_after_s": c.drain_grace_s.max(1),
+        })
+    }
+
+    /// Starts a drain: new calls and registrations get 503 (maintenance) from now on.
+    /// Returns when it started.
+    fn begin_drain(&self) -> Instant {
+        let c = self.shared.live_config();
+        let start = self.shared.clock.now();
+        self.shared
+            .drain_retry_after
+            .store(c.drain_grace_s.max(1), Relaxed);
+        self.shared.draining.store(true, Relaxed);
+        notify::tell(notify::State::Stopping);
+        for w in &self.shared.wakers {
+            let _ = w.wake();
+        }
+        tracing::info!(grace_s = c.drain_grace_s, "draining");
+        eprintln!(
+            "holdline: draining: new calls and registrations get 503 (maintenance); waiting at most {} s for those in progress",
+            c.drain_grace_s
+        );
+        start
+    }
+
+    /// Waits for the end of the drain begun at `start`: once no request has been in
+    /// progress on any worker for `drain_idle_ms`, or after `drain_grace_s`, or at SIGINT or
+    /// a second SIGTERM. Reloads are still served meanwhile.
+    fn wait_drained(&mut self, rx: &std::sync::mpsc::Receiver<ctl::Command>, start: Instant) {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let c = self.shared.live_config();
+        let clock = self.shared.clock;
+        let deadline = start + Duration::from_secs(c.drain_grace_s);
+        let idle = Duration::from_millis(c.drain_idle_ms);
+        let outcome = loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(ctl::Command::Signal(SIGHUP)) => {
+                    let r = self.reload();
+                    eprintln!("holdline: reload (SIGHUP): {r}");
+                }
+                Ok(ctl::Command::Signal(SIGINT | SIGTERM)) => break "stopped by a signal",
+                Ok(ctl::Command::Ctl(ctl::Request::Reload, reply)) => {
+                    let _ = reply.send(self.reload());
+                }
+                Ok(ctl::Command::Ctl(_, reply)) => {
+                    let _ = reply.send(self.drain_reply());
+                }
+                Ok(ctl::Command::Signal(_)) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break "stopped",
+            }
+            let now = clock.now();
+            let stats = &self.shared.stats;
+            let busy = stats.iter().any(|w| w.in_flight.load(Relaxed) > 0);
+            let last = stats
+                .iter()
+                .map(|w| w.last_active_ns.load(Relaxed))
+                .max()
+                .unwrap_or(0)
+                .max(start.as_nanos());
+            if !busy && now.as_nanos().saturating_sub(last) >= idle.as_nanos() as u64 {
+                break "nothing in progress";
+            }
+            if now >= deadline {
+                break "grace period over";
+            }
+        };
+        let took = clock.now().saturating_duration_since(start);
+        tracing::info!(outcome, took_ms = took.as_millis() as u64, "drained");
+        eprintln!(
+            "holdline: drained ({outcome}) in {} ms; stopping",
+            took.as_millis()
+        );
+    }
+
+    /// Re-reads the configuration and applies its live part on every worker (waiting until
+    /// each runs it), runs the reload hooks, and says what was applied and what needs a
+    /// restart. A bad file is refused with its file, line and key; the running
+    /// configuration stays.
+    fn reload(&mut self) -> serde_json::Value {
+        use serde_json::json;
+        let mut reply = json!({"ok": true});
+        if let Some((file, source)) = &self.source {
+            match source().map_err(|e| {
+                json!({
+                    "ok": false,
+                    "error": format!("{e}; the running configuration stays"),
+                    "file": e.file,
+                    "line": e.line,
+                    "key": e.key,
+                })
+            }) {
+                Ok(new) => match self.apply(file, &new) {
+                    Ok(applied) => {
+                        for (k, v) in applied {
+                            reply[k] = v;
+                        }
+                    }
+                    Err(refused) => reply = refused,
+                },
+                Err(refused) => reply = refused,
+            }
+            if reply["ok"] == false {
+                tracing::error!(reply = %reply, "configuration not reloaded; the running one stays");
+            }
+        } else {
+            reply["note"] = json!(
+                "no configuration file (serve was started without --config): only the users file and hooks were reloaded"
+            );
+        }
+        // The hooks (the users file, RFC 7200's filters) run even when the file was refused:
+        // each keeps what it has on its own errors.
+        for h in &self.reload_hooks {
+            h();
+        }
+        let mut notes = Vec::new();
+        let mut errors = Vec::new();
+        for h in &self.reporting_hooks {
+            match h() {
+                Ok(n) if n.is_empty() => {}
+                Ok(n) => notes.push(n),
+                Err(e) => errors.push(e),
+            }
+        }
+        reply["notes"] = json!(notes);
+        if !errors.is_empty() {
+            let before = reply["error"].as_str().map(str::to_owned);
+            reply["ok"] = json!(false);
+            reply["error"] = json!(
+                before
+                    .into_iter()
+                    .chain(errors)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        tracing::info!(reply = %reply, "reloaded");
+        reply
+    }
+
+    /// Applies the live part of `new` (read from `file`) on every worker, waiting until each
+    /// runs it; the reply's fields, or the refusal.
+    fn apply(
+        &self,
+        file: &std::path::Path,
+        new: &ServerConfig,
+    ) -> Result<Vec<(&'static str, serde_json::Value)>, serde_json::Value> {
+        use serde_json::json;
+        let running = self.shared.live_config();
+        let plan = reload::plan(&running, new, self.shared.dns.is_some());
+        let mut next = (*running).clone();
+        reload::apply_live(&mut next, new);
+        // Controllers the workers will build: refuse here rather than on a worker.
+        if let Err((key, message)) = next
+            .overload
+            .controller()
+            .map(drop)
+            .and_then(|()| next.overload.forward_controller().map(drop))
+        {
+            return Err(json!({
+                "ok": false,
+                "error": format!("{}: key `{key}`: {message}; the running configuration stays", file.display()),
+                "file": file.display().to_string(),
+                "line": 0,
+                "key": key,
+            }));
+        }
+        let mut generation = self.shared.live_gen.load(Relaxed);
+        let workers = self.shared.stats.len();
+        let mut workers_applied = workers;
+        if next != *running {
+            if let Ok(mut g) = self.shared.live.lock() {
+                *g = Arc::new(next.clone());
+            }
+            generation = self
+                .shared
+                .live_gen
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+                + 1;
+            for w in &self.shared.wakers {
+                let _ = w.wake();
+            }
+            let until = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                workers_applied = self
+                    .shared
+                    .stats
+                    .iter()
+                    .filter(|w| {
+                        w.applied_gen.load(std::sync::atomic::Ordering::Acquire) >= generation
+                    })
+                    .count();
+                if workers_applied == workers || std::time::Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        // RUST_LOG wins over the file's `log`, as at start.
+        if plan.live.iter().any(|k| k == "log")
+            && std::env::var_os("RUST_LOG").is_none()
+            && let Some(h) = &self.log_hook
+            && let Err(e) = h(&next.log)
+        {
+            tracing::warn!(error = %e, "log filter not changed");
+        }
+        let mut out = vec![
+            ("file", json!(file.display().to_string())),
+            ("config_generation", json!(generation)),
+            ("workers_applied", json!(workers_applied)),
+            ("applied", json!(plan.live)),
+            ("needs_restart", json!(plan.restart)),
+        ];
+        if workers_applied < workers {
+            out.push(("ok", json!(false)));
+            out.push((
+                "error",
+                json!(format!(
+                    "only {workers_applied} of {workers} workers applied the configuration within 5 s"
+                )),
+            ));
+        }
+        Ok(out)
     }
 
     /// Stops reading, lets workers run timers until the grace deadline, joins them, stops
@@ -661,6 +1038,9 @@ impl Server {
         }
         if let Some(m) = self.metrics.as_mut() {
             m.stop();
+        }
+        if let Some(mut c) = self.ctl.take() {
+            c.stop();
         }
         for hook in self.hooks.drain(..) {
             hook();

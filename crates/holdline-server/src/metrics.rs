@@ -132,6 +132,14 @@ pub(crate) struct WorkerStats {
     pub(crate) core_text: Mutex<(u64, String)>,
     pub(crate) core_ready: Condvar,
     pub(crate) core_wanted: AtomicBool,
+    /// The configuration generation the worker runs (a reload waits for every worker's).
+    pub(crate) applied_gen: AtomicU64,
+    /// Requests in progress at the end of its last loop iteration (see
+    /// [`WorkerCore::in_flight`](crate::WorkerCore::in_flight)).
+    pub(crate) in_flight: AtomicU64,
+    /// When it last ended a loop iteration with requests in progress, ns on the server's
+    /// clock (a drain waits until every worker has been idle for `drain_idle_ms`).
+    pub(crate) last_active_ns: AtomicU64,
 }
 
 /// The counters' index of a transport: UDP 0, TCP 1, TLS 2, SCTP 3.

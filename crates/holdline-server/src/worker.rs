@@ -104,6 +104,25 @@ pub(crate) struct Shared {
     pub(crate) udp_inodes: [Vec<u64>; 2],
     /// The DNS resolver thread's queue, when routes name next hops by DNS.
     pub(crate) dns: Option<crate::dns::DnsHandle>,
+    /// Set by a drain: new calls and registrations are answered 503 (maintenance) with
+    /// `Retry-After: drain_retry_after` seconds.
+    pub(crate) draining: AtomicBool,
+    pub(crate) drain_retry_after: AtomicU64,
+    /// The running configuration; a reload replaces it and bumps `live_gen`, and every
+    /// worker applies its live part at its next loop iteration
+    /// ([`WorkerStats::applied_gen`] says which generation it runs).
+    pub(crate) live: std::sync::Mutex<Arc<crate::ServerConfig>>,
+    pub(crate) live_gen: AtomicU64,
+}
+
+impl Shared {
+    /// The running configuration.
+    pub(crate) fn live_config(&self) -> Arc<crate::ServerConfig> {
+        self.live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl Shared {
@@ -311,6 +330,12 @@ pub(crate) struct Worker {
     server_role: Option<ServerRole>,
     /// New INVITEs answered 503 because they waited too long in their INVITE socket.
     stale_invites: u64,
+    /// New calls and registrations turned away by a drain (`holdline_drain_rejected_total`).
+    drain_rejected: u64,
+    /// The configuration generation this worker runs (see [`Shared::live_gen`]).
+    live_gen: u64,
+    /// The configuration it was applied from.
+    live: Option<Arc<crate::ServerConfig>>,
 }
 
 /// The server role of hop-by-hop overload control in a worker: the estimator and what it is
@@ -466,6 +491,7 @@ impl Worker {
         let slot = settings.limits.max_message_size + 1;
         let defer = settings.defer.unwrap_or_default();
         let flood = settings.flood.clone().and_then(|c| FloodGuard::new(c).ok());
+        let live = shared.live_config();
         Self {
             index,
             poll,
@@ -502,6 +528,9 @@ impl Worker {
             hop: None,
             server_role: None,
             stale_invites: 0,
+            drain_rejected: 0,
+            live_gen: 0,
+            live: Some(live),
             recv: Some(RecvBatch::new(32, slot)),
             tx_buf: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
@@ -639,6 +668,13 @@ impl Worker {
             if !self.stopping && self.shared.stop.load(Relaxed) {
                 self.begin_shutdown();
             }
+            let generation = self
+                .shared
+                .live_gen
+                .load(std::sync::atomic::Ordering::Acquire);
+            if generation != self.live_gen {
+                self.apply_live(now, generation);
+            }
             // The controller's intervals close lazily, when there is work: an idle server
             // does not wake up for them (a late close only makes the interval longer).
             self.close_interval_if_due(t1);
@@ -700,6 +736,11 @@ impl Worker {
             if self.stats().core_wanted.swap(false, Relaxed) {
                 self.render_core_metrics();
             }
+            let in_flight = self.core.in_flight();
+            self.stats().in_flight.store(in_flight as u64, Relaxed);
+            if in_flight > 0 {
+                self.stats().last_active_ns.store(now.as_nanos(), Relaxed);
+            }
             let t2 = StdInstant::now();
             self.stats().loop_busy.record(t2 - t1);
             let busy = self.busy_since(t2);
@@ -730,6 +771,73 @@ impl Worker {
         }
     }
 
+    /// Applies the live part of configuration generation `generation` (a reload): the
+    /// engine's routing, the admission controllers when `[overload]` changed, the flood
+    /// guard when `[flood]` or `trusted` changed. Calls and transactions in progress stay.
+    fn apply_live(&mut self, now: Instant, generation: u64) {
+        let cfg = self.shared.live_config();
+        self.live_gen = generation;
+        let old = self.live.replace(cfg.clone());
+        self.core.reconfigure(&cfg);
+        let overload_changed = old.as_ref().is_none_or(|o| o.overload != cfg.overload);
+        if old.is_some() && overload_changed {
+            let o = &cfg.overload;
+            let seed = crate::engine::random_seed() ^ generation;
+            match o
+                .controller()
+                .map_err(|(k, m)| format!("{k}: {m}"))
+                .and_then(|c| {
+                    holdline_overload::ControllerFactory::build(&c, now, Rng::seed_from_u64(seed))
+                        .map_err(|e| e.to_string())
+                }) {
+                Ok(c) => self.controller = c,
+                Err(e) => {
+                    tracing::error!(worker = self.index, error = %e, "overload controller not replaced")
+                }
+            }
+            if let Some((ctl, split)) = self.forward.as_mut()
+                && let Ok(Some(c)) = o.forward_controller()
+                && let Ok(built) = holdline_overload::ControllerFactory::build(
+                    &c,
+                    now,
+                    Rng::seed_from_u64(seed ^ 0x5f0d),
+                )
+            {
+                *ctl = built;
+                if let holdline_overload::ControllerConfig::SmartForwarding(c) = &c {
+                    *split = c.split;
+                }
+            }
+            let s = &mut self.settings;
+            s.emulate_cost = Duration::from_micros(o.emulate_cost_us);
+            s.emulate_reject_cost =
+                Duration::from_micros(o.emulate_reject_cost_us.unwrap_or(o.emulate_cost_us));
+            s.invite_max_wait = o.invite_max_wait();
+            s.cpu_occupancy = o.occupancy_clock == "cpu";
+            s.register_retry_after = (o.register_retry_after_s[0], o.register_retry_after_s[1]);
+        }
+        if old
+            .as_ref()
+            .is_some_and(|o| o.flood != cfg.flood || o.trusted != cfg.trusted || o.auth != cfg.auth)
+        {
+            let key = self
+                .settings
+                .flood
+                .as_ref()
+                .map_or_else(crate::engine::random_seed, |f| f.key);
+            self.settings.flood = crate::flood_config(&cfg, key);
+            self.settings.trusted = cfg.trusted.iter().map(|t| t.0).collect();
+            self.flood = self
+                .settings
+                .flood
+                .clone()
+                .and_then(|c| FloodGuard::new(c).ok());
+        }
+        self.stats()
+            .applied_gen
+            .store(generation, std::sync::atomic::Ordering::Release);
+    }
+
     fn render_core_metrics(&self) {
         let mut text = String::new();
         self.core.metrics(&mut text);
@@ -741,6 +849,15 @@ impl Worker {
         if let Some((f, _)) = &self.forward {
             crate::metrics::render_overload("holdline_forward", &f.snapshot(), &mut text);
         }
+        let _ = std::fmt::Write::write_fmt(
+            &mut text,
+            format_args!(
+                "holdline_draining {}\nholdline_drain_rejected_total {}\nholdline_config_generation {}\n",
+                u8::from(self.shared.draining.load(Relaxed)),
+                self.drain_rejected,
+                self.live_gen
+            ),
+        );
         if self.settings.invite_max_wait.is_some() {
             let _ = std::fmt::Write::write_fmt(
                 &mut text,
@@ -1193,6 +1310,18 @@ impl Worker {
         let hop = &mut self.hop;
         let (rng, spread) = (&mut self.rng, self.settings.register_retry_after);
         let (pool, conn_keys, conns) = (&self.pool, &self.conn_keys, &self.conns);
+        // A drain turns new calls and registrations away, whatever the controllers say.
+        let draining = self.shared.draining.load(Relaxed);
+        let forced = if draining {
+            Some(Rejection::service_unavailable(
+                RejectReason::Maintenance,
+                Some(Duration::from_secs(
+                    self.shared.drain_retry_after.load(Relaxed),
+                )),
+            ))
+        } else {
+            forced
+        };
         let rejected = self.core.handle_admitting(
             now,
             bytes,
@@ -1207,6 +1336,7 @@ impl Worker {
                         .rejection()
                 })?;
                 Some(match class {
+                    _ if r.reason == RejectReason::Maintenance => r,
                     Class::NewRegistration | Class::Refresh => Rejection {
                         retry_after: Some(Duration::from_secs(u64::from(
                             spread.0 + rng.below(u64::from(spread.1 - spread.0) + 1) as u32,
@@ -1273,6 +1403,9 @@ impl Worker {
                     .rejection()
             },
         );
+        if rejected && draining {
+            self.drain_rejected += 1;
+        }
         let cost = if rejected {
             self.settings.emulate_reject_cost
         } else {

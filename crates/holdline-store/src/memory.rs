@@ -267,6 +267,19 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl LocationStore for MemoryStore {
+    fn list_aors(&self, prefix: &[u8], limit: usize, out: &mut Vec<Box<[u8]>>) -> bool {
+        for s in &*self.shards {
+            let g = s.0.read();
+            for aor in g.map.keys().filter(|a| a.starts_with(prefix)) {
+                if out.len() >= limit {
+                    return true;
+                }
+                out.push(aor.clone());
+            }
+        }
+        true
+    }
+
     fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
         let g = self.shard(aor).0.read();
         let Some(bindings) = g.map.get(aor) else {

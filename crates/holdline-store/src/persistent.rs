@@ -372,6 +372,10 @@ impl PersistentStore {
 }
 
 impl LocationStore for PersistentStore {
+    fn list_aors(&self, prefix: &[u8], limit: usize, out: &mut Vec<Box<[u8]>>) -> bool {
+        self.shared.mem.list_aors(prefix, limit, out)
+    }
+
     fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
         self.shared.mem.lookup(aor, now, out)
     }

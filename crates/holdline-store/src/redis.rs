@@ -675,6 +675,10 @@ impl RedisStore {
 }
 
 impl LocationStore for RedisStore {
+    fn list_aors(&self, prefix: &[u8], limit: usize, out: &mut Vec<Box<[u8]>>) -> bool {
+        self.shared.mem.list_aors(prefix, limit, out)
+    }
+
     fn lookup(&self, aor: &[u8], now: Instant, out: &mut Vec<Binding>) -> usize {
         self.shared.mem.lookup(aor, now, out)
     }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod ctl;
 mod load;
 mod netem;
 mod sim;
@@ -58,6 +59,9 @@ enum Command {
     },
     /// Print the manual page (roff, man(7)) on stdout: `holdline man | man -l -`.
     Man,
+    /// Control a running server over its control socket: status, bindings, routes,
+    /// next-hops, log-level, reload, drain.
+    Ctl(ctl::CtlArgs),
 }
 
 /// Arguments handed unparsed to a subcommand with its own parser (`bench`, `lab`).
@@ -138,6 +142,10 @@ struct ServeArgs {
     /// timeouts).
     #[arg(long, value_name = "none|loss|rate|loss,rate|window|deoc")]
     feedback: Option<String>,
+    /// The control socket of `holdline ctl` (Unix socket, mode 0600; default: `ctl_socket`,
+    /// else ctl.sock in the data directory).
+    #[arg(long, value_name = "PATH")]
+    ctl_socket: Option<PathBuf>,
     /// Check a configuration file, report errors with file, line and key, and exit.
     #[arg(long, value_name = "FILE")]
     check_config: Option<PathBuf>,
@@ -358,39 +366,49 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         Some(file) => ServerConfig::from_file(file)?,
         None => ServerConfig::default(),
     };
+    let ctl_socket = args.ctl_socket.clone();
+    let overrides = Overrides {
+        listen: args.listen,
+        domains: args.domain,
+        store: args.store,
+        workers: args.workers,
+        metrics: args.metrics,
+        record_route: args.record_route,
+        record_route_host: args.record_route_host,
+        routes: args.route,
+        overload: args.overload,
+        emulate_cost_us: args.emulate_cost_us,
+        emulate_reject_cost_us: args.emulate_reject_cost_us,
+        smart_forwarding: args.smart_forwarding,
+        defer_new_invites: args.defer_new_invites,
+        udp_invite_socket: args.udp_invite_socket,
+        udp_recv_buffer: args.udp_recv_buffer,
+        feedback: args.feedback,
+    };
     config
-        .apply(Overrides {
-            listen: args.listen,
-            domains: args.domain,
-            store: args.store,
-            workers: args.workers,
-            metrics: args.metrics,
-            record_route: args.record_route,
-            record_route_host: args.record_route_host,
-            routes: args.route,
-            overload: args.overload,
-            emulate_cost_us: args.emulate_cost_us,
-            emulate_reject_cost_us: args.emulate_reject_cost_us,
-            smart_forwarding: args.smart_forwarding,
-            defer_new_invites: args.defer_new_invites,
-            udp_invite_socket: args.udp_invite_socket,
-            udp_recv_buffer: args.udp_recv_buffer,
-            feedback: args.feedback,
-        })
+        .apply(overrides.clone())
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    if let Some(p) = &ctl_socket {
+        config.ctl_socket = Some(p.clone());
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log))
         .map_err(|e| anyhow::anyhow!("log filter `{}`: {e}", config.log))?;
-    tracing_subscriber::fmt()
+    let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter_reloading();
+    let log_handle = logger.reload_handle();
+    logger.init();
+    let file_max_connections = config.limits.max_connections;
     let files = open_files(&mut config);
+    let max_connections = config.limits.max_connections;
     let auth = holdline_server::load_auth(&config)?;
     let clock = holdline_io::Clock::new();
     let opened = holdline_server::open_store(&config, &clock)?;
     let store = opened.store.clone();
+    let store_for_ctl = opened.store.clone();
     let redis = opened.redis.clone();
     let persistent = opened.persistent.clone();
     let engine_config = config.clone();
@@ -437,14 +455,21 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 config.auth.failure_window_ms
             );
             let a = a.clone();
-            server.on_reload(Box::new(move || match a.reload() {
+            server.on_reload_report(Box::new(move || match a.reload() {
                 Ok(n) => {
                     tracing::info!(users = n, file = %a.users_file().display(), "users reloaded");
                     eprintln!("holdline: users reloaded: {n} users");
+                    Ok(format!(
+                        "users reloaded: {n} users from {}",
+                        a.users_file().display()
+                    ))
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "users file not reloaded; the previous users stay");
                     eprintln!("holdline: users file not reloaded ({e}); the previous users stay");
+                    Err(format!(
+                        "users file not reloaded ({e}); the previous users stay"
+                    ))
                 }
             }));
         }
@@ -452,6 +477,39 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             "holdline: authentication off ([auth] users_file): REGISTERs for served domains are accepted from anyone"
         ),
     }
+    if let Some(file) = config_file.clone() {
+        // Reloads (SIGHUP, `holdline ctl reload`) read the file again, with the command
+        // line's overrides on top, and the open-file limit's cap on connections.
+
+        let f = file.clone();
+        server.set_config_source(
+            file,
+            Box::new(move || {
+                let mut c = ServerConfig::from_file(&f)?;
+                c.apply(overrides.clone()).map_err(|m| {
+                    let (key, message) = m.split_once(": ").unwrap_or(("-", m.as_str()));
+                    holdline_server::ConfigError {
+                        file: f.display().to_string(),
+                        line: 0,
+                        key: key.to_owned(),
+                        message: format!("{message} (with the command line's options)"),
+                    }
+                })?;
+                if let Some(p) = &ctl_socket {
+                    c.ctl_socket = Some(p.clone());
+                }
+                if c.limits.max_connections == file_max_connections {
+                    c.limits.max_connections = max_connections;
+                }
+                Ok(c)
+            }),
+        );
+    }
+    server.set_location_store(store_for_ctl);
+    server.set_log_hook(std::sync::Arc::new(move |level: &str| {
+        let f = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+        log_handle.reload(f).map_err(|e| e.to_string())
+    }));
     if let Some(file) = config_file.filter(|_| config.load_control.publishes()) {
         // RFC 7200 notifier: SIGHUP re-reads the published filters; subscribers are
         // NOTIFYed when they changed.
@@ -659,5 +717,6 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Man => man(),
+        Command::Ctl(args) => ctl::main(&args),
     }
 }

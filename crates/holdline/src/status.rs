@@ -63,14 +63,14 @@ fn fetch(addr: SocketAddr) -> std::io::Result<String> {
 
 /// One sample of the exposition: its name, labels and value.
 #[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) value: f64,
 }
 
 /// The samples of a Prometheus text exposition (comments and malformed lines skipped).
-fn parse(text: &str) -> Vec<Sample> {
+pub(crate) fn parse(text: &str) -> Vec<Sample> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
@@ -101,7 +101,7 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 
 /// One probed target across the workers.
 #[derive(Debug, Default, Clone, PartialEq)]
-struct TargetState {
+pub(crate) struct TargetState {
     /// Workers that count it up.
     up_on: usize,
     /// Workers that count it down.
@@ -112,7 +112,7 @@ struct TargetState {
 
 /// What `holdline status` prints.
 #[derive(Debug, Default)]
-struct Report {
+pub(crate) struct Report {
     workers: usize,
     calls: f64,
     transactions: f64,
@@ -131,7 +131,42 @@ struct Report {
 }
 
 impl Report {
-    fn from_samples(samples: &[Sample]) -> Self {
+    /// The probed targets as JSON: `{"udp 127.0.0.1:5071": {"state": "up", ...}}`.
+    pub(crate) fn targets_json(&self) -> serde_json::Value {
+        self.targets
+            .iter()
+            .map(|(name, t)| {
+                (
+                    name.clone(),
+                    serde_json::json!({
+                        "state": if t.down_on == 0 { "up" } else { "down" },
+                        "up_on_workers": t.up_on,
+                        "down_on_workers": t.down_on,
+                        "probe_failures_in_a_row": t.failures,
+                    }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// The summary as JSON (what `holdline ctl status --json` adds to the server's reply).
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "workers": self.workers,
+            "messages_in": self.messages_in,
+            "requests_in_progress": self.calls,
+            "transactions": self.transactions,
+            "transactions_lingering": self.lingering,
+            "overload_acceptance": self.acceptance,
+            "overload_rejected": self.rejected,
+            "store_bindings": self.bindings,
+            "store_commits": self.commits.map(|(n, slow, max)| serde_json::json!({"count": n, "over_10ms": slow, "longest_s": max})),
+            "targets": self.targets_json(),
+        })
+    }
+
+    pub(crate) fn from_samples(samples: &[Sample]) -> Self {
         let sum = |name: &str| -> f64 {
             samples
                 .iter()
@@ -200,7 +235,7 @@ impl Report {
         }
     }
 
-    fn render(&self, addr: SocketAddr) -> String {
+    pub(crate) fn render(&self, addr: impl std::fmt::Display) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
         let _ = writeln!(out, "holdline at {addr}: {} worker(s)", self.workers);
@@ -301,7 +336,7 @@ not a sample
         assert_eq!((up.up_on, up.down_on), (2, 0));
         let down = &r.targets["udp 127.0.0.1:5072"];
         assert_eq!((down.up_on, down.down_on, down.failures), (1, 1, 3));
-        let text = r.render("127.0.0.1:9480".parse().expect("addr"));
+        let text = r.render("127.0.0.1:9480".parse::<SocketAddr>().expect("addr"));
         assert!(text.contains("2 worker(s)"), "{text}");
         assert!(text.contains("worker 1 0.50"), "{text}");
         assert!(

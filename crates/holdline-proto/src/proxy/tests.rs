@@ -4979,3 +4979,61 @@ fn forwarded_invites_tell_the_next_hop_the_load_offered_to_it() {
     assert!((rate - 20.0).abs() < 2.0, "{via}");
     assert!(!forward(false).contains("hl-offered"), "off by default");
 }
+
+#[test]
+fn a_reconfigured_route_takes_new_calls_and_the_call_in_progress_finishes_where_it_went() {
+    let route = |ua: u8| {
+        vec![StaticRoute {
+            domain: "*".into(),
+            next_hop: ua_addr(ua),
+            transport: Transport::Udp,
+            stateless: false,
+        }]
+    };
+    let mut c = config();
+    c.static_routes = route(5);
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(5, Script::answers(10, 20, 200)),
+            Ua::new(6, Script::answers(10, 20, 200)),
+        ],
+    );
+    let ruri = "sip:carol@elsewhere.example";
+    net.send(
+        1,
+        request("INVITE", ruri, ua_addr(1), "z9hG4bKfirst", 1, &[]),
+    );
+    net.run_until(ms(5));
+    assert_eq!(
+        net.ua(5).requests("INVITE").len(),
+        1,
+        "sent before the reload"
+    );
+    // The reload: the route now goes to 6; calls and transactions stay.
+    let mut new = net.proxy.config().clone();
+    new.static_routes = route(6);
+    new.domains = vec!["example.org".into()];
+    net.proxy.reconfigure(&new);
+    assert_eq!(net.proxy.config().domains, ["example.org"]);
+    net.send(
+        1,
+        request(
+            "INVITE",
+            ruri,
+            ua_addr(1),
+            "z9hG4bKsecond",
+            1,
+            &[("Call-ID", "call-2@test")],
+        ),
+    );
+    net.run_until(ms(100));
+    assert_eq!(net.ua(5).requests("INVITE").len(), 1, "nothing new to 5");
+    assert_eq!(net.ua(6).requests("INVITE").len(), 1, "the new call to 6");
+    assert_eq!(
+        net.ua(1).responses(200, "INVITE").len(),
+        2,
+        "both calls answered"
+    );
+}

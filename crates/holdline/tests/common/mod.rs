@@ -207,13 +207,19 @@ impl Holdline {
 
     /// Sends SIGTERM, waits (bounded) for stderr to close and the process to exit; returns
     /// its exit status and the stderr written after the ready line.
-    pub fn terminate(mut self) -> (ExitStatus, String) {
+    pub fn terminate(self) -> (ExitStatus, String) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.0.id().to_string()])
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -TERM failed");
-        let deadline = Instant::now() + Duration::from_secs(15);
+        self.wait_exit(Duration::from_secs(15))
+    }
+
+    /// Waits (at most `limit`) for stderr to close and the process to exit (after a drain,
+    /// a signal sent by the caller...); returns its exit status and the stderr not read yet.
+    pub fn wait_exit(mut self, limit: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + limit;
         let mut rest = String::new();
         loop {
             match self
@@ -225,7 +231,7 @@ impl Holdline {
                     rest.push('\n');
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => panic!("no exit after SIGTERM:\n{rest}"),
+                Err(RecvTimeoutError::Timeout) => panic!("no exit within {limit:?}:\n{rest}"),
             }
         }
         let status = self
