@@ -45,6 +45,7 @@ pub mod fuzzing;
 mod limits;
 mod message;
 mod name;
+pub mod hep;
 mod oc;
 mod response;
 pub mod scan;
