@@ -1,0 +1,377 @@
+//! SIP capture: a HEP v3 copy of every SIP message the workers receive and send, to a
+//! collector (`[capture]`).
+//!
+//! ```text
+//!   worker: message read or sent ─ copy into a pooled buffer ─ try_send ─┐ full: dropped,
+//!                                  (+ addresses, transport, wall time)   │ counted, the
+//!                                                                        │ buffer goes back
+//!   capture thread: recv ─ sample / match (parse) ─ hep::encode ─ sendmmsg batch ─ collector
+//!                   └─ the buffer back to the pool
+//! ```
+//!
+//! A worker never waits for the collector: it copies the message (one `memcpy` into a
+//! buffer taken from a pool the capture thread refills) and offers it to a bounded queue;
+//! when the queue is full the copy is dropped and counted. Sampling and matching parse the
+//! message, so they happen on the capture thread.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use holdline_base::Transport;
+use holdline_io::udp::{SendBatch, UdpOptions, UdpSocket};
+use holdline_sip::hep::{self, HepMessage, IpProto};
+use holdline_sip::{Limits, Message};
+
+use crate::config::CaptureSettings;
+
+/// Datagrams sent with one `sendmmsg`.
+const BATCH: usize = 64;
+/// Pooled buffers larger than this are not kept (a rare large message does not pin memory
+/// in every slot of the pool).
+const POOL_BUF_MAX: usize = 8192;
+/// A fresh buffer's capacity: most SIP messages fit.
+const POOL_BUF_NEW: usize = 2048;
+
+/// Counters of the capture, rendered as `holdline_capture_*`.
+#[derive(Debug, Default)]
+pub(crate) struct CaptureStats {
+    /// HEP packets the collector's socket took.
+    pub(crate) sent: AtomicU64,
+    /// Copies dropped because the queue was full.
+    pub(crate) dropped_queue: AtomicU64,
+    /// Packets the socket did not take (full send buffer, error) or could not encode.
+    pub(crate) dropped_send: AtomicU64,
+    /// Messages left out by `sample`, `users` or `call_ids`.
+    pub(crate) skipped: AtomicU64,
+}
+
+/// One copied message waiting for the capture thread.
+struct Captured {
+    bytes: Vec<u8>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    proto: IpProto,
+    secs: u32,
+    micros: u32,
+}
+
+/// The workers' end: offers copies to the capture thread. Held in the workers' shared
+/// state; the capture thread ends once it is dropped and the queue is empty.
+#[derive(Debug)]
+pub(crate) struct Capture {
+    tx: Sender<Captured>,
+    pool: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    pub(crate) stats: Arc<CaptureStats>,
+}
+
+impl std::fmt::Debug for Captured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Captured")
+            .field("len", &self.bytes.len())
+            .field("src", &self.src)
+            .field("dst", &self.dst)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Capture {
+    /// Offers a copy of `bytes`, which went from `src` to `dst` over `transport`, to the
+    /// capture thread; never blocks.
+    pub(crate) fn offer(&self, bytes: &[u8], src: SocketAddr, dst: SocketAddr, t: Transport) {
+        let proto = match t {
+            Transport::Udp => IpProto::Udp,
+            Transport::Tcp | Transport::Tls => IpProto::Tcp,
+            Transport::Sctp => IpProto::Sctp,
+            _ => return,
+        };
+        let (secs, micros) = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => (d.as_secs() as u32, d.subsec_micros()),
+            Err(_) => (0, 0),
+        };
+        let mut buf = self
+            .pool
+            .1
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(POOL_BUF_NEW));
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        let c = Captured {
+            bytes: buf,
+            src,
+            dst,
+            proto,
+            secs,
+            micros,
+        };
+        match self.tx.try_send(c) {
+            Ok(()) => {}
+            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
+                self.stats.dropped_queue.fetch_add(1, Relaxed);
+                recycle(&self.pool.0, c.bytes);
+            }
+        }
+    }
+}
+
+fn recycle(pool: &Sender<Vec<u8>>, buf: Vec<u8>) {
+    if buf.capacity() <= POOL_BUF_MAX {
+        let _ = pool.try_send(buf);
+    }
+}
+
+/// Which messages are captured: a share of calls by Call-ID, and optionally only those of
+/// some users or Call-IDs.
+#[derive(Debug)]
+struct Filter {
+    /// Captured when the Call-ID's hash is below this (`u64::MAX`: every call).
+    threshold: u64,
+    users: Vec<Vec<u8>>,
+    call_ids: Vec<Vec<u8>>,
+    limits: Limits,
+}
+
+/// A hash of a Call-ID spread over the whole `u64` range (FNV-1a, then a finalizer), so
+/// that `sample` of the calls fall below `sample * 2^64`.
+fn sample_hash(call_id: &[u8]) -> u64 {
+    let mut h = holdline_proto::shard::hash_call_id(call_id);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+impl Filter {
+    fn new(s: &CaptureSettings) -> Self {
+        let threshold = if s.sample >= 1.0 {
+            u64::MAX
+        } else {
+            (s.sample * u64::MAX as f64) as u64
+        };
+        let mut limits = Limits::DEFAULT;
+        limits.max_message_size(usize::MAX);
+        Self {
+            threshold,
+            users: s.users.iter().map(|u| u.as_bytes().to_vec()).collect(),
+            call_ids: s.call_ids.iter().map(|c| c.as_bytes().to_vec()).collect(),
+            limits,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.threshold == u64::MAX && self.users.is_empty() && self.call_ids.is_empty()
+    }
+
+    /// Whether `bytes` is captured (a message without a Call-ID only when everything is).
+    fn wants(&self, bytes: &[u8]) -> bool {
+        if self.is_open() {
+            return true;
+        }
+        let Ok(m) = Message::parse(bytes, &self.limits) else {
+            return false;
+        };
+        let Ok(call_id) = m.call_id() else {
+            return false;
+        };
+        if self.threshold != u64::MAX && sample_hash(call_id) >= self.threshold {
+            return false;
+        }
+        if self.users.is_empty() && self.call_ids.is_empty() {
+            return true;
+        }
+        if self.call_ids.iter().any(|c| c[..] == *call_id) {
+            return true;
+        }
+        [m.from(), m.to()]
+            .into_iter()
+            .filter_map(|a| a.ok().and_then(|a| a.uri.user()))
+            .any(|u| self.users.iter().any(|w| w[..] == *u))
+    }
+}
+
+/// Why capture could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// The socket towards the collector could not be opened.
+    #[error("capture: cannot open a socket towards {collector}: {source}")]
+    Socket {
+        /// The collector.
+        collector: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The capture thread could not be started.
+    #[error("capture: cannot start its thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Starts the capture thread when `[capture] hep` is set; the [`Capture`] goes into the
+/// workers' shared state.
+pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError> {
+    let Some(collector) = s.hep.map(|l| l.addr) else {
+        return Ok(None);
+    };
+    let local: SocketAddr = if collector.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let opts = UdpOptions {
+        reuse_port: false,
+        send_buffer: Some(4 << 20),
+        ..UdpOptions::default()
+    };
+    let socket = UdpSocket::bind(local, &opts)
+        .map_err(|source| CaptureError::Socket { collector, source })?;
+    let (tx, rx) = crossbeam_channel::bounded(s.queue);
+    let pool = crossbeam_channel::bounded(s.queue);
+    let stats = Arc::new(CaptureStats::default());
+    let mut thread = Thread {
+        rx,
+        pool: pool.0.clone(),
+        socket,
+        collector,
+        agent_id: s.agent_id,
+        password: s.password.clone().map(String::into_bytes),
+        filter: Filter::new(s),
+        stats: stats.clone(),
+        batch: SendBatch::new(),
+        packet: Vec::with_capacity(4096),
+    };
+    std::thread::Builder::new()
+        .name("holdline-capture".into())
+        .spawn(move || thread.run())
+        .map_err(CaptureError::Thread)?;
+    tracing::info!(%collector, agent_id = s.agent_id, sample = s.sample, "SIP capture (HEP v3) on");
+    Ok(Some(Capture { tx, pool, stats }))
+}
+
+struct Thread {
+    rx: Receiver<Captured>,
+    pool: Sender<Vec<u8>>,
+    socket: UdpSocket,
+    collector: SocketAddr,
+    agent_id: u32,
+    password: Option<Vec<u8>>,
+    filter: Filter,
+    stats: Arc<CaptureStats>,
+    batch: SendBatch,
+    packet: Vec<u8>,
+}
+
+impl Thread {
+    fn run(&mut self) {
+        // Ends when the workers' end is gone and everything queued has been sent.
+        while let Ok(first) = self.rx.recv() {
+            self.add(first);
+            while self.batch.len() < BATCH {
+                match self.rx.try_recv() {
+                    Ok(c) => self.add(c),
+                    Err(_) => break,
+                }
+            }
+            self.flush();
+        }
+        self.flush();
+    }
+
+    fn add(&mut self, c: Captured) {
+        if self.filter.wants(&c.bytes) {
+            self.packet.clear();
+            let m = HepMessage {
+                src: c.src,
+                dst: c.dst,
+                proto: c.proto,
+                secs: c.secs,
+                micros: c.micros,
+                agent_id: self.agent_id,
+                auth_key: self.password.as_deref(),
+                correlation_id: None,
+                payload: &c.bytes,
+            };
+            match hep::encode(&m, &mut self.packet) {
+                Ok(_) => self.batch.push(self.collector, &self.packet),
+                Err(_) => {
+                    self.stats.dropped_send.fetch_add(1, Relaxed);
+                }
+            }
+        } else {
+            self.stats.skipped.fetch_add(1, Relaxed);
+        }
+        recycle(&self.pool, c.bytes);
+    }
+
+    /// Sends the batch; what the socket does not take after a few short waits is dropped
+    /// (the capture thread may wait, the workers never do: the queue takes up the slack).
+    fn flush(&mut self) {
+        let mut errors = 0;
+        for attempt in 0..4 {
+            let n = self.socket.send_batch(&mut self.batch, &mut errors);
+            self.stats.sent.fetch_add(n as u64, Relaxed);
+            if self.batch.is_empty() {
+                break;
+            }
+            if attempt < 3 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        let lost = self.batch.clear() + errors;
+        self.stats.dropped_send.fetch_add(lost as u64, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(sample: f64, users: &[&str], call_ids: &[&str]) -> CaptureSettings {
+        CaptureSettings {
+            sample,
+            users: users.iter().map(|s| s.to_string()).collect(),
+            call_ids: call_ids.iter().map(|s| s.to_string()).collect(),
+            ..CaptureSettings::default()
+        }
+    }
+
+    fn invite(call_id: &str, from: &str, to: &str) -> Vec<u8> {
+        format!(
+            "INVITE sip:{to}@example.com SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK1\r\n\
+             From: <sip:{from}@example.com>;tag=1\r\nTo: <sip:{to}@example.com>\r\n\
+             Call-ID: {call_id}\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn users_and_call_ids_select_messages() {
+        let f = Filter::new(&settings(1.0, &["alice"], &["c-7"]));
+        assert!(f.wants(&invite("c-1", "alice", "bob")));
+        assert!(f.wants(&invite("c-2", "carol", "alice")));
+        assert!(f.wants(&invite("c-7", "carol", "dave")));
+        assert!(!f.wants(&invite("c-3", "carol", "dave")));
+        assert!(!f.wants(b"garbage"));
+        let all = Filter::new(&settings(1.0, &[], &[]));
+        assert!(all.wants(b"garbage"), "everything when nothing narrows it");
+    }
+
+    #[test]
+    fn sampling_takes_its_share_of_calls_and_whole_calls() {
+        let f = Filter::new(&settings(0.25, &[], &[]));
+        let n = 4000;
+        let taken = (0..n)
+            .filter(|i| f.wants(&invite(&format!("call-{i}@h"), "a", "b")))
+            .count();
+        assert!((800..1200).contains(&taken), "{taken} of {n}");
+        // The same call, the same answer, whatever the message.
+        for i in 0..50 {
+            let id = format!("call-{i}@h");
+            assert_eq!(
+                f.wants(&invite(&id, "a", "b")),
+                f.wants(&invite(&id, "x", "y"))
+            );
+        }
+    }
+}
