@@ -1446,7 +1446,12 @@ impl CaptureSettings {
         if self.password.as_ref().is_some_and(|p| p.len() > 1024) {
             return err("password", "longer than 1024 bytes".into());
         }
-        if self.users.iter().chain(&self.call_ids).any(String::is_empty) {
+        if self
+            .users
+            .iter()
+            .chain(&self.call_ids)
+            .any(String::is_empty)
+        {
             let k = if self.users.iter().any(String::is_empty) {
                 "users"
             } else {
@@ -2561,19 +2566,37 @@ stateless = true
             "[capture]\nhep = \"udp:127.0.0.1:9060\"\nagent_id = 7\npassword = \"pw\"\nsample = 0.25\nusers = [\"alice\"]\n",
         )
         .expect("valid");
-        assert_eq!(c.capture.hep, Some("udp:127.0.0.1:9060".parse().unwrap()));
+        assert_eq!(
+            c.capture.hep,
+            Some("udp:127.0.0.1:9060".parse().expect("listener"))
+        );
         assert_eq!((c.capture.agent_id, c.capture.sample), (7, 0.25));
         assert_eq!(c.capture.password.as_deref(), Some("pw"));
         assert_eq!(c.capture.users, ["alice"]);
         assert_eq!(ServerConfig::default().capture.hep, None);
         for (text, line, key, says) in [
-            ("[capture]\nhep = \"tcp:127.0.0.1:9060\"\n", 2, "capture.hep", "udp:IP:PORT"),
+            (
+                "[capture]\nhep = \"tcp:127.0.0.1:9060\"\n",
+                2,
+                "capture.hep",
+                "udp:IP:PORT",
+            ),
             ("\n[capture]\nsample = 0.0\n", 3, "capture.sample", "(0, 1]"),
             ("[capture]\nsample = 2\n", 2, "capture.sample", "(0, 1]"),
             ("[capture]\nqueue = 0\n", 2, "capture.queue", "1..="),
             ("[capture]\nusers = [\"\"]\n", 2, "capture.users", "empty"),
-            ("[capture]\nhep = \"9060\"\n", 2, "capture.hep", "udp:IP:PORT"),
-            ("[capture]\nagent = 1\n", 2, "capture.agent", "unknown field"),
+            (
+                "[capture]\nhep = \"9060\"\n",
+                2,
+                "capture.hep",
+                "udp:IP:PORT",
+            ),
+            (
+                "[capture]\nagent = 1\n",
+                2,
+                "capture.agent",
+                "unknown field",
+            ),
         ] {
             let e = ServerConfig::from_toml("c.toml", text).expect_err(text);
             assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");

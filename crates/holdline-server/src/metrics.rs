@@ -448,7 +448,11 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             "holdline_capture_skipped_total",
             "SIP messages left out of the capture by its sample, users or call_ids.",
         );
-        let _ = writeln!(out, "holdline_capture_skipped_total {}", c.skipped.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "holdline_capture_skipped_total {}",
+            c.skipped.load(Relaxed)
+        );
     }
     let _ = writeln!(
         out,

@@ -226,8 +226,8 @@ mod tests {
     #[test]
     fn the_specifications_example_packet_is_reproduced_octet_for_octet() {
         let m = HepMessage {
-            src: "212.202.0.1:12010".parse().unwrap(),
-            dst: "82.116.0.211:5060".parse().unwrap(),
+            src: "212.202.0.1:12010".parse().expect("address"),
+            dst: "82.116.0.211:5060".parse().expect("address"),
             proto: IpProto::Udp,
             secs: 1_313_440_459,
             micros: 120_000,
@@ -236,8 +236,7 @@ mod tests {
             correlation_id: None,
             payload: b"INVITE sip:bob",
         };
-        let want = hex(
-            "48 45 50 33  00 71
+        let want = hex("48 45 50 33  00 71
              00 00 00 01 00 07 02
              00 00 00 02 00 07 11
              00 00 00 03 00 0a d4 ca 00 01
@@ -248,8 +247,7 @@ mod tests {
              00 00 00 0a 00 0a 00 01 d4 c0
              00 00 00 0b 00 07 01
              00 00 00 0c 00 0a 00 00 00 e4
-             00 00 00 0f 00 14 49 4e 56 49 54 45 20 73 69 70 3a 62 6f 62",
-        );
+             00 00 00 0f 00 14 49 4e 56 49 54 45 20 73 69 70 3a 62 6f 62");
         assert_eq!(want.len(), 113);
         let mut out = b"kept".to_vec();
         assert_eq!(encode(&m, &mut out), Ok(113));
@@ -264,8 +262,8 @@ mod tests {
     #[test]
     fn ipv6_with_a_key_and_a_correlation_id() {
         let m = HepMessage {
-            src: "[2001:db8::1]:5060".parse().unwrap(),
-            dst: "[::1]:40000".parse().unwrap(),
+            src: "[2001:db8::1]:5060".parse().expect("address"),
+            dst: "[::1]:40000".parse().expect("address"),
             proto: IpProto::Tcp,
             secs: 0x6566_6768,
             micros: 999_999,
@@ -274,8 +272,7 @@ mod tests {
             correlation_id: Some(b"c@h"),
             payload: b"BYE",
         };
-        let want = hex(
-            "48 45 50 33  00 8f
+        let want = hex("48 45 50 33  00 8f
              0000 0001 0007 0a
              0000 0002 0007 06
              0000 0005 0016 2001 0db8 0000 0000 0000 0000 0000 0001
@@ -288,8 +285,7 @@ mod tests {
              0000 000c 000a 0102 0304
              0000 000e 0008 7077
              0000 0011 0009 6340 68
-             0000 000f 0009 4259 45",
-        );
+             0000 000f 0009 4259 45");
         let mut out = Vec::new();
         assert_eq!(encode(&m, &mut out), Ok(143));
         assert_eq!(out, want);
@@ -298,8 +294,8 @@ mod tests {
     #[test]
     fn an_ipv4_address_beside_an_ipv6_one_is_written_mapped() {
         let m = HepMessage {
-            src: "10.0.0.1:1".parse().unwrap(),
-            dst: "[::1]:2".parse().unwrap(),
+            src: "10.0.0.1:1".parse().expect("address"),
+            dst: "[::1]:2".parse().expect("address"),
             proto: IpProto::Sctp,
             secs: 0,
             micros: 0,
@@ -309,7 +305,7 @@ mod tests {
             payload: b"",
         };
         let mut out = Vec::new();
-        let n = encode(&m, &mut out).unwrap();
+        let n = encode(&m, &mut out).expect("fits");
         assert_eq!(n, out.len());
         // family 10, protocol 132, source ::ffff:10.0.0.1
         assert_eq!(out[6..20], hex("0000 0001 0007 0a 0000 0002 0007 84")[..]);
@@ -323,8 +319,8 @@ mod tests {
     fn a_packet_longer_than_its_length_field_is_refused_and_nothing_written() {
         let big = vec![b'x'; 65_535];
         let m = HepMessage {
-            src: "10.0.0.1:1".parse().unwrap(),
-            dst: "10.0.0.2:2".parse().unwrap(),
+            src: "10.0.0.1:1".parse().expect("address"),
+            dst: "10.0.0.2:2".parse().expect("address"),
             proto: IpProto::Udp,
             secs: 0,
             micros: 0,
@@ -334,7 +330,10 @@ mod tests {
             payload: &big,
         };
         let mut out = Vec::new();
-        assert!(matches!(encode(&m, &mut out), Err(HepError::TooLong { .. })));
+        assert!(matches!(
+            encode(&m, &mut out),
+            Err(HepError::TooLong { .. })
+        ));
         assert!(out.is_empty());
         // The largest payload that fits: 65535 - 6 - everything else.
         let room = 65_535 - (encoded_len(&HepMessage { payload: b"", ..m }));

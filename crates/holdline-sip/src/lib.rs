@@ -42,10 +42,10 @@ mod error;
 mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hep;
 mod limits;
 mod message;
 mod name;
-pub mod hep;
 mod oc;
 mod response;
 pub mod scan;
