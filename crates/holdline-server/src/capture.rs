@@ -346,6 +346,73 @@ mod tests {
     }
 
     #[test]
+    fn a_full_queue_drops_and_counts_and_the_worker_never_waits() {
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let pool = crossbeam_channel::bounded(4);
+        let cap = Capture {
+            tx,
+            pool,
+            stats: Arc::new(CaptureStats::default()),
+        };
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5060".parse().expect("a"),
+            "127.0.0.1:5070".parse().expect("b"),
+        );
+        for _ in 0..5 {
+            cap.offer(b"OPTIONS sip:x SIP/2.0\r\n\r\n", a, b, Transport::Udp);
+        }
+        assert_eq!(cap.stats.dropped_queue.load(Relaxed), 3);
+        assert_eq!(rx.len(), 2);
+        // A dropped copy's buffer goes back to the pool and is the next message's: one
+        // buffer served the three drops.
+        assert_eq!(cap.pool.1.len(), 1);
+        let c = rx.try_recv().expect("queued");
+        assert_eq!((c.src, c.dst, c.proto), (a, b, IpProto::Udp));
+        assert_eq!(c.bytes, b"OPTIONS sip:x SIP/2.0\r\n\r\n");
+        assert!(c.secs > 1_700_000_000, "wall-clock time");
+    }
+
+    #[test]
+    fn the_capture_thread_sends_hep_packets_to_the_collector() {
+        let collector = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        collector
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let hep: crate::config::Listener = format!("udp:{}", collector.local_addr().expect("addr"))
+            .parse()
+            .expect("listener");
+        let s = CaptureSettings {
+            hep: Some(hep),
+            agent_id: 9,
+            password: Some("pw".into()),
+            ..CaptureSettings::default()
+        };
+        let cap = start(&s).expect("start").expect("on");
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5060".parse().expect("a"),
+            "127.0.0.1:5070".parse().expect("b"),
+        );
+        let msg = invite("c-1", "alice", "bob");
+        cap.offer(&msg, a, b, Transport::Tls);
+        let mut buf = [0u8; 4096];
+        let n = collector.recv(&mut buf).expect("a HEP packet");
+        let p = &buf[..n];
+        assert_eq!(&p[..4], b"HEP3");
+        assert_eq!(usize::from(u16::from_be_bytes([p[4], p[5]])), n);
+        // IP protocol 6 for TLS, agent id 9, the key, and the message at the end.
+        assert_eq!(p[6..20], [0, 0, 0, 1, 0, 7, 2, 0, 0, 0, 2, 0, 7, 6]);
+        let agent = [0, 0, 0, 12, 0, 10, 0, 0, 0, 9];
+        assert!(p.windows(10).any(|w| w == agent));
+        assert!(p.windows(8).any(|w| w == [0, 0, 0, 14, 0, 8, b'p', b'w']));
+        assert!(p.ends_with(&msg));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while cap.stats.sent.load(Relaxed) < 1 {
+            assert!(std::time::Instant::now() < deadline, "counted");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
     fn users_and_call_ids_select_messages() {
         let f = Filter::new(&settings(1.0, &["alice"], &["c-7"]));
         assert!(f.wants(&invite("c-1", "alice", "bob")));
