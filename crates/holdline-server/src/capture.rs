@@ -27,8 +27,15 @@ use holdline_sip::{Limits, Message};
 
 use crate::config::CaptureSettings;
 
-/// Datagrams sent with one `sendmmsg`.
+/// Packets sent with one `sendmmsg` (UDP) or one write (TCP).
 const BATCH: usize = 64;
+/// How long the capture thread sleeps when the queue is empty. It polls rather than blocks:
+/// a blocked receiver would make every worker's `try_send` a futex wake-up (a system call
+/// and a context switch per captured message); polling costs ~1,000 wake-ups a second, and
+/// the queue holds what arrives meanwhile.
+const IDLE: Duration = Duration::from_millis(1);
+/// Wait before connecting again to a TCP collector that failed.
+const RECONNECT: Duration = Duration::from_secs(1);
 /// Pooled buffers larger than this are not kept (a rare large message does not pin memory
 /// in every slot of the pool).
 const POOL_BUF_MAX: usize = 8192;
@@ -211,34 +218,47 @@ pub enum CaptureError {
 /// Starts the capture thread when `[capture] hep` is set; the [`Capture`] goes into the
 /// workers' shared state.
 pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError> {
-    let Some(collector) = s.hep.map(|l| l.addr) else {
+    let Some(hep) = s.hep else {
         return Ok(None);
     };
-    let local: SocketAddr = if collector.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
+    let collector = hep.addr;
+    let sink = if hep.transport == Transport::Tcp {
+        Sink::Tcp {
+            stream: None,
+            retry_at: std::time::Instant::now(),
+            buf: Vec::with_capacity(64 << 10),
+        }
     } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        let local: SocketAddr = if collector.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        };
+        let opts = UdpOptions {
+            reuse_port: false,
+            send_buffer: Some(4 << 20),
+            ..UdpOptions::default()
+        };
+        let socket = UdpSocket::bind(local, &opts)
+            .map_err(|source| CaptureError::Socket { collector, source })?;
+        Sink::Udp {
+            socket,
+            batch: SendBatch::new(),
+        }
     };
-    let opts = UdpOptions {
-        reuse_port: false,
-        send_buffer: Some(4 << 20),
-        ..UdpOptions::default()
-    };
-    let socket = UdpSocket::bind(local, &opts)
-        .map_err(|source| CaptureError::Socket { collector, source })?;
     let (tx, rx) = crossbeam_channel::bounded(s.queue);
     let pool = crossbeam_channel::bounded(s.queue);
     let stats = Arc::new(CaptureStats::default());
     let mut thread = Thread {
         rx,
         pool: pool.0.clone(),
-        socket,
+        sink,
         collector,
         agent_id: s.agent_id,
         password: s.password.clone().map(String::into_bytes),
         filter: Filter::new(s),
         stats: stats.clone(),
-        batch: SendBatch::new(),
+        packets: 0,
         packet: Vec::with_capacity(4096),
     };
     std::thread::Builder::new()
@@ -249,31 +269,52 @@ pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError
     Ok(Some(Capture { tx, pool, stats }))
 }
 
+/// Where the packets go: a UDP socket (one datagram per packet, `sendmmsg` batches) or a
+/// TCP connection (packets back to back, one write per batch; connected on demand and again
+/// after a failure, at most once per [`RECONNECT`]).
+enum Sink {
+    Udp {
+        socket: UdpSocket,
+        batch: SendBatch,
+    },
+    Tcp {
+        stream: Option<std::net::TcpStream>,
+        retry_at: std::time::Instant,
+        buf: Vec<u8>,
+    },
+}
+
 struct Thread {
     rx: Receiver<Captured>,
     pool: Sender<Vec<u8>>,
-    socket: UdpSocket,
+    sink: Sink,
     collector: SocketAddr,
     agent_id: u32,
     password: Option<Vec<u8>>,
     filter: Filter,
     stats: Arc<CaptureStats>,
-    batch: SendBatch,
+    /// Packets in the current batch.
+    packets: usize,
     packet: Vec<u8>,
 }
 
 impl Thread {
     fn run(&mut self) {
         // Ends when the workers' end is gone and everything queued has been sent.
-        while let Ok(first) = self.rx.recv() {
-            self.add(first);
-            while self.batch.len() < BATCH {
-                match self.rx.try_recv() {
-                    Ok(c) => self.add(c),
-                    Err(_) => break,
+        loop {
+            match self.rx.try_recv() {
+                Ok(c) => {
+                    self.add(c);
+                    if self.packets >= BATCH {
+                        self.flush();
+                    }
                 }
+                Err(crossbeam_channel::TryRecvError::Empty) => {
+                    self.flush();
+                    std::thread::sleep(IDLE);
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => break,
             }
-            self.flush();
         }
         self.flush();
     }
@@ -293,7 +334,13 @@ impl Thread {
                 payload: &c.bytes,
             };
             match hep::encode(&m, &mut self.packet) {
-                Ok(_) => self.batch.push(self.collector, &self.packet),
+                Ok(_) => {
+                    self.packets += 1;
+                    match &mut self.sink {
+                        Sink::Udp { batch, .. } => batch.push(self.collector, &self.packet),
+                        Sink::Tcp { buf, .. } => buf.extend_from_slice(&self.packet),
+                    }
+                }
                 Err(_) => {
                     self.stats.dropped_send.fetch_add(1, Relaxed);
                 }
@@ -307,19 +354,60 @@ impl Thread {
     /// Sends the batch; what the socket does not take after a few short waits is dropped
     /// (the capture thread may wait, the workers never do: the queue takes up the slack).
     fn flush(&mut self) {
-        let mut errors = 0;
-        for attempt in 0..4 {
-            let n = self.socket.send_batch(&mut self.batch, &mut errors);
-            self.stats.sent.fetch_add(n as u64, Relaxed);
-            if self.batch.is_empty() {
-                break;
+        let packets = std::mem::take(&mut self.packets) as u64;
+        if packets == 0 {
+            return;
+        }
+        match &mut self.sink {
+            Sink::Udp { socket, batch } => {
+                let mut errors = 0;
+                for attempt in 0..4 {
+                    let n = socket.send_batch(batch, &mut errors);
+                    self.stats.sent.fetch_add(n as u64, Relaxed);
+                    if batch.is_empty() {
+                        break;
+                    }
+                    if attempt < 3 {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                let lost = batch.clear() + errors;
+                self.stats.dropped_send.fetch_add(lost as u64, Relaxed);
             }
-            if attempt < 3 {
-                std::thread::sleep(Duration::from_micros(200));
+            Sink::Tcp {
+                stream,
+                retry_at,
+                buf,
+            } => {
+                use std::io::Write as _;
+                let now = std::time::Instant::now();
+                if stream.is_none() && now >= *retry_at {
+                    *retry_at = now + RECONNECT;
+                    match std::net::TcpStream::connect_timeout(&self.collector, RECONNECT) {
+                        Ok(s) => {
+                            let _ = s.set_nodelay(true);
+                            let _ = s.set_write_timeout(Some(RECONNECT));
+                            *stream = Some(s);
+                        }
+                        Err(e) => {
+                            tracing::warn!(collector = %self.collector, error = %e, "capture: cannot connect to the HEP collector");
+                        }
+                    }
+                }
+                let sent = stream.as_mut().is_some_and(|s| s.write_all(buf).is_ok());
+                if sent {
+                    self.stats.sent.fetch_add(packets, Relaxed);
+                } else {
+                    // A broken or slow connection: the batch is lost, the next one goes on a
+                    // new connection (a partial write leaves the stream out of step).
+                    if stream.take().is_some() {
+                        tracing::warn!(collector = %self.collector, "capture: the HEP collector's connection failed");
+                    }
+                    self.stats.dropped_send.fetch_add(packets, Relaxed);
+                }
+                buf.clear();
             }
         }
-        let lost = self.batch.clear() + errors;
-        self.stats.dropped_send.fetch_add(lost as u64, Relaxed);
     }
 }
 
@@ -409,6 +497,45 @@ mod tests {
         while cap.stats.sent.load(Relaxed) < 1 {
             assert!(std::time::Instant::now() < deadline, "counted");
             std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_tcp_collector_gets_the_packets_back_to_back() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let hep: crate::config::Listener = format!("tcp:{}", listener.local_addr().expect("addr"))
+            .parse()
+            .expect("listener");
+        let s = CaptureSettings {
+            hep: Some(hep),
+            agent_id: 3,
+            ..CaptureSettings::default()
+        };
+        let cap = start(&s).expect("start").expect("on");
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5060".parse().expect("a"),
+            "[::1]:5070".parse().expect("b"),
+        );
+        let msgs: Vec<Vec<u8>> = (0..3)
+            .map(|i| invite(&format!("c-{i}"), "alice", "bob"))
+            .collect();
+        for m in &msgs {
+            cap.offer(m, a, b, Transport::Udp);
+        }
+        let (mut conn, _) = listener.accept().expect("the capture thread connects");
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        use std::io::Read as _;
+        for m in &msgs {
+            let mut head = [0u8; 6];
+            conn.read_exact(&mut head).expect("header");
+            assert_eq!(&head[..4], b"HEP3");
+            let len = usize::from(u16::from_be_bytes([head[4], head[5]]));
+            let mut rest = vec![0u8; len - 6];
+            conn.read_exact(&mut rest).expect("packet");
+            // IPv6 (the source written IPv4-mapped), UDP, and the message at the end.
+            assert_eq!(rest[..14], [0, 0, 0, 1, 0, 7, 10, 0, 0, 0, 2, 0, 7, 17]);
+            assert!(rest.ends_with(m));
         }
     }
 
