@@ -6,7 +6,8 @@
 # its buffer: the server pays the whole send path, the sink no CPU); the TCP sink on the same
 # port accepts and reads into a discard buffer (on core 0).
 # usage: scripts/capture-cost.sh [RATES] [DURATION] [REPEAT] [OUTDIR] [MODES]
-#        (default "3000,8000" 20 3 capture-cost "off udp tcp"; RATES comma-separated)
+#        (default "3000,8000" 20 3 capture-cost "off udp tcp tcp@0.1"; RATES comma-separated;
+#        a mode is off, udp or tcp, with @F for `sample = F`)
 # Writes OUTDIR/results.csv: mode, repeat, rate, attempted, completed, completed ratio, 503s,
 # server CPU µs per completed call, server busy share. Needs a release build and taskset.
 set -u
@@ -14,7 +15,7 @@ RATES=${1:-3000,8000}
 DURATION=${2:-20}
 REPEAT=${3:-3}
 OUT=${4:-capture-cost}
-MODES=${5:-off udp tcp}
+MODES=${5:-off udp tcp tcp@0.1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 EXE=${HOLDLINE_EXE:-$ROOT/target/release/holdline}
 SINK=${SINK_PORT:-27960}
@@ -49,7 +50,10 @@ for rep in $(seq 1 "$REPEAT"); do
     for mode in $MODES; do
         dir="$OUT/$mode-$rep"
         extra=()
-        [ "$mode" != off ] && extra=(--capture "$mode:127.0.0.1:$SINK")
+        if [ "$mode" != off ]; then
+            extra=(--capture "${mode%@*}:127.0.0.1:$SINK")
+            [ "${mode#*@}" != "$mode" ] && extra+=(--capture-sample "${mode#*@}")
+        fi
         "$EXE" lab soak --rate "$RATES" --duration "$DURATION" --exe "$EXE" --out "$dir" \
             "${extra[@]}" >"$dir.log" 2>&1 || echo "soak $mode $rep failed: see $dir.log" >&2
         python3 - "$dir/results.json" "$mode" "$rep" >>"$OUT/results.csv" <<'EOF'

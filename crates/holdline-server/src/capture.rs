@@ -71,7 +71,24 @@ struct Captured {
 pub(crate) struct Capture {
     tx: Sender<Captured>,
     pool: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    /// `sample`'s threshold (see [`sampled_out`]); `u64::MAX`: every call.
+    threshold: u64,
     pub(crate) stats: Arc<CaptureStats>,
+}
+
+/// Whether `sample` leaves the call of `bytes` out: its Call-ID's hash (a plain scan of
+/// the header lines, no parse: the worker pays for it) is at or above `threshold`.
+fn sampled_out(threshold: u64, bytes: &[u8]) -> bool {
+    threshold != u64::MAX && spread(holdline_sctp::call_id_key(bytes)) >= threshold
+}
+
+/// `sample`'s threshold: captured when the spread hash is below `sample * 2^64`.
+fn threshold_of(sample: f64) -> u64 {
+    if sample >= 1.0 {
+        u64::MAX
+    } else {
+        (sample * u64::MAX as f64) as u64
+    }
 }
 
 impl std::fmt::Debug for Captured {
@@ -88,6 +105,10 @@ impl Capture {
     /// Offers a copy of `bytes`, which went from `src` to `dst` over `transport`, to the
     /// capture thread; never blocks.
     pub(crate) fn offer(&self, bytes: &[u8], src: SocketAddr, dst: SocketAddr, t: Transport) {
+        if sampled_out(self.threshold, bytes) {
+            self.stats.skipped.fetch_add(1, Relaxed);
+            return;
+        }
         let proto = match t {
             Transport::Udp => IpProto::Udp,
             Transport::Tcp | Transport::Tls => IpProto::Tcp,
@@ -129,21 +150,18 @@ fn recycle(pool: &Sender<Vec<u8>>, buf: Vec<u8>) {
     }
 }
 
-/// Which messages are captured: a share of calls by Call-ID, and optionally only those of
-/// some users or Call-IDs.
+/// Which messages the capture thread keeps (`sample` is the workers' business): only those
+/// of some users or Call-IDs, when listed.
 #[derive(Debug)]
 struct Filter {
-    /// Captured when the Call-ID's hash is below this (`u64::MAX`: every call).
-    threshold: u64,
     users: Vec<Vec<u8>>,
     call_ids: Vec<Vec<u8>>,
     limits: Limits,
 }
 
-/// A hash of a Call-ID spread over the whole `u64` range (FNV-1a, then a finalizer), so
-/// that `sample` of the calls fall below `sample * 2^64`.
-fn sample_hash(call_id: &[u8]) -> u64 {
-    let mut h = holdline_proto::shard::hash_call_id(call_id);
+/// A Call-ID's FNV-1a hash spread over the whole `u64` range (a finalizer), so that
+/// `sample` of the calls fall below `sample * 2^64`.
+fn spread(mut h: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -153,15 +171,9 @@ fn sample_hash(call_id: &[u8]) -> u64 {
 
 impl Filter {
     fn new(s: &CaptureSettings) -> Self {
-        let threshold = if s.sample >= 1.0 {
-            u64::MAX
-        } else {
-            (s.sample * u64::MAX as f64) as u64
-        };
         let mut limits = Limits::DEFAULT;
         limits.max_message_size(usize::MAX);
         Self {
-            threshold,
             users: s.users.iter().map(|u| u.as_bytes().to_vec()).collect(),
             call_ids: s.call_ids.iter().map(|c| c.as_bytes().to_vec()).collect(),
             limits,
@@ -169,7 +181,7 @@ impl Filter {
     }
 
     fn is_open(&self) -> bool {
-        self.threshold == u64::MAX && self.users.is_empty() && self.call_ids.is_empty()
+        self.users.is_empty() && self.call_ids.is_empty()
     }
 
     /// Whether `bytes` is captured (a message without a Call-ID only when everything is).
@@ -183,12 +195,6 @@ impl Filter {
         let Ok(call_id) = m.call_id() else {
             return false;
         };
-        if self.threshold != u64::MAX && sample_hash(call_id) >= self.threshold {
-            return false;
-        }
-        if self.users.is_empty() && self.call_ids.is_empty() {
-            return true;
-        }
         if self.call_ids.iter().any(|c| c[..] == *call_id) {
             return true;
         }
@@ -266,7 +272,12 @@ pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError
         .spawn(move || thread.run())
         .map_err(CaptureError::Thread)?;
     tracing::info!(%collector, agent_id = s.agent_id, sample = s.sample, "SIP capture (HEP v3) on");
-    Ok(Some(Capture { tx, pool, stats }))
+    Ok(Some(Capture {
+        tx,
+        pool,
+        threshold: threshold_of(s.sample),
+        stats,
+    }))
 }
 
 /// Where the packets go: a UDP socket (one datagram per packet, `sendmmsg` batches) or a
@@ -333,14 +344,14 @@ impl Thread {
                 correlation_id: None,
                 payload: &c.bytes,
             };
-            match hep::encode(&m, &mut self.packet) {
-                Ok(_) => {
-                    self.packets += 1;
-                    match &mut self.sink {
-                        Sink::Udp { batch, .. } => batch.push(self.collector, &self.packet),
-                        Sink::Tcp { buf, .. } => buf.extend_from_slice(&self.packet),
-                    }
-                }
+            let encoded = match &mut self.sink {
+                Sink::Udp { batch, .. } => hep::encode(&m, &mut self.packet)
+                    .map(|_| batch.push(self.collector, &self.packet)),
+                // Straight into the write buffer.
+                Sink::Tcp { buf, .. } => hep::encode(&m, buf).map(|_| ()),
+            };
+            match encoded {
+                Ok(()) => self.packets += 1,
                 Err(_) => {
                     self.stats.dropped_send.fetch_add(1, Relaxed);
                 }
@@ -415,9 +426,8 @@ impl Thread {
 mod tests {
     use super::*;
 
-    fn settings(sample: f64, users: &[&str], call_ids: &[&str]) -> CaptureSettings {
+    fn settings(users: &[&str], call_ids: &[&str]) -> CaptureSettings {
         CaptureSettings {
-            sample,
             users: users.iter().map(|s| s.to_string()).collect(),
             call_ids: call_ids.iter().map(|s| s.to_string()).collect(),
             ..CaptureSettings::default()
@@ -440,6 +450,7 @@ mod tests {
         let cap = Capture {
             tx,
             pool,
+            threshold: u64::MAX,
             stats: Arc::new(CaptureStats::default()),
         };
         let (a, b): (SocketAddr, SocketAddr) = (
@@ -541,31 +552,33 @@ mod tests {
 
     #[test]
     fn users_and_call_ids_select_messages() {
-        let f = Filter::new(&settings(1.0, &["alice"], &["c-7"]));
+        let f = Filter::new(&settings(&["alice"], &["c-7"]));
         assert!(f.wants(&invite("c-1", "alice", "bob")));
         assert!(f.wants(&invite("c-2", "carol", "alice")));
         assert!(f.wants(&invite("c-7", "carol", "dave")));
         assert!(!f.wants(&invite("c-3", "carol", "dave")));
         assert!(!f.wants(b"garbage"));
-        let all = Filter::new(&settings(1.0, &[], &[]));
+        let all = Filter::new(&settings(&[], &[]));
         assert!(all.wants(b"garbage"), "everything when nothing narrows it");
     }
 
     #[test]
     fn sampling_takes_its_share_of_calls_and_whole_calls() {
-        let f = Filter::new(&settings(0.25, &[], &[]));
+        let t = threshold_of(0.25);
         let n = 4000;
         let taken = (0..n)
-            .filter(|i| f.wants(&invite(&format!("call-{i}@h"), "a", "b")))
+            .filter(|i| !sampled_out(t, &invite(&format!("call-{i}@h"), "a", "b")))
             .count();
         assert!((800..1200).contains(&taken), "{taken} of {n}");
-        // The same call, the same answer, whatever the message.
+        // The same call, the same answer, whatever the message (and the header's form).
         for i in 0..50 {
             let id = format!("call-{i}@h");
+            let compact = format!("BYE sip:b@h SIP/2.0\r\ni:   {id}\r\n\r\n");
             assert_eq!(
-                f.wants(&invite(&id, "a", "b")),
-                f.wants(&invite(&id, "x", "y"))
+                sampled_out(t, &invite(&id, "a", "b")),
+                sampled_out(t, compact.as_bytes())
             );
         }
+        assert!(!sampled_out(threshold_of(1.0), b"anything"));
     }
 }
