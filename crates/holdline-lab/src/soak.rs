@@ -119,6 +119,13 @@ pub(crate) struct Args {
     /// failure_limit = 0`): what the attack costs without it.
     #[arg(long)]
     pub unprotected: bool,
+    /// SIP capture on: every message the server receives and sends goes to this HEP v3
+    /// collector (`[capture] hep`), e.g. `udp:127.0.0.1:9060`: what capture costs.
+    #[arg(long, value_name = "udp:IP:PORT")]
+    pub capture: Option<String>,
+    /// With --capture: the share of calls captured (`[capture] sample`).
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    pub capture_sample: f64,
 }
 
 /// The scanner's SIPp scenario (`lab/scenarios/scanner_options.xml`).
@@ -540,6 +547,12 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
     );
     if transport == Transport::Tls {
         text.push_str(&crate::pki::Pki::in_dir(&runs)?.server_toml());
+    }
+    if let Some(hep) = &args.capture {
+        text.push_str(&format!(
+            "[capture]\nhep = {hep:?}\nagent_id = 1\nsample = {}\n",
+            args.capture_sample
+        ));
     }
     std::fs::write(&config, text)
         .map_err(|e| LabError::io(format!("write {}", config.display()), e))?;

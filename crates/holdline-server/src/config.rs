@@ -178,6 +178,15 @@
 //! cache_entries = 4096             # answers cached per worker
 //! request_uris = false             # also resolve Request-URI host names no route covers
 //!
+//! [capture]                        # SIP capture: HEP v3 to a collector (docs/operations.md)
+//! hep = "udp:127.0.0.1:9060"       # the collector (udp: or tcp:); absent: off
+//! agent_id = 2001                  # capture agent id (default 0)
+//! # password = "secret"            # sent as the HEP authentication key
+//! sample = 1.0                     # share of calls captured, by Call-ID (default 1)
+//! # users = ["alice"]              # only calls whose From/To user is one of these ...
+//! # call_ids = ["a84b4c76e66710"]  # ... or whose Call-ID is one of these
+//! queue = 16384                    # messages waiting for the capture thread (full: dropped)
+//!
 //! [probing]                        # OPTIONS probes of hash_routes' targets
 //! interval_ms = 1000               # 0 (default): off
 //! timeout_ms = 500                 # unanswered this long: failed
@@ -1387,6 +1396,90 @@ pub struct ServerConfig {
     pub sctp: SctpSettings,
     /// RFC 7200 load control (`[load_control]`), both roles.
     pub load_control: LoadControlSettings,
+    /// SIP capture to a HEP v3 collector (`[capture]`).
+    pub capture: CaptureSettings,
+}
+
+/// SIP capture (`[capture]`, docs/operations.md): a HEP v3 copy of every SIP message the
+/// workers receive and send, to a collector (Homer, heplify-server, sngrep), made off the
+/// hot path by a capture thread behind a bounded queue (a full queue drops the copy).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CaptureSettings {
+    /// The collector, `udp:IP:PORT` (one datagram per message) or `tcp:IP:PORT` (messages
+    /// back to back on one connection, written in batches: cheaper per message); absent
+    /// (default): no capture.
+    pub hep: Option<Listener>,
+    /// The capture agent id the collector files the messages under (default 0).
+    pub agent_id: u32,
+    /// The collector's password, sent in every packet's authentication key chunk; absent:
+    /// none.
+    pub password: Option<String>,
+    /// The share of calls captured, by a hash of the Call-ID (all of a call's messages or
+    /// none; default 1: every call).
+    pub sample: f64,
+    /// Capture only the messages whose From or To URI has one of these users (and those of
+    /// `call_ids`); empty with `call_ids` empty (default): every message.
+    pub users: Vec<String>,
+    /// Capture only the messages with one of these Call-IDs (and those of `users`).
+    pub call_ids: Vec<String>,
+    /// Messages waiting for the capture thread at most (default 16,384); more are dropped
+    /// and counted (`holdline_capture_dropped_total{reason="queue_full"}`).
+    pub queue: usize,
+}
+
+impl Default for CaptureSettings {
+    fn default() -> Self {
+        Self {
+            hep: None,
+            agent_id: 0,
+            password: None,
+            sample: 1.0,
+            users: Vec::new(),
+            call_ids: Vec::new(),
+            queue: 16_384,
+        }
+    }
+}
+
+impl CaptureSettings {
+    fn validate(&self) -> Result<(), (String, String)> {
+        let err = |k: &str, m: String| Err((format!("capture.{k}"), m));
+        if let Some(h) = self.hep
+            && !matches!(h.transport, Transport::Udp | Transport::Tcp)
+        {
+            return err(
+                "hep",
+                format!("`{h}`: the collector must be udp:IP:PORT or tcp:IP:PORT"),
+            );
+        }
+        if !(self.sample > 0.0 && self.sample <= 1.0) {
+            return err(
+                "sample",
+                format!("{} is not a share of calls in (0, 1]", self.sample),
+            );
+        }
+        if self.queue == 0 || self.queue > 1 << 20 {
+            return err("queue", format!("{} is not within 1..=1048576", self.queue));
+        }
+        if self.password.as_ref().is_some_and(|p| p.len() > 1024) {
+            return err("password", "longer than 1024 bytes".into());
+        }
+        if self
+            .users
+            .iter()
+            .chain(&self.call_ids)
+            .any(String::is_empty)
+        {
+            let k = if self.users.iter().any(String::is_empty) {
+                "users"
+            } else {
+                "call_ids"
+            };
+            return err(k, "an empty entry matches nothing".into());
+        }
+        Ok(())
+    }
 }
 
 /// RFC 7200's load-control event package (`[load_control]`, docs/overload.md): the
@@ -1865,6 +1958,7 @@ impl Default for ServerConfig {
             tcp_buffers: Vec::new(),
             flood: FloodSettings::default(),
             load_control: LoadControlSettings::default(),
+            capture: CaptureSettings::default(),
             auth: AuthSettings::default(),
             tls: TlsSettings::default(),
             sctp: SctpSettings::default(),
@@ -2115,6 +2209,7 @@ impl ServerConfig {
             );
         }
         self.load_control.validate()?;
+        self.capture.validate()?;
         if !matches!(self.relay.as_str(), "restricted" | "open") {
             return err("relay", "expected \"restricted\" or \"open\"");
         }
@@ -2494,6 +2589,51 @@ stateless = true
             })
             .expect_err("bad --record-route-host");
         assert!(err.starts_with("record_route_host"), "{err}");
+    }
+
+    #[test]
+    fn capture_is_read_and_bad_settings_are_refused_where_they_are() {
+        let c = ServerConfig::from_toml(
+            "c.toml",
+            "[capture]\nhep = \"udp:127.0.0.1:9060\"\nagent_id = 7\npassword = \"pw\"\nsample = 0.25\nusers = [\"alice\"]\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.capture.hep,
+            Some("udp:127.0.0.1:9060".parse().expect("listener"))
+        );
+        assert_eq!((c.capture.agent_id, c.capture.sample), (7, 0.25));
+        assert_eq!(c.capture.password.as_deref(), Some("pw"));
+        assert_eq!(c.capture.users, ["alice"]);
+        assert_eq!(ServerConfig::default().capture.hep, None);
+        for (text, line, key, says) in [
+            (
+                "[capture]\nhep = \"tls:127.0.0.1:9060\"\n",
+                2,
+                "capture.hep",
+                "udp:IP:PORT",
+            ),
+            ("\n[capture]\nsample = 0.0\n", 3, "capture.sample", "(0, 1]"),
+            ("[capture]\nsample = 2\n", 2, "capture.sample", "(0, 1]"),
+            ("[capture]\nqueue = 0\n", 2, "capture.queue", "1..="),
+            ("[capture]\nusers = [\"\"]\n", 2, "capture.users", "empty"),
+            (
+                "[capture]\nhep = \"9060\"\n",
+                2,
+                "capture.hep",
+                "udp:IP:PORT",
+            ),
+            (
+                "[capture]\nagent = 1\n",
+                2,
+                "capture.agent",
+                "unknown field",
+            ),
+        ] {
+            let e = ServerConfig::from_toml("c.toml", text).expect_err(text);
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+            assert!(e.message.contains(says), "{e}");
+        }
     }
 
     #[test]

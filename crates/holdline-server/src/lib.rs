@@ -25,6 +25,7 @@
 //! A worker's engine implements [`WorkerCore`]; [`TestCore`] is a trivial one for tests.
 
 mod auth;
+mod capture;
 mod config;
 mod core;
 pub mod ctl;
@@ -55,8 +56,9 @@ use holdline_sip::Limits;
 use mio::{Poll, Waker};
 
 pub use crate::auth::{AuthRuntime, AuthSetupError, load_auth, read_users};
+pub use crate::capture::CaptureError;
 pub use crate::config::{
-    AuthSettings, BufferSizes, ConfigError, DnsSettings, LimitsConfig, Listener,
+    AuthSettings, BufferSizes, CaptureSettings, ConfigError, DnsSettings, LimitsConfig, Listener,
     LoadControlSettings, LoadFilterSettings, OverloadSettings, Overrides, RegistrarSettings, Route,
     RouteTarget, ServerConfig, StoreSpec, TcpBuffers, TimersConfig, TlsSettings, default_data_dir,
 };
@@ -111,6 +113,9 @@ pub enum StartError {
     /// The DNS resolver thread could not be set up.
     #[error(transparent)]
     Dns(#[from] DnsSetupError),
+    /// SIP capture could not start.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
 }
 
 /// What [`Server::shutdown`] observed.
@@ -419,6 +424,7 @@ impl Server {
             drain_retry_after: AtomicU64::new(config.drain_grace_s.max(1)),
             live: std::sync::Mutex::new(Arc::new(config.clone())),
             live_gen: AtomicU64::new(0),
+            capture: capture::start(&config.capture)?,
         });
         let dns_thread = match dns_runner {
             Some(r) => Some(r.spawn(Arc::downgrade(&shared))?),

@@ -431,6 +431,37 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             );
         }
     }
+    if let Some(cap) = &shared.capture {
+        let c = &cap.stats;
+        counter(
+            &mut out,
+            "holdline_capture_sent_total",
+            "SIP messages sent to the HEP collector ([capture]).",
+        );
+        let _ = writeln!(out, "holdline_capture_sent_total {}", c.sent.load(Relaxed));
+        counter(
+            &mut out,
+            "holdline_capture_dropped_total",
+            "SIP messages not captured: the capture queue was full (queue_full), or the collector's socket did not take them (send).",
+        );
+        for (reason, n) in [("queue_full", &c.dropped_queue), ("send", &c.dropped_send)] {
+            let _ = writeln!(
+                out,
+                "holdline_capture_dropped_total{{reason=\"{reason}\"}} {}",
+                n.load(Relaxed)
+            );
+        }
+        counter(
+            &mut out,
+            "holdline_capture_skipped_total",
+            "SIP messages left out of the capture by its sample, users or call_ids.",
+        );
+        let _ = writeln!(
+            out,
+            "holdline_capture_skipped_total {}",
+            c.skipped.load(Relaxed)
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP holdline_connections_open TCP connections open.\n# TYPE holdline_connections_open gauge"

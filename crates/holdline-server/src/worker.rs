@@ -123,6 +123,8 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+    /// SIP capture (`[capture]`): where copies of the messages go, when on.
+    pub(crate) capture: Option<crate::capture::Capture>,
 }
 
 impl Shared {
@@ -202,6 +204,18 @@ struct Conn {
     /// The branches of the last new INVITEs read from this connection, to tell the ACK of a
     /// rejected one (same branch) from that of an admitted call (RFC 3261 §17.1.1.3).
     invite_branches: RecentBranches,
+    /// The connection's local address, read once when SIP capture first needs it.
+    local: Option<SocketAddr>,
+}
+
+impl Conn {
+    /// The local address (one `getsockname`, then cached).
+    fn local_addr(&mut self) -> Option<SocketAddr> {
+        if self.local.is_none() {
+            self.local = self.io.local_addr().ok();
+        }
+        self.local
+    }
 }
 
 /// The hashes of the last few Via branches seen (a ring).
@@ -1009,6 +1023,16 @@ impl Worker {
                         if d.payload.iter().all(|&b| b == b'\r' || b == b'\n') {
                             continue; // keep-alive datagram
                         }
+                        if let Some(cap) = &self.shared.capture {
+                            let socket = if invites {
+                                &self.invite_udp[i]
+                            } else {
+                                &self.udp[i]
+                            };
+                            if let Ok(local) = socket.local_addr() {
+                                cap.offer(d.payload, d.source, local, Transport::Udp);
+                            }
+                        }
                         let stale = invites
                             && self
                                 .settings
@@ -1571,6 +1595,11 @@ impl Worker {
                 };
                 self.sends[i].push(to.addr, bytes);
                 self.stats().msgs_out[0].fetch_add(1, Relaxed);
+                if let Some(cap) = &self.shared.capture
+                    && let Ok(local) = self.udp[i].local_addr()
+                {
+                    cap.offer(bytes, local, to.addr, Transport::Udp);
+                }
                 if self.sends[i].len() >= 32 {
                     self.flush_udp();
                 }
@@ -1650,6 +1679,11 @@ impl Worker {
         match r {
             Ok(()) => {
                 s.msgs_out[transport_idx(Transport::Sctp)].fetch_add(1, Relaxed);
+                if let Some(cap) = &self.shared.capture
+                    && let Ok(local) = self.sctp[i].socket.local_addr()
+                {
+                    cap.offer(bytes, local, to, Transport::Sctp);
+                }
             }
             Err(SctpSendError::QueueFull { .. }) => s.drop(Drop::SctpQueueFull),
             Err(SctpSendError::TooLarge { .. }) => s.drop(Drop::TooLarge),
@@ -1713,6 +1747,11 @@ impl Worker {
                 transport: Transport::Sctp,
                 conn: None,
             };
+            if let Some(cap) = &self.shared.capture
+                && let Some(Ok(local)) = self.sctp.get(i).map(|s| s.socket.local_addr())
+            {
+                cap.offer(&r.data, r.from, local, Transport::Sctp);
+            }
             self.dispatch(now, &r.data, peer, false);
         }
     }
@@ -1876,6 +1915,7 @@ impl Worker {
             head_rx_ns: None,
             mixed: false,
             invite_branches: RecentBranches::default(),
+            local: None,
         });
         self.conn_keys.insert(id, key);
         self.stats().conns_open.fetch_add(1, Relaxed);
@@ -2111,6 +2151,11 @@ impl Worker {
                     Ok(Frame::Message { len }) if let Some(owner) = owner => {
                         let bytes = c.io.buffered()[..len].to_vec();
                         c.io.consume(len);
+                        if let Some(cap) = &self.shared.capture
+                            && let Some(local) = c.local_addr()
+                        {
+                            cap.offer(&bytes, peer.addr, local, c.transport);
+                        }
                         c.paused = true;
                         // It has waited at least since its first bytes arrived (the time it
                         // spent in the socket counts, not only the time from here; when it
@@ -2152,6 +2197,11 @@ impl Worker {
                         msg.clear();
                         msg.extend_from_slice(&c.io.buffered()[..len]);
                         c.io.consume(len);
+                        if let Some(cap) = &self.shared.capture
+                            && let Some(local) = c.local_addr()
+                        {
+                            cap.offer(&msg, peer.addr, local, c.transport);
+                        }
                         self.dispatch(now, &msg, peer, false);
                         self.scratch = msg;
                         if turn.elapsed() >= TCP_TURN {
@@ -2338,6 +2388,11 @@ impl Worker {
         if bytes != b"\r\n" {
             self.shared.stats[self.index].msgs_out[transport_idx(c.transport)]
                 .fetch_add(1, Relaxed);
+            if let Some(cap) = &self.shared.capture
+                && let Some(local) = c.local_addr()
+            {
+                cap.offer(bytes, local, c.io.peer_addr(), c.transport);
+            }
         }
         self.flush_conn(now, key);
     }

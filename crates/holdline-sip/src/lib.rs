@@ -42,6 +42,7 @@ mod error;
 mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hep;
 mod limits;
 mod message;
 mod name;
