@@ -46,6 +46,8 @@ pub struct Recorder {
     /// Goodput answers that arrived while calls were still being offered (before
     /// [`Recorder::mark_load_end`]).
     goodput_in_load: u64,
+    /// Answers recorded and the sum of their PDDs (a mean over any span: two readings).
+    pdd_sum: (u64, Duration),
 }
 
 impl Recorder {
@@ -67,6 +69,7 @@ impl Recorder {
             goodput_window,
             load_end: None,
             goodput_in_load: 0,
+            pdd_sum: (0, Duration::ZERO),
         }
     }
 
@@ -141,12 +144,20 @@ impl Recorder {
     /// and goodput.
     pub fn record_answer(&mut self, pdd: Duration) {
         self.lat.pdd.record(pdd);
+        self.pdd_sum.0 += 1;
+        self.pdd_sum.1 = self.pdd_sum.1.saturating_add(pdd);
         if pdd <= self.goodput_window {
             self.c.goodput += 1;
             if self.load_end.is_none() {
                 self.goodput_in_load += 1;
             }
         }
+    }
+
+    /// The answers recorded so far and the sum of their PDDs: the difference of two readings
+    /// gives the mean PDD of the answers in between (the simulator's per-second setup delay).
+    pub fn pdd_sum(&self) -> (u64, Duration) {
+        self.pdd_sum
     }
 
     /// Records a final failure status to an INVITE.

@@ -272,7 +272,7 @@ impl Results {
 /// The per-second time series of every run as CSV.
 pub fn series_csv(runs: &[RunOutput]) -> String {
     let mut s = String::from(
-        "run,t_s,server,offered,goodput,completed,calls_ok,r503,admitted,rejected,queue,invite_queue,queue_drops,busy,occupancy,acceptance\n",
+        "run,t_s,server,offered,goodput,completed,calls_ok,r503,pdd_mean_ms,admitted,rejected,queue,invite_queue,queue_drops,busy,occupancy,acceptance\n",
     );
     for (i, r) in runs.iter().enumerate() {
         for row in &r.series {
@@ -287,7 +287,7 @@ fn push_row(s: &mut String, run: usize, r: &SeriesRow) {
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.4}"));
     let _ = writeln!(
         s,
-        "{run},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{},{}",
+        "{run},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{},{}",
         r.t_s,
         r.server,
         r.offered,
@@ -295,6 +295,7 @@ fn push_row(s: &mut String, run: usize, r: &SeriesRow) {
         r.completed,
         r.calls_ok,
         r.r503,
+        opt(r.pdd_mean_ms),
         r.admitted,
         r.rejected,
         r.queue,

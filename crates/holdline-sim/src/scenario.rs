@@ -870,6 +870,12 @@ pub struct RouteSpec {
     /// spread evenly over them, the stand-in for seed 003's round-robin (l. 301).
     #[serde(default)]
     pub to_any: Vec<String>,
+    /// With `to_any`: a call whose next hop answers 503 or times out goes on to the user's
+    /// next target in the same transaction (RFC 3263 §4.3; holdline's `[[hash_routes]]
+    /// failover`, on by default there and here). Seed 003's servers forward a 503 upstream
+    /// instead (round-robin, no retry): its scenarios set `false`.
+    #[serde(default = "yes")]
+    pub failover: bool,
     /// DNS-like next hops (RFC 3263 with RFC 2782 SRV records), instead of `to`/`to_any`:
     /// the server resolves the route's name to these targets — lowest `priority` first, a
     /// weighted random order within a priority, drawn per request from the run's seed — and
@@ -907,6 +913,10 @@ impl RouteSpec {
 
 fn star() -> String {
     "*".into()
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A TOML error of `text`, located by its span.

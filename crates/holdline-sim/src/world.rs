@@ -1212,6 +1212,9 @@ pub struct SeriesRow {
     pub completed: u64,
     /// 503s received by every UAC in this second.
     pub r503: u64,
+    /// Mean setup delay (first INVITE to 200 OK, ms) of the 200 OKs every UAC received in
+    /// this second; `None` when none arrived.
+    pub pdd_mean_ms: Option<f64>,
     /// New INVITEs this server's gate admitted in this second.
     pub admitted: u64,
     /// New INVITEs this server rejected in this second.
@@ -1323,7 +1326,7 @@ pub struct World {
     series: Vec<SeriesRow>,
     /// Totals at the previous sample: network (see `net_totals`) and per
     /// server counters.
-    last_net: [u64; 5],
+    last_net: [u64; 7],
     last_servers: Vec<ServerCounters>,
 }
 
@@ -1424,7 +1427,7 @@ impl World {
                     }
                     p.hash_routes.push(HashRoute {
                         domain: r.domain.clone(),
-                        failover: true,
+                        failover: r.failover,
                         targets,
                     });
                 }
@@ -1692,7 +1695,7 @@ impl World {
             events: 0,
             seed,
             series: Vec::new(),
-            last_net: [0; 5],
+            last_net: [0; 7],
             last_servers: vec![ServerCounters::default(); servers],
         };
         for i in 0..n {
@@ -1940,17 +1943,24 @@ impl World {
     }
 
     /// Network totals: offered, goodput, calls_ok, 503s (UACs) and completed (UASs).
-    fn net_totals(&self) -> [u64; 5] {
-        let mut t = [0u64; 5];
+    /// Totals over every agent: offered, goodput, calls ok, 503s (the UACs), completed (the
+    /// UASs), answers and the sum of their PDDs in ns (the UACs).
+    fn net_totals(&self) -> [u64; 7] {
+        let mut t = [0u64; 7];
         for n in &self.nodes {
             if let Node::Agents(v) = n {
                 for a in v {
-                    let c = &a.agent.recorder().c;
+                    let r = a.agent.recorder();
+                    let c = &r.c;
                     if a.step.is_some() {
                         t[0] += c.offered;
                         t[1] += c.goodput;
                         t[2] += c.calls_ok;
                         t[3] += c.r503;
+                        let (n, sum) = r.pdd_sum();
+                        t[5] += n;
+                        t[6] =
+                            t[6].saturating_add(u64::try_from(sum.as_nanos()).unwrap_or(u64::MAX));
                     } else {
                         t[4] += c.completed;
                     }
@@ -1985,6 +1995,7 @@ impl World {
                 calls_ok: d[2],
                 completed: d[4],
                 r503: d[3],
+                pdd_mean_ms: (d[5] > 0).then(|| d[6] as f64 / d[5] as f64 / 1e6),
                 admitted: c.admitted - prev.admitted,
                 rejected: c.rejected.saturating_sub(prev.rejected),
                 queue: s.main.len() as u64,

@@ -612,3 +612,78 @@ server = "proxy"
         assert_eq!((e.line, e.key.as_str()), (line, key), "{keys}: {e}");
     }
 }
+
+/// A `to_any` route whose hashed target answers 503: with `failover` (the default, as
+/// holdline's hash routes) the call goes on to the user's other target in the same
+/// transaction and completes; with `failover = false` (seed 003's servers, which pass a 503
+/// upstream) it fails at the caller — as a 500, the proxy's only branch having got a 503.
+/// The per-second series carries the mean setup delay of the 200 OKs of that second.
+#[test]
+fn to_any_routes_fail_over_only_when_asked() {
+    let text = |failover: bool| {
+        format!(
+            r#"
+seed = 3
+duration_s = 20
+drain_s = 2
+settle_s = 0
+[[servers]]
+name = "proxy"
+service_us = 10
+[[uas]]
+name = "dead"
+status = 503
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{{ at_s = 0, rate_cps = 20 }}]
+[[routes]]
+server = "proxy"
+to_any = ["dead", "uas"]
+failover = {failover}
+[default_link]
+delay_ms = 2
+"#
+        )
+    };
+    let run = |failover: bool| {
+        let sc = Scenario::from_toml("to-any.toml", &text(failover)).expect("valid scenario");
+        run_scenario(&sc, 1, |_, _| {}).expect("runs").remove(0)
+    };
+    let on = run(true);
+    let step = &on.steps[0];
+    let calls = (step.offered_cps * step.window_s).round();
+    assert!(calls > 300.0, "{calls} calls");
+    assert!(
+        (step.calls_ok_cps * step.window_s).round() + 1.0 >= calls,
+        "{step:?}"
+    );
+    assert!(on.servers[0].1.failovers > 100, "{:?}", on.servers);
+
+    let off = run(false);
+    let step = &off.steps[0];
+    assert_eq!(off.servers[0].1.failovers, 0, "{:?}", off.servers);
+    // About half the callees hash to `dead`: their calls fail (500), none is a 503.
+    let failed = step.failed_other_cps / step.offered_cps;
+    assert!((0.3..0.7).contains(&failed), "{failed:.2} failed: {step:?}");
+    assert_eq!(step.rejected_cps, 0.0, "{step:?}");
+
+    // Setup delay per second: two 2 ms links each way at least, and the answered seconds'
+    // means average (weighted by the answers) to the run's mean.
+    let rows: Vec<(u64, f64)> = off
+        .series
+        .iter()
+        .filter_map(|r| r.pdd_mean_ms.map(|m| (r.goodput, m)))
+        .collect();
+    assert!(rows.len() >= 15, "{} seconds with answers", rows.len());
+    assert!(rows.iter().all(|&(_, m)| m >= 8.0), "{rows:?}");
+    let n: u64 = rows.iter().map(|r| r.0).sum();
+    let mean = rows.iter().map(|&(g, m)| g as f64 * m).sum::<f64>() / n as f64;
+    assert!(
+        (mean - step.pdd_mean_ms).abs() < 0.05 * step.pdd_mean_ms,
+        "series {mean:.2} ms vs run {:.2} ms",
+        step.pdd_mean_ms
+    );
+}
