@@ -113,6 +113,8 @@ pub(crate) struct Shared {
     /// ([`WorkerStats::applied_gen`] says which generation it runs).
     pub(crate) live: std::sync::Mutex<Arc<crate::ServerConfig>>,
     pub(crate) live_gen: AtomicU64,
+    /// SIP capture (`[capture]`): where copies of the messages go, when on.
+    pub(crate) capture: Option<crate::capture::Capture>,
 }
 
 impl Shared {
@@ -123,8 +125,6 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
-    /// SIP capture (`[capture]`): where copies of the messages go, when on.
-    pub(crate) capture: Option<crate::capture::Capture>,
 }
 
 impl Shared {
