@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Guard};
+use common::{BIN, Guard, is_root};
 
 /// The four figures every server has, and whose ratios are reported.
 const KEYS: [&str; 4] = [
@@ -20,17 +20,6 @@ const KEYS: [&str; 4] = [
     "register_rps",
     "cpu_us_per_call_udp",
 ];
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|uid| uid == "0"))
-        })
-        .unwrap_or(false)
-}
 
 fn number(v: &serde_json::Value, what: &str) -> f64 {
     let x = v

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Guard, Holdline, free_port};
+use common::{Guard, Holdline, free_port, require_tool};
 
 fn s(v: &str) -> String {
     v.to_owned()
@@ -36,15 +36,10 @@ fn tools_available() -> bool {
         return false;
     }
     for (tool, arg) in [("sngrep", "-V"), ("tshark", "-v")] {
-        let ok = Command::new(tool)
-            .arg(arg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "{tool} is not installed: scripts/install-test-deps, or apt-get install sngrep tshark (or set HOLDLINE_SKIP_CAPTURE=1)"
+        require_tool(
+            tool,
+            arg,
+            "scripts/install-test-deps, or apt-get install sngrep tshark (or set HOLDLINE_SKIP_CAPTURE=1)",
         );
     }
     true

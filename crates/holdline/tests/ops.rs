@@ -41,16 +41,10 @@ fn dashboard_file() -> PathBuf {
 
 /// Fails clearly when a tool of Debian's `prometheus` package is missing.
 fn require(tool: &str) {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "{tool} is not installed: scripts/install-test-deps installs it (as root), or \
-         apt-get install prometheus"
+    common::require_tool(
+        tool,
+        "--version",
+        "scripts/install-test-deps installs it (as root), or apt-get install prometheus",
     );
 }
 

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use browser::{Browser, check_png, require_browser};
-use common::{BIN, Guard, Holdline, free_port};
+use common::{BIN, Guard, Holdline, free_port, load};
 use serde_json::Value;
 
 fn s(x: &str) -> String {
@@ -32,20 +32,6 @@ fn get(addr: SocketAddr, path: &str) -> (String, String) {
     c.read_to_string(&mut text).expect("response");
     let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
     (head.to_owned(), body.to_owned())
-}
-
-/// `holdline load ARGS`, output discarded, stopped by PID when dropped.
-fn load(args: &[String]) -> Guard {
-    Guard(
-        Command::new(BIN)
-            .arg("load")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn holdline load"),
-    )
 }
 
 /// The numbers the test reads from the page's DOM: `data-value` of the value elements

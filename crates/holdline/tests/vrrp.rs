@@ -14,7 +14,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Guard};
+use common::{BIN, Guard, is_root};
 
 /// The kill is seen at the next health check, at most `check_interval` = 1 s later (the
 /// check of a killed holdline fails at once: connection refused); then the master goes to
@@ -25,17 +25,6 @@ use common::{BIN, Guard};
 const TAKEOVER_BOUND_S: f64 = 1.5;
 /// The bound on the time until service is restored.
 const RESTORED_BOUND_S: f64 = 2.0;
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|uid| uid == "0"))
-        })
-        .unwrap_or(false)
-}
 
 /// Fails clearly when `program` is missing.
 fn require(program: &str, package: &str) {

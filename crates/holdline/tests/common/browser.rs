@@ -11,21 +11,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Guard, free_port};
+use crate::common::{Guard, free_port, require_tool};
 
 /// Whether chromium and chromedriver are installed; fails the test with the advice when not
 /// (`scripts/install-test-deps` installs them).
 pub fn require_browser() {
     for tool in ["chromium", "chromedriver"] {
-        let ok = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "{tool} is not installed: apt-get install chromium chromium-driver (scripts/install-test-deps)"
+        require_tool(
+            tool,
+            "--version",
+            "apt-get install chromium chromium-driver (scripts/install-test-deps)",
         );
     }
 }

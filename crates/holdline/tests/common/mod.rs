@@ -663,3 +663,27 @@ pub fn run_lab(args: &[&str], out: &Path, limit: Duration) -> String {
     assert!(status.success(), "{status:?}\n{err}");
     err
 }
+
+/// Whether the test runs as root (from `/proc/self/status`: the effective uid).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Fails the test with `hint` when `tool ARG` does not run and exit 0 (a tool the test
+/// needs is missing: `scripts/install-test-deps` installs them).
+pub fn require_tool(tool: &str, arg: &str, hint: &str) {
+    let ok = Command::new(tool)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "{tool} is not installed: {hint}");
+}
