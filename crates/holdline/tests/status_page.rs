@@ -10,11 +10,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use browser::{Browser, check_png, require_browser};
-use common::{BIN, Guard, Holdline, free_port, load};
+use common::{BIN, Holdline, free_port, load};
 use serde_json::Value;
 
 fn s(x: &str) -> String {
