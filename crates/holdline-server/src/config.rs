@@ -28,6 +28,7 @@
 //! metrics = "127.0.0.1:9060"       # Prometheus text on /metrics, the status page on /
 //!                                  # (its data: /status.json); absent: off
 //! log = "info"                     # tracing filter; RUST_LOG wins
+//! log_format = "text"              # or "json": one JSON object per log line (restart)
 //! shutdown_grace_ms = 2000
 //! drain_grace_s = 30               # SIGTERM / `holdline ctl drain`: new calls and REGISTERs
 //!                                  # get 503 (Maintenance) while calls in progress finish,
@@ -1357,6 +1358,10 @@ pub struct ServerConfig {
     pub metrics: Option<SocketAddr>,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` takes precedence.
     pub log: String,
+    /// How log lines are written on stderr: `text` (default, for people) or `json` (one
+    /// JSON object per line: `timestamp`, `level`, `fields.message` and the event's fields,
+    /// `target`; for log shippers). Needs a restart.
+    pub log_format: String,
     /// How long workers keep running timers after a shutdown signal, ms.
     pub shutdown_grace_ms: u64,
     /// The longest a drain (SIGTERM, `holdline ctl drain`) waits for the calls in progress
@@ -1942,6 +1947,7 @@ impl Default for ServerConfig {
             data_dir: None,
             metrics: None,
             log: "info".into(),
+            log_format: "text".into(),
             shutdown_grace_ms: 2000,
             drain_grace_s: 30,
             drain_idle_ms: 500,
@@ -2024,6 +2030,8 @@ pub struct Overrides {
     pub udp_recv_buffer: Option<usize>,
     /// `--feedback`.
     pub feedback: Option<String>,
+    /// `--log-format`.
+    pub log_format: Option<String>,
 }
 
 /// A configuration error located in its file.
@@ -2125,6 +2133,9 @@ impl ServerConfig {
         if let Some(f) = o.feedback {
             self.overload.feedback = Some(f);
         }
+        if let Some(f) = o.log_format {
+            self.log_format = f;
+        }
         self.validate().map_err(|(k, m)| format!("{k}: {m}"))
     }
 
@@ -2182,6 +2193,9 @@ impl ServerConfig {
                 "listen",
                 "an sctp: route target needs an sctp: listener (the UDP socket SCTP is carried in)",
             );
+        }
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            return err("log_format", "expected \"text\" or \"json\"");
         }
         if !matches!(self.durability.as_str(), "commit" | "write-behind") {
             return err("durability", "expected \"commit\" or \"write-behind\"");
@@ -3197,6 +3211,24 @@ send_buffer = 16384
             .expect("wall");
         assert_eq!(ok.overload.occupancy_clock, "wall");
         assert_eq!(ServerConfig::default().overload.occupancy_clock, "cpu");
+    }
+
+    #[test]
+    fn log_format_setting() {
+        assert_eq!(ServerConfig::default().log_format, "text");
+        let c = ServerConfig::from_toml("l.toml", "log_format = \"json\"\n").expect("parses");
+        assert_eq!(c.log_format, "json");
+        let e = ServerConfig::from_toml("l.toml", "workers = 1\nlog_format = \"xml\"\n")
+            .expect_err("bad log format");
+        assert_eq!((e.line, e.key.as_str()), (2, "log_format"));
+        let mut c = ServerConfig::default();
+        let err = c
+            .apply(Overrides {
+                log_format: Some("yaml".into()),
+                ..Overrides::default()
+            })
+            .expect_err("bad --log-format");
+        assert!(err.starts_with("log_format"), "{err}");
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub fn plan(old: &ServerConfig, new: &ServerConfig, dns_running: bool) -> Reload
     );
     need("data_dir", old.data_dir() != new.data_dir());
     need("metrics", old.metrics != new.metrics);
+    need("log_format", old.log_format != new.log_format);
     need(
         "shutdown_grace_ms",
         old.shutdown_grace_ms != new.shutdown_grace_ms,

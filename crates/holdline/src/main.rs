@@ -64,6 +64,35 @@ enum Command {
     Ctl(ctl::CtlArgs),
 }
 
+/// Installs the global logger on stderr — human-readable text or one JSON object per line
+/// (`log_format`) — behind a filter that `holdline ctl log-level` and reloads replace.
+fn init_logging(
+    filter: tracing_subscriber::EnvFilter,
+    format: &str,
+) -> tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>
+{
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let output = if format == "json" {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed()
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(output)
+        .init();
+    handle
+}
+
 /// Arguments handed unparsed to a subcommand with its own parser (`bench`, `lab`).
 #[derive(Debug, clap::Args)]
 struct Rest {
@@ -142,6 +171,10 @@ struct ServeArgs {
     /// timeouts).
     #[arg(long, value_name = "none|loss|rate|loss,rate|window|deoc")]
     feedback: Option<String>,
+    /// Log lines on stderr as `text` (default) or `json`, one object per line for log
+    /// shippers (the file's `log_format`; the filter is `log` or RUST_LOG).
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<String>,
     /// The control socket of `holdline ctl` (Unix socket, mode 0600; default: `ctl_socket`,
     /// else ctl.sock in the data directory).
     #[arg(long, value_name = "PATH")]
@@ -384,6 +417,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         udp_invite_socket: args.udp_invite_socket,
         udp_recv_buffer: args.udp_recv_buffer,
         feedback: args.feedback,
+        log_format: args.log_format,
     };
     config
         .apply(overrides.clone())
@@ -394,13 +428,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log))
         .map_err(|e| anyhow::anyhow!("log filter `{}`: {e}", config.log))?;
-    let logger = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter_reloading();
-    let log_handle = logger.reload_handle();
-    logger.init();
+    let log_handle = init_logging(filter, &config.log_format);
     let file_max_connections = config.limits.max_connections;
     let files = open_files(&mut config);
     let max_connections = config.limits.max_connections;

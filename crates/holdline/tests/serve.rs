@@ -196,3 +196,65 @@ fn shipped_configurations_pass_check_config() {
         );
     }
 }
+
+/// `--log-format json` (the file's `log_format`): every log line on stderr is one JSON object
+/// with a timestamp, a level and the event's fields — the ready event among them — while
+/// the default stays text; an unknown format is refused before the server starts.
+#[test]
+fn logs_are_json_lines_when_asked() {
+    let args = |format: &str| {
+        [
+            "--listen",
+            "udp:127.0.0.1:0",
+            "--store",
+            "memory",
+            "--workers",
+            "1",
+            "--log-format",
+            format,
+        ]
+        .map(String::from)
+    };
+    let json_lines = |text: &str| -> Vec<serde_json::Value> {
+        text.lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    let run = |format: &str| {
+        let server = common::Holdline::start(&args(format));
+        let startup = server.startup.clone();
+        let (status, rest) = server.terminate();
+        assert!(status.success(), "exit status {status:?}\n{startup}{rest}");
+        format!("{startup}{rest}")
+    };
+    let rest = run("json");
+    let events = json_lines(&rest);
+    let ready = events
+        .iter()
+        .find(|e| {
+            e["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("ready"))
+        })
+        .unwrap_or_else(|| panic!("no JSON ready event in:\n{rest}"));
+    assert_eq!(ready["level"], "INFO", "{ready}");
+    assert!(ready["timestamp"].is_string(), "{ready}");
+    // Every tracing line is JSON: the only other lines are the plain `holdline: ...` notes.
+    for line in rest.lines().filter(|l| !l.starts_with('{')) {
+        assert!(line.starts_with("holdline: ") || line.is_empty(), "{line}");
+    }
+
+    let rest = run("text");
+    assert!(json_lines(&rest).is_empty(), "{rest}");
+    assert!(rest.contains("ready; SIGINT"), "{rest}");
+
+    let out = std::process::Command::new(common::BIN)
+        .arg("serve")
+        .args(args("xml"))
+        .output()
+        .expect("run holdline serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("log_format"), "{err}");
+}
