@@ -249,7 +249,7 @@ fn logs_are_json_lines_when_asked() {
     assert!(json_lines(&rest).is_empty(), "{rest}");
     assert!(rest.contains("ready; SIGINT"), "{rest}");
 
-    let out = std::process::Command::new(common::BIN)
+    let out = Command::new(BIN)
         .arg("serve")
         .args(args("xml"))
         .output()
