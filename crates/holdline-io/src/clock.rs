@@ -59,6 +59,13 @@ pub fn thread_cpu_time() -> Option<Duration> {
     crate::sys::thread_cpu_time().ok()
 }
 
+/// Lowers the calling thread to the lowest scheduling class (`SCHED_IDLE` on Linux): it gets
+/// a CPU only when no thread of normal priority wants it, so the work it does (SIP capture)
+/// never takes CPU time from the workers. Errors where the platform has no such class.
+pub fn set_thread_background() -> std::io::Result<()> {
+    crate::sys::set_thread_idle_priority()
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Self::new()

@@ -32,5 +32,5 @@ mod sys;
 pub mod tcp;
 pub mod udp;
 
-pub use clock::{Clock, thread_cpu_time};
+pub use clock::{Clock, set_thread_background, thread_cpu_time};
 pub use limits::{OpenFiles, raise_open_files};

@@ -367,3 +367,23 @@ pub(crate) fn recv_mmsg(_: RawFd, _: &mut [u8], _: usize, _: &mut [RecvMeta]) ->
 pub(crate) fn send_mmsg(_: RawFd, _: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
+
+/// Moves the calling thread to `SCHED_IDLE`: it runs only when no other thread of normal
+/// priority wants its CPU (lowering one's own priority needs no privilege).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn set_thread_idle_priority() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads one sched_param through the pointer, which points at
+    // a live local; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &raw const param) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `SCHED_IDLE` is Linux-only.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn set_thread_idle_priority() -> io::Result<()> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}

@@ -126,6 +126,10 @@ pub(crate) struct Args {
     /// With --capture: the share of calls captured (`[capture] sample`).
     #[arg(long, value_name = "F", default_value_t = 1.0)]
     pub capture_sample: f64,
+    /// With --capture: the capture thread's priority (`[capture] priority`, `background`
+    /// or `normal`).
+    #[arg(long, value_name = "P", default_value = "background")]
+    pub capture_priority: String,
 }
 
 /// The scanner's SIPp scenario (`lab/scenarios/scanner_options.xml`).
@@ -550,8 +554,8 @@ pub(crate) fn run(args: &Args) -> Result<Results> {
     }
     if let Some(hep) = &args.capture {
         text.push_str(&format!(
-            "[capture]\nhep = {hep:?}\nagent_id = 1\nsample = {}\n",
-            args.capture_sample
+            "[capture]\nhep = {hep:?}\nagent_id = 1\nsample = {}\npriority = {:?}\n",
+            args.capture_sample, args.capture_priority
         ));
     }
     std::fs::write(&config, text)

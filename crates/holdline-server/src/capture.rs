@@ -2,21 +2,24 @@
 //! collector (`[capture]`).
 //!
 //! ```text
-//!   worker: message read or sent ─ copy into a pooled buffer ─ try_send ─┐ full: dropped,
-//!                                  (+ addresses, transport, wall time)   │ counted, the
-//!                                                                        │ buffer goes back
-//!   capture thread: recv ─ sample / match (parse) ─ hep::encode ─ sendmmsg batch ─ collector
-//!                   └─ the buffer back to the pool
+//!   worker: message read or sent ─ append to the worker's batch ─ end of the loop
+//!           (+ addresses, transport, wall time)     iteration: the batch, whole, to a
+//!                                                   bounded queue (full: dropped, counted)
+//!   capture thread: recv a batch ─ match (parse) ─ hep::encode ─ sendmmsg / one write ─
+//!                   collector; the emptied batch back to the pool
 //! ```
 //!
-//! A worker never waits for the collector: it copies the message (one `memcpy` into a
-//! buffer taken from a pool the capture thread refills) and offers it to a bounded queue;
-//! when the queue is full the copy is dropped and counted. Sampling and matching parse the
-//! message, so they happen on the capture thread.
+//! A worker never waits for the collector: it appends the message to a batch of its own
+//! (one `memcpy` into a buffer that is reused) and hands the batch over whole, once per
+//! loop iteration (or when it holds [`WORKER_BATCH_BYTES`]), to a bounded queue; when the
+//! queue is full the batch's messages are dropped and counted. Per message a worker pays a
+//! clock read and a copy, no channel operation and no atomic. Sampling is decided by the
+//! worker (a Call-ID hash); matching users and Call-IDs parses the message, so it happens on
+//! the capture thread.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -25,23 +28,27 @@ use holdline_io::udp::{SendBatch, UdpOptions, UdpSocket};
 use holdline_sip::hep::{self, HepMessage, IpProto};
 use holdline_sip::{Limits, Message};
 
-use crate::config::CaptureSettings;
+use crate::config::{CapturePriority, CaptureSettings};
 
-/// Packets sent with one `sendmmsg` (UDP) or one write (TCP).
+/// Packets sent with one `sendmmsg` (UDP); a TCP write carries up to [`TCP_WRITE`] bytes.
 const BATCH: usize = 64;
+/// Bytes of packets written to a TCP collector at once.
+const TCP_WRITE: usize = 256 << 10;
 /// How long the capture thread sleeps when the queue is empty. It polls rather than blocks:
-/// a blocked receiver would make every worker's `try_send` a futex wake-up (a system call
-/// and a context switch per captured message); polling costs ~200 wake-ups a second, and
-/// the queue holds what arrives meanwhile (16,384 by default: 5 ms of 3 million messages a
+/// a blocked receiver would make every worker's hand-over a futex wake-up (a system call
+/// and a context switch per batch); polling costs ~100 wake-ups a second, and the queue
+/// holds what arrives meanwhile (16,384 messages by default: 10 ms of 1.6 million a
 /// second).
-const IDLE: Duration = Duration::from_millis(5);
+const IDLE: Duration = Duration::from_millis(10);
 /// Wait before connecting again to a TCP collector that failed.
 const RECONNECT: Duration = Duration::from_secs(1);
-/// Pooled buffers larger than this are not kept (a rare large message does not pin memory
-/// in every slot of the pool).
-const POOL_BUF_MAX: usize = 8192;
-/// A fresh buffer's capacity: most SIP messages fit.
-const POOL_BUF_NEW: usize = 2048;
+/// A worker hands its batch over when it holds this many bytes, even in the middle of a
+/// loop iteration.
+pub(crate) const WORKER_BATCH_BYTES: usize = 64 << 10;
+/// Pooled batches whose buffer grew larger than this are not kept.
+const POOL_BATCH_MAX: usize = 4 * WORKER_BATCH_BYTES;
+/// Emptied batches kept for the workers to reuse.
+const POOL_BATCHES: usize = 64;
 
 /// Counters of the capture, rendered as `holdline_capture_*`.
 #[derive(Debug, Default)]
@@ -56,9 +63,11 @@ pub(crate) struct CaptureStats {
     pub(crate) skipped: AtomicU64,
 }
 
-/// One copied message waiting for the capture thread.
-struct Captured {
-    bytes: Vec<u8>,
+/// Where and when one captured message went; its bytes are the next `len` bytes of its
+/// batch's buffer.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    len: usize,
     src: SocketAddr,
     dst: SocketAddr,
     proto: IpProto,
@@ -66,15 +75,68 @@ struct Captured {
     micros: u32,
 }
 
-/// The workers' end: offers copies to the capture thread. Held in the workers' shared
-/// state; the capture thread ends once it is dropped and the queue is empty.
+/// Copied messages, back to back, and where each went: what a worker hands to the capture
+/// thread at once.
+#[derive(Debug, Default)]
+struct Records {
+    metas: Vec<Meta>,
+    bytes: Vec<u8>,
+}
+
+impl Records {
+    fn clear(&mut self) {
+        self.metas.clear();
+        self.bytes.clear();
+    }
+
+    /// Each message with its metadata, in the order they were added.
+    fn iter(&self) -> impl Iterator<Item = (&Meta, &[u8])> {
+        let mut at = 0;
+        self.metas.iter().map(move |m| {
+            let b = &self.bytes[at..at + m.len];
+            at += m.len;
+            (m, b)
+        })
+    }
+}
+
+/// The workers' shared end: offers batches to the capture thread. Held in the workers'
+/// shared state; the capture thread ends once it and every [`Batch`] are dropped and the
+/// queue is empty.
 #[derive(Debug)]
 pub(crate) struct Capture {
-    tx: Sender<Captured>,
-    pool: (Sender<Vec<u8>>, Receiver<Vec<u8>>),
+    tx: Sender<Records>,
+    pool: (Sender<Records>, Receiver<Records>),
+    /// Messages in the queue (the capture thread takes them off when it receives a batch).
+    queued: Arc<AtomicUsize>,
+    /// The queue's bound, in messages (`[capture] queue`).
+    limit: usize,
     /// `sample`'s threshold (see [`sampled_out`]); `u64::MAX`: every call.
     threshold: u64,
     pub(crate) stats: Arc<CaptureStats>,
+}
+
+/// A worker's batch: the messages it captured since it last handed a batch over.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    shared: CaptureHandle,
+    records: Records,
+    /// The wall-clock time of the worker's loop iteration, in µs since the epoch
+    /// ([`Batch::stamp`]).
+    now_us: u64,
+    /// The last timestamp given to a message.
+    last_us: u64,
+}
+
+/// What a worker's [`Batch`] needs of [`Capture`] (a clone of its ends).
+#[derive(Debug, Clone)]
+struct CaptureHandle {
+    tx: Sender<Records>,
+    pool: Receiver<Records>,
+    queued: Arc<AtomicUsize>,
+    limit: usize,
+    threshold: u64,
+    stats: Arc<CaptureStats>,
 }
 
 /// Whether `sample` leaves the call of `bytes` out: its Call-ID's hash (a plain scan of
@@ -105,22 +167,51 @@ fn threshold_of(sample: f64) -> u64 {
     }
 }
 
-impl std::fmt::Debug for Captured {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Captured")
-            .field("len", &self.bytes.len())
-            .field("src", &self.src)
-            .field("dst", &self.dst)
-            .finish_non_exhaustive()
+impl Capture {
+    /// A batch for one worker.
+    pub(crate) fn batch(&self) -> Batch {
+        Batch {
+            shared: CaptureHandle {
+                tx: self.tx.clone(),
+                pool: self.pool.1.clone(),
+                queued: self.queued.clone(),
+                limit: self.limit,
+                threshold: self.threshold,
+                stats: self.stats.clone(),
+            },
+            records: Records::default(),
+            now_us: 0,
+            last_us: 0,
+        }
     }
 }
 
-impl Capture {
-    /// Offers a copy of `bytes`, which went from `src` to `dst` over `transport`, to the
-    /// capture thread; never blocks.
-    pub(crate) fn offer(&self, bytes: &[u8], src: SocketAddr, dst: SocketAddr, t: Transport) {
-        if sampled_out(self.threshold, bytes) {
-            self.stats.skipped.fetch_add(1, Relaxed);
+impl Batch {
+    /// Reads the wall clock for the loop iteration that begins (the worker calls this when
+    /// its poll returns): the messages of the iteration are stamped from it, not from a
+    /// clock read each.
+    pub(crate) fn stamp(&mut self) {
+        self.now_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+    }
+
+    /// The timestamp of the next message: the iteration's time, at least one microsecond
+    /// after the previous message's, so that a worker's messages have distinct timestamps
+    /// in the order it received and sent them (a collector that sorts by time shows them in
+    /// that order; an iteration's messages run ahead of the clock by at most one
+    /// microsecond each).
+    fn next_stamp(&mut self) -> (u32, u32) {
+        let t = self.now_us.max(self.last_us + 1);
+        self.last_us = t;
+        ((t / 1_000_000) as u32, (t % 1_000_000) as u32)
+    }
+
+    /// Adds a copy of `bytes`, which went from `src` to `dst` over `transport`, to the
+    /// batch (handed over at once when it holds [`WORKER_BATCH_BYTES`]); never blocks.
+    pub(crate) fn offer(&mut self, bytes: &[u8], src: SocketAddr, dst: SocketAddr, t: Transport) {
+        if sampled_out(self.shared.threshold, bytes) {
+            self.shared.stats.skipped.fetch_add(1, Relaxed);
             return;
         }
         let proto = match t {
@@ -129,38 +220,62 @@ impl Capture {
             Transport::Sctp => IpProto::Sctp,
             _ => return,
         };
-        let (secs, micros) = match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => (d.as_secs() as u32, d.subsec_micros()),
-            Err(_) => (0, 0),
-        };
-        let mut buf = self
-            .pool
-            .1
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(POOL_BUF_NEW));
-        buf.clear();
-        buf.extend_from_slice(bytes);
-        let c = Captured {
-            bytes: buf,
+        if self.now_us == 0 {
+            self.stamp();
+        }
+        let (secs, micros) = self.next_stamp();
+        self.records.bytes.extend_from_slice(bytes);
+        self.records.metas.push(Meta {
+            len: bytes.len(),
             src,
             dst,
             proto,
             secs,
             micros,
-        };
-        match self.tx.try_send(c) {
-            Ok(()) => {}
-            Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
-                self.stats.dropped_queue.fetch_add(1, Relaxed);
-                recycle(&self.pool.0, c.bytes);
-            }
+        });
+        if self.records.bytes.len() >= WORKER_BATCH_BYTES {
+            self.flush();
+        }
+    }
+
+    /// Hands what the batch holds to the capture thread (the worker calls this once per
+    /// loop iteration); when the queue cannot take it, its messages are dropped and
+    /// counted.
+    pub(crate) fn flush(&mut self) {
+        let n = self.records.metas.len();
+        if n == 0 {
+            return;
+        }
+        let h = &self.shared;
+        if h.queued.load(Relaxed) + n > h.limit {
+            h.stats.dropped_queue.fetch_add(n as u64, Relaxed);
+            self.records.clear();
+            return;
+        }
+        let mut next = h.pool.try_recv().unwrap_or_default();
+        next.clear();
+        let full = std::mem::replace(&mut self.records, next);
+        h.queued.fetch_add(n, Relaxed);
+        if let Err(TrySendError::Full(r) | TrySendError::Disconnected(r)) = h.tx.try_send(full) {
+            h.queued.fetch_sub(n, Relaxed);
+            h.stats.dropped_queue.fetch_add(n as u64, Relaxed);
+            // Keep the larger buffer.
+            self.records = r;
+            self.records.clear();
         }
     }
 }
 
-fn recycle(pool: &Sender<Vec<u8>>, buf: Vec<u8>) {
-    if buf.capacity() <= POOL_BUF_MAX {
-        let _ = pool.try_send(buf);
+impl Drop for Batch {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+fn recycle(pool: &Sender<Records>, mut r: Records) {
+    if r.bytes.capacity() <= POOL_BATCH_MAX {
+        r.clear();
+        let _ = pool.try_send(r);
     }
 }
 
@@ -246,7 +361,7 @@ pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError
         Sink::Tcp {
             stream: None,
             retry_at: std::time::Instant::now(),
-            buf: Vec::with_capacity(64 << 10),
+            buf: Vec::with_capacity(TCP_WRITE + (64 << 10)),
         }
     } else {
         let local: SocketAddr = if collector.is_ipv4() {
@@ -266,11 +381,15 @@ pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError
             batch: SendBatch::new(),
         }
     };
-    let (tx, rx) = crossbeam_channel::bounded(s.queue);
-    let pool = crossbeam_channel::bounded(s.queue);
+    // At least one message per batch: `queue` batches never hold more than `queue`
+    // messages, and `queued` keeps the bound in messages.
+    let (tx, rx) = crossbeam_channel::bounded(s.queue.max(1));
+    let pool = crossbeam_channel::bounded(POOL_BATCHES);
     let stats = Arc::new(CaptureStats::default());
+    let queued = Arc::new(AtomicUsize::new(0));
     let mut thread = Thread {
         rx,
+        queued: queued.clone(),
         pool: pool.0.clone(),
         sink,
         collector,
@@ -281,14 +400,24 @@ pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError
         packets: 0,
         packet: Vec::with_capacity(4096),
     };
+    let priority = s.priority;
     std::thread::Builder::new()
         .name("holdline-capture".into())
-        .spawn(move || thread.run())
+        .spawn(move || {
+            if priority == CapturePriority::Background
+                && let Err(e) = holdline_io::set_thread_background()
+            {
+                tracing::warn!(error = %e, "capture: cannot lower the capture thread's priority; it competes with the workers");
+            }
+            thread.run();
+        })
         .map_err(CaptureError::Thread)?;
-    tracing::info!(%collector, agent_id = s.agent_id, sample = s.sample, "SIP capture (HEP v3) on");
+    tracing::info!(%collector, agent_id = s.agent_id, sample = s.sample, ?priority, "SIP capture (HEP v3) on");
     Ok(Some(Capture {
         tx,
         pool,
+        queued,
+        limit: s.queue.max(1),
         threshold: threshold_of(s.sample),
         stats,
     }))
@@ -310,8 +439,9 @@ enum Sink {
 }
 
 struct Thread {
-    rx: Receiver<Captured>,
-    pool: Sender<Vec<u8>>,
+    rx: Receiver<Records>,
+    queued: Arc<AtomicUsize>,
+    pool: Sender<Records>,
     sink: Sink,
     collector: SocketAddr,
     agent_id: u32,
@@ -328,11 +458,15 @@ impl Thread {
         // Ends when the workers' end is gone and everything queued has been sent.
         loop {
             match self.rx.try_recv() {
-                Ok(c) => {
-                    self.add(c);
-                    if self.packets >= BATCH {
-                        self.flush();
+                Ok(records) => {
+                    self.queued.fetch_sub(records.metas.len(), Relaxed);
+                    for (meta, bytes) in records.iter() {
+                        self.add(meta, bytes);
+                        if self.batch_full() {
+                            self.flush();
+                        }
                     }
+                    recycle(&self.pool, records);
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => {
                     self.flush();
@@ -344,8 +478,16 @@ impl Thread {
         self.flush();
     }
 
-    fn add(&mut self, c: Captured) {
-        if self.filter.wants(&c.bytes) {
+    /// Whether the packets waiting make a whole `sendmmsg` (UDP) or write (TCP).
+    fn batch_full(&self) -> bool {
+        match &self.sink {
+            Sink::Tcp { buf, .. } => buf.len() >= TCP_WRITE,
+            Sink::Udp { .. } => self.packets >= BATCH,
+        }
+    }
+
+    fn add(&mut self, c: &Meta, bytes: &[u8]) {
+        if self.filter.wants(bytes) {
             self.packet.clear();
             let m = HepMessage {
                 src: c.src,
@@ -356,7 +498,7 @@ impl Thread {
                 agent_id: self.agent_id,
                 auth_key: self.password.as_deref(),
                 correlation_id: None,
-                payload: &c.bytes,
+                payload: bytes,
             };
             let encoded = match &mut self.sink {
                 Sink::Udp { batch, .. } => hep::encode(&m, &mut self.packet)
@@ -373,7 +515,6 @@ impl Thread {
         } else {
             self.stats.skipped.fetch_add(1, Relaxed);
         }
-        recycle(&self.pool, c.bytes);
     }
 
     /// Sends the batch; what the socket does not take after a few short waits is dropped
@@ -457,32 +598,89 @@ mod tests {
         .into_bytes()
     }
 
-    #[test]
-    fn a_full_queue_drops_and_counts_and_the_worker_never_waits() {
-        let (tx, rx) = crossbeam_channel::bounded(2);
-        let pool = crossbeam_channel::bounded(4);
+    /// A `Capture` whose queue is never read, and its receiving end.
+    fn unread(queue: usize) -> (Capture, Receiver<Records>) {
+        let (tx, rx) = crossbeam_channel::bounded(queue);
         let cap = Capture {
             tx,
-            pool,
+            pool: crossbeam_channel::bounded(4),
+            queued: Arc::new(AtomicUsize::new(0)),
+            limit: queue,
             threshold: u64::MAX,
             stats: Arc::new(CaptureStats::default()),
         };
+        (cap, rx)
+    }
+
+    #[test]
+    fn a_worker_hands_its_messages_over_in_one_batch() {
+        let (cap, rx) = unread(16);
+        let mut batch = cap.batch();
         let (a, b): (SocketAddr, SocketAddr) = (
             "127.0.0.1:5060".parse().expect("a"),
             "127.0.0.1:5070".parse().expect("b"),
         );
-        for _ in 0..5 {
-            cap.offer(b"OPTIONS sip:x SIP/2.0\r\n\r\n", a, b, Transport::Udp);
+        batch.offer(b"OPTIONS sip:x SIP/2.0\r\n\r\n", a, b, Transport::Udp);
+        batch.offer(b"SIP/2.0 200 OK\r\n\r\n", b, a, Transport::Tls);
+        assert!(rx.is_empty(), "nothing handed over before the flush");
+        batch.flush();
+        batch.flush();
+        assert_eq!(rx.len(), 1, "one batch, and an empty flush sends nothing");
+        assert_eq!(cap.queued.load(Relaxed), 2);
+        let r = rx.try_recv().expect("queued");
+        let got: Vec<_> = r
+            .iter()
+            .map(|(m, bytes)| (m.src, m.dst, m.proto, bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (a, b, IpProto::Udp, &b"OPTIONS sip:x SIP/2.0\r\n\r\n"[..]),
+                (b, a, IpProto::Tcp, &b"SIP/2.0 200 OK\r\n\r\n"[..]),
+            ]
+        );
+        assert!(r.metas[0].secs > 1_700_000_000, "wall-clock time");
+        let us = |m: &Meta| u64::from(m.secs) * 1_000_000 + u64::from(m.micros);
+        assert_eq!(us(&r.metas[1]), us(&r.metas[0]) + 1, "in order, distinct");
+        // A new iteration's stamp is never before the last message's.
+        batch.stamp();
+        let (s, m) = batch.next_stamp();
+        assert!(u64::from(s) * 1_000_000 + u64::from(m) > us(&r.metas[1]));
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_the_worker_never_waits() {
+        // Room for 3 messages: a batch of 2 goes in, the next batch of 2 would not fit.
+        let (cap, rx) = unread(3);
+        let mut batch = cap.batch();
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5060".parse().expect("a"),
+            "127.0.0.1:5070".parse().expect("b"),
+        );
+        for _ in 0..3 {
+            for _ in 0..2 {
+                batch.offer(b"OPTIONS sip:x SIP/2.0\r\n\r\n", a, b, Transport::Udp);
+            }
+            batch.flush();
         }
-        assert_eq!(cap.stats.dropped_queue.load(Relaxed), 3);
-        assert_eq!(rx.len(), 2);
-        // A dropped copy's buffer goes back to the pool and is the next message's: one
-        // buffer served the three drops.
-        assert_eq!(cap.pool.1.len(), 1);
-        let c = rx.try_recv().expect("queued");
-        assert_eq!((c.src, c.dst, c.proto), (a, b, IpProto::Udp));
-        assert_eq!(c.bytes, b"OPTIONS sip:x SIP/2.0\r\n\r\n");
-        assert!(c.secs > 1_700_000_000, "wall-clock time");
+        assert_eq!(rx.len(), 1);
+        assert_eq!(cap.stats.dropped_queue.load(Relaxed), 4);
+        assert_eq!(cap.queued.load(Relaxed), 2);
+        // A batch that reaches its size is handed over without waiting for the flush.
+        let (cap, rx) = unread(1 << 20);
+        let mut batch = cap.batch();
+        let big = vec![b'x'; 1000];
+        for _ in 0..WORKER_BATCH_BYTES.div_ceil(1000) {
+            batch.offer(&big, a, b, Transport::Udp);
+        }
+        assert_eq!(rx.len(), 1);
+        batch.offer(&big, a, b, Transport::Udp);
+        drop(batch);
+        assert_eq!(
+            rx.len(),
+            2,
+            "a batch dropped (worker exit) hands over the rest"
+        );
     }
 
     #[test]
@@ -501,12 +699,14 @@ mod tests {
             ..CaptureSettings::default()
         };
         let cap = start(&s).expect("start").expect("on");
+        let mut batch = cap.batch();
         let (a, b): (SocketAddr, SocketAddr) = (
             "127.0.0.1:5060".parse().expect("a"),
             "127.0.0.1:5070".parse().expect("b"),
         );
         let msg = invite("c-1", "alice", "bob");
-        cap.offer(&msg, a, b, Transport::Tls);
+        batch.offer(&msg, a, b, Transport::Tls);
+        batch.flush();
         let mut buf = [0u8; 4096];
         let n = collector.recv(&mut buf).expect("a HEP packet");
         let p = &buf[..n];
@@ -544,9 +744,11 @@ mod tests {
         let msgs: Vec<Vec<u8>> = (0..3)
             .map(|i| invite(&format!("c-{i}"), "alice", "bob"))
             .collect();
+        let mut batch = cap.batch();
         for m in &msgs {
-            cap.offer(m, a, b, Transport::Udp);
+            batch.offer(m, a, b, Transport::Udp);
         }
+        batch.flush();
         let (mut conn, _) = listener.accept().expect("the capture thread connects");
         conn.set_read_timeout(Some(Duration::from_secs(5)))
             .expect("timeout");

@@ -187,6 +187,7 @@
 //! # users = ["alice"]              # only calls whose From/To user is one of these ...
 //! # call_ids = ["a84b4c76e66710"]  # ... or whose Call-ID is one of these
 //! queue = 16384                    # messages waiting for the capture thread (full: dropped)
+//! priority = "background"          # the capture thread uses idle CPU only (or "normal")
 //!
 //! [probing]                        # OPTIONS probes of hash_routes' targets
 //! interval_ms = 1000               # 0 (default): off
@@ -1431,6 +1432,23 @@ pub struct CaptureSettings {
     /// Messages waiting for the capture thread at most (default 16,384); more are dropped
     /// and counted (`holdline_capture_dropped_total{reason="queue_full"}`).
     pub queue: usize,
+    /// The capture thread's CPU priority: `background` (default) — it runs only on CPU time
+    /// the workers leave, so capture never takes capacity from calls (on a saturated server
+    /// the queue fills and copies are dropped and counted); `normal` — it competes with the
+    /// workers (every message captured until the server saturates, at the capture's CPU
+    /// cost).
+    pub priority: CapturePriority,
+}
+
+/// `[capture] priority`: whether SIP capture yields the CPU to calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CapturePriority {
+    /// The capture thread runs only when the workers leave a CPU idle (`SCHED_IDLE`).
+    #[default]
+    Background,
+    /// The capture thread competes with the workers for CPU.
+    Normal,
 }
 
 impl Default for CaptureSettings {
@@ -1443,6 +1461,7 @@ impl Default for CaptureSettings {
             users: Vec::new(),
             call_ids: Vec::new(),
             queue: 16_384,
+            priority: CapturePriority::Background,
         }
     }
 }
@@ -2609,7 +2628,7 @@ stateless = true
     fn capture_is_read_and_bad_settings_are_refused_where_they_are() {
         let c = ServerConfig::from_toml(
             "c.toml",
-            "[capture]\nhep = \"udp:127.0.0.1:9060\"\nagent_id = 7\npassword = \"pw\"\nsample = 0.25\nusers = [\"alice\"]\n",
+            "[capture]\nhep = \"udp:127.0.0.1:9060\"\nagent_id = 7\npassword = \"pw\"\nsample = 0.25\nusers = [\"alice\"]\npriority = \"normal\"\n",
         )
         .expect("valid");
         assert_eq!(
@@ -2619,6 +2638,11 @@ stateless = true
         assert_eq!((c.capture.agent_id, c.capture.sample), (7, 0.25));
         assert_eq!(c.capture.password.as_deref(), Some("pw"));
         assert_eq!(c.capture.users, ["alice"]);
+        assert_eq!(c.capture.priority, CapturePriority::Normal);
+        assert_eq!(
+            ServerConfig::default().capture.priority,
+            CapturePriority::Background
+        );
         assert_eq!(ServerConfig::default().capture.hep, None);
         for (text, line, key, says) in [
             (
@@ -2631,6 +2655,12 @@ stateless = true
             ("[capture]\nsample = 2\n", 2, "capture.sample", "(0, 1]"),
             ("[capture]\nqueue = 0\n", 2, "capture.queue", "1..="),
             ("[capture]\nusers = [\"\"]\n", 2, "capture.users", "empty"),
+            (
+                "[capture]\npriority = \"low\"\n",
+                2,
+                "capture.priority",
+                "background",
+            ),
             (
                 "[capture]\nhep = \"9060\"\n",
                 2,

@@ -326,6 +326,8 @@ pub(crate) struct Worker {
     sends: Vec<SendBatch>,
     tx_buf: Vec<u8>,
     scratch: Vec<u8>,
+    /// This worker's SIP capture batch (`[capture]`), handed over once per loop iteration.
+    capture: Option<crate::capture::Batch>,
     need_wake: Vec<bool>,
     pending: Vec<Token>,
     more_handoffs: bool,
@@ -506,6 +508,7 @@ impl Worker {
         let defer = settings.defer.unwrap_or_default();
         let flood = settings.flood.clone().and_then(|c| FloodGuard::new(c).ok());
         let live = shared.live_config();
+        let capture = shared.capture.as_ref().map(crate::capture::Capture::batch);
         Self {
             index,
             poll,
@@ -548,6 +551,7 @@ impl Worker {
             recv: Some(RecvBatch::new(32, slot)),
             tx_buf: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
+            capture,
             need_wake: vec![false; workers],
             pending: Vec::new(),
             more_handoffs: false,
@@ -678,6 +682,9 @@ impl Worker {
             let now = clock.from_std(t1);
             self.busy_mark = t1;
             self.waited += t1 - t0;
+            if let Some(cap) = &mut self.capture {
+                cap.stamp();
+            }
 
             if !self.stopping && self.shared.stop.load(Relaxed) {
                 self.begin_shutdown();
@@ -747,6 +754,9 @@ impl Worker {
             self.flush_udp();
             self.flush_sctp();
             self.flush_wakes();
+            if let Some(cap) = &mut self.capture {
+                cap.flush();
+            }
             if self.stats().core_wanted.swap(false, Relaxed) {
                 self.render_core_metrics();
             }
@@ -1023,7 +1033,7 @@ impl Worker {
                         if d.payload.iter().all(|&b| b == b'\r' || b == b'\n') {
                             continue; // keep-alive datagram
                         }
-                        if let Some(cap) = &self.shared.capture {
+                        if let Some(cap) = &mut self.capture {
                             let socket = if invites {
                                 &self.invite_udp[i]
                             } else {
@@ -1595,7 +1605,7 @@ impl Worker {
                 };
                 self.sends[i].push(to.addr, bytes);
                 self.stats().msgs_out[0].fetch_add(1, Relaxed);
-                if let Some(cap) = &self.shared.capture
+                if let Some(cap) = &mut self.capture
                     && let Ok(local) = self.udp[i].local_addr()
                 {
                     cap.offer(bytes, local, to.addr, Transport::Udp);
@@ -1679,7 +1689,7 @@ impl Worker {
         match r {
             Ok(()) => {
                 s.msgs_out[transport_idx(Transport::Sctp)].fetch_add(1, Relaxed);
-                if let Some(cap) = &self.shared.capture
+                if let Some(cap) = &mut self.capture
                     && let Ok(local) = self.sctp[i].socket.local_addr()
                 {
                     cap.offer(bytes, local, to, Transport::Sctp);
@@ -1747,7 +1757,7 @@ impl Worker {
                 transport: Transport::Sctp,
                 conn: None,
             };
-            if let Some(cap) = &self.shared.capture
+            if let Some(cap) = &mut self.capture
                 && let Some(Ok(local)) = self.sctp.get(i).map(|s| s.socket.local_addr())
             {
                 cap.offer(&r.data, r.from, local, Transport::Sctp);
@@ -2151,7 +2161,7 @@ impl Worker {
                     Ok(Frame::Message { len }) if let Some(owner) = owner => {
                         let bytes = c.io.buffered()[..len].to_vec();
                         c.io.consume(len);
-                        if let Some(cap) = &self.shared.capture
+                        if let Some(cap) = &mut self.capture
                             && let Some(local) = c.local_addr()
                         {
                             cap.offer(&bytes, peer.addr, local, c.transport);
@@ -2197,7 +2207,7 @@ impl Worker {
                         msg.clear();
                         msg.extend_from_slice(&c.io.buffered()[..len]);
                         c.io.consume(len);
-                        if let Some(cap) = &self.shared.capture
+                        if let Some(cap) = &mut self.capture
                             && let Some(local) = c.local_addr()
                         {
                             cap.offer(&msg, peer.addr, local, c.transport);
@@ -2388,7 +2398,7 @@ impl Worker {
         if bytes != b"\r\n" {
             self.shared.stats[self.index].msgs_out[transport_idx(c.transport)]
                 .fetch_add(1, Relaxed);
-            if let Some(cap) = &self.shared.capture
+            if let Some(cap) = &mut self.capture
                 && let Some(local) = c.local_addr()
             {
                 cap.offer(bytes, local, c.io.peer_addr(), c.transport);

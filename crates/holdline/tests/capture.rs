@@ -274,6 +274,24 @@ fn scene(capture: &str, calls: u64) -> Scene {
 }
 
 impl Scene {
+    /// The scheduling policy of the server's capture thread (`/proc/PID/task/*/stat` field
+    /// 41: 0 `SCHED_OTHER`, 5 `SCHED_IDLE`).
+    fn capture_policy(&self) -> u32 {
+        let tasks = format!("/proc/{}/task", self.server.pid());
+        for t in std::fs::read_dir(&tasks).expect("tasks").flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "holdline-captur" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).expect("stat");
+            // Fields after the command's closing parenthesis start at field 3.
+            let rest = &stat[stat.rfind(')').expect("stat") + 1..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            return f[41 - 3].parse().expect("policy");
+        }
+        panic!("no capture thread in {tasks}");
+    }
+
     /// `calls` calls from `from` over `transport`, all of which must complete.
     fn calls(&self, transport: &str, from: &str, calls: u64) {
         let json = self.dir.path().join(format!("uac-{transport}-{from}.json"));
@@ -350,6 +368,11 @@ fn every_message_is_captured_and_read_back_by_sngrep_and_tshark() {
     let (proxy, uas) = (sc.proxy, sc.uas);
     sc.calls("udp", "alice", 20);
     sc.calls("tcp", "bob", 20);
+    assert_eq!(
+        sc.capture_policy(),
+        5,
+        "priority background (default): SCHED_IDLE"
+    );
     // Every message the server counted (in + out) arrives at the collector, no more.
     let (decoded, rows, text) = sc.finish();
     let t1 = now_secs();
@@ -467,9 +490,10 @@ fn only_the_calls_of_the_matching_users_are_captured() {
     if !tools_available() {
         return;
     }
-    let sc = scene("users = [\"carol\"]", 20);
+    let sc = scene("users = [\"carol\"]\npriority = \"normal\"", 20);
     sc.calls("udp", "carol", 10);
     sc.calls("udp", "dave", 10);
+    assert_eq!(sc.capture_policy(), 0, "priority = \"normal\": SCHED_OTHER");
     let (decoded, rows, m) = sc.finish();
     let sent = common::metric(&m, "holdline_capture_sent_total", &[]) as u64;
     let skipped = common::metric(&m, "holdline_capture_skipped_total", &[]) as u64;
