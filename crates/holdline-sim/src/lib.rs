@@ -26,6 +26,7 @@
 //! reads files, prints progress and writes results.
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod engine;
 pub mod report;
 pub mod scenario;

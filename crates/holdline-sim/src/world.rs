@@ -1293,6 +1293,9 @@ pub struct RunOutput {
     pub events: u64,
     /// Virtual time simulated.
     pub simulated: Duration,
+    /// Invariant violations found (only with [`World::check_invariants`]; see
+    /// [`crate::check`]).
+    pub violations: Vec<String>,
 }
 
 /// The seed of run `run` of a scenario seeded `seed` (SplitMix64 of both).
@@ -1328,6 +1331,11 @@ pub struct World {
     /// server counters.
     last_net: [u64; 7],
     last_servers: Vec<ServerCounters>,
+    /// Check the invariants ([`World::check_invariants`]).
+    check: bool,
+    /// How far past the run's end the endpoints are taken before the leak check.
+    leak_horizon: Duration,
+    violations: Vec<String>,
 }
 
 impl std::fmt::Debug for World {
@@ -1697,6 +1705,9 @@ impl World {
             series: Vec::new(),
             last_net: [0; 7],
             last_servers: vec![ServerCounters::default(); servers],
+            check: false,
+            leak_horizon: Duration::from_secs(400),
+            violations: Vec::new(),
         };
         for i in 0..n {
             let subs = match &w.nodes[i] {
@@ -1744,6 +1755,14 @@ impl World {
                 self.link_drops += 1;
                 continue;
             };
+            if self.check && to == from && matches!(self.nodes[from], Node::Server(_)) {
+                self.violations.push(format!(
+                    "t={:.6} s: server {} sent to its own address {dst}: {}",
+                    self.now.as_nanos() as f64 / 1e9,
+                    self.names[from],
+                    String::from_utf8_lossy(&bytes).lines().next().unwrap_or("")
+                ));
+            }
             let k = from * n + to;
             if self.links[k].is_none() {
                 let rng = Rng::seed_from_u64(self.link_rng.next_u64() ^ k as u64);
@@ -1773,6 +1792,25 @@ impl World {
             }
         }
         self.out = out;
+    }
+
+    /// Checks the invariants of [`crate::check`] during and after the run: a server never
+    /// sends to one of its own addresses; after the run, with each server's endpoint taken
+    /// past every timer it has (RFC timers, Timer C), no transaction, call, pending branch,
+    /// held response or timer is left. Violations go to [`RunOutput::violations`].
+    #[must_use]
+    pub fn check_invariants(mut self) -> Self {
+        self.check = true;
+        self
+    }
+
+    /// How far past the run's end the leak check takes the endpoints (400 s: past Timer C
+    /// and every RFC 3261 timer). A shorter horizon finds what is still legitimately alive:
+    /// the checker's own test uses it to show that the check sees the endpoints' state.
+    #[must_use]
+    pub fn leak_horizon(mut self, horizon: Duration) -> Self {
+        self.leak_horizon = horizon;
+        self
     }
 
     /// Runs to the end; `progress` is called once per simulated second with it.
@@ -2011,6 +2049,47 @@ impl World {
         }
     }
 
+    /// After the run: every server's endpoint taken past every timer it has (bounded), then
+    /// nothing may be left in it.
+    fn check_leaks(&mut self, end: Instant) {
+        let horizon = end + self.leak_horizon;
+        let mut buf = Vec::new();
+        for (name, n) in self.names.iter().zip(self.nodes.iter_mut()) {
+            let Node::Server(srv) = n else { continue };
+            let ep = &mut srv.ep;
+            let mut steps = 0u32;
+            while let Some(t) = ep.poll_timeout().filter(|t| *t <= horizon) {
+                steps += 1;
+                if steps > 1_000_000 {
+                    self.violations.push(format!(
+                        "server {name}: timers still firing after 1,000,000 steps"
+                    ));
+                    break;
+                }
+                ep.handle_timeout(t);
+                ep.handle_committed(t);
+                while ep.poll_transmit(t, &mut buf).is_some() {}
+                while ep.poll_event().is_some() {}
+                while ep.poll_dns_query().is_some() {}
+            }
+            let left = [
+                ("transactions", ep.transactions().len()),
+                ("calls", ep.active_calls()),
+                ("pending branches", ep.pending_branches()),
+                ("held responses", ep.held_responses()),
+                ("timer entries", ep.timer_entries()),
+            ];
+            for (what, count) in left {
+                if count > 0 {
+                    self.violations.push(format!(
+                        "server {name}: {count} {what} left {:?} after the run ended (a leak)",
+                        self.leak_horizon
+                    ));
+                }
+            }
+        }
+    }
+
     fn finish(mut self) -> RunOutput {
         let end = self.now.max(self.end);
         let settle = self.settle;
@@ -2111,6 +2190,9 @@ impl World {
                 Node::Agents(_) => None,
             })
             .collect();
+        if self.check {
+            self.check_leaks(end);
+        }
         RunOutput {
             seed: self.seed,
             steps,
@@ -2121,6 +2203,7 @@ impl World {
             completed,
             events: self.events,
             simulated: end - Instant::ZERO,
+            violations: self.violations,
         }
     }
 

@@ -28,6 +28,33 @@ enum SimCommand {
     Agree(AgreeArgs),
     /// Simulator speed: simulated SIP messages per second of wall time on one thread.
     Bench(BenchArgs),
+    /// Deterministic simulation checking (docs/reliability.md): random scenarios drawn from
+    /// seeds (proxy chains, overload control, feedback, failing callees, lossy jittery
+    /// links, loads up to 5x), run with invariants checked; a failure prints its seed and
+    /// the command that replays it. Exit status 1 on any violation.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// Seeds to check: FIRST, FIRST+1, ... (see --first).
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    first: u64,
+    /// Check this one seed only (a replay); with --print, show its scenario too.
+    #[arg(long, conflicts_with_all = ["seeds", "first"])]
+    seed: Option<u64>,
+    /// Print the scenario (TOML) of each seed checked (`holdline sim run` reads it).
+    #[arg(long)]
+    print: bool,
+    /// Threads (the outcome of a seed does not depend on it).
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// Write check.json (every seed's outcome) here.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -129,6 +156,7 @@ pub(crate) fn main(args: SimArgs) -> ExitCode {
         SimCommand::Run(a) => run(&a),
         SimCommand::Agree(a) => agree(&a),
         SimCommand::Bench(a) => bench(&a),
+        SimCommand::Check(a) => check(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -1041,6 +1069,109 @@ fn bench(a: &BenchArgs) -> anyhow::Result<()> {
         total_msgs as f64 / total_wall.max(1e-9)
     );
     Ok(())
+}
+
+/// `holdline sim check`.
+fn check(a: &CheckArgs) -> anyhow::Result<()> {
+    use holdline_sim::check::{CheckOutcome, check_seed, random_scenario};
+    let seeds: Vec<u64> = match a.seed {
+        Some(s) => vec![s],
+        None => (a.first..a.first.saturating_add(a.seeds)).collect(),
+    };
+    if a.print {
+        for &s in &seeds {
+            println!("{}", random_scenario(s));
+        }
+    }
+    let t0 = StdInstant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let total = seeds.len();
+    let mut outcomes: Vec<CheckOutcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..a.jobs.clamp(1, 64))
+            .map(|_| {
+                scope.spawn(|| -> anyhow::Result<Vec<CheckOutcome>> {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&seed) = seeds.get(k) else {
+                            return Ok(mine);
+                        };
+                        let o = check_seed(seed)?;
+                        for v in &o.violations {
+                            eprintln!("check: seed {seed}: {v}");
+                        }
+                        mine.push(o);
+                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // Progress every 5 s while the threads run.
+        let mut last = StdInstant::now();
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if last.elapsed().as_secs_f64() >= 5.0 {
+                last = StdInstant::now();
+                let n = done.load(std::sync::atomic::Ordering::Relaxed);
+                eprintln!(
+                    "check: {n}/{total} seeds in {:.0} s",
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a check thread panicked"))??,
+            );
+        }
+        Ok::<_, anyhow::Error>(all)
+    })?;
+    outcomes.sort_by_key(|o| o.seed);
+    let wall = t0.elapsed().as_secs_f64();
+    let failed: Vec<&CheckOutcome> = outcomes
+        .iter()
+        .filter(|o| !o.violations.is_empty())
+        .collect();
+    let calls: u64 = outcomes.iter().map(|o| o.completed).sum();
+    let messages: u64 = outcomes.iter().map(|o| o.messages).sum();
+    eprintln!(
+        "check: {total} seeds, {} with violations; {calls} calls set up, {messages} messages simulated in {wall:.1} s ({:.0} calls/min)",
+        failed.len(),
+        calls as f64 / wall.max(1e-9) * 60.0
+    );
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = serde_json::json!({
+            "seeds": total,
+            "failed": failed.iter().map(|o| o.seed).collect::<Vec<_>>(),
+            "calls": calls,
+            "messages": messages,
+            "wall_s": wall,
+            "outcomes": outcomes.iter().map(|o| serde_json::json!({
+                "seed": o.seed,
+                "violations": o.violations,
+                "completed": o.completed,
+                "messages": o.messages,
+                "events": o.events,
+            })).collect::<Vec<_>>(),
+        });
+        let path = dir.join("check.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if failed.is_empty() {
+        return Ok(());
+    }
+    for o in &failed {
+        eprintln!(
+            "check: seed {} failed; replay: holdline sim check --seed {} --print",
+            o.seed, o.seed
+        );
+    }
+    anyhow::bail!("{} of {total} seeds violated an invariant", failed.len())
 }
 
 /// Runs `tasks` (scenario, run index) on `jobs` threads; outputs in task order.

@@ -194,3 +194,59 @@ fn sim_sweep_refuses_a_bad_value_naming_the_sweep() {
         "{err}"
     );
 }
+
+/// `holdline sim check` (docs/reliability.md): a few seeds pass with their invariants
+/// checked and are written to check.json; a seed's printed scenario is one `holdline sim
+/// run` reads.
+#[test]
+fn sim_check_passes_its_seeds_and_prints_a_scenario_sim_run_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("check");
+    let out = sim(&[
+        "check",
+        "--seeds",
+        "6",
+        "--jobs",
+        "2",
+        "--out",
+        out_dir.to_str().expect("utf-8"),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&read(&out_dir.join("check.json"))).expect("json");
+    assert_eq!(v["seeds"], 6, "{v}");
+    assert_eq!(v["failed"], serde_json::json!([]), "{v}");
+    assert!(v["calls"].as_u64().is_some_and(|c| c > 0), "{v}");
+    let seeds: Vec<u64> = v["outcomes"]
+        .as_array()
+        .expect("outcomes")
+        .iter()
+        .filter_map(|o| o["seed"].as_u64())
+        .collect();
+    assert_eq!(seeds, [0, 1, 2, 3, 4, 5]);
+
+    let printed = sim(&["check", "--seed", "4", "--print"]);
+    assert!(printed.status.success());
+    let text = String::from_utf8(printed.stdout).expect("utf-8");
+    assert!(
+        text.starts_with("# holdline sim check --seed 4\n"),
+        "{text}"
+    );
+    let file = dir.path().join("seed4.toml");
+    std::fs::write(&file, &text).expect("write");
+    let run_dir = dir.path().join("run");
+    let run = sim(&[
+        "run",
+        file.to_str().expect("utf-8"),
+        "--quiet",
+        "--out",
+        run_dir.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(run_dir.join("results.json").exists());
+}
