@@ -128,9 +128,14 @@ pub fn random_scenario(seed: u64) -> String {
     let factor = d.range(0.2, 5.0);
     let arrivals = d.pick(&["poisson", "constant"]);
     t += &format!(
-        "[[uac]]\nname = \"uac\"\ntarget = \"p0\"\narrivals = \"{arrivals}\"\nsteps = [{{ at_s = 0, rate_cps = {} }}]\n",
+        "[[uac]]\nname = \"uac\"\ntarget = \"p0\"\narrivals = \"{arrivals}\"\nhold_ms = {}\nsteps = [{{ at_s = 0, rate_cps = {} }}]\n",
+        d.range(0.0, 500.0),
         ((capacity * factor).max(1.0) * 10.0).round() / 10.0
     );
+    // Callers that give up on slow calls: CANCELs racing 180s, 200s and 487s.
+    if d.chance(0.4) {
+        t += &format!("cancel_after_ms = {}\n", d.range(5.0, 300.0));
+    }
     for i in 0..proxies {
         let to = if i + 1 == proxies {
             "uas".to_string()

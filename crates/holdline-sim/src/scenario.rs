@@ -575,6 +575,9 @@ pub struct UacSpec {
     pub hold: String,
     /// The agent's loop under load, as [`UasSpec::coalesce_us`]. Default 0.
     pub coalesce_us: f64,
+    /// CANCEL a call that has no final response this long after its INVITE, milliseconds
+    /// (`holdline load uac --cancel-after`); absent (default): never.
+    pub cancel_after_ms: Option<f64>,
     /// The load profile: steps in time order, the first at 0.
     pub steps: Vec<StepSpec>,
     /// The indices of the steps reached by a linear ramp (`ramp = true` in the file): the
@@ -613,6 +616,8 @@ struct UacToml {
     hold: String,
     #[serde(default)]
     coalesce_us: f64,
+    #[serde(default)]
+    cancel_after_ms: Option<f64>,
     steps: Vec<StepToml>,
 }
 
@@ -639,6 +644,7 @@ impl From<UacToml> for UacSpec {
             hold_ms: u.hold_ms,
             hold: u.hold,
             coalesce_us: u.coalesce_us,
+            cancel_after_ms: u.cancel_after_ms,
             ramp_steps: (u.steps.iter().enumerate())
                 .filter(|(_, s)| s.ramp)
                 .map(|(k, _)| k)
@@ -1174,6 +1180,14 @@ impl Scenario {
             }
             if !(u.hold_ms.is_finite() && u.hold_ms >= 0.0) {
                 return bad(format!("uac[{i}].hold_ms"), "must be zero or more");
+            }
+            if u.cancel_after_ms
+                .is_some_and(|ms| !(ms.is_finite() && ms > 0.0))
+            {
+                return bad(
+                    format!("uac[{i}].cancel_after_ms"),
+                    "must be more than zero",
+                );
             }
             if u.hold != "fixed" && u.hold != "exp" {
                 return bad(format!("uac[{i}].hold"), "must be fixed or exp");

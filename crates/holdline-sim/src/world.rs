@@ -1658,7 +1658,7 @@ impl World {
                     } else {
                         Hold::Fixed(dur_s(u.hold_ms / 1000.0))
                     },
-                    cancel_after: None,
+                    cancel_after: u.cancel_after_ms.map(|ms| dur_s(ms / 1000.0)),
                     max_active: None,
                     uri_transport: false,
                     hops: holdline_agent::Hops::default(),
