@@ -1,6 +1,7 @@
 //! Deterministic simulation checking (issue 23 item 3, first slice): random scenarios drawn
 //! from a seed — a chain of one to three proxies, local overload control or none, hop-by-hop
-//! feedback, a UAS that answers or fails, links with delay, jitter and (correlated) loss, load
+//! feedback, a UAS that answers or fails, callers that CANCEL, links with delay, jitter
+//! (reordering), duplication and (correlated) loss, load
 //! from a fraction of the bottleneck's capacity to several times it — run with the
 //! invariants of [`World::check_invariants`] checked; a failure is replayed from its seed
 //! alone (`holdline sim check --seed S`, `--print` shows the scenario).
@@ -149,6 +150,9 @@ pub fn random_scenario(seed: u64) -> String {
         d.range(0.05, 20.0),
         d.range(0.0, 5.0)
     );
+    if d.chance(0.3) {
+        t += &format!("duplicate = {}\n", d.range(0.0, 0.1));
+    }
     if d.chance(0.6) {
         let loss = d.range(0.0, 0.1);
         t += &format!("loss = {loss}\n");
@@ -211,6 +215,44 @@ mod tests {
                 .any(|v| v.contains("transactions left")),
             "{:?}",
             out.violations
+        );
+    }
+
+    #[test]
+    fn a_duplicating_link_delivers_copies_that_the_server_absorbs() {
+        let text = |dup: f64| {
+            format!(
+                "name = \"dup\"\nseed = 5\nruns = 1\nduration_s = 5\ndrain_s = 40\nsettle_s = 0\n\
+                 [[servers]]\nname = \"p0\"\nlocal = \"occ\"\nservice_us = 100\n\
+                 [[uas]]\nname = \"uas\"\n\
+                 [[uac]]\nname = \"uac\"\ntarget = \"p0\"\narrivals = \"constant\"\n\
+                 steps = [{{ at_s = 0, rate_cps = 20 }}]\n\
+                 [[routes]]\nserver = \"p0\"\nto = \"uas\"\n\
+                 [default_link]\nduplicate = {dup}\n"
+            )
+        };
+        let run = |dup: f64| {
+            let sc = Scenario::from_toml("dup.toml", &text(dup)).expect("loads");
+            World::new(&sc, 0)
+                .expect("world")
+                .check_invariants()
+                .run(|_| {})
+        };
+        let (plain, doubled) = (run(0.0), run(0.5));
+        assert_eq!(plain.completed, 100);
+        assert_eq!(doubled.completed, 100, "copies change no call");
+        assert!(doubled.violations.is_empty(), "{:?}", doubled.violations);
+        let handled = |o: &crate::RunOutput| o.servers[0].1.handled;
+        // About half of every message arrives twice.
+        assert!(
+            handled(&doubled) * 10 > handled(&plain) * 13,
+            "{} vs {}",
+            handled(&doubled),
+            handled(&plain)
+        );
+        assert!(
+            Scenario::from_toml("dup.toml", &text(1.5)).is_err(),
+            "duplicate outside [0, 1] refused"
         );
     }
 

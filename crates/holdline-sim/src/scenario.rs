@@ -700,6 +700,10 @@ pub struct LinkSpec {
     /// Independent loss probability. Default 0.
     #[serde(default)]
     pub loss: f64,
+    /// Probability that a datagram delivered is delivered twice (the copy up to 1 ms
+    /// later: netem's `duplicate`), in `[0, 1]`. Default 0.
+    #[serde(default)]
+    pub duplicate: f64,
     /// Correlation of successive losses at the rate `loss`, in `[0, 1)`: netem's
     /// "loss P% C%", as [`holdline_netmodel::Loss::correlated`] reads it. Default none
     /// (independent loss).
@@ -744,6 +748,7 @@ impl Default for LinkSpec {
             delay_ms: half(),
             jitter_ms: 0.0,
             loss: 0.0,
+            duplicate: 0.0,
             loss_correlation: None,
             gilbert_elliott: None,
             rate_mbps: None,
@@ -779,6 +784,12 @@ fn one_f() -> f64 {
 impl LinkSpec {
     /// The link model's configuration.
     pub fn to_config(&self) -> Result<LinkConfig, String> {
+        if !(0.0..=1.0).contains(&self.duplicate) {
+            return Err(format!(
+                "duplicate must be in [0, 1], got {}",
+                self.duplicate
+            ));
+        }
         let ms = |field: &str, v: f64| {
             if v.is_finite() && v >= 0.0 {
                 Ok(Duration::from_secs_f64(v / 1000.0))

@@ -1317,6 +1317,8 @@ pub struct World {
     names: Vec<String>,
     links: Vec<Option<Link>>,
     link_cfgs: Vec<holdline_netmodel::LinkConfig>,
+    /// Per link: the probability that a delivered datagram arrives twice.
+    link_dup: Vec<f64>,
     link_rng: Rng,
     queue: EventQueue<Ev>,
     out: Vec<Out>,
@@ -1676,11 +1678,14 @@ impl World {
         // Links: the default everywhere, entries for named pairs (both directions).
         let default = sc.default_link.to_config().map_err(SimError::Link)?;
         let mut link_cfgs = vec![default; n * n];
+        let mut link_dup = vec![sc.default_link.duplicate; n * n];
         for l in &sc.links {
             let cfg = l.spec.to_config().map_err(SimError::Link)?;
             if let (Some(a), Some(b)) = (index(&l.between[0]), index(&l.between[1])) {
                 link_cfgs[a * n + b] = cfg;
                 link_cfgs[b * n + a] = cfg;
+                link_dup[a * n + b] = l.spec.duplicate;
+                link_dup[b * n + a] = l.spec.duplicate;
             }
         }
         let link_rng = Rng::seed_from_u64(master.next_u64());
@@ -1694,6 +1699,7 @@ impl World {
             names,
             links: (0..n * n).map(|_| None).collect(),
             link_cfgs,
+            link_dup,
             link_rng,
             queue: EventQueue::default(),
             out: Vec::new(),
@@ -1779,15 +1785,33 @@ impl World {
                 None => Fate::Lost,
             };
             match fate {
-                Fate::Deliver(at) => self.queue.push(
-                    at,
-                    Ev::Arrive {
-                        to,
-                        sub,
-                        from: _src,
-                        bytes,
-                    },
-                ),
+                Fate::Deliver(at) => {
+                    // Drawn only on links that duplicate: other scenarios' streams stay.
+                    let dup = self.link_dup[k];
+                    if dup > 0.0
+                        && ((self.link_rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < dup
+                    {
+                        let later = Duration::from_nanos(self.link_rng.next_u64() % 1_000_000);
+                        self.queue.push(
+                            at + later,
+                            Ev::Arrive {
+                                to,
+                                sub,
+                                from: _src,
+                                bytes: bytes.clone(),
+                            },
+                        );
+                    }
+                    self.queue.push(
+                        at,
+                        Ev::Arrive {
+                            to,
+                            sub,
+                            from: _src,
+                            bytes,
+                        },
+                    );
+                }
                 Fate::Lost | Fate::QueueFull | Fate::RandomDrop => self.link_drops += 1,
             }
         }
