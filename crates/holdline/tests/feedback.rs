@@ -268,3 +268,191 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
     assert!((d.r503 as f64) <= gapped, "{summary}");
     assert!(d.ok > 0, "{summary}");
 }
+
+/// What the edge and the two callers saw in [`two_targets`].
+struct Targets {
+    edge: String,
+    /// Calls to the failing target: attempted, completed.
+    failing: (u64, u64),
+    /// Calls to the healthy target: attempted, completed, 503s.
+    healthy: (u64, u64, u64),
+}
+
+/// An edge (`--feedback deoc`) with two routes through the same core to two targets: calls
+/// for `e2.lab` reach a UAS that answers every INVITE 503 (the overloaded path), calls for
+/// `e3.lab` one that answers 200. With `named`, the routes name their target edges
+/// (`deoc_target=E2` / `E3`); without, DEOC's target is the next hop, the core, for both.
+fn two_targets(named: bool) -> Targets {
+    let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
+    let edge_metrics = free_port();
+    let uas = |port: u16, responses: &str| {
+        let g = Guard(
+            load(&[
+                s("uas"),
+                s("--listen"),
+                format!("127.0.0.1:{port}"),
+                s("--responses"),
+                s(responses),
+                s("--max-time"),
+                s("60"),
+                s("--progress"),
+                s("off"),
+            ])
+            .spawn()
+            .expect("spawn uas"),
+        );
+        common::wait_udp_bound(port, Duration::from_secs(10));
+        g
+    };
+    let _bad = uas(bad, "503:1");
+    let _good = uas(good, "200:1");
+    let common_args = |port: u16| {
+        vec![
+            s("--listen"),
+            format!("udp:127.0.0.1:{port}"),
+            s("--store"),
+            s("memory"),
+            s("--workers"),
+            s("1"),
+        ]
+    };
+    let mut core_args = common_args(core);
+    core_args.extend([
+        s("--route"),
+        format!("e2.lab=udp:127.0.0.1:{bad}"),
+        s("--route"),
+        format!("e3.lab=udp:127.0.0.1:{good}"),
+    ]);
+    let core_server = Holdline::start(&core_args);
+    let mut edge_args = common_args(edge);
+    let name = |n: &str| {
+        if named {
+            format!(",deoc_target={n}")
+        } else {
+            String::new()
+        }
+    };
+    edge_args.extend([
+        s("--route"),
+        format!("e2.lab=udp:127.0.0.1:{core}{}", name("E2")),
+        s("--route"),
+        format!("e3.lab=udp:127.0.0.1:{core}{}", name("E3")),
+        s("--metrics"),
+        format!("127.0.0.1:{edge_metrics}"),
+        s("--feedback"),
+        s("deoc"),
+    ]);
+    let edge_server = Holdline::start(&edge_args);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 15 s of 40 calls/s to each: DEOC cuts the failing flow by β = 1/8 in each period whose
+    // overload factor did not fall (about every other one when every call fails), so it gaps
+    // calls within a few seconds; 8 s once left it no gap on a busy machine.
+    let uac = |domain: &str, json: &Path| {
+        Guard(
+            load(&[
+                s("uac"),
+                s("--target"),
+                format!("127.0.0.1:{edge}"),
+                s("--to"),
+                format!("user{{0..99}}@{domain}"),
+                s("--rate"),
+                s("40"),
+                s("--duration"),
+                s("15"),
+                s("--drain"),
+                s("5"),
+                s("--max-time"),
+                s("40"),
+                s("--progress"),
+                s("off"),
+                s("--json"),
+                json.display().to_string(),
+            ])
+            .spawn()
+            .expect("spawn uac"),
+        )
+    };
+    let (bad_json, good_json) = (dir.path().join("e2.json"), dir.path().join("e3.json"));
+    let mut to_bad = uac("e2.lab", &bad_json);
+    let mut to_good = uac("e3.lab", &good_json);
+    for u in [&mut to_bad, &mut to_good] {
+        let status = u
+            .wait_for(Duration::from_secs(45))
+            .expect("the UAC stops by itself");
+        assert!(status.success(), "uac: {status:?}");
+    }
+    let t = Targets {
+        edge: scrape(SocketAddr::from(([127, 0, 0, 1], edge_metrics))),
+        failing: (total(&bad_json, "attempted"), total(&bad_json, "calls_ok")),
+        healthy: (
+            total(&good_json, "attempted"),
+            total(&good_json, "calls_ok"),
+            total(&good_json, "r503"),
+        ),
+    };
+    drop(edge_server);
+    drop(core_server);
+    t
+}
+
+#[test]
+fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
+    // The routes name their target edges: the 503s of E2's path throttle only E2's calls.
+    let t = two_targets(true);
+    let gap = |target: &str| {
+        metric(
+            &t.edge,
+            "holdline_deoc_target_gapped_total",
+            &[&format!("target=\"{target}\"")],
+        )
+    };
+    let (gap2, gap3) = (gap("E2"), gap("E3"));
+    let summary = format!(
+        "named: gapped E2 {gap2} E3 {gap3}; to E2 {:?} (attempted, ok), to E3 {:?} \
+         (attempted, ok, 503)",
+        t.failing, t.healthy
+    );
+    eprintln!("{summary}");
+    assert!(gap2 > 0.0, "{summary}\n{}", t.edge);
+    assert_eq!(gap3, 0.0, "{summary}\n{}", t.edge);
+    assert_eq!(t.failing.1, 0, "every call to E2 fails: {summary}");
+    assert_eq!(t.healthy.2, 0, "no call to E3 is turned away: {summary}");
+    assert_eq!(
+        t.healthy.0, t.healthy.1,
+        "every call to E3 completes: {summary}"
+    );
+    // Per-target state in the metrics: E2 is being cut, E3 has seen no rejection.
+    assert!(
+        metric(
+            &t.edge,
+            "holdline_deoc_target_rejections_total",
+            &["target=\"E2\""]
+        ) > 0.0,
+        "{}",
+        t.edge
+    );
+    assert!(
+        metric(&t.edge, "holdline_deoc_target_rate", &["target=\"E2\""]) > 0.0,
+        "E2's admitted rate: {}",
+        t.edge
+    );
+    assert!(
+        metric(
+            &t.edge,
+            "holdline_deoc_target_state",
+            &["target=\"E3\"", "state=\"terminated\""]
+        ) == 1.0,
+        "{}",
+        t.edge
+    );
+
+    // Control: without the routes' targets the next hop is DEOC's target for both flows,
+    // and E2's 503s throttle E3's calls too.
+    let c = two_targets(false);
+    let summary = format!(
+        "next hop: to E2 {:?}, to E3 {:?} (attempted, ok, 503)",
+        c.failing, c.healthy
+    );
+    eprintln!("{summary}");
+    assert!(c.healthy.2 > 0, "{summary}\n{}", c.edge);
+}
