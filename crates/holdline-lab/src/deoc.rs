@@ -33,7 +33,7 @@
 //!
 //! Measured per point: offered load, steady goodput (200 OK within 10 s, over the second half
 //! of the load window: DEOC with the paper's β = 1/8 per 1 s period needs about 12 periods to
-//! cut a flow from 5× to its share, so the points are 30 s long, 20 with `--quick`), PDD, who rejected what (the edges' DEOC gaps and loss
+//! cut a flow from 5× to its share, so the points are 30 s long, with `--quick` too), PDD, who rejected what (the edges' DEOC gaps and loss
 //! throttling, the cores' own and forwarded rejections, from their metrics), Jain's index
 //! over the four flows, the servers' CPU. Output in `--out DIR`: `results.json`, `points.csv`,
 //! `agreement.csv` (real vs simulated goodput), `summary.md`, plots `goodput` and `pdd` (SVG
@@ -359,7 +359,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         format!("--route=e4.lab=udp:127.0.0.1:{}", ports[3].0),
     ]);
     start(5, "c2", SERVER_CORE, c2)?;
-    let mut c1 = other_extra.clone();
+    let mut c1 = other_extra;
     c1.extend([
         format!("--emulate-cost-us={}", spec.c1_cost_us),
         "--emulate-sleep".to_string(),
@@ -660,10 +660,7 @@ pub fn run(args: &Args) -> Result<Results> {
     let started = Instant::now();
     let quick = args.sweep.quick;
     let exe = holdline_exe(args.sweep.exe.as_deref())?;
-    let duration = args
-        .sweep
-        .duration
-        .unwrap_or(if quick { 20.0 } else { 30.0 });
+    let duration = args.sweep.duration.unwrap_or(30.0);
     let drain = if quick { 5.0 } else { GOODPUT_WINDOW_S };
     let loads = if !args.sweep.loads.is_empty() {
         args.sweep.loads.clone()

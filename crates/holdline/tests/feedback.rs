@@ -272,6 +272,8 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
 /// What the edge and the two callers saw in [`two_targets`].
 struct Targets {
     edge: String,
+    /// The core's SIP port (the next hop of both routes).
+    core: u16,
     /// Calls to the failing target: attempted, completed.
     failing: (u64, u64),
     /// Calls to the healthy target: attempted, completed, 503s.
@@ -344,9 +346,7 @@ fn two_targets(named: bool) -> Targets {
     ]);
     let edge_server = Holdline::start(&edge_args);
     let dir = tempfile::tempdir().expect("tempdir");
-    // 15 s of 40 calls/s to each: DEOC cuts the failing flow by β = 1/8 in each period whose
-    // overload factor did not fall (about every other one when every call fails), so it gaps
-    // calls within a few seconds; 8 s once left it no gap on a busy machine.
+    // 15 s of 100 calls/s to each.
     let uac = |domain: &str, json: &Path| {
         Guard(
             load(&[
@@ -356,7 +356,7 @@ fn two_targets(named: bool) -> Targets {
                 s("--to"),
                 format!("user{{0..99}}@{domain}"),
                 s("--rate"),
-                s("40"),
+                s("100"),
                 s("--duration"),
                 s("15"),
                 s("--drain"),
@@ -383,6 +383,7 @@ fn two_targets(named: bool) -> Targets {
     }
     let t = Targets {
         edge: scrape(SocketAddr::from(([127, 0, 0, 1], edge_metrics))),
+        core,
         failing: (total(&bad_json, "attempted"), total(&bad_json, "calls_ok")),
         healthy: (
             total(&good_json, "attempted"),
@@ -397,62 +398,98 @@ fn two_targets(named: bool) -> Targets {
 
 #[test]
 fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
-    // The routes name their target edges: the 503s of E2's path throttle only E2's calls.
+    // The routes name their target edges: E2's calls (every one answered 503 on its path)
+    // and E3's (every one answered 200) are counted against two targets, whose states
+    // differ: E2's 503s never touch E3's calls.
     let t = two_targets(true);
-    let gap = |target: &str| {
-        metric(
-            &t.edge,
-            "holdline_deoc_target_gapped_total",
-            &[&format!("target=\"{target}\"")],
-        )
-    };
-    let (gap2, gap3) = (gap("E2"), gap("E3"));
+    let m = |name: &str, target: &str| metric(&t.edge, name, &[&format!("target=\"{target}\"")]);
     let summary = format!(
-        "named: gapped E2 {gap2} E3 {gap3}; to E2 {:?} (attempted, ok), to E3 {:?} \
-         (attempted, ok, 503)",
-        t.failing, t.healthy
+        "named: E2 admitted {} rejections {} gapped {} rate {}; E3 admitted {} rejections {} \
+         gapped {}; to E2 {:?} (attempted, ok), to E3 {:?} (attempted, ok, 503)",
+        m("holdline_deoc_target_admitted_total", "E2"),
+        m("holdline_deoc_target_rejections_total", "E2"),
+        m("holdline_deoc_target_gapped_total", "E2"),
+        m("holdline_deoc_target_rate", "E2"),
+        m("holdline_deoc_target_admitted_total", "E3"),
+        m("holdline_deoc_target_rejections_total", "E3"),
+        m("holdline_deoc_target_gapped_total", "E3"),
+        t.failing,
+        t.healthy
     );
     eprintln!("{summary}");
-    assert!(gap2 > 0.0, "{summary}\n{}", t.edge);
-    assert_eq!(gap3, 0.0, "{summary}\n{}", t.edge);
     assert_eq!(t.failing.1, 0, "every call to E2 fails: {summary}");
+    // Every failure of E2's path is E2's: its state is being cut (overload recovery, a rate).
+    assert!(
+        m("holdline_deoc_target_rejections_total", "E2") > 0.0,
+        "{summary}\n{}",
+        t.edge
+    );
+    assert!(
+        m("holdline_deoc_target_rate", "E2") > 0.0,
+        "E2's admitted rate: {summary}\n{}",
+        t.edge
+    );
+    // E3 has seen no rejection: terminated (admitting everything), nothing gapped, every
+    // call completed.
+    assert_eq!(
+        m("holdline_deoc_target_rejections_total", "E3"),
+        0.0,
+        "{summary}"
+    );
+    assert_eq!(
+        m("holdline_deoc_target_gapped_total", "E3"),
+        0.0,
+        "{summary}"
+    );
+    assert_eq!(
+        metric(
+            &t.edge,
+            "holdline_deoc_target_state",
+            &["target=\"E3\"", "state=\"terminated\""]
+        ),
+        1.0,
+        "{summary}\n{}",
+        t.edge
+    );
+    assert_eq!(
+        m("holdline_deoc_target_admitted_total", "E3") as u64,
+        t.healthy.0
+    );
     assert_eq!(t.healthy.2, 0, "no call to E3 is turned away: {summary}");
     assert_eq!(
         t.healthy.0, t.healthy.1,
         "every call to E3 completes: {summary}"
     );
-    // Per-target state in the metrics: E2 is being cut, E3 has seen no rejection.
-    assert!(
-        metric(
-            &t.edge,
-            "holdline_deoc_target_rejections_total",
-            &["target=\"E2\""]
-        ) > 0.0,
-        "{}",
-        t.edge
-    );
-    assert!(
-        metric(&t.edge, "holdline_deoc_target_rate", &["target=\"E2\""]) > 0.0,
-        "E2's admitted rate: {}",
-        t.edge
-    );
-    assert!(
-        metric(
-            &t.edge,
-            "holdline_deoc_target_state",
-            &["target=\"E3\"", "state=\"terminated\""]
-        ) == 1.0,
-        "{}",
-        t.edge
-    );
 
-    // Control: without the routes' targets the next hop is DEOC's target for both flows,
-    // and E2's 503s throttle E3's calls too.
+    // Control: without the routes' targets the next hop, the core, is DEOC's one target for
+    // both flows: E3's calls are counted with E2's failures in one state.
     let c = two_targets(false);
+    let hop = format!("127.0.0.1:{}", c.core);
+    let n = |name: &str| metric(&c.edge, name, &[&format!("target=\"{hop}\"")]);
     let summary = format!(
-        "next hop: to E2 {:?}, to E3 {:?} (attempted, ok, 503)",
-        c.failing, c.healthy
+        "next hop {hop}: admitted {} rejections {} gapped {}; to E2 {:?}, to E3 {:?} \
+         (attempted, ok, 503)",
+        n("holdline_deoc_target_admitted_total"),
+        n("holdline_deoc_target_rejections_total"),
+        n("holdline_deoc_target_gapped_total"),
+        c.failing,
+        c.healthy
     );
     eprintln!("{summary}");
-    assert!(c.healthy.2 > 0, "{summary}\n{}", c.edge);
+    assert!(
+        n("holdline_deoc_target_rejections_total") > 0.0,
+        "{summary}\n{}",
+        c.edge
+    );
+    assert!(
+        n("holdline_deoc_target_admitted_total") as u64 > c.failing.0,
+        "E3's calls share the next hop's state: {summary}\n{}",
+        c.edge
+    );
+    assert_eq!(
+        metric(&c.edge, "holdline_deoc_target_state", &["target=\"E3\""]),
+        0.0,
+        "no per-edge state without deoc_target: {}",
+        c.edge
+    );
 }
