@@ -26,6 +26,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         "hop-by-hop overload control (RFC 7339) over UDP: SEs -> RE, no control vs local OCC vs loss feedback, 0.5x-10x, 1/3/10 SEs",
     ),
     (
+        "deoc",
+        "seed 003's DEOC with real processes: 2 ingress edges -> C1 -> C2 -> 2 egress edges, No Control vs OCC-Local vs OCC-Hop vs DEOC, 0.5x-5x, beside the simulator's prediction of the same run",
+    ),
+    (
         "window",
         "seed 004's dual-proxy trapezoid over UDP: UAC -> upstream -> capacity-limited downstream (holdline or Kamailio), no control vs the feedback-free delay window, 0.14x-10x",
     ),
@@ -118,6 +122,7 @@ fn dispatch(args: Vec<String>) -> ExitCode {
         Some("tcp-fairness") => crate::tcp_fairness::main(it.collect()),
         Some("feedback") => crate::feedback::main(it.collect()),
         Some("window") => crate::window::main(it.collect()),
+        Some("deoc") => crate::deoc::main(it.collect()),
         Some("holb") => crate::holb::main(it.collect()),
         Some("soak") => crate::soak::main(it.collect()),
         Some("storm") => crate::storm::main(it.collect()),

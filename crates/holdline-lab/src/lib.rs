@@ -12,6 +12,7 @@
 mod architectures;
 pub mod bench;
 mod cgroup;
+pub mod deoc;
 mod error;
 mod failover;
 pub mod feedback;

@@ -49,6 +49,13 @@ fn color_for(name: &str) -> RGBColor {
         let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * 0.55) as u8;
         return RGBColor(light(r), light(g), light(b));
     }
+    // `lab deoc`: the simulator's prediction ("DEOC (simulated)") in a lighter shade of the
+    // measured series' hue.
+    if let Some(real) = name.strip_suffix(" (simulated)") {
+        let RGBColor(r, g, b) = color_for(real);
+        let light = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * 0.55) as u8;
+        return RGBColor(light(r), light(g), light(b));
+    }
     let n = name.to_ascii_lowercase();
     if let Some(c) = link_color(&n) {
         return c;
@@ -96,6 +103,11 @@ fn color_for(name: &str) -> RGBColor {
         return RGBColor(188, 189, 34);
     }
     for (prefix, c) in [
+        // `lab deoc`'s mechanisms, seed 003's names.
+        ("no control", RGBColor(214, 39, 40)),
+        ("occ-local", RGBColor(0, 94, 184)),
+        ("occ-hop", RGBColor(255, 127, 14)),
+        ("deoc", RGBColor(44, 160, 44)),
         ("saturation", RGBColor(127, 127, 127)),
         ("none", RGBColor(214, 39, 40)),
         ("queue-limit", RGBColor(255, 127, 14)),

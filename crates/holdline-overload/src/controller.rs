@@ -7,7 +7,7 @@ use holdline_base::{Instant, Rng};
 use crate::admission::{Admission, Decision, Gate, TargetId};
 use crate::algorithm::{Algorithm, ConfigError};
 use crate::signal::{Feedback, Signal};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, TargetSnapshot};
 
 /// An admission / overload controller: a pure state machine, one instance per worker (or per
 /// simulated node).
@@ -63,6 +63,12 @@ pub trait Controller: Debug + Send {
 
     /// The controller's state for metrics.
     fn snapshot(&self) -> Snapshot;
+
+    /// Appends the state of every target the controller keeps state for (per-target metrics;
+    /// DEOC). Default: none.
+    fn target_snapshots(&self, out: &mut Vec<TargetSnapshot>) {
+        let _ = out;
+    }
 }
 
 /// Builds controllers of one algorithm from one validated configuration (quinn's

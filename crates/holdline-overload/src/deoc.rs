@@ -150,7 +150,7 @@ use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
 use crate::fair::max_min_share;
 use crate::signal::{Outcome, Signal};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, TargetSnapshot};
 
 /// The smallest mean inter-arrival time the measurer uses, seconds: calls arriving at the
 /// same instant (a virtual clock, a burst read in one system call) would make `λ` infinite.
@@ -1150,6 +1150,20 @@ impl Controller for Deoc {
         s.admitted = self.counters.admitted;
         s.rejected = self.counters.rejected;
         s
+    }
+
+    fn target_snapshots(&self, out: &mut Vec<TargetSnapshot>) {
+        out.extend(self.targets.iter().map(|(&id, t)| {
+            let v = &t.view;
+            let mut s = TargetSnapshot::new(id, v.state.as_str());
+            s.rate = v.rate;
+            s.arrival_rate = v.arrival_rate;
+            s.admitted = v.admitted;
+            s.restricted = v.restricted;
+            s.rejections = v.rejections;
+            s.timeouts = v.timeouts;
+            s
+        }));
     }
 }
 

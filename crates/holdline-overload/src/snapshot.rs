@@ -4,7 +4,7 @@ use core::ops::AddAssign;
 
 use holdline_base::Duration;
 
-use crate::admission::RejectReason;
+use crate::admission::{RejectReason, TargetId};
 use crate::algorithm::Algorithm;
 
 /// Rejections counted by [`RejectReason`].
@@ -95,5 +95,44 @@ impl Snapshot {
     /// Admitted plus rejected new INVITEs.
     pub fn decisions(&self) -> u64 {
         self.admitted.saturating_add(self.rejected.total())
+    }
+}
+
+/// One target's state in a controller that keeps state per target (DEOC), for per-target
+/// metrics ([`Controller::target_snapshots`](crate::Controller::target_snapshots)).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TargetSnapshot {
+    /// The target (the driver's number for it).
+    pub target: TargetId,
+    /// The controller's state for it, as a metrics label (e.g. `overload_recovery`).
+    pub state: &'static str,
+    /// The admission rate in force (calls/s); `None` while not limiting.
+    pub rate: Option<f64>,
+    /// The measured arrival rate (calls/s), if measured.
+    pub arrival_rate: Option<f64>,
+    /// New INVITEs admitted towards it in all.
+    pub admitted: u64,
+    /// New INVITEs the controller rejected towards it in all.
+    pub restricted: u64,
+    /// Overload signals received from it (503s) in all.
+    pub rejections: u64,
+    /// Timeouts received from it in all.
+    pub timeouts: u64,
+}
+
+impl TargetSnapshot {
+    /// A snapshot of `target` in `state`, with no count yet.
+    pub const fn new(target: TargetId, state: &'static str) -> Self {
+        Self {
+            target,
+            state,
+            rate: None,
+            arrival_rate: None,
+            admitted: 0,
+            restricted: 0,
+            rejections: 0,
+            timeouts: 0,
+        }
     }
 }

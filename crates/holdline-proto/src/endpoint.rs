@@ -33,7 +33,7 @@ use crate::dns::{DnsCache, DnsQuery, DnsResponse, DnsStats, DnsTarget, Resolutio
 
 use crate::location::{Binding, LocationStore};
 use crate::proxy::{
-    ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via,
+    EdgeId, ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via,
     is_own_socket, record_route_value, resolve_uri, response_rank, stateless_branch,
     via_destination,
 };
@@ -231,12 +231,16 @@ pub enum EndpointEvent {
     BranchStarted {
         /// The next hop.
         to: Peer,
+        /// The target edge its route named for end-to-end overload control, if any.
+        edge: Option<EdgeId>,
     },
     /// The client transaction of an INVITE forwarded to `to` ended (with a final response,
     /// or without one). Only with [`ProxyConfig::branch_events`](crate::ProxyConfig::branch_events).
     BranchEnded {
         /// The next hop.
         to: Peer,
+        /// The target edge its route named for end-to-end overload control, if any.
+        edge: Option<EdgeId>,
         /// The final response's status; 408 and 503 are the proxy's own when
         /// `timed_out` or the transport failed.
         status: u16,
@@ -496,6 +500,8 @@ struct Branch {
     timer_at: Option<Instant>,
     /// Where it was sent.
     dest: Peer,
+    /// The target edge of its call's route (end-to-end overload control).
+    edge: Option<EdgeId>,
     /// When it was sent.
     sent: Instant,
 }
@@ -519,6 +525,8 @@ struct Call {
     local: Transport,
     /// Its targets came from DNS: a target whose branch fails is marked failed in the cache.
     dns: bool,
+    /// The target edge its route named (end-to-end overload control), for its branches.
+    edge: Option<EdgeId>,
 }
 
 /// A request waiting for the DNS lookups of its next hop (its server transaction is live).
@@ -609,6 +617,8 @@ pub struct Endpoint {
     parked_names: BTreeMap<DnsTarget, usize>,
     /// Whether the targets [`all_targets`](Self::all_targets) found came from DNS.
     targets_from_dns: bool,
+    /// The target edge of the route [`all_targets`](Self::all_targets) took, if it names one.
+    route_edge: Option<EdgeId>,
     /// RFC 7200 subscriptions, both roles ([`ProxyConfig::load_control`]).
     lc: lc::LcState,
 }
@@ -738,6 +748,7 @@ impl Endpoint {
             parked: Vec::new(),
             parked_names: BTreeMap::new(),
             targets_from_dns: false,
+            route_edge: None,
             lc: lc::LcState::default(),
         }
     }
@@ -861,7 +872,7 @@ impl Endpoint {
     /// Processes one message (a datagram, or one frame of a stream) that arrived from `from`
     /// on a listener of transport `local`.
     pub fn handle(&mut self, now: Instant, bytes: &[u8], from: Peer, local: Transport) {
-        self.handle_forwarding(now, bytes, from, local, &mut |_| None);
+        self.handle_forwarding(now, bytes, from, local, &mut |_, _| None);
     }
 
     /// [`handle`](Self::handle) with a forward gate: see
@@ -872,7 +883,7 @@ impl Endpoint {
         bytes: &[u8],
         from: Peer,
         local: Transport,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
     ) {
         let parsed = Message::parse(bytes, &self.config.limits);
         self.handle_parsed(now, bytes, parsed, from, local, forward);
@@ -886,7 +897,7 @@ impl Endpoint {
         parsed: Result<Message<'_>, holdline_sip::ParseError>,
         from: Peer,
         local: Transport,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
     ) {
         match parsed {
             Err(e) => {
@@ -934,7 +945,7 @@ impl Endpoint {
         from: Peer,
         local: Transport,
         admit: &mut dyn FnMut(Class, bool) -> Option<GateRejection>,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
     ) -> bool {
         // Parsed once: the gate's classification and the handling share the index.
         let parsed = Message::parse(bytes, &self.config.limits);
@@ -1659,7 +1670,7 @@ impl Endpoint {
         msg: &Message<'_>,
         from: Peer,
         local: Transport,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
     ) {
         let Some(method) = msg.method() else { return };
         *self.stats.requests_in.slot(method) += 1;
@@ -1776,7 +1787,7 @@ impl Endpoint {
         plan: &RoutePlan<'_>,
         from: Peer,
         local: Transport,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
     ) {
         if method == Method::Cancel {
             self.on_cancel(now, sid, msg, plan, from, local);
@@ -1905,7 +1916,7 @@ impl Endpoint {
         from: Peer,
         local: Transport,
         consumed: Option<Span>,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
         parked: Option<Instant>,
     ) {
         let Some(method) = msg.method() else { return };
@@ -1948,7 +1959,8 @@ impl Endpoint {
                 }
             }
             let mut rejection = None;
-            targets.retain(|t| match forward(t.dest) {
+            let edge = self.route_edge;
+            targets.retain(|t| match forward(t.dest, edge) {
                 Some(r) => {
                     rejection = Some(r);
                     false
@@ -1992,6 +2004,7 @@ impl Endpoint {
                 alternatives,
                 local,
                 dns,
+                edge: self.route_edge,
             },
         );
         for t in targets {
@@ -2169,6 +2182,7 @@ impl Endpoint {
         consumed: Option<Span>,
     ) {
         let invite = msg.method() == Some(Method::Invite);
+        let edge = self.calls.get(&sid).and_then(|c| c.edge);
         let hash = plan.loop_hash(msg);
         let mut token = [0u8; 10];
         self.rng.fill_token(&mut token);
@@ -2211,11 +2225,12 @@ impl Endpoint {
                         cancel_sent: false,
                         timer_at,
                         dest: t.dest,
+                        edge,
                         sent: now,
                     },
                 );
                 if invite && self.config.branch_events {
-                    self.push_event(EndpointEvent::BranchStarted { to: t.dest });
+                    self.push_event(EndpointEvent::BranchStarted { to: t.dest, edge });
                 }
                 if let Some(call) = self.calls.get_mut(&sid) {
                     call.branches.push(cid);
@@ -2332,7 +2347,7 @@ impl Endpoint {
                 p.from,
                 p.local,
                 p.consumed,
-                &mut |_| None,
+                &mut |_, _| None,
                 Some(p.deadline),
             );
         }
@@ -2543,6 +2558,7 @@ impl Endpoint {
         let ruri = plan.ruri.as_bytes().to_vec();
         self.failover.clear();
         self.targets_from_dns = false;
+        self.route_edge = None;
         if let Some(route) = &plan.next_route {
             if let Some(found) = self.covered_route(now, plan, route, &ruri) {
                 return found;
@@ -2604,14 +2620,17 @@ impl Endpoint {
             return match (out.is_empty(), empty, fallback) {
                 (false, _, _) => Ok((out, FoundBy::Location)),
                 (true, true, Some(r)) => Ok((
-                    vec![Target {
-                        uri: ruri,
-                        dest: Peer {
-                            addr: r.next_hop,
-                            transport: r.transport,
-                            conn: None,
-                        },
-                    }],
+                    {
+                        self.route_edge = r.edge;
+                        vec![Target {
+                            uri: ruri,
+                            dest: Peer {
+                                addr: r.next_hop,
+                                transport: r.transport,
+                                conn: None,
+                            },
+                        }]
+                    },
                     FoundBy::StaticRoute,
                 )),
                 (true, true, None) => Err((404, "Not Found").into()),
@@ -2631,10 +2650,12 @@ impl Endpoint {
             if !Registrar::aor_key(uri, &mut key) {
                 return Err((404, "Not Found").into());
             }
+            self.route_edge = self.config.hash_routes.get(index).and_then(|r| r.edge);
             return self.hash_targets(now, index, &key, ruri);
         }
         if let Some(route) = self.config.dns_route(host) {
             let target = route.target.clone();
+            self.route_edge = route.edge;
             return self.dns_targets(now, ruri, target, FoundBy::StaticRoute);
         }
         let Some(dest) = resolve_uri(&self.config, &plan.ruri, true) else {
@@ -2658,6 +2679,7 @@ impl Endpoint {
         {
             FoundBy::Literal
         } else {
+            self.route_edge = self.config.static_route(host).and_then(|r| r.edge);
             FoundBy::StaticRoute
         };
         Ok((vec![Target { uri: ruri, dest }], found_by))
@@ -3091,7 +3113,7 @@ impl Endpoint {
         plan: &RoutePlan<'_>,
         from: Peer,
         local: Transport,
-        forward: &mut dyn FnMut(Peer) -> Option<GateRejection>,
+        forward: &mut dyn FnMut(Peer, Option<EdgeId>) -> Option<GateRejection>,
     ) -> Result<(), StatelessFallback> {
         let method = msg.method();
         let cancel = method == Some(Method::Cancel);
@@ -3139,7 +3161,7 @@ impl Endpoint {
         }
         if method == Some(Method::Invite)
             && !in_dialog
-            && let Some(r) = forward(t.dest)
+            && let Some(r) = forward(t.dest, self.route_edge)
         {
             self.stats.rejected_by_forward_gate += 1;
             self.send_gate_rejection(msg, from, r);
@@ -3450,6 +3472,7 @@ impl Endpoint {
             };
             let e = EndpointEvent::BranchEnded {
                 to: b.dest,
+                edge: b.edge,
                 status,
                 timed_out: bytes.is_none() && status == 408,
                 delay: now.saturating_duration_since(b.sent),

@@ -52,6 +52,7 @@ fn proxy(me: SocketAddr, next: SocketAddr, seed: u64) -> ProxyConfig {
             next_hop: next,
             transport: Transport::Udp,
             stateless: false,
+            edge: None,
         }],
         relay: RelayPolicy::Open,
         branch_seed: seed,

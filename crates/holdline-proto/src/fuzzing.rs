@@ -224,6 +224,7 @@ pub fn endpoint_ops(data: &[u8]) {
             next_hop: SocketAddr::from(([10, 0, 0, 50], 5060)),
             transport: Transport::Udp,
             stateless: false,
+            edge: None,
         }],
         timer_c: Duration::from_secs(20),
         branch_seed: 7,
@@ -336,7 +337,7 @@ pub fn endpoint_ops(data: &[u8]) {
                             text: Some("Overload: fuzz"),
                         })
                     },
-                    &mut |_| None,
+                    &mut |_, _| None,
                 );
                 drain(&mut ep, now, &mut sent, &mut finals);
                 continue;

@@ -66,7 +66,7 @@ pub use endpoint::{
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{
-    DnsRoute, HashRoute, HashTarget, HostPortError, IpNet, ListenAddr, ProbeConfig, ProxyConfig,
-    ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
+    DnsRoute, EdgeId, HashRoute, HashTarget, HostPortError, IpNet, ListenAddr, ProbeConfig,
+    ProxyConfig, ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
 };
 pub use registrar::{Registered, Registrar, RegistrarConfig};

@@ -93,6 +93,7 @@
 //! register_retry_after_s = [10, 60] # REGISTERs rejected for load: Retry-After drawn from this
 //! emulate_cost_us = 0              # experiments: CPU µs added to every message handled
 //! # emulate_reject_cost_us = 0     # ... to a rejected INVITE instead (default: emulate_cost_us)
+//! # emulate_sleep = false          # ... waited (sleep, then spin) instead of spun
 //! # smart_forwarding = "ics"       # TCP next hops: off | ics | ecs (seed 000); default ics,
 //!                                  # off when local = "none"
 //! smart_forwarding_threshold = 16384  # bytes of backlog tolerated before 503 (0: the
@@ -137,6 +138,8 @@
 //! stateless = false
 //! # server_name = "sip.example.net" # tls: the name its certificate must carry (default:
 //!                                  # the target's IP address)
+//! # deoc_target = "E2"             # feedback = "deoc": the egress edge its calls leave by,
+//!                                  # DEOC's per-target key (default: the next hop)
 //!
 //! [load_control]                   # RFC 7200 load-control event package (docs/overload.md)
 //! # subscribe = ["udp:10.0.0.2:5060"]  # subscriber: apply these servers' filters to the
@@ -163,6 +166,7 @@
 //! # weights = [1.0, 1.0]           # of the user's AOR (the To URI of a REGISTER)
 //! # failover = true                # on 503/timeout, the user's next target (RFC 3263
 //!                                  # §4.3); false when targets do not share registrations
+//! # deoc_target = "E2"             # as in [[routes]]
 //!
 //! [dns]                            # resolution of sip: route targets (docs/scaling.md)
 //! servers = ["127.0.0.1:53"]       # name servers; default: the system's (/etc/resolv.conf)
@@ -414,6 +418,11 @@ pub struct Route {
     /// an IP address). Default: the target's IP address.
     #[serde(default)]
     pub server_name: Option<String>,
+    /// With `[overload] feedback = "deoc"`: the target edge of this route's calls (the
+    /// egress edge server they leave the network by, however many hops away), the key of
+    /// DEOC's per-target state. Default: the next hop.
+    #[serde(default)]
+    pub deoc_target: Option<String>,
 }
 
 impl FromStr for Route {
@@ -426,14 +435,16 @@ impl FromStr for Route {
             .ok_or_else(|| format!("`{s}`: expected DOMAIN=udp:IP:PORT"))?;
         let mut parts = rest.split(',');
         let target = parts.next().unwrap_or_default();
-        let (mut stateless, mut server_name) = (false, None);
+        let (mut stateless, mut server_name, mut deoc_target) = (false, None, None);
         for p in parts {
             match p.split_once('=') {
                 None if p == "stateless" => stateless = true,
                 Some(("server_name", name)) => server_name = Some(name.to_owned()),
+                Some(("deoc_target", name)) => deoc_target = Some(name.to_owned()),
                 _ => {
                     return Err(format!(
-                        "`{s}`: unknown option `{p}` (expected stateless or server_name=NAME)"
+                        "`{s}`: unknown option `{p}` (expected stateless, server_name=NAME or \
+                         deoc_target=NAME)"
                     ));
                 }
             }
@@ -446,6 +457,7 @@ impl FromStr for Route {
             target: target.parse()?,
             stateless,
             server_name,
+            deoc_target,
         };
         route.check().map_err(|e| format!("`{s}`: {e}"))?;
         Ok(route)
@@ -469,7 +481,26 @@ impl Route {
         if self.stateless && matches!(self.target, RouteTarget::Dns(_)) {
             return Err("a sip: (DNS) target is always stateful: remove stateless".into());
         }
-        Ok(())
+        check_deoc_target(self.deoc_target.as_deref())
+    }
+}
+
+/// A `deoc_target` is a name of 1 to 64 characters out of letters, digits, `.`, `-`, `_`
+/// and `:` (it is a metrics label value).
+fn check_deoc_target(name: Option<&str>) -> Result<(), String> {
+    match name {
+        Some(n)
+            if n.is_empty()
+                || n.len() > 64
+                || !n
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':')) =>
+        {
+            Err(format!(
+                "deoc_target `{n}`: 1 to 64 letters, digits, `.`, `-`, `_` or `:`"
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -498,6 +529,10 @@ pub struct HashRouteSettings {
     /// only answer 404, so a passing overload would reach callers as "no such user".
     #[serde(default = "yes")]
     pub failover: bool,
+    /// With `[overload] feedback = "deoc"`: the target edge of this route's calls (see
+    /// [`Route::deoc_target`]). Default: the next hop.
+    #[serde(default)]
+    pub deoc_target: Option<String>,
 }
 
 /// TLS settings (`[tls]`): the certificate of `tls:` listeners, the CAs next hops' (and
@@ -690,6 +725,10 @@ pub struct OverloadSettings {
     /// (lookups, policy, accounting), which a rejection never reaches; setting this lower
     /// models a server whose rejections are cheap next to its calls.
     pub emulate_reject_cost_us: Option<u64>,
+    /// Capacity emulation: the worker waits the emulated cost (a sleep, the last 100 µs
+    /// spun) instead of spinning it all: as busy and as slow, but the machine's CPU stays
+    /// free for the other processes of an experiment (several servers on a small machine).
+    pub emulate_sleep: bool,
     /// TCP: a new INVITE read from a connection is handled only when the worker has nothing
     /// else to do (messages of admitted calls first), and that connection is not read
     /// meanwhile, so an overloaded server pushes back on the connections that bring new
@@ -799,6 +838,7 @@ impl Default for OverloadSettings {
             register_retry_after_s: [10, 60],
             emulate_cost_us: 0,
             emulate_reject_cost_us: None,
+            emulate_sleep: false,
             smart_forwarding: None,
             smart_forwarding_threshold: 16_384,
             smart_forwarding_hold_ms: 20,
@@ -2039,6 +2079,8 @@ pub struct Overrides {
     pub emulate_cost_us: Option<u64>,
     /// `--emulate-reject-cost-us`.
     pub emulate_reject_cost_us: Option<u64>,
+    /// `--emulate-sleep`.
+    pub emulate_sleep: Option<bool>,
     /// `--smart-forwarding`.
     pub smart_forwarding: Option<String>,
     /// `--defer-new-invites`.
@@ -2136,6 +2178,9 @@ impl ServerConfig {
         }
         if let Some(c) = o.emulate_reject_cost_us {
             self.overload.emulate_reject_cost_us = Some(c);
+        }
+        if let Some(s) = o.emulate_sleep {
+            self.overload.emulate_sleep = s;
         }
         if let Some(s) = o.smart_forwarding {
             self.overload.smart_forwarding = Some(s);
@@ -2406,12 +2451,20 @@ impl ServerConfig {
         }
         for (i, r) in self.routes.iter().enumerate() {
             if let Err(e) = r.check() {
-                return err(&format!("routes[{i}].server_name"), &e);
+                let key = if e.starts_with("deoc_target") {
+                    "deoc_target"
+                } else {
+                    "server_name"
+                };
+                return err(&format!("routes[{i}].{key}"), &e);
             }
         }
         for (i, r) in self.hash_routes.iter().enumerate() {
             if r.domain.is_empty() {
                 return err(&format!("hash_routes[{i}].domain"), "empty domain");
+            }
+            if let Err(e) = check_deoc_target(r.deoc_target.as_deref()) {
+                return err(&format!("hash_routes[{i}].deoc_target"), &e);
             }
             if r.targets.is_empty() {
                 return err(&format!("hash_routes[{i}].targets"), "at least one target");
@@ -3444,5 +3497,47 @@ send_buffer = 16384
         let e = ServerConfig::from_toml("d.toml", "[dns]\nnegative_ttl_ms = 3600000\n")
             .expect_err("a negative TTL of an hour");
         assert_eq!((e.line, e.key.as_str()), (2, "dns.negative_ttl_ms"));
+    }
+
+    #[test]
+    fn routes_name_deoc_targets_checked_with_their_line() {
+        let c = ServerConfig::from_toml(
+            "e.toml",
+            "[overload]\nfeedback = \"deoc\"\nemulate_sleep = true\n\
+             [[routes]]\ndomain = \"e3.lab\"\ntarget = \"udp:127.0.0.1:5070\"\n\
+             deoc_target = \"E3\"\n\
+             [[hash_routes]]\ndomain = \"e4.lab\"\ntargets = [\"udp:127.0.0.1:5070\"]\n\
+             deoc_target = \"E4\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.routes[0].deoc_target.as_deref(), Some("E3"));
+        assert_eq!(c.hash_routes[0].deoc_target.as_deref(), Some("E4"));
+        assert!(c.overload.emulate_sleep);
+        let names = crate::deoc_names(&c);
+        assert_eq!(names.len(), 2);
+        assert!(names.values().any(|n| n == "E4"));
+        let r: Route = "e3.lab=udp:127.0.0.1:5070,deoc_target=E3"
+            .parse()
+            .expect("a route naming its target edge");
+        assert_eq!(r.deoc_target.as_deref(), Some("E3"));
+        assert!(
+            "e3.lab=udp:127.0.0.1:5070,deoc_target="
+                .parse::<Route>()
+                .is_err()
+        );
+        let e = ServerConfig::from_toml(
+            "e.toml",
+            "[[routes]]\ndomain = \"*\"\ntarget = \"udp:127.0.0.1:5070\"\n\
+             deoc_target = \"a b\"\n",
+        )
+        .expect_err("a space in a label");
+        assert_eq!(e.key.as_str(), "routes[0].deoc_target");
+        let e = ServerConfig::from_toml(
+            "e.toml",
+            "[[hash_routes]]\ndomain = \"*\"\ntargets = [\"udp:127.0.0.1:5070\"]\n\
+             deoc_target = \"\"\n",
+        )
+        .expect_err("empty");
+        assert_eq!((e.line, e.key.as_str()), (4, "hash_routes[0].deoc_target"));
     }
 }

@@ -29,7 +29,7 @@ pub trait WorkerCore: Send {
         bytes: &[u8],
         from: Peer,
         admit: &mut dyn FnMut(Class, bool) -> Option<Rejection>,
-        forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
+        forward: &mut dyn FnMut(Peer, Option<holdline_proto::EdgeId>) -> Option<Rejection>,
     ) -> bool {
         let _ = (admit, forward);
         self.handle(now, bytes, from);
@@ -211,12 +211,14 @@ impl WorkerCore for TestCore {
 pub enum HopEvent {
     /// A next hop's overload answer, from a response to one of our client transactions.
     Feedback(Peer, holdline_sip::OcReport),
-    /// An INVITE was forwarded to this next hop.
-    Started(Peer),
+    /// An INVITE was forwarded to this next hop, on a route naming this target edge (if any).
+    Started(Peer, Option<holdline_proto::EdgeId>),
     /// The client transaction of an INVITE forwarded to `to` ended.
     Ended {
         /// The next hop.
         to: Peer,
+        /// The target edge its route named, if any.
+        edge: Option<holdline_proto::EdgeId>,
         /// Its final status (408 when `timed_out`).
         status: u16,
         /// No final response came.

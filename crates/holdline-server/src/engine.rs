@@ -229,6 +229,7 @@ pub(crate) fn live_routing(config: &ServerConfig, p: &mut ProxyConfig) {
                 next_hop: t.addr,
                 transport: t.transport,
                 stateless: r.stateless,
+                edge: r.deoc_target.as_deref().map(holdline_proto::EdgeId::of),
             })
         })
         .collect();
@@ -239,6 +240,7 @@ pub(crate) fn live_routing(config: &ServerConfig, p: &mut ProxyConfig) {
             crate::config::RouteTarget::Dns(t) => Some(holdline_proto::DnsRoute {
                 domain: r.domain.clone(),
                 target: t.clone(),
+                edge: r.deoc_target.as_deref().map(holdline_proto::EdgeId::of),
             }),
             crate::config::RouteTarget::Addr(_) => None,
         })
@@ -249,6 +251,7 @@ pub(crate) fn live_routing(config: &ServerConfig, p: &mut ProxyConfig) {
         .map(|r| HashRoute {
             domain: r.domain.clone(),
             failover: r.failover,
+            edge: r.deoc_target.as_deref().map(holdline_proto::EdgeId::of),
             targets: r
                 .targets
                 .iter()
@@ -374,17 +377,19 @@ impl Engine {
                 EndpointEvent::Feedback { from, report } if self.feedback.len() < MAX_FEEDBACK => {
                     self.feedback.push_back(HopEvent::Feedback(from, report));
                 }
-                EndpointEvent::BranchStarted { to } if self.feedback.len() < MAX_FEEDBACK => {
-                    self.feedback.push_back(HopEvent::Started(to));
+                EndpointEvent::BranchStarted { to, edge } if self.feedback.len() < MAX_FEEDBACK => {
+                    self.feedback.push_back(HopEvent::Started(to, edge));
                 }
                 EndpointEvent::BranchEnded {
                     to,
+                    edge,
                     status,
                     timed_out,
                     delay,
                 } if self.feedback.len() < MAX_FEEDBACK => {
                     self.feedback.push_back(HopEvent::Ended {
                         to,
+                        edge,
                         status,
                         timed_out,
                         delay,
@@ -488,7 +493,7 @@ impl WorkerCore for Engine {
         bytes: &[u8],
         from: Peer,
         admit: &mut dyn FnMut(Class, bool) -> Option<Rejection>,
-        forward: &mut dyn FnMut(Peer) -> Option<Rejection>,
+        forward: &mut dyn FnMut(Peer, Option<holdline_proto::EdgeId>) -> Option<Rejection>,
     ) -> bool {
         let rejected = self.endpoint.handle_admitting(
             now,
@@ -496,7 +501,7 @@ impl WorkerCore for Engine {
             from,
             from.transport,
             &mut |class, exempt| admit(class, exempt).map(gate_rejection),
-            &mut |dest| forward(dest).map(gate_rejection),
+            &mut |dest, edge| forward(dest, edge).map(gate_rejection),
         );
         self.drain_events();
         rejected

@@ -144,6 +144,30 @@ pub type ConfigSource = Box<dyn Fn() -> Result<ServerConfig, ConfigError> + Send
 /// The per-source guard's settings: `[flood]`, and the failed-authentication limits of
 /// `[auth]` (the same table counts both; with `[flood]` off but authentication on, only
 /// failures are limited).
+/// The target edges `config`'s routes name for DEOC (`deoc_target`), by their number at the
+/// hop controller.
+fn deoc_names(
+    config: &ServerConfig,
+) -> std::collections::HashMap<holdline_overload::TargetId, String> {
+    config
+        .routes
+        .iter()
+        .filter_map(|r| r.deoc_target.as_ref())
+        .chain(
+            config
+                .hash_routes
+                .iter()
+                .filter_map(|r| r.deoc_target.as_ref()),
+        )
+        .map(|n| {
+            (
+                worker::edge_target(holdline_proto::EdgeId::of(n)),
+                n.clone(),
+            )
+        })
+        .collect()
+}
+
 fn flood_config(config: &ServerConfig, key: u64) -> Option<holdline_overload::FloodConfig> {
     let a = &config.auth;
     let throttle = a.enabled() && a.failure_limit > 0;
@@ -454,6 +478,8 @@ impl Server {
                     .emulate_reject_cost_us
                     .unwrap_or(config.overload.emulate_cost_us),
             ),
+            emulate_sleep: config.overload.emulate_sleep,
+            deoc_names: deoc_names(config),
             defer: config.overload.defer_config(),
             invite_max_wait: config.overload.invite_max_wait(),
             cpu_occupancy: config.overload.occupancy_clock == "cpu",

@@ -667,6 +667,75 @@ pub(crate) fn render_overload(prefix: &str, s: &holdline_overload::Snapshot, out
     }
 }
 
+/// At most this many targets of the hop controller get series of their own (per worker):
+/// the label set stays bounded whatever the traffic (the controller keeps up to 1,024).
+const MAX_TARGET_SERIES: usize = 64;
+
+/// Per-target state of the hop controller (DEOC): `target` is the edge's name from a route's
+/// `deoc_target`, or the next hop's address (`127.0.0.1:5060`); named edges first, then the
+/// next hops with the most admitted calls, at most [`MAX_TARGET_SERIES`].
+pub(crate) fn render_deoc_targets(
+    targets: &[holdline_overload::TargetSnapshot],
+    names: &std::collections::HashMap<holdline_overload::TargetId, String>,
+    out: &mut String,
+) {
+    let mut rows: Vec<(String, bool, &holdline_overload::TargetSnapshot)> = targets
+        .iter()
+        .map(|t| match names.get(&t.target) {
+            Some(n) => (n.clone(), true, t),
+            None => (target_label(t.target), false, t),
+        })
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.admitted.cmp(&a.2.admitted)));
+    rows.truncate(MAX_TARGET_SERIES);
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, _, t) in rows {
+        let l = format!("target=\"{name}\"");
+        let _ = writeln!(
+            out,
+            "holdline_deoc_target_state{{{l},state=\"{}\"}} 1",
+            t.state
+        );
+        if let Some(r) = t.rate {
+            let _ = writeln!(out, "holdline_deoc_target_rate{{{l}}} {r}");
+        }
+        if let Some(a) = t.arrival_rate {
+            let _ = writeln!(out, "holdline_deoc_target_arrival_rate{{{l}}} {a}");
+        }
+        let _ = writeln!(
+            out,
+            "holdline_deoc_target_admitted_total{{{l}}} {}",
+            t.admitted
+        );
+        let _ = writeln!(
+            out,
+            "holdline_deoc_target_gapped_total{{{l}}} {}",
+            t.restricted
+        );
+        let _ = writeln!(
+            out,
+            "holdline_deoc_target_rejections_total{{{l}}} {}",
+            t.rejections
+        );
+        let _ = writeln!(
+            out,
+            "holdline_deoc_target_timeouts_total{{{l}}} {}",
+            t.timeouts
+        );
+    }
+}
+
+/// A next hop's label from its number (`worker::target_of`): `IP:PORT` for IPv4, else the
+/// number in hex.
+fn target_label(t: holdline_overload::TargetId) -> String {
+    if t.0 >> 48 == 0 {
+        let ip = std::net::Ipv4Addr::from((t.0 >> 16) as u32);
+        format!("{ip}:{}", t.0 & 0xffff)
+    } else {
+        format!("{:016x}", t.0)
+    }
+}
+
 /// The deferral of new INVITEs read over TCP (`overload.defer_new_invites`).
 pub(crate) fn render_defer(
     waiting: usize,

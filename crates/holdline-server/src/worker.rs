@@ -157,6 +157,12 @@ pub(crate) struct Settings {
     pub(crate) emulate_cost: Duration,
     /// ... and on top of a rejected new INVITE.
     pub(crate) emulate_reject_cost: Duration,
+    /// The emulated cost is waited (a sleep, then a spin for the last 100 µs) rather than
+    /// spun: the worker is as busy, the machine's CPU stays free (`emulate_sleep`).
+    pub(crate) emulate_sleep: bool,
+    /// The names of the target edges routes name for DEOC (`deoc_target`), by their number
+    /// at the hop controller (per-target metrics).
+    pub(crate) deoc_names: HashMap<TargetId, String>,
     /// TCP: new INVITEs wait for idle time, their connection unread meanwhile (`None`: off).
     pub(crate) defer: Option<DeferConfig>,
     /// Occupancy from the thread's CPU clock (`[overload] occupancy_clock = "cpu"`), not the
@@ -461,6 +467,23 @@ fn lane_key(l: Lane) -> LaneKey {
         Lane::Shared => 0,
         Lane::Invite => 1,
         Lane::Other => 2,
+    }
+}
+
+/// The number of a target edge a route names (`deoc_target`) at the hop controller: apart
+/// from next hops' numbers ([`target_of`]) by its top bit.
+pub(crate) fn edge_target(edge: holdline_proto::EdgeId) -> TargetId {
+    TargetId(edge.0 | (1 << 63))
+}
+
+/// Where the hop controller keeps the state of a call to next hop `dest` on a route naming
+/// target edge `edge`: DEOC's per-target state is the edge's when the route names one
+/// (seed 003: the egress edge, however many hops away); every other controller's (and
+/// DEOC's without one) the next hop's.
+fn hop_target(deoc: bool, dest: SocketAddr, edge: Option<holdline_proto::EdgeId>) -> TargetId {
+    match edge {
+        Some(e) if deoc => edge_target(e),
+        _ => target_of(dest),
     }
 }
 
@@ -803,6 +826,7 @@ impl Worker {
         self.live_gen = generation;
         let old = self.live.replace(cfg.clone());
         self.core.reconfigure(&cfg);
+        self.settings.deoc_names = crate::deoc_names(&cfg);
         let overload_changed = old.as_ref().is_none_or(|o| o.overload != cfg.overload);
         if old.is_some() && overload_changed {
             let o = &cfg.overload;
@@ -836,6 +860,7 @@ impl Worker {
             s.emulate_cost = Duration::from_micros(o.emulate_cost_us);
             s.emulate_reject_cost =
                 Duration::from_micros(o.emulate_reject_cost_us.unwrap_or(o.emulate_cost_us));
+            s.emulate_sleep = o.emulate_sleep;
             s.invite_max_wait = o.invite_max_wait();
             s.cpu_occupancy = o.occupancy_clock == "cpu";
             s.register_retry_after = (o.register_retry_after_s[0], o.register_retry_after_s[1]);
@@ -901,6 +926,9 @@ impl Worker {
                     snap.throttled_targets.unwrap_or(0)
                 ),
             );
+            let mut targets = Vec::new();
+            h.target_snapshots(&mut targets);
+            crate::metrics::render_deoc_targets(&targets, &self.settings.deoc_names, &mut text);
         }
         if self.settings.defer.is_some() {
             crate::metrics::render_defer(
@@ -1253,21 +1281,23 @@ impl Worker {
             let Some(hop) = self.hop.as_mut() else {
                 continue;
             };
+            let deoc = hop.algorithm() == holdline_overload::Algorithm::Deoc;
             let signal = match e {
                 HopEvent::Feedback(from, report) => Signal::Feedback {
                     from: target_of(from.addr),
                     feedback: feedback_of(report),
                 },
-                HopEvent::Started(to) => Signal::Forwarded {
-                    target: target_of(to.addr),
+                HopEvent::Started(to, edge) => Signal::Forwarded {
+                    target: hop_target(deoc, to.addr, edge),
                 },
                 HopEvent::Ended {
                     to,
+                    edge,
                     status,
                     timed_out,
                     delay,
                 } => Signal::Completed {
-                    target: target_of(to.addr),
+                    target: hop_target(deoc, to.addr, edge),
                     outcome: if timed_out {
                         Outcome::Timeout
                     } else {
@@ -1380,23 +1410,24 @@ impl Worker {
                     _ => r,
                 })
             },
-            &mut |dest: Peer| {
-                // Hop-by-hop control: what the next hop asked for (RFC 7339 / RFC 7415).
+            &mut |dest: Peer, edge| {
+                // Hop-by-hop control: what the next hop asked for (RFC 7339 / RFC 7415);
+                // DEOC: the target edge's restrictor (the next hop's without one).
                 // A controller with a period (DEOC) closes the periods due first.
                 if let Some(h) = hop.as_mut()
                     && h.poll_timeout().is_some_and(|d| d <= fresh)
                 {
                     h.handle_timeout(fresh);
                 }
-                if let Some(h) = hop.as_mut()
-                    && let Some(r) = h
-                        .admit(
-                            fresh,
-                            &Admission::forward(Class::NewInvite, target_of(dest.addr)),
-                        )
+                if let Some(h) = hop.as_mut() {
+                    let deoc = h.algorithm() == holdline_overload::Algorithm::Deoc;
+                    let target = hop_target(deoc, dest.addr, edge);
+                    if let Some(r) = h
+                        .admit(fresh, &Admission::forward(Class::NewInvite, target))
                         .rejection()
-                {
-                    return Some(r);
+                    {
+                        return Some(r);
+                    }
                 }
                 // Smart forwarding: the backlog of the connection the INVITE would go on.
                 // Over TLS the backlog is of TLS records: the kernel's and the queue's.
@@ -1447,6 +1478,15 @@ impl Worker {
         };
         if !cost.is_zero() {
             // Real CPU work, not a sleep: it counts in the occupancy as a slower CPU would.
+            // With `emulate_sleep` the worker waits instead (as busy, the CPU free): a sleep
+            // to within 100 µs of the cost, the rest spun for precision.
+            if self.settings.emulate_sleep {
+                let spin = Duration::from_micros(100);
+                let left = cost.saturating_sub(t.elapsed());
+                if left > spin {
+                    std::thread::sleep(left - spin);
+                }
+            }
             while t.elapsed() < cost {
                 std::hint::spin_loop();
             }

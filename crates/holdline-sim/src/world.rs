@@ -840,7 +840,7 @@ impl Server {
                     Some(r) => Some(gate_rejection(r)),
                 }
             },
-            &mut |dest| {
+            &mut |dest, _| {
                 // The forward gate, as the worker's: a next hop's loss answer (RFC 7339)...
                 if let Some(h) = hop.as_mut()
                     && let Some(r) = h
@@ -1008,7 +1008,7 @@ impl Server {
                         );
                     }
                 }
-                EndpointEvent::BranchStarted { to } => {
+                EndpointEvent::BranchStarted { to, .. } => {
                     if let Some(d) = self.deoc.as_mut()
                         && let Some((target, id)) = d.current.as_ref()
                     {
@@ -1020,6 +1020,7 @@ impl Server {
                     status,
                     timed_out,
                     delay,
+                    ..
                 } => {
                     let Some(d) = self.deoc.as_mut() else {
                         continue;
@@ -1419,6 +1420,7 @@ impl World {
                     p.dns_routes.push(DnsRoute {
                         domain: r.domain.clone(),
                         target,
+                        edge: None,
                     });
                     zone.push((format!("_sip._udp.{name}"), records));
                 } else if r.to_any.is_empty() {
@@ -1428,6 +1430,7 @@ impl World {
                         next_hop: node_addr(to, 0),
                         transport: Transport::Udp,
                         stateless: false,
+                        edge: None,
                     });
                 } else {
                     let mut targets = Vec::new();
@@ -1439,6 +1442,7 @@ impl World {
                         domain: r.domain.clone(),
                         failover: r.failover,
                         targets,
+                        edge: None,
                     });
                 }
             }

@@ -132,9 +132,10 @@ struct ServeArgs {
     /// address, and take a Route naming it as this server's (`record_route_host`).
     #[arg(long, value_name = "HOST[:PORT]")]
     record_route_host: Option<String>,
-    /// Static route DOMAIN=udp:IP:PORT (or tcp:, tls:; `*` for any domain; `,stateless` and,
-    /// for tls, `,server_name=NAME` suffixes), or DOMAIN=sip:NAME resolved with DNS (RFC 3263:
-    /// NAPTR, SRV, A/AAAA; `[dns]` in the config file).
+    /// Static route DOMAIN=udp:IP:PORT (or tcp:, tls:; `*` for any domain; `,stateless`,
+    /// `,deoc_target=NAME` (DEOC's target edge) and, for tls, `,server_name=NAME` suffixes),
+    /// or DOMAIN=sip:NAME resolved with DNS (RFC 3263: NAPTR, SRV, A/AAAA; `[dns]` in the
+    /// config file).
     #[arg(long, value_name = "DOMAIN=TRANSPORT:IP:PORT")]
     route: Vec<Route>,
     /// Local overload control: occ (default), queue-delay, queue-limit, bang-bang, or none
@@ -149,6 +150,10 @@ struct ServeArgs {
     /// (default: --emulate-cost-us).
     #[arg(long, value_name = "N")]
     emulate_reject_cost_us: Option<u64>,
+    /// Capacity emulation: wait the emulated cost (a sleep, the last 100 µs spun) instead of
+    /// spinning it: as busy and as slow, the machine's CPU free.
+    #[arg(long)]
+    emulate_sleep: bool,
     /// TCP smart forwarding to next hops: off, ics or ecs (default ics; off with
     /// `--overload none`).
     #[arg(long, value_name = "off|ics|ecs")]
@@ -412,6 +417,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         overload: args.overload,
         emulate_cost_us: args.emulate_cost_us,
         emulate_reject_cost_us: args.emulate_reject_cost_us,
+        emulate_sleep: args.emulate_sleep.then_some(true),
         smart_forwarding: args.smart_forwarding,
         defer_new_invites: args.defer_new_invites,
         udp_invite_socket: args.udp_invite_socket,

@@ -268,3 +268,228 @@ fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
     assert!((d.r503 as f64) <= gapped, "{summary}");
     assert!(d.ok > 0, "{summary}");
 }
+
+/// What the edge and the two callers saw in [`two_targets`].
+struct Targets {
+    edge: String,
+    /// The core's SIP port (the next hop of both routes).
+    core: u16,
+    /// Calls to the failing target: attempted, completed.
+    failing: (u64, u64),
+    /// Calls to the healthy target: attempted, completed, 503s.
+    healthy: (u64, u64, u64),
+}
+
+/// An edge (`--feedback deoc`) with two routes through the same core to two targets: calls
+/// for `e2.lab` reach a UAS that answers every INVITE 503 (the overloaded path), calls for
+/// `e3.lab` one that answers 200. With `named`, the routes name their target edges
+/// (`deoc_target=E2` / `E3`); without, DEOC's target is the next hop, the core, for both.
+fn two_targets(named: bool) -> Targets {
+    let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
+    let edge_metrics = free_port();
+    let uas = |port: u16, responses: &str| {
+        let g = Guard(
+            load(&[
+                s("uas"),
+                s("--listen"),
+                format!("127.0.0.1:{port}"),
+                s("--responses"),
+                s(responses),
+                s("--max-time"),
+                s("60"),
+                s("--progress"),
+                s("off"),
+            ])
+            .spawn()
+            .expect("spawn uas"),
+        );
+        common::wait_udp_bound(port, Duration::from_secs(10));
+        g
+    };
+    let _bad = uas(bad, "503:1");
+    let _good = uas(good, "200:1");
+    let common_args = |port: u16| {
+        vec![
+            s("--listen"),
+            format!("udp:127.0.0.1:{port}"),
+            s("--store"),
+            s("memory"),
+            s("--workers"),
+            s("1"),
+        ]
+    };
+    let mut core_args = common_args(core);
+    core_args.extend([
+        s("--route"),
+        format!("e2.lab=udp:127.0.0.1:{bad}"),
+        s("--route"),
+        format!("e3.lab=udp:127.0.0.1:{good}"),
+    ]);
+    let core_server = Holdline::start(&core_args);
+    let mut edge_args = common_args(edge);
+    let name = |n: &str| {
+        if named {
+            format!(",deoc_target={n}")
+        } else {
+            String::new()
+        }
+    };
+    edge_args.extend([
+        s("--route"),
+        format!("e2.lab=udp:127.0.0.1:{core}{}", name("E2")),
+        s("--route"),
+        format!("e3.lab=udp:127.0.0.1:{core}{}", name("E3")),
+        s("--metrics"),
+        format!("127.0.0.1:{edge_metrics}"),
+        s("--feedback"),
+        s("deoc"),
+    ]);
+    let edge_server = Holdline::start(&edge_args);
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 15 s of 100 calls/s to each.
+    let uac = |domain: &str, json: &Path| {
+        Guard(
+            load(&[
+                s("uac"),
+                s("--target"),
+                format!("127.0.0.1:{edge}"),
+                s("--to"),
+                format!("user{{0..99}}@{domain}"),
+                s("--rate"),
+                s("100"),
+                s("--duration"),
+                s("15"),
+                s("--drain"),
+                s("5"),
+                s("--max-time"),
+                s("40"),
+                s("--progress"),
+                s("off"),
+                s("--json"),
+                json.display().to_string(),
+            ])
+            .spawn()
+            .expect("spawn uac"),
+        )
+    };
+    let (bad_json, good_json) = (dir.path().join("e2.json"), dir.path().join("e3.json"));
+    let mut to_bad = uac("e2.lab", &bad_json);
+    let mut to_good = uac("e3.lab", &good_json);
+    for u in [&mut to_bad, &mut to_good] {
+        let status = u
+            .wait_for(Duration::from_secs(45))
+            .expect("the UAC stops by itself");
+        assert!(status.success(), "uac: {status:?}");
+    }
+    let t = Targets {
+        edge: scrape(SocketAddr::from(([127, 0, 0, 1], edge_metrics))),
+        core,
+        failing: (total(&bad_json, "attempted"), total(&bad_json, "calls_ok")),
+        healthy: (
+            total(&good_json, "attempted"),
+            total(&good_json, "calls_ok"),
+            total(&good_json, "r503"),
+        ),
+    };
+    drop(edge_server);
+    drop(core_server);
+    t
+}
+
+#[test]
+fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
+    // The routes name their target edges: E2's calls (every one answered 503 on its path)
+    // and E3's (every one answered 200) are counted against two targets, whose states
+    // differ: E2's 503s never touch E3's calls.
+    let t = two_targets(true);
+    let m = |name: &str, target: &str| metric(&t.edge, name, &[&format!("target=\"{target}\"")]);
+    let summary = format!(
+        "named: E2 admitted {} rejections {} gapped {} rate {}; E3 admitted {} rejections {} \
+         gapped {}; to E2 {:?} (attempted, ok), to E3 {:?} (attempted, ok, 503)",
+        m("holdline_deoc_target_admitted_total", "E2"),
+        m("holdline_deoc_target_rejections_total", "E2"),
+        m("holdline_deoc_target_gapped_total", "E2"),
+        m("holdline_deoc_target_rate", "E2"),
+        m("holdline_deoc_target_admitted_total", "E3"),
+        m("holdline_deoc_target_rejections_total", "E3"),
+        m("holdline_deoc_target_gapped_total", "E3"),
+        t.failing,
+        t.healthy
+    );
+    eprintln!("{summary}");
+    assert_eq!(t.failing.1, 0, "every call to E2 fails: {summary}");
+    // Every failure of E2's path is E2's: its state is being cut (overload recovery, a rate).
+    assert!(
+        m("holdline_deoc_target_rejections_total", "E2") > 0.0,
+        "{summary}\n{}",
+        t.edge
+    );
+    assert!(
+        m("holdline_deoc_target_rate", "E2") > 0.0,
+        "E2's admitted rate: {summary}\n{}",
+        t.edge
+    );
+    // E3 has seen no rejection: terminated (admitting everything), nothing gapped, every
+    // call completed.
+    assert_eq!(
+        m("holdline_deoc_target_rejections_total", "E3"),
+        0.0,
+        "{summary}"
+    );
+    assert_eq!(
+        m("holdline_deoc_target_gapped_total", "E3"),
+        0.0,
+        "{summary}"
+    );
+    assert_eq!(
+        metric(
+            &t.edge,
+            "holdline_deoc_target_state",
+            &["target=\"E3\"", "state=\"terminated\""]
+        ),
+        1.0,
+        "{summary}\n{}",
+        t.edge
+    );
+    assert_eq!(
+        m("holdline_deoc_target_admitted_total", "E3") as u64,
+        t.healthy.0
+    );
+    assert_eq!(t.healthy.2, 0, "no call to E3 is turned away: {summary}");
+    assert_eq!(
+        t.healthy.0, t.healthy.1,
+        "every call to E3 completes: {summary}"
+    );
+
+    // Control: without the routes' targets the next hop, the core, is DEOC's one target for
+    // both flows: E3's calls are counted with E2's failures in one state.
+    let c = two_targets(false);
+    let hop = format!("127.0.0.1:{}", c.core);
+    let n = |name: &str| metric(&c.edge, name, &[&format!("target=\"{hop}\"")]);
+    let summary = format!(
+        "next hop {hop}: admitted {} rejections {} gapped {}; to E2 {:?}, to E3 {:?} \
+         (attempted, ok, 503)",
+        n("holdline_deoc_target_admitted_total"),
+        n("holdline_deoc_target_rejections_total"),
+        n("holdline_deoc_target_gapped_total"),
+        c.failing,
+        c.healthy
+    );
+    eprintln!("{summary}");
+    assert!(
+        n("holdline_deoc_target_rejections_total") > 0.0,
+        "{summary}\n{}",
+        c.edge
+    );
+    assert!(
+        n("holdline_deoc_target_admitted_total") as u64 > c.failing.0,
+        "E3's calls share the next hop's state: {summary}\n{}",
+        c.edge
+    );
+    assert_eq!(
+        metric(&c.edge, "holdline_deoc_target_state", &["target=\"E3\""]),
+        0.0,
+        "no per-edge state without deoc_target: {}",
+        c.edge
+    );
+}

@@ -140,6 +140,7 @@ pub(crate) fn proxy_config(listen: &[SocketAddr], spec: &Spec, seed: u64) -> Pro
         next_hop: spec.uas,
         transport: Transport::Udp,
         stateless: !spec.stateful,
+        edge: None,
     }];
     p.mode = if spec.stateful {
         ProxyMode::Stateful

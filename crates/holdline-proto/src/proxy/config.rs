@@ -21,6 +21,25 @@ pub struct ListenAddr {
     pub addr: SocketAddr,
 }
 
+/// The target edge a route names for end-to-end overload control (seed 003's DEOC): the
+/// egress edge server its calls leave the network by, however many hops away. A number
+/// derived from the name (64-bit FNV-1a), so that every worker and every reload give the same
+/// name the same number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EdgeId(pub u64);
+
+impl EdgeId {
+    /// The number of the edge named `name`.
+    pub fn of(name: &str) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.as_bytes() {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        Self(h)
+    }
+}
+
 /// A static route: requests whose Request-URI host is `domain` (or any host, for `*`) go to
 /// `next_hop` over `transport`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +54,9 @@ pub struct StaticRoute {
     /// Forward matching requests statelessly (RFC 3261 §16.11): no transactions, a branch
     /// derived from the incoming one, responses routed back by their Via.
     pub stateless: bool,
+    /// The target edge of its calls for end-to-end overload control (`None`: the next hop
+    /// is the target).
+    pub edge: Option<EdgeId>,
 }
 
 /// A route to a next hop given by DNS name (RFC 3263): requests whose Request-URI host is
@@ -47,6 +69,9 @@ pub struct DnsRoute {
     pub domain: String,
     /// The next hop's name (`sip:proxy.example.net`).
     pub target: crate::dns::DnsTarget,
+    /// The target edge of its calls for end-to-end overload control (`None`: the next hop
+    /// is the target).
+    pub edge: Option<EdgeId>,
 }
 
 /// Identifier-based load sharing (seed 001): requests for `domain` (or every domain, `*`)
@@ -66,6 +91,9 @@ pub struct HashRoute {
     /// 404 and a passing overload (503) would reach the caller as "no such user". A target
     /// that probing found down is passed over either way.
     pub failover: bool,
+    /// The target edge of its calls for end-to-end overload control (`None`: the next hop
+    /// is the target).
+    pub edge: Option<EdgeId>,
 }
 
 /// One destination of a [`HashRoute`].

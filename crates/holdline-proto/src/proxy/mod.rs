@@ -29,8 +29,8 @@ use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
 pub use config::{
-    DnsRoute, HashRoute, HashTarget, HostPortError, IpNet, IpNetError, ListenAddr, ProbeConfig,
-    ProxyConfig, ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
+    DnsRoute, EdgeId, HashRoute, HashTarget, HostPortError, IpNet, IpNetError, ListenAddr,
+    ProbeConfig, ProxyConfig, ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
 };
 use config::{split_host_port, trim_dot};
 

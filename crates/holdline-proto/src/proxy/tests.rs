@@ -1305,6 +1305,7 @@ fn a_user_at_the_proxy_address_follows_the_default_route_without_a_binding() {
         next_hop: ua_addr(5),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::answers(10, 20, 200))]);
     // What SIPp's built-in uac sends: the Request-URI is the proxy's own address.
@@ -1332,6 +1333,7 @@ fn a_request_routed_to_the_proxy_itself_gets_482_and_is_never_sent_there() {
         next_hop: PROXY,
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice()]);
     net.send(
@@ -1361,6 +1363,7 @@ fn a_request_that_comes_back_through_another_proxy_gets_482() {
         next_hop: ua_addr(5),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::rings_forever())]);
     net.send(
@@ -1407,6 +1410,7 @@ fn options_to_the_proxy_address_without_a_port_is_answered_not_forwarded() {
         next_hop: ua_addr(5),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::answers(1, 2, 200))]);
     let r = answer_to(
@@ -1501,6 +1505,7 @@ fn stateless_static_route_keeps_no_state() {
         next_hop: ua_addr(4),
         transport: Transport::Udp,
         stateless: true,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice(), Ua::new(4, Script::answers(10, 20, 200))]);
     let msg = request(
@@ -1556,6 +1561,7 @@ fn static_route_forwards_statefully() {
         next_hop: ua_addr(5),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice(), Ua::new(5, Script::answers(10, 20, 200))]);
     net.send(
@@ -1928,7 +1934,7 @@ fn gate_rejects_a_new_invite_statelessly_with_503() {
             asked += 1;
             Some(REJECT)
         },
-        &mut |_| None,
+        &mut |_, _| None,
     );
     assert!(rejected);
     assert_eq!(asked, 1);
@@ -1984,7 +1990,7 @@ fn gate_classifies_registers_as_new_registrations_or_refreshes() {
                 asked.push(ask);
                 answer
             },
-            &mut |_| None,
+            &mut |_, _| None,
         );
         (ended, drain(e))
     };
@@ -2045,7 +2051,7 @@ fn gate_puts_retry_after_when_configured() {
         udp(ua_addr(1)),
         Transport::Udp,
         &mut |_, _| Some(r),
-        &mut |_| None,
+        &mut |_, _| None,
     ));
     let out = drain(&mut e);
     assert_eq!(
@@ -2072,7 +2078,7 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         from,
         Transport::Udp,
         &mut |_, _| None,
-        &mut |_| { None }
+        &mut |_, _| { None }
     ));
     assert!(!e.transactions().is_empty());
     drain(&mut e);
@@ -2137,7 +2143,7 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         ),
     ];
     for m in &msgs {
-        assert!(!e.handle_admitting(ms(1), m, from, Transport::Udp, &mut gate, &mut |_| None));
+        assert!(!e.handle_admitting(ms(1), m, from, Transport::Udp, &mut gate, &mut |_, _| None));
     }
     let mut resp = Vec::new();
     build_response(
@@ -2155,7 +2161,7 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         udp(ua_addr(2)),
         Transport::Udp,
         &mut gate,
-        &mut |_| None
+        &mut |_, _| None
     ));
     // A malformed INVITE goes the usual way too (400), not to the gate.
     let bad = request(
@@ -2166,7 +2172,11 @@ fn gate_is_never_asked_about_admitted_calls_or_other_messages() {
         1,
         &[("CSeq", "x")],
     );
-    assert!(!e.handle_admitting(ms(1), &bad, from, Transport::Udp, &mut gate, &mut |_| None));
+    assert!(
+        !e.handle_admitting(ms(1), &bad, from, Transport::Udp, &mut gate, &mut |_, _| {
+            None
+        })
+    );
     assert_eq!(asked, 0, "the gate is asked about new work only");
     assert_eq!(e.stats().rejected_by_gate, 0);
     assert_eq!(
@@ -2187,7 +2197,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         from,
         Transport::Udp,
         &mut |_, _| Some(REJECT),
-        &mut |_| None
+        &mut |_, _| None
     ));
     let out = drain(&mut e);
     let to = header(&out[0], HeaderName::To).expect("To");
@@ -2198,7 +2208,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         from,
         Transport::Udp,
         &mut |_, _| Some(REJECT),
-        &mut |_| None
+        &mut |_, _| None
     ));
     assert_eq!(header(&drain(&mut e)[0], HeaderName::To), Some(to.clone()));
     // The caller's ACK (same branch, CSeq number, Call-ID, From tag; the 503's To tag).
@@ -2220,7 +2230,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
             asked += 1;
             None
         },
-        &mut |_| None
+        &mut |_, _| None
     ));
     assert_eq!(asked, 0);
     assert!(
@@ -2243,7 +2253,7 @@ fn gate_absorbs_the_ack_of_its_rejection_and_nothing_else() {
         from,
         Transport::Udp,
         &mut |_, _| None,
-        &mut |_| None
+        &mut |_, _| None
     ));
     assert_eq!(e.stats().gate_acks_absorbed, 1);
 }
@@ -2271,7 +2281,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         from,
         Transport::Udp,
         &mut |_, _| Some(REJECT),
-        &mut |_| None
+        &mut |_, _| None
     ));
     let to = header(&drain(&mut reader)[0], HeaderName::To).expect("To");
     let ack = request(
@@ -2288,7 +2298,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         from,
         Transport::Udp,
         &mut |_, _| None,
-        &mut |_| { None }
+        &mut |_, _| { None }
     ));
     assert!(drain(&mut owner).is_empty(), "absorbed, not forwarded");
     assert_eq!(owner.stats().gate_acks_absorbed, 1);
@@ -2299,7 +2309,7 @@ fn another_worker_with_the_same_gate_key_absorbs_the_ack_of_a_rejection() {
         from,
         Transport::Udp,
         &mut |_, _| None,
-        &mut |_| None
+        &mut |_, _| None
     ));
     assert_eq!(stranger.stats().gate_acks_absorbed, 0);
 }
@@ -2330,7 +2340,7 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
         from,
         Transport::Udp,
         &mut |_, _| None,
-        &mut |dest| {
+        &mut |dest, _| {
             asked.push(dest.addr);
             Some(REJECT)
         },
@@ -2371,7 +2381,7 @@ fn forward_gate_rejects_a_new_invite_when_every_next_hop_refuses_it() {
             from,
             Transport::Udp,
             &mut |_, _| None,
-            &mut |_| {
+            &mut |_, _| {
                 asked += 1;
                 Some(REJECT)
             },
@@ -2435,6 +2445,7 @@ fn trusted_sources_open_relay_routes_and_dialogs_are_relayed() {
         next_hop: ua_addr(9),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let net = relay_attempt(c, "INVITE", "sip:carol@elsewhere.example", &[]);
     assert_eq!(net.ua(9).requests("INVITE").len(), 1);
@@ -2490,6 +2501,7 @@ fn routed_config() -> ProxyConfig {
         next_hop: ua_addr(5),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     c
 }
@@ -2702,7 +2714,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
             asked.push(exempt);
             (!exempt).then_some(REJECT)
         },
-        &mut |_| None,
+        &mut |_, _| None,
     );
     assert!(!rejected);
     assert_eq!((asked.as_slice(), e.stats().gate_exempt), (&[true][..], 1));
@@ -2736,7 +2748,7 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
             asked.push(exempt);
             (!exempt).then_some(REJECT)
         },
-        &mut |_| None,
+        &mut |_, _| None,
     );
     assert!(rejected);
     assert_eq!(asked, [true, false]);
@@ -2812,7 +2824,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
             udp(ua_addr(client)),
             Transport::Udp,
             &mut |_, exempt| (!exempt).then_some(REJECT),
-            &mut |_| None,
+            &mut |_, _| None,
         ));
         sent += 1;
     }
@@ -2866,7 +2878,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
             asked.push(exempt);
             None
         },
-        &mut |_| None,
+        &mut |_, _| None,
     );
     assert_eq!(asked, [false]);
     let out = drain_to(&mut e, ms(3));
@@ -3208,6 +3220,64 @@ fn registering_another_users_address_is_forbidden() {
 }
 
 #[test]
+fn a_routes_target_edge_reaches_the_forward_gate_and_the_branch_events() {
+    // Two routes through the same next hop to two target edges, and a default route
+    // without one: the gate and the events name the edge of the route the call took.
+    let mut c = config();
+    let route = |domain: &str, edge: Option<&str>| StaticRoute {
+        domain: domain.into(),
+        next_hop: ua_addr(5),
+        transport: Transport::Udp,
+        stateless: false,
+        edge: edge.map(EdgeId::of),
+    };
+    c.static_routes = vec![
+        route("e2.example.net", Some("E2")),
+        route("e3.example.net", Some("E3")),
+        route("*", None),
+    ];
+    c.branch_events = true;
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    let mut asked = Vec::new();
+    for (i, host) in ["e2.example.net", "e3.example.net", "far.example.net"]
+        .iter()
+        .enumerate()
+    {
+        let ruri = format!("sip:bob@{host}");
+        let branch = format!("z9hG4bKedge{i}");
+        let msg = request("INVITE", &ruri, ua_addr(1), &branch, 1, &[]);
+        assert!(!e.handle_admitting(
+            ms(0),
+            &msg,
+            udp(ua_addr(1)),
+            Transport::Udp,
+            &mut |_, _| None,
+            &mut |dest, edge| {
+                asked.push((dest.addr, edge));
+                None
+            },
+        ));
+    }
+    let (e2, e3) = (EdgeId::of("E2"), EdgeId::of("E3"));
+    assert_ne!(e2, e3);
+    assert_eq!(
+        asked,
+        [
+            (ua_addr(5), Some(e2)),
+            (ua_addr(5), Some(e3)),
+            (ua_addr(5), None)
+        ]
+    );
+    let mut started = Vec::new();
+    while let Some(ev) = e.poll_event() {
+        if let crate::EndpointEvent::BranchStarted { to, edge } = ev {
+            started.push((to.addr, edge));
+        }
+    }
+    assert_eq!(started, asked, "each branch carries its route's edge");
+}
+
+#[test]
 fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
     let mut c = routed_config();
     c.branch_events = true;
@@ -3234,7 +3304,8 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
     assert_eq!(
         events(&mut e),
         [crate::EndpointEvent::BranchStarted {
-            to: udp(ua_addr(5))
+            to: udp(ua_addr(5)),
+            edge: None,
         }]
     );
     let mut busy = Vec::new();
@@ -3252,6 +3323,7 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
         events(&mut e),
         [crate::EndpointEvent::BranchEnded {
             to: udp(ua_addr(5)),
+            edge: None,
             status: 486,
             timed_out: false,
             delay: Duration::from_millis(30),
@@ -3466,6 +3538,7 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
         domain: "example.net".into(),
         failover: true,
         targets: targets.clone(),
+        edge: None,
     }];
     let mut net = Net::new(
         c,
@@ -3565,6 +3638,7 @@ fn failover_net_with(user: &str, first: Script, run_ms: u64, failover: bool) -> 
         domain: "example.net".into(),
         failover,
         targets,
+        edge: None,
     }];
     let mut net = Net::new(
         c,
@@ -3647,6 +3721,7 @@ fn probing_takes_a_dead_target_out_of_its_users_way() {
         domain: "example.net".into(),
         failover: true,
         targets,
+        edge: None,
     }];
     c.probe = Some(ProbeConfig::default());
     let silent = Script {
@@ -3699,6 +3774,7 @@ fn probes_carry_a_call_id_their_worker_owns() {
             HashTarget::new(ua_addr(5), Transport::Udp, 1.0),
             HashTarget::new(ua_addr(6), Transport::Udp, 1.0),
         ],
+        edge: None,
     }];
     c.probe = Some(ProbeConfig::default());
     let shard = crate::shard::Shard {
@@ -3755,6 +3831,7 @@ fn dns_net(primary: Script, backup: Script) -> Net {
     c.dns_routes = vec![DnsRoute {
         domain: "example.net".into(),
         target: "sip:svc.example.net".parse().expect("target"),
+        edge: None,
     }];
     // Another domain on a static route, to the backup.
     c.static_routes = vec![StaticRoute {
@@ -3762,6 +3839,7 @@ fn dns_net(primary: Script, backup: Script) -> Net {
         next_hop: ua_addr(6),
         transport: Transport::Udp,
         stateless: false,
+        edge: None,
     }];
     let mut net = Net::new(c, vec![alice(), Ua::new(5, primary), Ua::new(6, backup)]);
     dns_answer(
@@ -3935,6 +4013,7 @@ fn parking_is_bounded_and_a_cancel_ends_a_parked_invite() {
     c.dns_routes = vec![DnsRoute {
         domain: "*".into(),
         target: "sip:svc.example.net".parse().expect("target"),
+        edge: None,
     }];
     c.dns.max_parked_per_name = 2;
     let mut net = Net::new(c, vec![alice()]);
@@ -3985,6 +4064,7 @@ fn hash_route_targets_may_be_names_resolved_with_dns() {
         domain: "example.net".into(),
         failover: true,
         targets,
+        edge: None,
     }];
     c.probe = Some(ProbeConfig::default());
     let mut net = Net::new(
@@ -4214,6 +4294,7 @@ fn cluster_net(dead: u8, probe: bool) -> (Net, String) {
         domain: "c1.example.net".into(),
         failover: true,
         targets,
+        edge: None,
     }];
     c.probe = probe.then(ProbeConfig::default);
     let live = if dead == 5 { 6 } else { 5 };
@@ -4360,6 +4441,7 @@ fn stateless_net(user: &str, first: Script, second: Script, probe: bool) -> (Net
         domain: "example.net".into(),
         failover: true,
         targets,
+        edge: None,
     }];
     c.probe = probe.then(ProbeConfig::default);
     let net = Net::new(c, vec![alice(), Ua::new(a, first), Ua::new(b, second)]);
@@ -4752,6 +4834,7 @@ fn redirect_mode_on_a_first_stage_sends_the_caller_to_the_hashed_cluster_then_it
         domain: "example.net".into(),
         failover: true,
         targets,
+        edge: None,
     }];
     let mut net = Net::new(
         c,
@@ -4960,7 +5043,7 @@ fn forwarded_invites_tell_the_next_hop_the_load_offered_to_it() {
                 udp(ua_addr(1)),
                 Transport::Udp,
                 &mut |_, _| None,
-                &mut |_| reject.then_some(REJECT),
+                &mut |_, _| reject.then_some(REJECT),
             );
             let out = drain_to(&mut e, now);
             if let Some((_, fwd)) = out.iter().find(|(p, _)| p.addr == ua_addr(5)) {
@@ -4988,6 +5071,7 @@ fn a_reconfigured_route_takes_new_calls_and_the_call_in_progress_finishes_where_
             next_hop: ua_addr(ua),
             transport: Transport::Udp,
             stateless: false,
+            edge: None,
         }]
     };
     let mut c = config();
