@@ -136,6 +136,9 @@ pub(crate) struct CtlServer {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The listening socket (a second handle): shut down to wake the blocking `accept`
+    /// even when the socket's file is gone.
+    listener: Option<UnixListener>,
 }
 
 /// Why the control socket could not be set up.
@@ -179,6 +182,7 @@ impl CtlServer {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
+        let waker = listener.try_clone().ok();
         let thread = std::thread::Builder::new()
             .name("holdline-ctl".into())
             .spawn(move || serve(&listener, &ctx, &stop2))
@@ -187,6 +191,7 @@ impl CtlServer {
             path: path.to_owned(),
             stop,
             thread: Some(thread),
+            listener: waker,
         })
     }
 
@@ -198,7 +203,12 @@ impl CtlServer {
     /// Stops the thread and removes the socket file.
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Relaxed);
-        // Wake the blocking accept.
+        // Wake the blocking accept: shutting the listener down makes it fail at once (Linux:
+        // EINVAL), even when the socket's file was removed meanwhile (a connection to the
+        // path would then not reach it, and the join below would wait forever).
+        if let Some(l) = &self.listener {
+            let _ = socket2::SockRef::from(l).shutdown(std::net::Shutdown::Both);
+        }
         let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

@@ -536,3 +536,26 @@ fn next_hops_show_probed_targets_and_follow_a_reload() {
     }
     drop(server);
 }
+
+/// The control socket's file removed while the server runs (a data directory cleaned up,
+/// a package purged): SIGINT still stops the server within its grace — the control thread's
+/// blocking accept is woken by shutting the listener down, not by connecting to the path.
+#[test]
+fn the_server_stops_when_its_control_socket_file_is_gone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (port, uas) = (free_port(), free_port());
+    let file = dir.path().join("holdline.toml");
+    std::fs::write(&file, config(dir.path(), port, uas, 0.9, 20, 500)).expect("config");
+    let server = Holdline::start(&[s("--config"), file.display().to_string()]);
+    let sock = dir.path().join("ctl.sock");
+    let (ok, _) = ctl_json(&sock, &["status"]);
+    assert!(ok, "the control socket answers");
+    std::fs::remove_file(&sock).expect("remove the socket file");
+    let status = Command::new("kill")
+        .args(["-INT", &server.pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let (status, rest) = server.wait_exit(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}\n{rest}");
+}
