@@ -100,19 +100,12 @@ impl Records {
     }
 }
 
-/// The workers' shared end: offers batches to the capture thread. Held in the workers'
-/// shared state; the capture thread ends once it and every [`Batch`] are dropped and the
-/// queue is empty.
+/// The workers' shared end: hands each worker a [`Batch`]. Held in the workers' shared
+/// state; the capture thread ends once it and every [`Batch`] are dropped and the queue is
+/// empty.
 #[derive(Debug)]
 pub(crate) struct Capture {
-    tx: Sender<Records>,
-    pool: (Sender<Records>, Receiver<Records>),
-    /// Messages in the queue (the capture thread takes them off when it receives a batch).
-    queued: Arc<AtomicUsize>,
-    /// The queue's bound, in messages (`[capture] queue`).
-    limit: usize,
-    /// `sample`'s threshold (see [`sampled_out`]); `u64::MAX`: every call.
-    threshold: u64,
+    ends: CaptureHandle,
     pub(crate) stats: Arc<CaptureStats>,
 }
 
@@ -128,13 +121,17 @@ pub(crate) struct Batch {
     last_us: u64,
 }
 
-/// What a worker's [`Batch`] needs of [`Capture`] (a clone of its ends).
+/// The queue's ends a [`Batch`] uses (each worker's batch has a clone).
 #[derive(Debug, Clone)]
 struct CaptureHandle {
     tx: Sender<Records>,
+    /// Emptied batches the capture thread returns.
     pool: Receiver<Records>,
+    /// Messages in the queue (the capture thread takes them off when it receives a batch).
     queued: Arc<AtomicUsize>,
+    /// The queue's bound, in messages (`[capture] queue`).
     limit: usize,
+    /// `sample`'s threshold (see [`sampled_out`]); `u64::MAX`: every call.
     threshold: u64,
     stats: Arc<CaptureStats>,
 }
@@ -171,14 +168,7 @@ impl Capture {
     /// A batch for one worker.
     pub(crate) fn batch(&self) -> Batch {
         Batch {
-            shared: CaptureHandle {
-                tx: self.tx.clone(),
-                pool: self.pool.1.clone(),
-                queued: self.queued.clone(),
-                limit: self.limit,
-                threshold: self.threshold,
-                stats: self.stats.clone(),
-            },
+            shared: self.ends.clone(),
             records: Records::default(),
             now_us: 0,
             last_us: 0,
@@ -414,11 +404,14 @@ pub(crate) fn start(s: &CaptureSettings) -> Result<Option<Capture>, CaptureError
         .map_err(CaptureError::Thread)?;
     tracing::info!(%collector, agent_id = s.agent_id, sample = s.sample, ?priority, "SIP capture (HEP v3) on");
     Ok(Some(Capture {
-        tx,
-        pool,
-        queued,
-        limit: s.queue.max(1),
-        threshold: threshold_of(s.sample),
+        ends: CaptureHandle {
+            tx,
+            pool: pool.1,
+            queued,
+            limit: s.queue.max(1),
+            threshold: threshold_of(s.sample),
+            stats: stats.clone(),
+        },
         stats,
     }))
 }
@@ -601,13 +594,17 @@ mod tests {
     /// A `Capture` whose queue is never read, and its receiving end.
     fn unread(queue: usize) -> (Capture, Receiver<Records>) {
         let (tx, rx) = crossbeam_channel::bounded(queue);
+        let stats = Arc::new(CaptureStats::default());
         let cap = Capture {
-            tx,
-            pool: crossbeam_channel::bounded(4),
-            queued: Arc::new(AtomicUsize::new(0)),
-            limit: queue,
-            threshold: u64::MAX,
-            stats: Arc::new(CaptureStats::default()),
+            ends: CaptureHandle {
+                tx,
+                pool: crossbeam_channel::bounded(4).1,
+                queued: Arc::new(AtomicUsize::new(0)),
+                limit: queue,
+                threshold: u64::MAX,
+                stats: stats.clone(),
+            },
+            stats,
         };
         (cap, rx)
     }
@@ -626,7 +623,7 @@ mod tests {
         batch.flush();
         batch.flush();
         assert_eq!(rx.len(), 1, "one batch, and an empty flush sends nothing");
-        assert_eq!(cap.queued.load(Relaxed), 2);
+        assert_eq!(cap.ends.queued.load(Relaxed), 2);
         let r = rx.try_recv().expect("queued");
         let got: Vec<_> = r
             .iter()
@@ -665,7 +662,7 @@ mod tests {
         }
         assert_eq!(rx.len(), 1);
         assert_eq!(cap.stats.dropped_queue.load(Relaxed), 4);
-        assert_eq!(cap.queued.load(Relaxed), 2);
+        assert_eq!(cap.ends.queued.load(Relaxed), 2);
         // A batch that reaches its size is handed over without waiting for the flush.
         let (cap, rx) = unread(1 << 20);
         let mut batch = cap.batch();

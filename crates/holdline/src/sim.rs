@@ -1084,52 +1084,27 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
         }
     }
     let t0 = StdInstant::now();
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = seeds.len();
-    let mut outcomes: Vec<CheckOutcome> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..a.jobs.clamp(1, 64))
-            .map(|_| {
-                scope.spawn(|| -> anyhow::Result<Vec<CheckOutcome>> {
-                    let mut mine = Vec::new();
-                    loop {
-                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&seed) = seeds.get(k) else {
-                            return Ok(mine);
-                        };
-                        let o = check_seed(seed)?;
-                        for v in &o.violations {
-                            eprintln!("check: seed {seed}: {v}");
-                        }
-                        mine.push(o);
-                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        // Progress every 5 s while the threads run.
-        let mut last = StdInstant::now();
-        while handles.iter().any(|h| !h.is_finished()) {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            if last.elapsed().as_secs_f64() >= 5.0 {
-                last = StdInstant::now();
-                let n = done.load(std::sync::atomic::Ordering::Relaxed);
-                eprintln!(
-                    "check: {n}/{total} seeds in {:.0} s",
-                    t0.elapsed().as_secs_f64()
-                );
+    let outcomes: Vec<CheckOutcome> = par_map(
+        &seeds,
+        a.jobs,
+        |&seed| {
+            let o = check_seed(seed)?;
+            for v in &o.violations {
+                eprintln!("check: seed {seed}: {v}");
             }
-        }
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("a check thread panicked"))??,
+            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(o)
+        },
+        || {
+            let n = done.load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!(
+                "check: {n}/{total} seeds in {:.0} s",
+                t0.elapsed().as_secs_f64()
             );
-        }
-        Ok::<_, anyhow::Error>(all)
-    })?;
-    outcomes.sort_by_key(|o| o.seed);
+        },
+    )?;
     let wall = t0.elapsed().as_secs_f64();
     let failed: Vec<&CheckOutcome> = outcomes
         .iter()
@@ -1176,22 +1151,46 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
 
 /// Runs `tasks` (scenario, run index) on `jobs` threads; outputs in task order.
 fn par_runs(tasks: &[(Scenario, u64)], jobs: usize) -> anyhow::Result<Vec<RunOutput>> {
+    par_map(
+        tasks,
+        jobs,
+        |(sc, r)| Ok(World::new(sc, *r)?.run(|_| {})),
+        || {},
+    )
+}
+
+/// `f` over `items` on `jobs` threads, results in item order; `tick` is called every 5 s
+/// while they run (progress lines).
+fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(&T) -> anyhow::Result<R> + Sync,
+    mut tick: impl FnMut(),
+) -> anyhow::Result<Vec<R>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut all: Vec<(usize, RunOutput)> = std::thread::scope(|scope| {
+    let mut all: Vec<(usize, R)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..jobs.clamp(1, 64))
             .map(|_| {
-                scope.spawn(|| -> anyhow::Result<Vec<(usize, RunOutput)>> {
+                scope.spawn(|| -> anyhow::Result<Vec<(usize, R)>> {
                     let mut mine = Vec::new();
                     loop {
                         let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((sc, r)) = tasks.get(k) else {
+                        let Some(item) = items.get(k) else {
                             return Ok(mine);
                         };
-                        mine.push((k, World::new(sc, *r)?.run(|_| {})));
+                        mine.push((k, f(item)?));
                     }
                 })
             })
             .collect();
+        let mut last = StdInstant::now();
+        while handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if last.elapsed().as_secs_f64() >= 5.0 {
+                last = StdInstant::now();
+                tick();
+            }
+        }
         let mut all = Vec::new();
         for h in handles {
             match h.join() {
