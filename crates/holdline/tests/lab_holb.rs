@@ -62,7 +62,19 @@ fn holb_runs_sctp_ordered_and_unordered_across_a_lossy_link() {
         let run = &p["runs"][0];
         let calls = run["calls"].as_u64().expect("calls");
         assert!(calls >= 100, "{p}");
-        assert_eq!(run["rang"].as_u64(), Some(calls), "every call rang: {p}");
+        assert_eq!(
+            run["completed"].as_u64(),
+            Some(calls),
+            "every call completed: {p}"
+        );
+        let rang = run["rang"].as_u64().expect("rang");
+        if p["transport"] == "sctp-unordered" {
+            // Unordered delivery lets a 200 overtake its 180 when the 180 is lost and
+            // retransmitted (the caller then ignores the late 180): nearly every call rang.
+            assert!(rang * 100 >= calls * 95, "nearly every call rang: {p}");
+        } else {
+            assert_eq!(rang, calls, "every call rang: {p}");
+        }
         // INVITE out and 180 back each cross the 20 ms link.
         assert!(run["psd_p50_ms"].as_f64().expect("p50") >= 40.0, "{p}");
         lost += run["lost"][0].as_u64().unwrap_or(0) + run["lost"][1].as_u64().unwrap_or(0);
