@@ -322,6 +322,9 @@ pub struct AgentConfig {
     pub interval: Duration,
     /// Goodput window.
     pub goodput_window: Duration,
+    /// Calls placed this long after the start or later also go into the steady-state PDD
+    /// histogram (`pdd_steady`); `None`: none.
+    pub steady_after: Option<Duration>,
     /// Seed of every random choice.
     pub seed: u64,
     /// UAC and UAS share this process's clock: the UAC stamps INVITEs and the UAS measures
@@ -342,6 +345,7 @@ impl AgentConfig {
             timers: Timers::default(),
             interval: Duration::from_secs(1),
             goodput_window: Duration::from_secs(10),
+            steady_after: None,
             seed: 1,
             shared_clock: false,
         }

@@ -281,7 +281,8 @@ impl Agent {
             }
             None => None,
         };
-        let rec = Recorder::new(now, cfg.interval, cfg.goodput_window);
+        let mut rec = Recorder::new(now, cfg.interval, cfg.goodput_window);
+        rec.steady_from = cfg.steady_after.and_then(|d| now.checked_add(d));
         let mut agent = Self {
             cfg,
             token: token.to_vec(),

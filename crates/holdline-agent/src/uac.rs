@@ -660,8 +660,7 @@ impl Uac {
                     return;
                 }
                 cx.rec.c.r200 += 1;
-                cx.rec
-                    .record_answer(now.saturating_duration_since(call.t_invite));
+                cx.rec.record_answer_sent(call.t_invite, now);
                 call.timer_a = None;
                 call.timer_b = None;
                 call.failover_at = None;

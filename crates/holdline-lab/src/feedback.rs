@@ -9,7 +9,8 @@
 //! | `none` | `--overload none` (no control, no feedback) | `--overload none`: the kernel's receive buffer is a drop-tail queue |
 //! | `occ` | `--feedback none` (local control only, nothing offered) | local OCC (holdline's default): the RE rejects the excess itself |
 //! | `loss` | `--feedback loss`: offer `oc` in the Via, drop the share of new INVITEs the RE asks for (503 upstream) | local OCC, answering offering clients with its acceptance as a loss percentage (`feedback_answer = true`); their INVITEs skip its gate |
-//! | `rate`, `window` | not implemented yet (the RE answers loss percentages only) | |
+//! | `rate` | `--feedback rate`: offer `oc;oc-algo="rate"`, keep under the RE's share of its rate | local OCC, answering rate clients with an even share of its rate |
+//! | `window` | `--feedback explicit-window`: offer `oc;oc-algo="window"`, keep at most the RE's window of new INVITEs unanswered | local OCC, answering window clients with an even share of a window of its read rate × 20 ms |
 //!
 //! The RE's capacity is limited either by emulated work (`--cost-us`, 1 ms per message by
 //! default, rejections their real cost) or, with `--cpu-quota PCT`, by a cgroup v1 CPU group
@@ -54,9 +55,7 @@ const MESSAGES_PER_CALL: f64 = 6.0;
 /// A call counts as goodput when its 200 OK came within this (seed 003's window).
 const GOODPUT_WINDOW_S: f64 = 10.0;
 /// The mechanisms measured, in plotting order.
-const MECHANISMS: [&str; 4] = ["none", "occ", "loss", "rate"];
-/// Mechanisms named for later work: accepted by name, refused with a clear error.
-const NOT_YET: [&str; 1] = ["window"];
+const MECHANISMS: [&str; 5] = ["none", "occ", "loss", "rate", "window"];
 /// Under `--cpu-quota`: the offered rate (no quota, no control) at which the RE's CPU per
 /// call is measured.
 const CALIBRATION_CPS: f64 = 2000.0;
@@ -129,6 +128,10 @@ pub struct Point {
     pub pdd_p50_ms: f64,
     /// PDD p99, ms: the largest of the UACs' p99s.
     pub pdd_p99_ms: f64,
+    /// PDD p99 of the calls placed in the steady phase (the last three quarters of the load,
+    /// as `goodput_steady_cps`), ms: the largest of the UACs'. `None` in older results.
+    #[serde(default)]
+    pub pdd_p99_steady_ms: Option<f64>,
     /// PDD mean over every UAC's calls, ms (well-conditioned where the median sits on a
     /// step of the retransmission schedule).
     #[serde(default)]
@@ -296,17 +299,17 @@ impl Mechanism {
                 re_config: None,
                 se_args: &["--feedback=window"],
             },
-            "window" => {
-                return Err(LabError::Precondition(format!(
-                    "mechanism `{name}` is not implemented yet: the RE answers loss (RFC 7339) \
-                     and rate (RFC 7415); window answers are to come"
-                )));
-            }
+            // The explicit window: the RE answers how many new INVITEs each SE may have
+            // unanswered there.
+            "window" => Self {
+                re_overload: "occ",
+                re_config: Some(answer.to_owned()),
+                se_args: &["--feedback=explicit-window"],
+            },
             other => {
                 return Err(LabError::Precondition(format!(
-                    "unknown mechanism `{other}` (known: {}, queue-limit, delay-window; later: {})",
-                    MECHANISMS.join(", "),
-                    NOT_YET.join(", ")
+                    "unknown mechanism `{other}` (known: {}, queue-limit, delay-window)",
+                    MECHANISMS.join(", ")
                 )));
             }
         };
@@ -527,6 +530,12 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             .iter()
             .map(|r| num(r, &["pdd_p99_ms"]))
             .fold(0.0f64, f64::max),
+        pdd_p99_steady_ms: Some(
+            reports
+                .iter()
+                .map(|r| num(r, &["latency", "pdd_steady", "p99_ms"]))
+                .fold(0.0f64, f64::max),
+        ),
         retrans_invite: sum(&["totals", "retrans_invite"]),
         retrans_200: count(&uas_r, &["totals", "retrans_200"]),
         fairness: (m > 1).then(|| holdline_metrics::jain_index(&per_se)),
@@ -573,7 +582,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
 
 fn progress(i: usize, n: usize, p: &Point, started: Instant) {
     eprintln!(
-        "[{i}/{n} {:>5.0} s] {:<5} {:>2} SE {:>5.2}x offered {:>7.1}/s  goodput {:>6.1}/s ({})  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 SE {:>6} RE {:>6}  INVITE retrans {:>6}  answers {:>6}  fairness {}",
+        "[{i}/{n} {:>5.0} s] {:<5} {:>2} SE {:>5.2}x offered {:>7.1}/s  goodput {:>6.1}/s ({})  PDD p50 {:>7.1} ms p99 {:>8.1} ms (steady {:>7.1})  503 SE {:>6} RE {:>6}  INVITE retrans {:>6}  answers {:>6}  fairness {}",
         started.elapsed().as_secs_f64(),
         p.mechanism,
         p.ses.unwrap_or(1),
@@ -587,6 +596,7 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
         },
         p.pdd_p50_ms,
         p.pdd_p99_ms,
+        p.pdd_p99_steady_ms.unwrap_or(f64::NAN),
         p.se_throttled,
         p.re_rejected,
         p.retrans_invite,
@@ -874,6 +884,7 @@ fn label(mechanism: &str, ses: u32) -> String {
         "occ" => "local OCC",
         "loss" => "RFC 7339 loss",
         "rate" => "RFC 7415 rate",
+        "window" => "explicit window",
         other => other,
     };
     format!("{name}, {ses} SE{}", if ses == 1 { "" } else { "s" })
@@ -908,6 +919,9 @@ fn medians(points: &[Point]) -> Vec<(Point, usize, f64, f64)> {
                 goodput_of_capacity: med(|p| p.goodput_of_capacity),
                 pdd_p50_ms: med(|p| p.pdd_p50_ms),
                 pdd_p99_ms: med(|p| p.pdd_p99_ms),
+                pdd_p99_steady_ms: first
+                    .pdd_p99_steady_ms
+                    .map(|_| median(runs.iter().filter_map(|p| p.pdd_p99_steady_ms).collect())),
                 retrans_invite: medu(|p| p.retrans_invite),
                 retrans_200: medu(|p| p.retrans_200),
                 fairness: first
@@ -950,11 +964,11 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "experiment,mechanism,ses,load_factor,run,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,pdd_p50_ms,pdd_p99_ms,retrans_invite,retrans_200,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_throttled,se_local_rejected,re_rejected,re_rejected_all,re_answers,re_gate_exempt,se_reports,re_loss_percent,re_acceptance,re_cpu_s,re_busy,per_se_goodput_cps\n",
+        "experiment,mechanism,ses,load_factor,run,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,pdd_p50_ms,pdd_p99_ms,pdd_p99_steady_ms,retrans_invite,retrans_200,fairness,calls_attempted,calls_ok,r503,r_other,timeouts,se_throttled,se_local_rejected,re_rejected,re_rejected_all,re_answers,re_gate_exempt,se_reports,re_loss_percent,re_acceptance,re_cpu_s,re_busy,per_se_goodput_cps\n",
     );
     for p in &r.points {
         csv.push_str(&format!(
-            "{},{},{},{:.3},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{}\n",
+            "{},{},{},{:.3},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{}\n",
             p.experiment,
             p.mechanism,
             p.ses.unwrap_or(1),
@@ -968,6 +982,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             p.goodput_of_capacity,
             p.pdd_p50_ms,
             p.pdd_p99_ms,
+            opt(p.pdd_p99_steady_ms, 1),
             p.retrans_invite,
             p.retrans_200,
             opt(p.fairness, 4),
@@ -999,11 +1014,11 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     let summary = medians(&r.points);
     if r.points.iter().any(|p| p.run > 0) {
         let mut text = String::from(
-            "mechanism,ses,load_factor,runs,offered_cps,goodput_steady_cps,goodput_steady_min,goodput_steady_max,goodput_of_capacity,throughput_cps,pdd_p50_ms,pdd_p99_ms,retrans_invite,se_throttled,re_rejected,re_answers,re_cpu_s,fairness\n",
+            "mechanism,ses,load_factor,runs,offered_cps,goodput_steady_cps,goodput_steady_min,goodput_steady_max,goodput_of_capacity,throughput_cps,pdd_p50_ms,pdd_p99_ms,pdd_p99_steady_ms,retrans_invite,se_throttled,re_rejected,re_answers,re_cpu_s,fairness\n",
         );
         for (p, n, lo, hi) in &summary {
             text.push_str(&format!(
-                "{},{},{:.3},{n},{:.1},{:.1},{lo:.1},{hi:.1},{:.3},{:.1},{:.1},{:.1},{},{},{},{},{:.3},{}\n",
+                "{},{},{:.3},{n},{:.1},{:.1},{lo:.1},{hi:.1},{:.3},{:.1},{:.1},{:.1},{},{},{},{},{},{:.3},{}\n",
                 p.mechanism,
                 p.ses.unwrap_or(1),
                 p.load_factor,
@@ -1013,6 +1028,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
                 p.throughput_cps,
                 p.pdd_p50_ms,
                 p.pdd_p99_ms,
+                opt(p.pdd_p99_steady_ms, 1),
                 p.retrans_invite,
                 p.se_throttled,
                 p.re_rejected,
@@ -1113,10 +1129,11 @@ mod tests {
         let c = holdline_server::ServerConfig::from_toml("re.toml", &text).expect("valid");
         assert_eq!(c.overload.udp_invite_recv_buffer, 16_384);
         assert!(Mechanism::parse("loss+nonsense").is_err());
-        for m in NOT_YET {
-            let e = Mechanism::parse(m).expect_err(m).to_string();
-            assert!(e.contains("not implemented yet"), "{e}");
-        }
+        let w = Mechanism::parse("window").expect("window");
+        assert_eq!(
+            (w.re_overload, w.se_args),
+            ("occ", &["--feedback=explicit-window"][..])
+        );
         let e = Mechanism::parse("bogus").expect_err("unknown").to_string();
         assert!(e.contains("unknown mechanism") && e.contains("loss"), "{e}");
     }
@@ -1162,6 +1179,7 @@ mod tests {
             goodput_of_capacity: g / 150.0,
             pdd_p50_ms: 1.0,
             pdd_p99_ms: 2.0,
+            pdd_p99_steady_ms: None,
             retrans_invite: 0,
             retrans_200: 0,
             fairness: (ses > 1).then_some(1.0),

@@ -304,6 +304,8 @@ pub(crate) fn start_uacs_at(
             format!("--duration={}", load.duration_s),
             format!("--drain={}", load.drain_s),
             format!("--goodput-window={}", load.goodput_window_s),
+            // The steady phase of every lab: the last three quarters of the load ([`steady`]).
+            format!("--steady-after={}", load.duration_s / 4.0),
             format!("--max-time={}", load.max_time_s),
             format!("--seed={}", i + 1),
             format!(

@@ -128,6 +128,10 @@ pub struct Latencies {
     pub psd: Latency,
     /// Post-dial delay: first INVITE sent to the 200 OK received (UAC).
     pub pdd: Latency,
+    /// The same for the calls whose first INVITE was sent at or after the steady-state start
+    /// ([`Recorder::steady_from`](crate::Recorder::steady_from), `holdline load uac
+    /// --steady-after`): the delay once a load step's transient is over. Empty without it.
+    pub pdd_steady: Latency,
     /// Setup completion: first INVITE sent at the UAC to its ACK received at the UAS; only
     /// when both run on one clock (`holdline load pair`).
     pub setup: Latency,
@@ -142,10 +146,11 @@ pub struct Latencies {
 
 impl Latencies {
     /// Names and distributions, in report order.
-    pub fn named(&self) -> [(&'static str, &Latency); 6] {
+    pub fn named(&self) -> [(&'static str, &Latency); 7] {
         [
             ("psd", &self.psd),
             ("pdd", &self.pdd),
+            ("pdd_steady", &self.pdd_steady),
             ("setup", &self.setup),
             ("bye", &self.bye),
             ("register", &self.register),
@@ -157,6 +162,7 @@ impl Latencies {
     pub fn merge(&mut self, other: &Self) {
         self.psd.merge(&other.psd);
         self.pdd.merge(&other.pdd);
+        self.pdd_steady.merge(&other.pdd_steady);
         self.setup.merge(&other.setup);
         self.bye.merge(&other.bye);
         self.register.merge(&other.register);

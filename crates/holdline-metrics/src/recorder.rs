@@ -42,6 +42,9 @@ pub struct Recorder {
     pub active: u64,
     /// A 200 OK counts as goodput when it arrives this soon after the first INVITE.
     pub goodput_window: Duration,
+    /// Calls whose first INVITE was sent at or after this also go into
+    /// [`Latencies::pdd_steady`](crate::Latencies::pdd_steady). `None`: no steady-state PDD.
+    pub steady_from: Option<Instant>,
     load_end: Option<Instant>,
     /// Goodput answers that arrived while calls were still being offered (before
     /// [`Recorder::mark_load_end`]).
@@ -67,6 +70,7 @@ impl Recorder {
             msgs: MessageTable::default(),
             active: 0,
             goodput_window,
+            steady_from: None,
             load_end: None,
             goodput_in_load: 0,
             pdd_sum: (0, Duration::ZERO),
@@ -152,6 +156,17 @@ impl Recorder {
                 self.goodput_in_load += 1;
             }
         }
+    }
+
+    /// [`record_answer`](Self::record_answer) for a call whose first INVITE was sent at
+    /// `sent`, answered at `now`; its PDD also goes into the steady-state histogram when
+    /// `sent` is at or after [`steady_from`](Self::steady_from).
+    pub fn record_answer_sent(&mut self, sent: Instant, now: Instant) {
+        let pdd = now.saturating_duration_since(sent);
+        if self.steady_from.is_some_and(|s| sent >= s) {
+            self.lat.pdd_steady.record(pdd);
+        }
+        self.record_answer(pdd);
     }
 
     /// The answers recorded so far and the sum of their PDDs: the difference of two readings

@@ -42,6 +42,26 @@ fn rows_are_differences_of_totals() {
 }
 
 #[test]
+fn the_steady_pdd_counts_only_calls_placed_after_the_steady_start() {
+    let mut r = Recorder::new(ms(0), Duration::from_secs(1), Duration::from_secs(10));
+    r.steady_from = Some(ms(2_500));
+    // Placed in the transient (answered late): in the PDD, not in the steady PDD.
+    r.record_answer_sent(ms(100), ms(1_900));
+    r.record_answer_sent(ms(2_400), ms(4_000));
+    // Placed after the steady start.
+    r.record_answer_sent(ms(2_500), ms(2_520));
+    r.record_answer_sent(ms(3_000), ms(3_010));
+    assert_eq!(r.lat.pdd.count(), 4);
+    assert_eq!(r.lat.pdd_steady.count(), 2);
+    assert!(r.lat.pdd_steady.summary().max_ms <= 20.5);
+    assert_eq!(r.c.goodput, 4);
+    // Without a steady start, nothing goes there.
+    let mut q = Recorder::new(ms(0), Duration::from_secs(1), Duration::from_secs(10));
+    q.record_answer_sent(ms(5_000), ms(5_001));
+    assert_eq!((q.lat.pdd.count(), q.lat.pdd_steady.count()), (1, 0));
+}
+
+#[test]
 fn goodput_window_and_failures() {
     let mut r = Recorder::new(ms(0), Duration::from_secs(1), Duration::from_secs(10));
     r.record_answer(Duration::from_millis(20));

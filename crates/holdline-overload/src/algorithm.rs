@@ -66,14 +66,16 @@ pub enum Algorithm {
     /// Inputs: `Feedback::Rate` per next hop. Decision at [`Gate::Forward`]: a leaky bucket
     /// per target driven by `now` (reason `RateThrottle`).
     RateClient,
-    /// Planned: `window-server`, window-based control with explicit feedback (Shen et al.):
-    /// computes per-upstream windows from its queueing delay. Output:
+    /// Planned as a controller of its own: `window-server`, window-based control with explicit
+    /// feedback (Shen et al.). Today the driver answers windows from
+    /// [`HopServer::window`](crate::HopServer::window). Output:
     /// [`Feedback::Window`](crate::Feedback::Window).
     WindowServer,
-    /// Planned: `window-client`, window-based control with explicit feedback, sending side.
-    /// Inputs: `Feedback::Window`, [`Forwarded`](crate::Signal::Forwarded),
-    /// [`Completed`](crate::Signal::Completed). Decision at [`Gate::Forward`]: admit while the
-    /// target's outstanding INVITE transactions are below its window (reason `WindowFull`).
+    /// `window-client`, window-based control with explicit feedback, sending side
+    /// ([`HopClient`](crate::HopClient) with [`Accept::window`]). Inputs: `Feedback::Window`,
+    /// [`Forwarded`](crate::Signal::Forwarded), [`Released`](crate::Signal::Released).
+    /// Decision at [`Gate::Forward`]: admit while the target's unanswered new INVITEs are
+    /// below its window (reason `WindowFull`).
     WindowClient,
     /// `delay-window`, the window without explicit feedback of seed 004
     /// ([`DelayWindow`](crate::DelayWindow)): per target, a window of active transactions; on each completion, if the mean
@@ -143,6 +145,7 @@ impl Algorithm {
                 | Self::SmartForwarding
                 | Self::LossClient
                 | Self::RateClient
+                | Self::WindowClient
                 | Self::DelayWindow
                 | Self::Deoc
         )
@@ -269,11 +272,15 @@ impl ControllerConfig {
                 Ok(Self::SmartForwarding(SmartForwardingConfig::default()))
             }
             Algorithm::LossClient => Ok(Self::HopClient(HopClientConfig {
-                accept: Accept::Loss,
+                accept: Accept::LOSS,
                 ..HopClientConfig::default()
             })),
             Algorithm::RateClient => Ok(Self::HopClient(HopClientConfig {
-                accept: Accept::Rate,
+                accept: Accept::RATE,
+                ..HopClientConfig::default()
+            })),
+            Algorithm::WindowClient => Ok(Self::HopClient(HopClientConfig {
+                accept: Accept::WINDOW,
                 ..HopClientConfig::default()
             })),
             Algorithm::DelayWindow => Ok(Self::DelayWindow(DelayWindowConfig::default())),

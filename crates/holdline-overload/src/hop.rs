@@ -29,6 +29,12 @@
 //!   A rate of 0 rejects every new INVITE while valid. The tolerance lets `tolerance`
 //!   back-to-back INVITEs through after a pause (default 4, OpenSIPS's `TAU = 4·T`; sipx uses
 //!   5·T — the RFC's value could not be re-checked here, so it is configurable).
+//! - **window** (holdline's `oc-algo="window"`, the explicit window of Shen, Schulzrinne and
+//!   Nahum's window-based feedback): the client counts, per target, the new INVITEs it sent
+//!   there ([`Signal::Forwarded`]) that have not been answered yet ([`Signal::Released`]:
+//!   the first response, or the end of the transaction without one); while the answer holds,
+//!   a new INVITE that would take the count past the window is rejected (`WindowFull`).
+//!   Counting starts with the first INVITE sent, so the window binds from its first answer.
 //!
 //! Only new INVITEs are ever throttled: requests of admitted calls (ACK, BYE, CANCEL, anything
 //! in a dialog) are the "protected" category of RFC 7339 §7.2 and pass in every state, as in
@@ -37,7 +43,8 @@
 //!
 //! The server role is the driver's: it answers each client that offered `oc` with
 //! [`loss_percent`] of its local controller's acceptance fraction (OCC-Hop of seed 003 in RFC
-//! 7339 form), or with [`rate_share`] of its admitted rate.
+//! 7339 form), with [`rate_share`] of its admitted rate, or with a share of the window
+//! [`HopServer`] computes.
 
 use std::collections::HashMap;
 
@@ -53,9 +60,9 @@ use crate::snapshot::Snapshot;
 /// The configuration of a [`HopClient`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct HopClientConfig {
-    /// Which answers are applied: `loss` (RFC 7339), `rate` (RFC 7415), or both. The driver
-    /// offers the same algorithms in its Via. An answer of an algorithm not accepted here is
-    /// ignored. Default: both.
+    /// Which answers are applied: `loss` (RFC 7339), `rate` (RFC 7415), the explicit `window`,
+    /// or several. The driver offers the same algorithms in its Via. An answer of an
+    /// algorithm not accepted here is ignored. Default: loss and rate.
     pub accept: Accept,
     /// Most next hops with state. Default 1,024.
     pub max_targets: usize,
@@ -66,31 +73,56 @@ pub struct HopClientConfig {
     pub retry_after: Option<Duration>,
 }
 
-/// Which feedback algorithms a [`HopClient`] applies.
+/// Which feedback algorithms a [`HopClient`] applies (the driver offers the same ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Accept {
-    /// RFC 7339 loss only.
-    Loss,
-    /// RFC 7415 rate only.
-    Rate,
-    /// Both (whichever the server chose).
-    Both,
+pub struct Accept {
+    /// RFC 7339 loss answers.
+    pub loss: bool,
+    /// RFC 7415 rate answers.
+    pub rate: bool,
+    /// holdline's explicit window answers (`oc-algo="window"`).
+    pub window: bool,
 }
 
 impl Accept {
+    /// RFC 7339 loss only.
+    pub const LOSS: Self = Self {
+        loss: true,
+        rate: false,
+        window: false,
+    };
+    /// RFC 7415 rate only.
+    pub const RATE: Self = Self {
+        loss: false,
+        rate: true,
+        window: false,
+    };
+    /// Loss and rate (whichever the server chose).
+    pub const BOTH: Self = Self {
+        loss: true,
+        rate: true,
+        window: false,
+    };
+    /// The explicit window only.
+    pub const WINDOW: Self = Self {
+        loss: false,
+        rate: false,
+        window: true,
+    };
+
     const fn loss(self) -> bool {
-        matches!(self, Self::Loss | Self::Both)
+        self.loss
     }
 
     const fn rate(self) -> bool {
-        matches!(self, Self::Rate | Self::Both)
+        self.rate
     }
 }
 
 impl Default for HopClientConfig {
     fn default() -> Self {
         Self {
-            accept: Accept::Both,
+            accept: Accept::BOTH,
             max_targets: 1024,
             rate_tolerance: 4.0,
             retry_after: None,
@@ -100,9 +132,15 @@ impl Default for HopClientConfig {
 
 impl ControllerFactory for HopClientConfig {
     fn algorithm(&self) -> Algorithm {
-        match self.accept {
-            Accept::Rate => Algorithm::RateClient,
-            Accept::Loss | Accept::Both => Algorithm::LossClient,
+        let a = self.accept;
+        if a.loss {
+            Algorithm::LossClient
+        } else if a.rate {
+            Algorithm::RateClient
+        } else if a.window {
+            Algorithm::WindowClient
+        } else {
+            Algorithm::LossClient
         }
     }
 
@@ -137,22 +175,29 @@ enum Control {
         x: f64,
         lct: Instant,
     },
+    /// At most `window` new INVITEs sent and not yet answered until `until`.
+    Window { window: u32, until: Instant },
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Target {
-    /// The last accepted `oc-seq` (kept when control ends).
-    seq: u64,
+    /// The last accepted `oc-seq` (kept when control ends); `None` for a target only sent to.
+    seq: Option<u64>,
     control: Control,
-    /// When the last accepted answer came.
+    /// When the last accepted answer came (or, for a target only sent to, its first INVITE).
     answered: Instant,
+    /// New INVITEs sent there and not yet answered (counted when window answers are
+    /// accepted).
+    outstanding: u32,
 }
 
 impl Target {
     fn active(&self, now: Instant) -> bool {
         match self.control {
             Control::Off => false,
-            Control::Loss { until, .. } | Control::Rate { until, .. } => now < until,
+            Control::Loss { until, .. }
+            | Control::Rate { until, .. }
+            | Control::Window { until, .. } => now < until,
         }
     }
 }
@@ -167,6 +212,8 @@ pub enum TargetControl {
     Loss(u8),
     /// At most this many new INVITEs per second.
     Rate(u32),
+    /// At most this many new INVITEs sent and not yet answered.
+    Window(u32),
 }
 
 /// RFC 7339 / RFC 7415 client: per next hop, the feedback in force, applied to new INVITEs.
@@ -205,10 +252,17 @@ impl HopClient {
             Some(t) if t.active(self.latest) => match t.control {
                 Control::Loss { percent, .. } => TargetControl::Loss(percent),
                 Control::Rate { per_second, .. } => TargetControl::Rate(per_second),
+                Control::Window { window, .. } => TargetControl::Window(window),
                 Control::Off => TargetControl::Off,
             },
             _ => TargetControl::Off,
         }
+    }
+
+    /// New INVITEs sent to `target` and not yet answered, as counted for the explicit window
+    /// (0 unless window answers are accepted).
+    pub fn outstanding(&self, target: TargetId) -> u32 {
+        self.targets.get(&target).map_or(0, |t| t.outstanding)
     }
 
     /// Answers applied so far.
@@ -242,7 +296,7 @@ impl HopClient {
         let victim = self
             .targets
             .iter()
-            .min_by_key(|(_, t)| (t.active(now), t.answered))
+            .min_by_key(|(_, t)| (t.active(now), t.outstanding > 0, t.answered))
             .map(|(id, _)| *id);
         if let Some(id) = victim {
             self.targets.remove(&id);
@@ -254,12 +308,17 @@ impl HopClient {
         let (seq, validity) = match fb {
             Feedback::Loss { seq, validity, .. } if self.config.accept.loss() => (seq, validity),
             Feedback::Rate { seq, validity, .. } if self.config.accept.rate() => (seq, validity),
+            Feedback::Window { seq, validity, .. } if self.config.accept.window => (seq, validity),
             _ => {
                 self.ignored += 1;
                 return;
             }
         };
-        if self.targets.get(&from).is_some_and(|t| seq <= t.seq) {
+        if self
+            .targets
+            .get(&from)
+            .is_some_and(|t| t.seq.is_some_and(|last| seq <= last))
+        {
             self.ignored += 1;
             return;
         }
@@ -275,6 +334,7 @@ impl HopClient {
                     percent: percent.min(100),
                     until,
                 },
+                Feedback::Window { window, .. } => Control::Window { window, until },
                 Feedback::Rate { per_second, .. } => {
                     // Keep the bucket when the rate changes under continuing control.
                     let (x, lct) = match self.targets.get(&from).map(|t| t.control) {
@@ -288,18 +348,45 @@ impl HopClient {
                         lct,
                     }
                 }
-                _ => Control::Off,
             }
         };
         self.applied += 1;
+        let outstanding = self.targets.get(&from).map_or(0, |t| t.outstanding);
         self.targets.insert(
             from,
             Target {
-                seq,
+                seq: Some(seq),
                 control,
                 answered: now,
+                outstanding,
             },
         );
+    }
+
+    /// One more (`up`) or one fewer unanswered new INVITE at `target`, for the window.
+    fn count(&mut self, now: Instant, target: TargetId, up: bool) {
+        if !self.config.accept.window {
+            return;
+        }
+        if up && !self.targets.contains_key(&target) {
+            self.make_room(now);
+            self.targets.insert(
+                target,
+                Target {
+                    seq: None,
+                    control: Control::Off,
+                    answered: now,
+                    outstanding: 0,
+                },
+            );
+        }
+        if let Some(t) = self.targets.get_mut(&target) {
+            t.outstanding = if up {
+                t.outstanding.saturating_add(1)
+            } else {
+                t.outstanding.saturating_sub(1)
+            };
+        }
     }
 }
 
@@ -350,6 +437,11 @@ impl Controller for HopClient {
                 *x = drained + interval;
                 *lct = now;
             }
+            Control::Window { window, until } if now < *until && t.outstanding >= *window => {
+                return self
+                    .counters
+                    .reject(RejectReason::WindowFull, self.config.retry_after);
+            }
             _ => {}
         }
         self.counters.admit()
@@ -362,6 +454,8 @@ impl Controller for HopClient {
             Signal::TargetGone(target) => {
                 self.targets.remove(&target);
             }
+            Signal::Forwarded { target } => self.count(now, target, true),
+            Signal::Released { target } => self.count(now, target, false),
             _ => {}
         }
     }
@@ -418,6 +512,10 @@ pub struct HopServerConfig {
     pub min_acceptance: f64,
     /// The smallest total rate answered, new INVITEs per second. Default 1.
     pub min_rate: f64,
+    /// The explicit window's queueing target: the total window answered is the rate at
+    /// which the server read window clients' new INVITEs times this (Little's law: at most
+    /// that long a wait in its INVITE queue). Default 20 ms (measured: `docs/overload.md`).
+    pub window_delay: Duration,
 }
 
 impl Default for HopServerConfig {
@@ -428,6 +526,7 @@ impl Default for HopServerConfig {
             max_increase: 4.0,
             min_acceptance: 0.01,
             min_rate: 1.0,
+            window_delay: Duration::from_millis(20),
         }
     }
 }
@@ -443,6 +542,8 @@ pub struct HopMeasure {
     pub invite_delay: Option<Duration>,
     /// New INVITEs from rate-based clients during the interval.
     pub rate_arrivals: u64,
+    /// New INVITEs from window clients the server read during the interval.
+    pub window_arrivals: u64,
     /// The interval's length.
     pub elapsed: Duration,
 }
@@ -460,7 +561,17 @@ pub struct HopMeasure {
 /// rate:  off while load ≤ 1; on the first interval above, r = a · factor (a: the arrival
 ///        rate of rate clients' new INVITEs); then r ← max(r · factor, r_min), growth capped
 ///        at 2a; off again after 2 s without pressure
+/// window: off while load ≤ 1; on the first interval above, W = max(1, μ_w · D_w) (μ_w: the
+///        rate at which the server read window clients' new INVITEs, D_w: `window_delay`);
+///        then W ← clamp(W · clamp(D_w / D, ½, 2), 1, 16 μ_w D_w) (D: the new INVITEs' mean
+///        wait; without one, W = μ_w D_w); off again after 2 s without pressure
 /// ```
+///
+/// The window needs no estimate of the capacity: the clients keep at most `W` INVITEs
+/// unanswered, so the server's INVITE queue holds at most `W` of theirs; steering their wait
+/// to `D_w` makes `W` what the server reads in `D_w` plus what is on its way (the round trip
+/// the server cannot see), and a window too small for that (the clients held back, the
+/// INVITEs waiting far less than `D_w`) grows until they wait `D_w`.
 ///
 /// Why the delay: the clients that take the answer skip the server's gate, so what they send
 /// beyond its capacity waits in its INVITE socket; the occupancy alone saturates at 1 and
@@ -475,6 +586,8 @@ pub struct HopServer {
     config: HopServerConfig,
     acceptance: f64,
     rate: Option<f64>,
+    /// The total explicit window answered, if controlling.
+    window: Option<f64>,
     /// The previous interval's INVITE queueing delay, seconds.
     last_delay: Option<f64>,
     /// Consecutive intervals without pressure (load ≤ 1).
@@ -523,10 +636,16 @@ impl HopServer {
             f64::MAX,
             "finite, at least 0",
         )?;
+        if config.window_delay.is_zero() {
+            return Err(ConfigError::ZeroDuration {
+                field: "window_delay",
+            });
+        }
         Ok(Self {
             config,
             acceptance: 1.0,
             rate: None,
+            window: None,
             last_delay: None,
             calm: 0,
         })
@@ -545,6 +664,17 @@ impl HopServer {
     /// The total rate answered (new INVITEs per second), if controlling.
     pub fn rate(&self) -> Option<f64> {
         self.rate
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &HopServerConfig {
+        &self.config
+    }
+
+    /// The total explicit window answered (new INVITEs unanswered, over every window client),
+    /// if controlling.
+    pub fn window(&self) -> Option<f64> {
+        self.window
     }
 
     /// Whether the loss answer is at its ceiling (the acceptance at its floor).
@@ -605,6 +735,22 @@ impl HopServer {
             ),
             Some(r) => Some((r * factor).max(c.min_rate)),
         };
+        let d_w = c.window_delay.as_secs_f64();
+        let little = (m.window_arrivals as f64 / m.elapsed.as_secs_f64() * d_w).max(1.0);
+        self.window = match self.window {
+            None if load > 1.0 => Some(little),
+            None => None,
+            Some(_) if self.calm >= CALM_INTERVALS => None,
+            // Steer the new INVITEs' wait to `D_w`: more room while they wait less (the
+            // window, not the server, is what holds the clients back), less while they wait
+            // more; at most ×2 or ×½ per interval, and at most 16 times Little's window.
+            Some(w) => Some(match delay {
+                Some(d) => {
+                    (w * (d_w / d.max(1e-6)).clamp(MAX_DECREASE, 2.0)).clamp(1.0, 16.0 * little)
+                }
+                None => little,
+            }),
+        };
     }
 }
 
@@ -653,6 +799,156 @@ mod tests {
                     .is_admit()
             })
             .count()
+    }
+
+    fn window(window: u32, validity_ms: u64, seq: u64) -> Signal {
+        Signal::Feedback {
+            from: T,
+            feedback: Feedback::Window {
+                window,
+                validity: Duration::from_millis(validity_ms),
+                seq,
+            },
+        }
+    }
+
+    fn window_client() -> HopClient {
+        let cfg = HopClientConfig {
+            accept: Accept::WINDOW,
+            ..HopClientConfig::default()
+        };
+        assert_eq!(cfg.algorithm(), Algorithm::WindowClient);
+        HopClient::new(cfg, ms(0), Rng::seed_from_u64(3)).expect("valid")
+    }
+
+    /// Admits and forwards up to `n` new INVITEs to `target`; returns how many went.
+    fn send(c: &mut HopClient, now: Instant, target: TargetId, n: usize) -> usize {
+        let mut sent = 0;
+        for _ in 0..n {
+            if c.admit(now, &Admission::forward(Class::NewInvite, target))
+                .is_admit()
+            {
+                c.on_signal(now, Signal::Forwarded { target });
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    #[test]
+    fn the_explicit_window_bounds_unanswered_invites_per_target() {
+        let mut c = window_client();
+        // Before any answer: no limit, but the INVITEs are counted.
+        assert_eq!(send(&mut c, ms(0), T, 10), 10);
+        assert_eq!(c.outstanding(T), 10);
+        c.on_signal(ms(1), window(12, 1000, 1));
+        assert_eq!(c.control(T), TargetControl::Window(12));
+        // Two more fit; the 13th waits for an answer.
+        assert_eq!(send(&mut c, ms(2), T, 5), 2);
+        assert_eq!(c.outstanding(T), 12);
+        // Three answered: three more go.
+        for _ in 0..3 {
+            c.on_signal(ms(3), Signal::Released { target: T });
+        }
+        assert_eq!(send(&mut c, ms(3), T, 5), 3);
+        // Another target is not limited by T's window.
+        assert_eq!(send(&mut c, ms(3), OTHER, 20), 20);
+        // In-dialog requests are never throttled.
+        assert!(
+            c.admit(ms(3), &Admission::forward(Class::InDialog, T))
+                .is_admit()
+        );
+        // A smaller window binds at once; a stale answer changes nothing.
+        c.on_signal(ms(4), window(5, 1000, 2));
+        c.on_signal(ms(4), window(100, 1000, 1));
+        assert_eq!(c.control(T), TargetControl::Window(5));
+        for _ in 0..7 {
+            c.on_signal(ms(5), Signal::Released { target: T });
+        }
+        assert_eq!(c.outstanding(T), 5);
+        assert_eq!(send(&mut c, ms(5), T, 3), 0);
+        // Validity 0 ends control; the count goes on.
+        c.on_signal(ms(6), window(5, 0, 3));
+        assert_eq!(c.control(T), TargetControl::Off);
+        assert_eq!(send(&mut c, ms(6), T, 4), 4);
+        assert_eq!(c.outstanding(T), 9);
+        // Expiry ends it too.
+        c.on_signal(ms(7), window(1, 100, 4));
+        assert_eq!(send(&mut c, ms(8), T, 1), 0);
+        assert_eq!(send(&mut c, ms(107), T, 1), 1);
+        // More releases than sends never underflow.
+        for _ in 0..50 {
+            c.on_signal(ms(108), Signal::Released { target: T });
+        }
+        assert_eq!(c.outstanding(T), 0);
+    }
+
+    #[test]
+    fn loss_and_rate_clients_ignore_window_answers_and_do_not_count() {
+        let mut c = client();
+        assert_eq!(send(&mut c, ms(0), T, 3), 3);
+        assert_eq!(c.outstanding(T), 0);
+        c.on_signal(ms(1), window(0, 1000, 1));
+        assert_eq!(c.control(T), TargetControl::Off);
+        assert_eq!(c.ignored(), 1);
+        assert_eq!(send(&mut c, ms(2), T, 3), 3);
+        // And a window client ignores loss answers.
+        let mut w = window_client();
+        w.on_signal(ms(1), loss(100, 1000, 1));
+        assert_eq!(w.control(T), TargetControl::Off);
+        assert_eq!(send(&mut w, ms(2), T, 3), 3);
+    }
+
+    #[test]
+    fn the_server_answers_a_window_of_its_read_rate_times_the_delay_target() {
+        let mut s = HopServer::new(HopServerConfig {
+            window_delay: Duration::from_millis(50),
+            ..HopServerConfig::default()
+        })
+        .expect("valid");
+        // Calm: no window.
+        s.update(&measure(0.5, Some(1), 20));
+        assert_eq!(s.window(), None);
+        // Saturated with a backlog: 200 INVITEs read in 100 ms = 2,000/s; × 50 ms = 100.
+        s.update(&measure(1.0, Some(300), 200));
+        let w = s.window().expect("controlling");
+        assert!((w - 100.0).abs() < 1e-9, "{w}");
+        // Then it steers the INVITEs' wait to 50 ms: 300 ms, cut by half (at most);
+        s.update(&measure(1.0, Some(300), 200));
+        assert_eq!(s.window(), Some(50.0));
+        // 100 ms: by half again; 50 ms: kept; 25 ms: doubled (at most).
+        s.update(&measure(1.0, Some(100), 200));
+        assert_eq!(s.window(), Some(25.0));
+        s.update(&measure(1.0, Some(50), 200));
+        assert_eq!(s.window(), Some(25.0));
+        s.update(&measure(1.0, Some(25), 200));
+        assert_eq!(s.window(), Some(50.0));
+        // Without a measured wait (TCP): Little's window; never below 1, never above 16 of it.
+        s.update(&measure(1.0, None, 60));
+        assert_eq!(s.window(), Some(30.0));
+        s.update(&measure(1.0, Some(300), 0));
+        assert_eq!(s.window(), Some(15.0));
+        s.update(&measure(1.0, Some(300), 0));
+        s.update(&measure(1.0, Some(300), 0));
+        s.update(&measure(1.0, Some(300), 0));
+        s.update(&measure(1.0, Some(300), 0));
+        assert_eq!(s.window(), Some(1.0));
+        for _ in 0..10 {
+            s.update(&measure(1.0, Some(1), 20));
+        }
+        assert_eq!(s.window(), Some(16.0 * 10.0));
+        // Two seconds without pressure end it.
+        for _ in 0..CALM_INTERVALS {
+            assert!(s.window().is_some());
+            s.update(&measure(0.3, Some(1), 30));
+        }
+        assert_eq!(s.window(), None);
+        // A zero delay target is refused.
+        let bad = HopServerConfig {
+            window_delay: Duration::ZERO,
+            ..HopServerConfig::default()
+        };
+        assert!(HopServer::new(bad).is_err());
     }
 
     #[test]
@@ -736,7 +1032,7 @@ mod tests {
     #[test]
     fn answers_of_an_algorithm_not_accepted_are_ignored() {
         let cfg = HopClientConfig {
-            accept: Accept::Loss,
+            accept: Accept::LOSS,
             ..HopClientConfig::default()
         };
         let mut c = HopClient::new(cfg, ms(0), Rng::seed_from_u64(1)).expect("valid");
@@ -795,6 +1091,7 @@ mod tests {
             occupancy: Some(occupancy),
             invite_delay: delay_ms.map(Duration::from_millis),
             rate_arrivals: arrivals,
+            window_arrivals: arrivals,
             elapsed: Duration::from_millis(100),
         }
     }

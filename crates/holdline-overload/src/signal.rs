@@ -20,7 +20,8 @@ use crate::admission::TargetId;
 /// | [`NewRequestDelay`](Self::NewRequestDelay) | receive-to-dequeue time of a new INVITE on its own socket | queue model | OCC's queue gate |
 /// | [`Backlog`](Self::Backlog) | SIOCOUTQ + own per-connection queue | TCP model | smart forwarding |
 /// | [`Feedback`](Self::Feedback) | `oc` Via parameters of responses | same | (RFC 7339/7415 clients, window client) |
-/// | [`Forwarded`](Self::Forwarded) / [`Completed`](Self::Completed) | client INVITE transactions | same | (windows, DEOC) |
+/// | [`Forwarded`](Self::Forwarded) / [`Completed`](Self::Completed) | client INVITE transactions | same | windows, DEOC |
+/// | [`Released`](Self::Released) | first response to a forwarded INVITE | same | explicit window client |
 ///
 /// Parenthesised users are planned controllers (see [`Algorithm`](crate::Algorithm)).
 #[non_exhaustive]
@@ -84,6 +85,14 @@ pub enum Signal {
         /// Where it went.
         target: TargetId,
     },
+    /// A new INVITE sent to `target` is no longer waiting there unanswered: its first
+    /// response (provisional or final) came, or its transaction ended without one. Exactly
+    /// once per [`Forwarded`](Self::Forwarded). The explicit window counts the INVITEs
+    /// between the two (those the next hop has not read yet, or is still processing).
+    Released {
+        /// Where it went.
+        target: TargetId,
+    },
     /// The client transaction of a new INVITE sent to `target` ended.
     Completed {
         /// Where it went.
@@ -134,11 +143,14 @@ pub enum Feedback {
         /// `oc-seq`, as for [`Feedback::Loss`].
         seq: u64,
     },
-    /// Window-based explicit feedback: how many new INVITE transactions the client may have
-    /// outstanding towards the server.
+    /// Window-based explicit feedback (holdline's `oc-algo="window"`): how many new INVITEs
+    /// the client may have sent to the server and not yet seen answered
+    /// ([`Signal::Released`]).
     Window {
-        /// The window, in transactions.
+        /// The window, in INVITEs.
         window: u32,
+        /// How long the value holds (`oc-validity`; 0 ends control).
+        validity: Duration,
         /// A sequence number, as for [`Feedback::Loss`].
         seq: u64,
     },

@@ -30,7 +30,7 @@ fn implemented() -> Vec<(Algorithm, Box<dyn Controller>)> {
             )
         })
         .collect();
-    assert_eq!(list.len(), 10, "every implemented algorithm is covered");
+    assert_eq!(list.len(), 11, "every implemented algorithm is covered");
     list
 }
 
@@ -42,7 +42,7 @@ fn reasons(a: Algorithm) -> &'static [RejectReason] {
         Algorithm::SmartForwarding => &[RejectReason::TargetBacklog],
         Algorithm::LossClient => &[RejectReason::LossThrottle, RejectReason::RateThrottle],
         Algorithm::RateClient => &[RejectReason::RateThrottle],
-        Algorithm::DelayWindow => &[RejectReason::WindowFull],
+        Algorithm::DelayWindow | Algorithm::WindowClient => &[RejectReason::WindowFull],
         Algorithm::Deoc => &[RejectReason::CallGap],
         _ => &[],
     }
@@ -99,8 +99,13 @@ fn overload_signals(r: &mut Rng, interval: Duration) -> Vec<Signal> {
         });
         v.push(Signal::Feedback {
             from: t,
-            feedback: Feedback::Window { window: 0, seq: 0 },
+            feedback: Feedback::Window {
+                window: 0,
+                validity: Duration::MAX,
+                seq: 0,
+            },
         });
+        v.push(Signal::Released { target: t });
         // More sent than completed: windows fill up.
         for _ in 0..4 {
             v.push(Signal::Forwarded { target: t });

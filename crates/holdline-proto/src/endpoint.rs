@@ -72,9 +72,11 @@ pub struct GateRejection {
 impl OverloadAnswer {
     /// The algorithms answered.
     fn supported(&self) -> &'static [OcAlgo] {
-        match self.rate {
-            RateAnswer::Off => &[OcAlgo::Loss],
-            RateAnswer::Idle | RateAnswer::Total(_) => &[OcAlgo::Loss, OcAlgo::Rate],
+        match (self.rate, self.window) {
+            (RateAnswer::Off, RateAnswer::Off) => &[OcAlgo::Loss],
+            (_, RateAnswer::Off) => &[OcAlgo::Loss, OcAlgo::Rate],
+            (RateAnswer::Off, _) => &[OcAlgo::Loss, OcAlgo::Window],
+            _ => &[OcAlgo::Loss, OcAlgo::Rate, OcAlgo::Window],
         }
     }
 }
@@ -234,6 +236,17 @@ pub enum EndpointEvent {
         /// The target edge its route named for end-to-end overload control, if any.
         edge: Option<EdgeId>,
     },
+    /// An INVITE forwarded to `to` is no longer unanswered there: its first response came
+    /// (provisional or final), or its transaction ended without one. Exactly once per
+    /// [`BranchStarted`](Self::BranchStarted), before its
+    /// [`BranchEnded`](Self::BranchEnded). Only with
+    /// [`ProxyConfig::branch_events`](crate::ProxyConfig::branch_events).
+    BranchAnswered {
+        /// The next hop.
+        to: Peer,
+        /// The target edge its route named for end-to-end overload control, if any.
+        edge: Option<EdgeId>,
+    },
     /// The client transaction of an INVITE forwarded to `to` ended (with a final response,
     /// or without one). Only with [`ProxyConfig::branch_events`](crate::ProxyConfig::branch_events).
     BranchEnded {
@@ -268,6 +281,15 @@ pub struct OverloadAnswer {
     pub exempt: bool,
     /// The rate-based answer (RFC 7415) for clients that prefer `rate`.
     pub rate: RateAnswer,
+    /// Whether new INVITEs from window clients skip the gate (instead of [`exempt`](Self::exempt),
+    /// which judges the loss answer's effect): their window bounds what they can have
+    /// waiting here, so the driver keeps them exempt while its queue of new INVITEs stays
+    /// near the window's target.
+    pub window_exempt: bool,
+    /// The explicit window answer (`oc-algo="window"`) for clients that prefer `window`, in
+    /// the same three states: `Total(w)` is the window of all window clients together, each
+    /// getting an even share (rounded up, at least 1) of the clients seen in the last interval.
+    pub window: RateAnswer,
 }
 
 /// The server role's RFC 7415 answer.
@@ -290,6 +312,10 @@ pub struct FeedbackTally {
     pub rate_invites: u64,
     /// Distinct such clients (source addresses).
     pub rate_clients: usize,
+    /// New INVITEs from clients answered with the explicit window.
+    pub window_invites: u64,
+    /// Distinct such clients.
+    pub window_clients: usize,
 }
 
 /// Requests received, by method.
@@ -605,6 +631,10 @@ pub struct Endpoint {
     /// New INVITEs from rate-answered clients since the last tally, and those clients.
     rate_invites: u64,
     rate_clients: HashSet<std::net::SocketAddr>,
+    /// The same for window-answered clients.
+    window_invites: u64,
+    window_clients: HashSet<std::net::SocketAddr>,
+    window_clients_before: usize,
     /// REGISTER 200s waiting for the store's commit, in ticket order.
     held: VecDeque<HeldResponse>,
     /// How many rate-answered clients the previous tally saw.
@@ -742,6 +772,9 @@ impl Endpoint {
             offered: HashMap::new(),
             rate_invites: 0,
             rate_clients: HashSet::new(),
+            window_invites: 0,
+            window_clients: HashSet::new(),
+            window_clients_before: 0,
             held: VecDeque::new(),
             rate_clients_before: 0,
             dns: DnsCache::new(config_dns),
@@ -855,9 +888,13 @@ impl Endpoint {
         let t = FeedbackTally {
             rate_invites: std::mem::take(&mut self.rate_invites),
             rate_clients: self.rate_clients.len(),
+            window_invites: std::mem::take(&mut self.window_invites),
+            window_clients: self.window_clients.len(),
         };
         self.rate_clients_before = self.rate_clients.len();
         self.rate_clients.clear();
+        self.window_clients_before = self.window_clients.len();
+        self.window_clients.clear();
         t
     }
 
@@ -969,8 +1006,17 @@ impl Endpoint {
                         if self.rate_clients.len() < MAX_RATE_CLIENTS {
                             self.rate_clients.insert(from.addr);
                         }
+                    } else if algo == Some(OcAlgo::Window) {
+                        self.window_invites += 1;
+                        if self.window_clients.len() < MAX_RATE_CLIENTS {
+                            self.window_clients.insert(from.addr);
+                        }
                     }
-                    let exempt = algo.is_some() && self.answer.is_some_and(|a| a.exempt);
+                    let exempt = self.answer.is_some_and(|a| match algo {
+                        Some(OcAlgo::Window) => a.window_exempt,
+                        Some(_) => a.exempt,
+                        None => false,
+                    });
                     if let Some(r) = admit(Class::NewInvite, exempt) {
                         self.reject_at_gate(msg, from, r);
                         return true;
@@ -3317,14 +3363,25 @@ impl Endpoint {
         let Some(algo) = self.answered_algo(&msg) else {
             return size;
         };
-        let (value, controlling) = match (algo, answer.rate) {
-            (OcAlgo::Rate, RateAnswer::Total(total)) => {
-                let clients = self.rate_clients.len().max(self.rate_clients_before).max(1);
-                let share = u64::from(total).div_ceil(clients as u64).max(1);
-                (u32::try_from(share).unwrap_or(u32::MAX), true)
-            }
-            (OcAlgo::Rate, _) => (0, false),
-            (OcAlgo::Loss, _) => (
+        let share = |total: u32, clients: usize| {
+            let share = u64::from(total).div_ceil(clients.max(1) as u64).max(1);
+            u32::try_from(share).unwrap_or(u32::MAX)
+        };
+        let (value, controlling) = match (algo, answer.rate, answer.window) {
+            (OcAlgo::Rate, RateAnswer::Total(total), _) => (
+                share(total, self.rate_clients.len().max(self.rate_clients_before)),
+                true,
+            ),
+            (OcAlgo::Rate, _, _) => (0, false),
+            (OcAlgo::Window, _, RateAnswer::Total(total)) => (
+                share(
+                    total,
+                    self.window_clients.len().max(self.window_clients_before),
+                ),
+                true,
+            ),
+            (OcAlgo::Window, _, _) => (0, false),
+            (OcAlgo::Loss, _, _) => (
                 u32::from(answer.loss_percent.min(100)),
                 answer.loss_percent > 0,
             ),
@@ -3409,9 +3466,10 @@ impl Endpoint {
         };
         let sid = b.server;
         if status < 200 {
-            if b.state == BranchState::Calling {
+            let first = (b.state == BranchState::Calling).then(|| {
                 b.state = BranchState::Proceeding;
-            }
+                (b.dest, b.edge)
+            });
             let invite = b.invite;
             // §16.7 step 2: any provisional but 100 resets Timer C.
             if invite && status > 100 && !b.cancel_sent {
@@ -3419,7 +3477,11 @@ impl Endpoint {
                 b.timer_at = Some(at);
                 self.timers.push(Reverse((at, cid)));
             }
-            if b.cancel_wanted && !b.cancel_sent {
+            let cancel = b.cancel_wanted && !b.cancel_sent;
+            if let Some((to, edge)) = first.filter(|_| invite && self.config.branch_events) {
+                self.push_event(EndpointEvent::BranchAnswered { to, edge });
+            }
+            if cancel {
                 self.cancel_branch(now, cid);
             }
             // 100 is hop by hop; RFC 4320: no other provisional goes up a non-INVITE.
@@ -3464,6 +3526,12 @@ impl Endpoint {
             self.accepted_growth.note_capacity(self.accepted.capacity());
         }
         if b.invite && self.config.branch_events {
+            if b.state == BranchState::Calling {
+                self.push_event(EndpointEvent::BranchAnswered {
+                    to: b.dest,
+                    edge: b.edge,
+                });
+            }
             // A 500 that stands for a 503 further on (RFC 3326 Reason, as this proxy sends
             // it) is reported as the 503 it was: the overload signal of end-to-end control.
             let status = match &bytes {

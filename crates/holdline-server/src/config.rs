@@ -119,14 +119,17 @@
 //! udp_invite_recv_buffer = 262144  # ... whose receive buffer is this small (bytes)
 //! rejection_budget = 0.1           # ... and 503s take at most this share of the time
 //! # feedback = "loss"              # hop-by-hop control (RFC 7339/7415), client role: none |
-//!                                  # loss | rate | "loss,rate" (default loss unless local = "none"),
-//!                                  # or window: seed 004's window without feedback
+//!                                  # loss | rate | explicit-window | "loss,rate" (default loss
+//!                                  # unless local = "none"), or window: seed 004's window
+//!                                  # without feedback
 //! window_threshold_ms = 0          # ... its delay threshold (0: 4 x the smallest delay, >= 20 ms)
 //! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
 //!                                  # with occ)
 //! feedback_target_delay_ms = 100   # ... steering new INVITEs' queueing delay to this
 //! feedback_validity_ms = 500       # ... oc-validity of the answers
 //! feedback_answer_rate = true      # ... also to RFC 7415 rate clients
+//! feedback_answer_window = true    # ... and to explicit-window clients
+//! feedback_window_delay_ms = 20    # ... whose window is the read rate times this
 //! feedback_rate_tolerance = 4.0    # RFC 7415 client: back-to-back INVITEs after a pause
 //!
 //! [[routes]]
@@ -790,7 +793,8 @@ pub struct OverloadSettings {
     pub rejection_budget: f64,
     /// Hop-by-hop overload control, client role (RFC 7339 / RFC 7415): `none`, or the
     /// algorithms offered in the Via of every forwarded request and applied to the answers of
-    /// next hops, in order of preference: `loss`, `rate`, `loss,rate`, `rate,loss`. Absent:
+    /// next hops, in order of preference: `loss`, `rate`, `explicit-window` (holdline's
+    /// `oc-algo="window"`), e.g. `loss,rate`, `rate,loss`. Absent:
     /// `loss` unless `local` is `none`. With `loss` alone the offer is a bare `;oc` (RFC 7339
     /// §4.2: a missing `oc-algo` means loss), which every Via parser takes; one other
     /// algorithm is a quoted `oc-algo="rate"`. Two are the RFC's quoted list
@@ -816,6 +820,14 @@ pub struct OverloadSettings {
     /// even share of a total rate estimated from the occupancy (OCC's rule on a rate). Default
     /// true (with `feedback_answer`).
     pub feedback_answer_rate: bool,
+    /// Server role: also answer explicit-window clients (those preferring holdline's
+    /// `oc-algo="window"`) with an even share of a window of the rate at which this server
+    /// reads their new INVITEs times `feedback_window_delay_ms`. Default true (with
+    /// `feedback_answer`).
+    pub feedback_answer_window: bool,
+    /// Server role: the explicit window's queueing target, ms (see
+    /// `feedback_answer_window`). Default 20.
+    pub feedback_window_delay_ms: u32,
     /// RFC 7415 client: the leaky bucket's tolerance in target intervals (back-to-back
     /// INVITEs after a pause). Default 4.
     pub feedback_rate_tolerance: f64,
@@ -856,6 +868,8 @@ impl Default for OverloadSettings {
             feedback_answer: None,
             feedback_validity_ms: 500,
             feedback_answer_rate: true,
+            feedback_answer_window: true,
+            feedback_window_delay_ms: 20,
             feedback_target_delay_ms: 100,
             feedback_rate_tolerance: 4.0,
         }
@@ -944,11 +958,12 @@ impl OverloadSettings {
             let a = match t {
                 "loss" => OcAlgo::Loss,
                 "rate" => OcAlgo::Rate,
+                "explicit-window" => OcAlgo::Window,
                 other => {
                     return Err((
                         "overload.feedback".to_owned(),
                         format!(
-                            "`{other}`: expected none, window, deoc, or loss and/or rate separated by a comma"
+                            "`{other}`: expected none, window, deoc, or some of loss, rate and explicit-window separated by commas"
                         ),
                     ));
                 }
@@ -970,11 +985,13 @@ impl OverloadSettings {
     ) -> Result<Option<holdline_overload::HopClientConfig>, (String, String)> {
         use holdline_sip::OcAlgo;
         let algos = self.feedback_algos()?;
-        let accept = match (algos.contains(&OcAlgo::Loss), algos.contains(&OcAlgo::Rate)) {
-            (false, false) => return Ok(None),
-            (true, false) => holdline_overload::Accept::Loss,
-            (false, true) => holdline_overload::Accept::Rate,
-            (true, true) => holdline_overload::Accept::Both,
+        if algos.is_empty() {
+            return Ok(None);
+        }
+        let accept = holdline_overload::Accept {
+            loss: algos.contains(&OcAlgo::Loss),
+            rate: algos.contains(&OcAlgo::Rate),
+            window: algos.contains(&OcAlgo::Window),
         };
         let cfg = holdline_overload::HopClientConfig {
             accept,
@@ -1025,6 +1042,7 @@ impl OverloadSettings {
             .then(|| holdline_overload::HopServerConfig {
                 target_occupancy: self.target_occupancy,
                 target_delay: Duration::from_millis(u64::from(self.feedback_target_delay_ms)),
+                window_delay: Duration::from_millis(u64::from(self.feedback_window_delay_ms)),
                 ..holdline_overload::HopServerConfig::default()
             })
     }
@@ -2365,6 +2383,9 @@ impl ServerConfig {
         if self.overload.feedback_target_delay_ms == 0 {
             return err("overload.feedback_target_delay_ms", "must be positive");
         }
+        if self.overload.feedback_window_delay_ms == 0 {
+            return err("overload.feedback_window_delay_ms", "must be positive");
+        }
         if self.overload.feedback_validity_ms == 0 {
             return err(
                 "overload.feedback_validity_ms",
@@ -2989,7 +3010,7 @@ stateless = true
                 .feedback_client()
                 .expect("valid")
                 .map(|h| h.accept),
-            Some(Accept::Loss)
+            Some(Accept::LOSS)
         );
         let c = ServerConfig::from_toml("x.toml", "[overload]\nlocal = \"none\"\n").expect("ok");
         assert_eq!(c.overload.feedback_algos(), Ok(vec![]));
@@ -3006,7 +3027,29 @@ stateless = true
         );
         assert!(!c.overload.answers_feedback());
         let h = c.overload.feedback_client().expect("valid").expect("on");
-        assert_eq!((h.accept, h.rate_tolerance), (Accept::Both, 9.0));
+        assert_eq!((h.accept, h.rate_tolerance), (Accept::BOTH, 9.0));
+        // The explicit window: offered, applied, answered; a bad delay names its key.
+        let c = ServerConfig::from_toml(
+            "x.toml",
+            "[overload]\nfeedback = \"explicit-window, loss\"\nfeedback_window_delay_ms = 30\n",
+        )
+        .expect("ok");
+        assert_eq!(
+            c.overload.feedback_algos(),
+            Ok(vec![OcAlgo::Window, OcAlgo::Loss])
+        );
+        let h = c.overload.feedback_client().expect("valid").expect("on");
+        assert!(h.accept.window && h.accept.loss && !h.accept.rate);
+        assert_eq!(
+            c.overload.server_role().map(|r| r.window_delay),
+            Some(Duration::from_millis(30))
+        );
+        let e = ServerConfig::from_toml("x.toml", "[overload]\nfeedback_window_delay_ms = 0\n")
+            .expect_err("zero");
+        assert!(
+            e.to_string().contains("overload.feedback_window_delay_ms"),
+            "{e}"
+        );
         // Seed 004's window: no offer, the window controller at the forward gate.
         let c = ServerConfig::from_toml(
             "w.toml",

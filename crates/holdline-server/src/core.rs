@@ -213,6 +213,8 @@ pub enum HopEvent {
     Feedback(Peer, holdline_sip::OcReport),
     /// An INVITE was forwarded to this next hop, on a route naming this target edge (if any).
     Started(Peer, Option<holdline_proto::EdgeId>),
+    /// That INVITE got its first response (or ended without one): no longer unanswered.
+    Answered(Peer, Option<holdline_proto::EdgeId>),
     /// The client transaction of an INVITE forwarded to `to` ended.
     Ended {
         /// The next hop.

@@ -166,8 +166,10 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
     let algos = config.overload.feedback_algos().unwrap_or_default();
     p.overload_offer = (!algos.is_empty()).then(|| holdline_sip::OcOffer::new(&algos));
     p.advertise_offered_load = config.overload.advertise_offered_load;
-    p.branch_events =
-        config.overload.window_client().is_some() || config.overload.deoc_client().is_some();
+    // The windows count forwarded INVITEs until answered or ended; DEOC reads their ends.
+    p.branch_events = config.overload.window_client().is_some()
+        || config.overload.deoc_client().is_some()
+        || algos.contains(&holdline_sip::OcAlgo::Window);
     // The server sets the base of its own clock (`seq_base`); now is close to it.
     p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();
@@ -200,8 +202,10 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         .memory_budget(config.transaction_memory_bytes())
         // Secret per server and run: a peer cannot aim its keys at a hash collision.
         .hash_seed(random_seed());
-    // Distinct per worker, so that branches of different workers never collide.
-    p.branch_seed = 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
+    // Distinct per worker, so that branches of different workers never collide, and per run:
+    // a restarted server must not repeat the branches (and To tags) of its previous run
+    // (RFC 3261 §8.1.1.7: unique across space and time).
+    p.branch_seed = random_seed() ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(index as u64 + 1);
     p.shard = Some(holdline_proto::shard::Shard {
         index,
         workers: config.worker_count(),
@@ -379,6 +383,11 @@ impl Engine {
                 }
                 EndpointEvent::BranchStarted { to, edge } if self.feedback.len() < MAX_FEEDBACK => {
                     self.feedback.push_back(HopEvent::Started(to, edge));
+                }
+                EndpointEvent::BranchAnswered { to, edge }
+                    if self.feedback.len() < MAX_FEEDBACK =>
+                {
+                    self.feedback.push_back(HopEvent::Answered(to, edge));
                 }
                 EndpointEvent::BranchEnded {
                     to,
@@ -624,10 +633,18 @@ impl WorkerCore for Engine {
             s.overload_answers, s.gate_exempt, s.overload_reports, s.overload_reports_malformed
         );
         if let Some(a) = self.endpoint.overload_answer() {
+            let total = |r: holdline_proto::RateAnswer| match r {
+                holdline_proto::RateAnswer::Total(n) => n,
+                _ => 0,
+            };
             let _ = writeln!(
                 out,
-                "holdline_feedback_answer_loss_percent {}",
-                a.loss_percent
+                "holdline_feedback_answer_loss_percent {}\n\
+                 holdline_feedback_answer_rate {}\n\
+                 holdline_feedback_answer_window {}",
+                a.loss_percent,
+                total(a.rate),
+                total(a.window)
             );
         }
         let _ = writeln!(
@@ -843,6 +860,9 @@ mod tests {
         );
         assert_eq!(w0.gate_key, w1.gate_key);
         assert_ne!(w0.branch_seed, w1.branch_seed);
+        // A restart (the same worker built again) draws new branches.
+        let again = proxy_config(&c, &at("127.0.0.1:5060"), 0);
+        assert_ne!(w0.branch_seed, again.branch_seed);
         let other = proxy_config(&c, &at("127.0.0.1:5070"), 0);
         assert_ne!(w0.gate_key, other.gate_key, "another server, another key");
     }

@@ -558,6 +558,7 @@ impl Server {
                             .map_err(|e| StartError::Config(format!("overload: {e}")))?,
                         config.overload.feedback_validity_ms,
                         config.overload.feedback_answer_rate,
+                        config.overload.feedback_answer_window,
                     )),
                     None => None,
                 },

@@ -78,6 +78,8 @@ fn overload_restart(a: &ServerConfig, b: &ServerConfig, out: &mut Vec<String>) {
             x.feedback_target_delay_ms != y.feedback_target_delay_ms
                 || x.feedback_validity_ms != y.feedback_validity_ms
                 || x.feedback_answer_rate != y.feedback_answer_rate
+                || x.feedback_answer_window != y.feedback_answer_window
+                || x.feedback_window_delay_ms != y.feedback_window_delay_ms
                 || x.feedback_rate_tolerance != y.feedback_rate_tolerance
                 || x.defer_poll_open_after_ms != y.defer_poll_open_after_ms,
         ),

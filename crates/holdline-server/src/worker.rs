@@ -369,6 +369,8 @@ pub(crate) struct ServerRole {
     pub(crate) validity_ms: u32,
     /// Whether rate-based clients are answered too.
     pub(crate) answer_rate: bool,
+    /// Whether explicit window clients are answered too.
+    pub(crate) answer_window: bool,
     /// When the estimator was last updated.
     updated: StdInstant,
     /// Since when the loss answer has been at its ceiling.
@@ -379,12 +381,19 @@ pub(crate) struct ServerRole {
 }
 
 impl ServerRole {
-    /// A server role answering with `validity_ms`, rate clients too with `answer_rate`.
-    pub(crate) fn new(estimator: HopServer, validity_ms: u32, answer_rate: bool) -> Self {
+    /// A server role answering with `validity_ms`, rate clients too with `answer_rate`,
+    /// window clients with `answer_window`.
+    pub(crate) fn new(
+        estimator: HopServer,
+        validity_ms: u32,
+        answer_rate: bool,
+        answer_window: bool,
+    ) -> Self {
         Self {
             estimator,
             validity_ms,
             answer_rate,
+            answer_window,
             updated: StdInstant::now(),
             floor_since: None,
             invite_delay: (0.0, 0),
@@ -401,6 +410,10 @@ impl ServerRole {
 /// advertises `oc` and ignores the answers gets no free pass).
 const EXEMPT_FLOOR_GRACE: Duration = Duration::from_secs(1);
 
+/// How far beyond the explicit window's queueing target the mean wait of new INVITEs may go
+/// before window clients lose their exemption from the gate.
+const WINDOW_EXEMPT_FACTOR: f64 = 4.0;
+
 /// A next hop's overload answer as the hop-by-hop client's signal.
 fn feedback_of(r: OcReport) -> Feedback {
     let validity = Duration::from_millis(u64::from(r.validity_ms));
@@ -412,6 +425,11 @@ fn feedback_of(r: OcReport) -> Feedback {
         },
         OcAlgo::Rate => Feedback::Rate {
             per_second: r.value,
+            validity,
+            seq: r.seq,
+        },
+        OcAlgo::Window => Feedback::Window {
+            window: r.value,
             validity,
             seq: r.seq,
         },
@@ -1241,10 +1259,17 @@ impl Worker {
         let now = StdInstant::now();
         let elapsed = now - std::mem::replace(&mut role.updated, now);
         let (sum, n) = std::mem::take(&mut role.invite_delay);
+        // Window clients stay exempt from the gate while the queue of new INVITEs is near the
+        // window's target: beyond, they are not (yet) held by it (the first interval of a
+        // load step, or a client that ignores its window), and the gate protects the server.
+        let window_exempt = n == 0
+            || sum / n as f64
+                <= WINDOW_EXEMPT_FACTOR * role.estimator.config().window_delay.as_secs_f64();
         role.estimator.update(&HopMeasure {
             occupancy,
             invite_delay: (n > 0).then(|| Duration::from_secs_f64(sum / n as f64)),
             rate_arrivals: tally.rate_invites,
+            window_arrivals: tally.window_invites,
             elapsed,
         });
         let exempt = if role.estimator.at_floor() {
@@ -1260,11 +1285,20 @@ impl Worker {
                 RateAnswer::Total(total.ceil().clamp(1.0, f64::from(u32::MAX)) as u32)
             }
         };
+        let window = match (role.answer_window, role.estimator.window()) {
+            (false, _) => RateAnswer::Off,
+            (true, None) => RateAnswer::Idle,
+            (true, Some(total)) => {
+                RateAnswer::Total(total.ceil().clamp(1.0, f64::from(u32::MAX)) as u32)
+            }
+        };
         let answer = OverloadAnswer {
             loss_percent: role.estimator.loss_percent(),
             validity_ms: role.validity_ms,
             exempt,
+            window_exempt,
             rate,
+            window,
         };
         self.core.set_overload_answer(Some(answer));
     }
@@ -1288,6 +1322,9 @@ impl Worker {
                     feedback: feedback_of(report),
                 },
                 HopEvent::Started(to, edge) => Signal::Forwarded {
+                    target: hop_target(deoc, to.addr, edge),
+                },
+                HopEvent::Answered(to, edge) => Signal::Released {
                     target: hop_target(deoc, to.addr, edge),
                 },
                 HopEvent::Ended {

@@ -531,6 +531,11 @@ fn feedback_of(r: OcReport) -> Feedback {
             validity,
             seq: r.seq,
         },
+        OcAlgo::Window => Feedback::Window {
+            window: r.value,
+            validity,
+            seq: r.seq,
+        },
     }
 }
 
@@ -974,6 +979,7 @@ impl Server {
             occupancy,
             invite_delay: (n > 0).then(|| Duration::from_secs_f64(sum / n as f64)),
             rate_arrivals: 0,
+            window_arrivals: 0,
             elapsed,
         });
         role.exempt = if role.estimator.at_floor() {
@@ -987,6 +993,8 @@ impl Server {
             validity_ms: role.validity_ms,
             exempt: role.exempt,
             rate: RateAnswer::Off,
+            window: RateAnswer::Off,
+            window_exempt: false,
         }));
     }
 
@@ -1465,7 +1473,7 @@ impl World {
             let (hop, role) = if s.feedback == "loss" {
                 p.overload_offer = Some(OcOffer::new(&[OcAlgo::Loss]));
                 let client = HopClientConfig {
-                    accept: Accept::Loss,
+                    accept: Accept::LOSS,
                     ..HopClientConfig::default()
                 }
                 .build(Instant::ZERO, Rng::seed_from_u64(master.next_u64()))

@@ -47,6 +47,11 @@ pub enum OcAlgo {
     Loss,
     /// `rate` (RFC 7415): `oc` is the most requests per second to send.
     Rate,
+    /// `window`, holdline's explicit window (not an IANA-registered algorithm; RFC 7339 §5
+    /// leaves room for others, and a client that does not offer it never gets it): `oc` is the
+    /// most new INVITEs the client may have sent to the server and not yet seen answered
+    /// (by any response). The window form of Shen, Schulzrinne and Nahum's feedback.
+    Window,
 }
 
 impl OcAlgo {
@@ -55,6 +60,7 @@ impl OcAlgo {
         match self {
             Self::Loss => "loss",
             Self::Rate => "rate",
+            Self::Window => "window",
         }
     }
 
@@ -63,6 +69,8 @@ impl OcAlgo {
             Some(Self::Loss)
         } else if t.eq_ignore_ascii_case(b"rate") {
             Some(Self::Rate)
+        } else if t.eq_ignore_ascii_case(b"window") {
+            Some(Self::Window)
         } else {
             None
         }
@@ -79,13 +87,13 @@ impl fmt::Display for OcAlgo {
 /// preference (unknown tokens are skipped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OcOffer {
-    algos: [Option<OcAlgo>; 2],
+    algos: [Option<OcAlgo>; 3],
 }
 
 impl OcOffer {
-    /// An offer of `algos` in this order (duplicates and more than two are ignored).
+    /// An offer of `algos` in this order (duplicates are ignored).
     pub fn new(algos: &[OcAlgo]) -> Self {
-        let mut o = Self { algos: [None; 2] };
+        let mut o = Self { algos: [None; 3] };
         for &a in algos {
             o.push(a);
         }
@@ -106,7 +114,7 @@ impl OcOffer {
     /// algorithm offers nothing this side can answer (`algos()` is empty).
     pub fn from_via(via: &Via<'_>) -> Option<Self> {
         via.param("oc")?;
-        let mut o = Self { algos: [None; 2] };
+        let mut o = Self { algos: [None; 3] };
         match via.param("oc-algo") {
             Some(Some(v)) => {
                 for t in unquote(v).split(|&b| b == b',') {
@@ -140,17 +148,16 @@ impl OcOffer {
     /// of `loss` only, which is what a missing `oc-algo` means). Appended to `out`.
     pub fn write_params(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b";oc");
-        let mut algos = self.algos();
+        let mut algos = self.algos().peekable();
         let Some(first) = algos.next() else { return };
-        let second = algos.next();
-        if first == OcAlgo::Loss && second.is_none() {
+        if first == OcAlgo::Loss && algos.peek().is_none() {
             return;
         }
         out.extend_from_slice(b";oc-algo=\"");
         out.extend_from_slice(first.as_str().as_bytes());
-        if let Some(s) = second {
+        for a in algos {
             out.push(b',');
-            out.extend_from_slice(s.as_str().as_bytes());
+            out.extend_from_slice(a.as_str().as_bytes());
         }
         out.push(b'"');
     }
@@ -319,6 +326,17 @@ mod tests {
         // Unquoted, spaced, mixed case.
         let o = offer(";OC;OC-ALGO=Loss").expect("offer");
         assert!(o.offers(OcAlgo::Loss) && !o.offers(OcAlgo::Rate));
+        // holdline's window, beside the RFCs' algorithms.
+        let o = offer(";oc;oc-algo=\"window,loss\"").expect("offer");
+        assert_eq!(
+            o.algos().collect::<Vec<_>>(),
+            [OcAlgo::Window, OcAlgo::Loss]
+        );
+        assert_eq!(o.preferred(&[OcAlgo::Loss]), Some(OcAlgo::Loss));
+        assert_eq!(
+            o.preferred(&[OcAlgo::Loss, OcAlgo::Window]),
+            Some(OcAlgo::Window)
+        );
     }
 
     #[test]
@@ -328,6 +346,8 @@ mod tests {
             &[OcAlgo::Rate],
             &[OcAlgo::Loss, OcAlgo::Rate],
             &[OcAlgo::Rate, OcAlgo::Loss],
+            &[OcAlgo::Window],
+            &[OcAlgo::Window, OcAlgo::Loss, OcAlgo::Rate],
         ] {
             let o = OcOffer::new(algos);
             let mut p = Vec::new();
@@ -363,6 +383,14 @@ mod tests {
             (r.algo, r.value, r.validity_ms, r.seq),
             (OcAlgo::Rate, 300, 500, 100_001)
         );
+        // A window above 100 is no loss percentage: taken as it is.
+        let r = report(";oc=250;oc-algo=\"window\";oc-validity=400;oc-seq=2.5")
+            .expect("valid")
+            .expect("answer");
+        assert_eq!(
+            (r.algo, r.value, r.validity_ms, r.seq),
+            (OcAlgo::Window, 250, 400, 250_000)
+        );
         // No oc-algo: loss.
         let r = report(";oc=5;oc-seq=1.1").expect("valid").expect("answer");
         assert_eq!(r.algo, OcAlgo::Loss);
@@ -377,7 +405,7 @@ mod tests {
             (";oc=9999999999999;oc-seq=1.1", OcError::BadValue),
             (";oc=101;oc-algo=loss;oc-seq=1.1", OcError::LossAbove100),
             (";oc=10;oc-algo=\"loss,rate\";oc-seq=1.1", OcError::BadAlgo),
-            (";oc=10;oc-algo=\"window\";oc-seq=1.1", OcError::BadAlgo),
+            (";oc=10;oc-algo=\"windows\";oc-seq=1.1", OcError::BadAlgo),
             (";oc=10;oc-algo;oc-seq=1.1", OcError::BadAlgo),
             (";oc=10;oc-validity=soon;oc-seq=1.1", OcError::BadValidity),
             (";oc=10;oc-validity;oc-seq=1.1", OcError::BadValidity),

@@ -77,6 +77,11 @@ struct Common {
     /// A 200 OK counts as goodput within this many seconds of the first INVITE.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     goodput_window: f64,
+    /// Calls placed S seconds after the start or later also go into a steady-state PDD
+    /// histogram (`latency.pdd_steady` in the JSON report): the delay once the load step's
+    /// transient is over.
+    #[arg(long, value_name = "S")]
+    steady_after: Option<f64>,
     /// RFC 3261 T1 in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     t1_ms: u64,
@@ -424,6 +429,10 @@ fn base_config(c: &Common) -> Result<AgentConfig, String> {
         ..Timers::default()
     };
     a.goodput_window = secs(c.goodput_window, "--goodput-window")?;
+    a.steady_after = c
+        .steady_after
+        .map(|s| secs(s, "--steady-after"))
+        .transpose()?;
     a.seed = c.seed;
     Ok(a)
 }

@@ -170,11 +170,16 @@ struct ServeArgs {
     #[arg(long, value_name = "BYTES")]
     udp_recv_buffer: Option<usize>,
     /// Hop-by-hop overload control (RFC 7339 / RFC 7415), client role: the algorithms offered
-    /// to next hops and applied to their answers (default: loss unless --overload none); or
+    /// to next hops and applied to their answers, in order of preference (default: loss
+    /// unless --overload none): `loss`, `rate`, `explicit-window` (holdline's
+    /// `oc-algo="window"`: at most the next hop's window of new INVITEs unanswered); or
     /// `window`: seed 004's window of outstanding INVITEs per next hop, without feedback;
     /// `deoc`: seed 003's end-to-end control at an edge (per next hop, on its 503s and
     /// timeouts).
-    #[arg(long, value_name = "none|loss|rate|loss,rate|window|deoc")]
+    #[arg(
+        long,
+        value_name = "none|loss|rate|explicit-window|loss,rate|window|deoc"
+    )]
     feedback: Option<String>,
     /// Log lines on stderr as `text` (default) or `json`, one object per line for log
     /// shippers (the file's `log_format`; the filter is `log` or RUST_LOG).

@@ -4,7 +4,8 @@
 //! offered about seven times the RE's capacity.
 //!
 //! The SE offers `oc` in its Via; the RE answers, in the responses, the loss percentage of its
-//! local controller (RFC 7339) or its share of a rate (RFC 7415, when the SE prefers `rate`);
+//! local controller (RFC 7339), its share of a rate (RFC 7415, when the SE prefers `rate`) or
+//! of a window of unanswered INVITEs (holdline's `oc-algo="window"`);
 //! the SE drops that share of new INVITEs itself (503 upstream) and the RE lets the SE's
 //! INVITEs past its own gate. So the excess is rejected where it costs the
 //! overloaded server nothing: most 503s come from the SE, few from the RE. With the client role
@@ -199,6 +200,17 @@ fn assert_upstream_rejects(on: &Run, reason: &str) {
 fn the_upstream_server_rejects_the_excess_the_overloaded_one_asks_it_to() {
     assert_upstream_rejects(&chain("loss"), "loss_throttle");
     assert_upstream_rejects(&chain("rate"), "rate_throttle");
+    // holdline's explicit window: the SE keeps at most its share of the RE's window of new
+    // INVITEs unanswered there and rejects the rest itself.
+    let w = chain("explicit-window");
+    assert_upstream_rejects(&w, "window_full");
+    // The RE answered a window (it is still controlling as the load ends and the drain
+    // begins, or back to 0 once calm: either way the SE throttled on window answers above).
+    assert!(
+        w.re.contains("holdline_feedback_answer_window{"),
+        "{}",
+        w.re
+    );
 
     // Control run: the client role off, the RE does all the rejecting.
     let off = chain("none");

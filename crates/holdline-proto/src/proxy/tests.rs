@@ -2700,7 +2700,9 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         loss_percent: 30,
         validity_ms: 700,
         exempt: true,
+        window_exempt: true,
         rate: crate::RateAnswer::Off,
+        window: crate::RateAnswer::Off,
     }));
     // The driver's gate: rejects what is not exempt (as an overloaded server's would).
     let mut asked = Vec::new();
@@ -2761,7 +2763,9 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
         loss_percent: 0,
         validity_ms: 700,
         exempt: true,
+        window_exempt: true,
         rate: crate::RateAnswer::Off,
+        window: crate::RateAnswer::Off,
     }));
     e.handle(
         ms(30),
@@ -2799,7 +2803,9 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
         loss_percent: 40,
         validity_ms: 500,
         exempt: true,
+        window_exempt: true,
         rate,
+        window: crate::RateAnswer::Off,
     };
     e.set_overload_answer(Some(answer(crate::RateAnswer::Total(1_000))));
     // Two rate clients (different source addresses) and a loss-only one.
@@ -2847,7 +2853,8 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
         e.take_feedback_tally(),
         crate::FeedbackTally {
             rate_invites: 2,
-            rate_clients: 2
+            rate_clients: 2,
+            ..crate::FeedbackTally::default()
         }
     );
     assert_eq!(e.take_feedback_tally(), crate::FeedbackTally::default());
@@ -3282,10 +3289,13 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
     let mut c = routed_config();
     c.branch_events = true;
     let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    // Starts and ends (the first answers are the next test's).
     let events = |e: &mut Endpoint| {
         let mut v = Vec::new();
         while let Some(ev) = e.poll_event() {
-            v.push(ev);
+            if !matches!(ev, crate::EndpointEvent::BranchAnswered { .. }) {
+                v.push(ev);
+            }
         }
         v
     };
@@ -5120,4 +5130,174 @@ fn a_reconfigured_route_takes_new_calls_and_the_call_in_progress_finishes_where_
         2,
         "both calls answered"
     );
+}
+
+#[test]
+fn a_forwarded_invite_is_answered_once_by_its_first_response_or_its_end() {
+    use crate::EndpointEvent::{BranchAnswered, BranchEnded, BranchStarted};
+    let mut c = routed_config();
+    c.branch_events = true;
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    let kinds = |e: &mut Endpoint| {
+        let mut v = Vec::new();
+        while let Some(ev) = e.poll_event() {
+            v.push(match ev {
+                BranchStarted { .. } => "started",
+                BranchAnswered { .. } => "answered",
+                BranchEnded { .. } => "ended",
+                _ => "other",
+            });
+        }
+        v
+    };
+    let respond = |e: &mut Endpoint, at: u64, fwd: &[u8], status: u16| {
+        let mut r = Vec::new();
+        build_response(&parse(fwd), status, "X", Some(b"t1"), &[], b"", &mut r);
+        e.handle(ms(at), &r, udp(ua_addr(5)), Transport::Udp);
+    };
+    let forward = |e: &mut Endpoint, at: u64, branch: &str| {
+        e.handle(ms(at), &far_invite(branch), udp(ua_addr(1)), Transport::Udp);
+        drain_to(e, ms(at))
+            .into_iter()
+            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+            .map(|(_, b)| b)
+            .expect("forwarded")
+    };
+    // 100, 180, then 200: answered by the 100, once.
+    let fwd = forward(&mut e, 0, "z9hG4bKa1");
+    assert_eq!(kinds(&mut e), ["started"]);
+    respond(&mut e, 5, &fwd, 100);
+    assert_eq!(kinds(&mut e), ["answered"]);
+    respond(&mut e, 6, &fwd, 180);
+    respond(&mut e, 7, &fwd, 200);
+    assert_eq!(kinds(&mut e), ["ended"]);
+    // A final response first: answered, then ended.
+    let fwd = forward(&mut e, 10, "z9hG4bKa2");
+    assert_eq!(kinds(&mut e), ["started"]);
+    respond(&mut e, 12, &fwd, 486);
+    assert_eq!(kinds(&mut e), ["answered", "ended"]);
+    // No response at all: answered and ended by Timer B.
+    forward(&mut e, 20, "z9hG4bKa3");
+    assert_eq!(kinds(&mut e), ["started"]);
+    let mut now = ms(20);
+    let mut seen = Vec::new();
+    while !seen.contains(&"ended") && now < ms(100_000) {
+        now = e
+            .poll_timeout()
+            .unwrap_or(now + Duration::from_millis(500))
+            .max(now);
+        e.handle_timeout(now);
+        let _ = drain_to(&mut e, now);
+        seen.extend(kinds(&mut e));
+    }
+    assert_eq!(seen, ["answered", "ended"]);
+}
+
+#[test]
+fn the_server_role_answers_window_clients_with_an_even_share_of_its_window() {
+    use holdline_sip::OcAlgo;
+    let mut e = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
+    let answer = |window, window_exempt| crate::OverloadAnswer {
+        loss_percent: 40,
+        validity_ms: 500,
+        exempt: true,
+        window_exempt,
+        rate: crate::RateAnswer::Off,
+        window,
+    };
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Total(9), true)));
+    let mut asked = Vec::new();
+    for (i, (client, params)) in [
+        (1u8, ";oc;oc-algo=\"window,loss\""),
+        (2, ";oc;oc-algo=\"window\""),
+        (3, ";oc"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let inv = invite_from(
+            client,
+            &format!("z9hG4bKw{i}"),
+            &format!("w{i}@test"),
+            params,
+        );
+        e.handle_admitting(
+            ms(1),
+            &inv,
+            udp(ua_addr(client)),
+            Transport::Udp,
+            &mut |_, exempt| {
+                asked.push(exempt);
+                None
+            },
+            &mut |_, _| None,
+        );
+    }
+    assert_eq!(asked, [true, true, true]);
+    let out = drain_to(&mut e, ms(1));
+    let answer_to = |client: u8| {
+        out.iter()
+            .find(|(p, b)| p.addr == ua_addr(client) && status_of(b) == 100)
+            .and_then(|(_, b)| oc_params(&top_via(b)))
+            .expect("answered")
+    };
+    // 9 over two window clients, rounded up; the loss-only client gets the loss answer.
+    let (a1, a2, a3) = (answer_to(1), answer_to(2), answer_to(3));
+    assert_eq!(
+        (a1.algo, a1.value, a1.validity_ms),
+        (OcAlgo::Window, 5, 500)
+    );
+    assert_eq!((a2.algo, a2.value), (OcAlgo::Window, 5));
+    assert_eq!((a3.algo, a3.value), (OcAlgo::Loss, 40));
+    let t = e.take_feedback_tally();
+    assert_eq!((t.window_invites, t.window_clients), (2, 2));
+    assert_eq!((t.rate_invites, t.rate_clients), (0, 0));
+    // A backlog beyond the window's target: window clients go to the gate, loss ones not.
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Total(9), false)));
+    let mut asked = Vec::new();
+    for (i, (client, params)) in [(1u8, ";oc;oc-algo=\"window\""), (3, ";oc")]
+        .into_iter()
+        .enumerate()
+    {
+        let inv = invite_from(
+            client,
+            &format!("z9hG4bKx{i}"),
+            &format!("x{i}@test"),
+            params,
+        );
+        e.handle_admitting(
+            ms(2),
+            &inv,
+            udp(ua_addr(client)),
+            Transport::Udp,
+            &mut |_, exempt| {
+                asked.push(exempt);
+                None
+            },
+            &mut |_, _| None,
+        );
+    }
+    assert_eq!(asked, [false, true]);
+    // Not controlling: an idle window answer; windows not answered: a window-only client
+    // gets nothing.
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Idle, true)));
+    let _ = drain_to(&mut e, ms(2));
+    let inv = invite_from(2, "z9hG4bKw9", "w9@test", ";oc;oc-algo=\"window\"");
+    e.handle(ms(3), &inv, udp(ua_addr(2)), Transport::Udp);
+    let out = drain_to(&mut e, ms(3));
+    let idle = out
+        .iter()
+        .find(|(_, b)| status_of(b) == 100)
+        .and_then(|(_, b)| oc_params(&top_via(b)))
+        .expect("answered");
+    assert_eq!(
+        (idle.algo, idle.value, idle.validity_ms),
+        (OcAlgo::Window, 0, 0)
+    );
+    e.set_overload_answer(Some(answer(crate::RateAnswer::Off, true)));
+    let inv = invite_from(2, "z9hG4bKw10", "w10@test", ";oc;oc-algo=\"window\"");
+    e.handle(ms(4), &inv, udp(ua_addr(2)), Transport::Udp);
+    let out = drain_to(&mut e, ms(4));
+    let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
+    assert_eq!(oc_params(&top_via(&t.1)), None);
 }
