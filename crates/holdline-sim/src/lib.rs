@@ -30,6 +30,7 @@ pub mod check;
 pub mod engine;
 pub mod report;
 pub mod scenario;
+pub mod store;
 pub mod world;
 
 pub use report::{Estimate, Point, Results, jain_index, series_csv};

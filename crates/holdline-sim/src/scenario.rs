@@ -218,6 +218,79 @@ pub struct Scenario {
     /// admitted call flows that share a bottleneck); empty: every population.
     #[serde(default)]
     pub fairness_flows: Vec<String>,
+    /// Servers that are also registrars, with a simulated durable store (and, for the
+    /// checker, a crash and restart).
+    #[serde(default)]
+    pub registrars: Vec<RegistrarSpec>,
+    /// Populations of phones that register with a registrar and refresh.
+    #[serde(default)]
+    pub phones: Vec<PhoneSpec>,
+}
+
+/// A server's registrar role (`[[registrars]]`): it serves `domain`, keeps its bindings in a
+/// simulated durable store whose commits take a drawn time, and may crash and restart.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistrarSpec {
+    /// The server (a `[[servers]]` name).
+    pub server: String,
+    /// The domain it is registrar for. Default `reg.sim`.
+    #[serde(default = "reg_domain")]
+    pub domain: String,
+    /// A commit of the store takes between these many milliseconds (uniform). Default 1-20.
+    #[serde(default = "commit_min")]
+    pub commit_min_ms: f64,
+    /// See `commit_min_ms`.
+    #[serde(default = "commit_max")]
+    pub commit_max_ms: f64,
+    /// The server crashes at this time, seconds: its endpoint, transactions, queues and
+    /// uncommitted writes are lost; the store's committed contents are kept. Default: never.
+    #[serde(default)]
+    pub crash_at_s: Option<f64>,
+    /// It restarts this long after the crash, loading its bindings from the committed store
+    /// (expired ones dropped), seconds. Default 1.
+    #[serde(default = "one_f")]
+    pub restart_after_s: f64,
+    /// The commit in flight at the crash reaches the disk (a transaction that committed just
+    /// before the process died) instead of being lost. Default false.
+    #[serde(default)]
+    pub inflight_survives: bool,
+}
+
+fn reg_domain() -> String {
+    "reg.sim".into()
+}
+fn commit_min() -> f64 {
+    1.0
+}
+fn commit_max() -> f64 {
+    20.0
+}
+
+/// A population of phones (`[[phones]]`): `holdline-agent`'s registration role, user `k`
+/// registering `sip:userK@DOMAIN` with contact `sip:userK@ADDR` and refreshing it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhoneSpec {
+    /// Its name (unique among nodes).
+    pub name: String,
+    /// The registrar's server name (it must have a `[[registrars]]` entry).
+    pub registrar: String,
+    /// How many users.
+    pub users: u64,
+    /// New registrations per second.
+    pub rate: f64,
+    /// The Expires asked for, seconds (60 to 7200: granted as asked).
+    #[serde(default = "expires_default")]
+    pub expires: u32,
+    /// Re-register each user this long after its last 200, seconds, until the load phase
+    /// ends. Default: never.
+    #[serde(default)]
+    pub refresh_s: Option<f64>,
+}
+
+fn expires_default() -> u32 {
+    3600
 }
 
 fn one() -> u64 {
@@ -1026,6 +1099,7 @@ impl Scenario {
             .map(|s| s.name.as_str())
             .chain(self.uas.iter().map(|u| u.name.as_str()))
             .chain(self.uac.iter().map(|u| u.name.as_str()))
+            .chain(self.phones.iter().map(|p| p.name.as_str()))
             .collect()
     }
 
@@ -1306,6 +1380,66 @@ impl Scenario {
                 }
             }
         }
+        self.validate_registrations()
+    }
+
+    /// The `[[registrars]]` and `[[phones]]` entries.
+    fn validate_registrations(&self) -> Result<(), (String, String)> {
+        let bad = |key: String, msg: &str| Err((key, msg.to_owned()));
+        let mut seen = BTreeSet::new();
+        for (i, r) in self.registrars.iter().enumerate() {
+            if !self.servers.iter().any(|s| s.name == r.server) || !seen.insert(&r.server) {
+                return bad(
+                    format!("registrars[{i}].server"),
+                    "must name a server, once",
+                );
+            }
+            if r.domain.is_empty() || r.domain.contains(|c: char| c.is_whitespace() || c == '@') {
+                return bad(format!("registrars[{i}].domain"), "must be a host name");
+            }
+            let ms = |v: f64| v.is_finite() && (0.0..=60_000.0).contains(&v);
+            if !ms(r.commit_min_ms) || !ms(r.commit_max_ms) || r.commit_max_ms < r.commit_min_ms {
+                return bad(
+                    format!("registrars[{i}].commit_max_ms"),
+                    "commit_min_ms <= commit_max_ms, both 0 to 60,000 ms",
+                );
+            }
+            if r.crash_at_s.is_some_and(|t| !(t.is_finite() && t >= 0.0)) {
+                return bad(
+                    format!("registrars[{i}].crash_at_s"),
+                    "must be zero or more seconds",
+                );
+            }
+            if !(r.restart_after_s.is_finite() && r.restart_after_s > 0.0) {
+                return bad(
+                    format!("registrars[{i}].restart_after_s"),
+                    "must be a positive number of seconds",
+                );
+            }
+        }
+        for (i, p) in self.phones.iter().enumerate() {
+            if !self.registrars.iter().any(|r| r.server == p.registrar) {
+                return bad(
+                    format!("phones[{i}].registrar"),
+                    "names no server with a [[registrars]] entry",
+                );
+            }
+            if p.users == 0 || p.users > 100_000 {
+                return bad(format!("phones[{i}].users"), "must be 1 to 100,000");
+            }
+            if !(p.rate.is_finite() && p.rate > 0.0) {
+                return bad(format!("phones[{i}].rate"), "must be a positive number");
+            }
+            if !(60..=7200).contains(&p.expires) {
+                return bad(format!("phones[{i}].expires"), "must be 60 to 7200 seconds");
+            }
+            if p.refresh_s.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+                return bad(
+                    format!("phones[{i}].refresh_s"),
+                    "must be a positive number of seconds",
+                );
+            }
+        }
         Ok(())
     }
 
@@ -1414,8 +1548,10 @@ impl Scenario {
             format!("servers[{i}].name")
         } else if i < s + u {
             format!("uas[{}].name", i - s)
-        } else {
+        } else if i < s + u + self.uac.len() {
             format!("uac[{}].name", i - s - u)
+        } else {
+            format!("phones[{}].name", i - s - u - self.uac.len())
         }
     }
 }
@@ -1473,6 +1609,64 @@ to = "uas"
         let text = GOOD.replace("target = \"proxy\"", "target = \"nowhere\"");
         let e = Scenario::from_toml("s.toml", &text).expect_err("unknown node");
         assert_eq!((e.line, e.key.as_str()), (15, "uac[0].target"));
+    }
+
+    #[test]
+    fn registrars_and_phones_are_checked_with_file_line_and_key() {
+        let reg = "\n[[registrars]]\nserver = \"proxy\"\ncrash_at_s = 2\n\
+                   [[phones]]\nname = \"ph\"\nregistrar = \"proxy\"\nusers = 10\nrate = 5\n";
+        let text = format!("{GOOD}{reg}");
+        let s = Scenario::from_toml("s.toml", &text).expect("loads");
+        assert_eq!(s.registrars[0].domain, "reg.sim");
+        assert_eq!(s.registrars[0].crash_at_s, Some(2.0));
+        assert_eq!(
+            (s.registrars[0].commit_min_ms, s.registrars[0].commit_max_ms),
+            (1.0, 20.0)
+        );
+        assert_eq!((s.phones[0].expires, s.phones[0].refresh_s), (3600, None));
+        assert_eq!(
+            s.node_names().last(),
+            Some(&"ph"),
+            "phones are the last nodes"
+        );
+        for (from, to, key) in [
+            (
+                "server = \"proxy\"",
+                "server = \"uas\"",
+                "registrars[0].server",
+            ),
+            (
+                "crash_at_s = 2",
+                "crash_at_s = -1",
+                "registrars[0].crash_at_s",
+            ),
+            (
+                "registrar = \"proxy\"",
+                "registrar = \"uas\"",
+                "phones[0].registrar",
+            ),
+            ("users = 10", "users = 0", "phones[0].users"),
+            ("name = \"ph\"", "name = \"uas\"", "phones[0].name"),
+        ] {
+            let text = format!("{GOOD}{}", reg.replace(from, to));
+            let line = 1 + text
+                .lines()
+                .collect::<Vec<_>>()
+                .iter()
+                .rposition(|l| *l == to)
+                .expect("replaced");
+            let e = Scenario::from_toml("s.toml", &text).expect_err(key);
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+        }
+        let text = format!(
+            "{GOOD}{}",
+            reg.replace("crash_at_s = 2", "commit_max_ms = 0.5")
+        );
+        let e = Scenario::from_toml("s.toml", &text).expect_err("max < min");
+        assert_eq!(e.key, "registrars[0].commit_max_ms");
+        let text = format!("{GOOD}{reg}expires = 30\n");
+        let e = Scenario::from_toml("s.toml", &text).expect_err("expires");
+        assert_eq!(e.key, "phones[0].expires");
     }
 
     #[test]

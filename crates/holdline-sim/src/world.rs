@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use holdline_agent::{
-    Agent, AgentConfig, ArrivalKind, Hold, Timers, UacConfig, UasConfig, UserPattern,
+    Agent, AgentConfig, ArrivalKind, Hold, RegisterConfig, Timers, UacConfig, UasConfig,
+    UserPattern,
 };
 use holdline_base::{Duration, Instant, Peer, Rng, Transport};
 use holdline_netmodel::{Fate, Link};
@@ -18,13 +19,14 @@ use holdline_overload::{
 use holdline_proto::dns::{DnsAnswer, DnsRecords, QueryKind, SrvRecord};
 use holdline_proto::{
     DnsQuery, DnsResponse, DnsRoute, DnsTarget, Endpoint, EndpointEvent, GateRejection, HashRoute,
-    HashTarget, ListenAddr, MemoryLocationStore, OverloadAnswer, ProxyConfig, RateAnswer,
-    RelayPolicy, StaticRoute,
+    HashTarget, ListenAddr, LocationStore, MemoryLocationStore, OverloadAnswer, ProxyConfig,
+    RateAnswer, RelayPolicy, StaticRoute,
 };
 use holdline_sip::{Limits, Message, OcAlgo, OcOffer, OcReport};
 
 use crate::engine::EventQueue;
 use crate::scenario::{Scenario, truesize};
+use crate::store::SimStore;
 
 /// Why a run could not be set up.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -97,10 +99,20 @@ enum Ev {
         bytes: Vec<u8>,
     },
     /// The server `node` finished what it was doing (a batch of messages): its worker loop
-    /// goes on.
-    Done { node: usize },
+    /// goes on (unless it crashed since: `epoch` is its incarnation).
+    Done { node: usize, epoch: u32 },
     /// The server `node` sends a batch of datagrams (its `sendmmsg`).
-    Send { node: usize, out: Vec<Out> },
+    Send {
+        node: usize,
+        out: Vec<Out>,
+        epoch: u32,
+    },
+    /// The store of registrar `node` committed batch `batch`.
+    Commit { node: usize, batch: u64, epoch: u32 },
+    /// Registrar `node` crashes.
+    Crash { node: usize },
+    /// Registrar `node` starts again.
+    Restart { node: usize },
     /// A timer of node `node`, sub-agent `sub` (the server itself for servers).
     Wake { node: usize, sub: usize },
     /// Agent `sub` of node `node` ends the pause its loop takes under load (`coalesce_us`).
@@ -293,6 +305,90 @@ struct Server {
     /// The SRV records of this server's `srv` routes (the simulator is its DNS server):
     /// given to the endpoint's cache at the start and on every lookup it asks for.
     zone: Vec<(String, Vec<SrvRecord>)>,
+    /// Its incarnation: bumped by a crash, so that work scheduled before it is dropped.
+    epoch: u32,
+    /// Crashed and not restarted yet: datagrams to it are lost.
+    down: bool,
+    /// The registrar role (`[[registrars]]`).
+    reg: Option<Box<RegRole>>,
+}
+
+/// A server's registrar role: its durable store and what a restart needs.
+struct RegRole {
+    store: Arc<SimStore>,
+    /// The endpoint's configuration (a restart builds a new endpoint from it).
+    config: ProxyConfig,
+    /// The local controller's configuration (a restart builds a new one).
+    ctl_cfg: ControllerConfig,
+    commit_min: Duration,
+    commit_max: Duration,
+    crash_at: Option<Instant>,
+    restart_after: Duration,
+    inflight_survives: bool,
+    /// A crash loses the committed contents too ([`World::lose_stores_on_crash`]).
+    lose_store: bool,
+    /// Commit latencies and restarted controllers' seeds.
+    rng: Rng,
+}
+
+impl Server {
+    /// The process died: everything but the store's committed contents is lost (the
+    /// endpoint itself is replaced at the restart).
+    fn crash(&mut self) {
+        if let Some(r) = self.reg.as_ref() {
+            r.store.crash(r.inflight_survives);
+            if r.lose_store {
+                r.store.wipe();
+            }
+        }
+        self.down = true;
+        self.epoch += 1;
+        for q in [&mut self.main, &mut self.invites, &mut self.early] {
+            q.q.clear();
+            q.used = 0;
+        }
+        self.iter = None;
+        self.waking = false;
+        self.pending_reads = 0;
+        self.main_event = false;
+        self.invite_event = false;
+        self.invite_ready = false;
+        self.admit_all = false;
+        self.sends.clear();
+        self.armed = None;
+    }
+
+    /// The process starts at `now`: a new endpoint over the store, loaded from what it
+    /// committed (as `holdline serve` opens its persistent store), and a new controller.
+    /// Returns the bindings loaded.
+    fn restart(&mut self, now: Instant) -> usize {
+        let Some(r) = self.reg.as_mut() else {
+            return 0;
+        };
+        let loaded = r.store.restart(now);
+        let store: Arc<dyn LocationStore> = r.store.clone();
+        self.ep = Endpoint::new(r.config.clone(), store);
+        for (name, records) in &self.zone {
+            let query = DnsQuery {
+                name: name.clone(),
+                kind: QueryKind::Srv,
+            };
+            let answer = DnsAnswer::Records {
+                records: DnsRecords::Srv(records.clone()),
+                ttl: DNS_TTL,
+            };
+            self.ep
+                .handle_dns_response(now, DnsResponse { query, answer });
+        }
+        if let Ok(ctl) = r.ctl_cfg.build(now, Rng::seed_from_u64(r.rng.next_u64())) {
+            self.ctl = ctl;
+        }
+        self.busy_mark = now;
+        self.handling = Duration::ZERO;
+        self.rejecting = Duration::ZERO;
+        self.down = false;
+        loaded
+    }
 }
 
 /// The largest headroom a server reports (an idle server would report an infinite one).
@@ -1305,6 +1401,13 @@ pub struct RunOutput {
     /// Invariant violations found (only with [`World::check_invariants`]; see
     /// [`crate::check`]).
     pub violations: Vec<String>,
+    /// 200 OKs to REGISTERs the phones received.
+    pub registrations: u64,
+    /// Distinct bindings (registrar, address-of-record, contact) the phones were
+    /// acknowledged.
+    pub acked_bindings: u64,
+    /// Registrar crashes.
+    pub crashes: u64,
 }
 
 /// The seed of run `run` of a scenario seeded `seed` (SplitMix64 of both).
@@ -1347,6 +1450,64 @@ pub struct World {
     /// How far past the run's end the endpoints are taken before the leak check.
     leak_horizon: Duration,
     violations: Vec<String>,
+    /// The first phone node; per phone node (from it), its registrar's node.
+    phone_first: usize,
+    phone_reg: Vec<usize>,
+    /// REGISTERs the phones sent: (Call-ID, CSeq) → what they ask for.
+    reg_sent: std::collections::BTreeMap<(Vec<u8>, u32), SentRegister>,
+    /// The bindings the phones were acknowledged: (registrar, AOR, contact) → the latest
+    /// acknowledged version.
+    acked: std::collections::BTreeMap<(usize, Vec<u8>, Vec<u8>), Acked>,
+    /// 200 OKs to REGISTERs the phones received.
+    registrations: u64,
+    /// Registrar crashes.
+    crashes: u64,
+}
+
+/// The latest acknowledged version of a binding: the registrar must hold it (or a later
+/// one) until `until`.
+#[derive(Clone, Debug)]
+struct Acked {
+    until: Instant,
+    call_id: Vec<u8>,
+    cseq: u32,
+}
+
+/// A REGISTER a phone sent: its first transmission, address-of-record, contact and Expires.
+struct SentRegister {
+    call_id: Vec<u8>,
+    cseq: u32,
+    first_sent: Instant,
+    aor: Vec<u8>,
+    contact: Vec<u8>,
+    expires: u32,
+}
+
+/// How much earlier than a phone's REGISTER left the registrar may date the binding (the
+/// worker gives the endpoint the time its loop iteration started, which can be before the
+/// datagram arrived): an acknowledged binding is due until its expiry minus this.
+const BINDING_SLACK: Duration = Duration::from_secs(5);
+
+/// The value of header `name` of `bytes` as a URI without its angle brackets.
+fn uri_of(bytes: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    let (_, _, v) = header_value(bytes, name)?;
+    let v = match v.iter().position(|&b| b == b'<') {
+        Some(i) => {
+            let rest = &v[i + 1..];
+            &rest[..rest.iter().position(|&b| b == b'>')?]
+        }
+        None => v,
+    };
+    Some(v.to_vec())
+}
+
+/// The Call-ID and CSeq number of a message.
+fn call_and_cseq(bytes: &[u8]) -> Option<(Vec<u8>, u32)> {
+    let (_, _, id) = header_value(bytes, b"Call-ID")?;
+    let (_, _, cseq) = header_value(bytes, b"CSeq")?;
+    let n = cseq.split(|&b| b == b' ').next()?;
+    let n = std::str::from_utf8(n).ok()?.parse().ok()?;
+    Some((id.to_vec(), n))
 }
 
 impl std::fmt::Debug for World {
@@ -1537,7 +1698,29 @@ impl World {
             let us = |v: f64| Duration::from_nanos((v * 1000.0).round() as u64);
             p.dns.min_ttl = DNS_TTL;
             p.dns.max_ttl = DNS_TTL;
-            let mut ep = Endpoint::new(p, Arc::new(MemoryLocationStore::new()));
+            // A registrar: its domain through the location service, over a store whose
+            // commits the simulator completes. (Its own generator: the master's draws, and
+            // so every other node's, stay as they are without registrars.)
+            let reg = sc.registrars.iter().find(|r| r.server == s.name).map(|r| {
+                p.domains = vec![r.domain.clone()];
+                Box::new(RegRole {
+                    store: Arc::new(SimStore::default()),
+                    config: p.clone(),
+                    ctl_cfg: ctl_cfg.clone(),
+                    commit_min: dur_s(r.commit_min_ms / 1000.0),
+                    commit_max: dur_s(r.commit_max_ms / 1000.0),
+                    crash_at: r.crash_at_s.map(|t| Instant::ZERO + dur_s(t)),
+                    restart_after: dur_s(r.restart_after_s),
+                    inflight_survives: r.inflight_survives,
+                    lose_store: false,
+                    rng: Rng::seed_from_u64(seed ^ 0x5245_4749_5354_4152 ^ i as u64),
+                })
+            });
+            let store: Arc<dyn LocationStore> = match &reg {
+                Some(r) => r.store.clone(),
+                None => Arc::new(MemoryLocationStore::new()),
+            };
+            let mut ep = Endpoint::new(p, store);
             for (name, records) in &zone {
                 let query = DnsQuery {
                     name: name.clone(),
@@ -1596,6 +1779,9 @@ impl World {
                 fair,
                 report,
                 zone,
+                epoch: 0,
+                down: false,
+                reg,
             })));
         }
         let goodput_window = dur_s(sc.goodput_window_s);
@@ -1701,6 +1887,45 @@ impl World {
             }
         }
         let link_rng = Rng::seed_from_u64(master.next_u64());
+        // Phones: `holdline-agent`'s registration role, one agent per population, each user
+        // with its own contact (`sip:userK@ADDR`); they refresh until the load phase ends
+        // and come back after a timeout or a Retry-After, as phones do.
+        let phone_first = nodes.len();
+        let mut phone_reg = Vec::new();
+        for (j, ph) in sc.phones.iter().enumerate() {
+            let i = phone_first + j;
+            let err = |message: String| SimError::Agent {
+                node: ph.name.clone(),
+                message,
+            };
+            let r = sc
+                .registrars
+                .iter()
+                .find(|r| r.server == ph.registrar)
+                .ok_or_else(|| err("no registrar".into()))?;
+            let reg = index(&ph.registrar).ok_or_else(|| err("unknown registrar".into()))?;
+            phone_reg.push(reg);
+            let addr = node_addr(i, 0);
+            let mut cfg = AgentConfig::new(Transport::Udp, vec![addr]);
+            cfg.seed = master.next_u64();
+            cfg.register = Some(RegisterConfig {
+                registrar: node_addr(reg, 0),
+                users: UserPattern::parse(&format!("user{{0..{}}}@{}", ph.users - 1, r.domain))
+                    .map_err(|e| err(e.to_string()))?,
+                count: ph.users,
+                rate: ph.rate,
+                arrivals: ArrivalKind::Poisson,
+                expires: ph.expires,
+                refresh: ph.refresh_s.map(dur_s),
+                duration: Some(load_end - Instant::ZERO),
+                contact: None,
+                retry_after_cap: Some(Duration::from_secs(5)),
+                retry_timeout_base: Some(Duration::from_secs(2)),
+                hops: holdline_agent::Hops::default(),
+            });
+            let agent = Agent::new(cfg, Instant::ZERO).map_err(|e| err(e.to_string()))?;
+            nodes.push(Node::Agents(vec![AgentNode::new(agent, addr, None, 0.0)]));
+        }
         let servers = sc.servers.len();
         let mut w = Self {
             now: Instant::ZERO,
@@ -1726,7 +1951,20 @@ impl World {
             check: false,
             leak_horizon: Duration::from_secs(400),
             violations: Vec::new(),
+            phone_first,
+            phone_reg,
+            reg_sent: std::collections::BTreeMap::new(),
+            acked: std::collections::BTreeMap::new(),
+            registrations: 0,
+            crashes: 0,
         };
+        for i in 0..servers {
+            if let Node::Server(s) = &w.nodes[i]
+                && let Some(t) = s.reg.as_ref().and_then(|r| r.crash_at)
+            {
+                w.queue.push(t, Ev::Crash { node: i });
+            }
+        }
         for i in 0..n {
             let subs = match &w.nodes[i] {
                 Node::Server(_) => 1,
@@ -1744,8 +1982,9 @@ impl World {
     /// the one already armed.
     fn arm(&mut self, i: usize, s: usize) {
         let (next, armed) = match &mut self.nodes[i] {
-            // A worker in the middle of an iteration looks at its timers when it ends.
-            Node::Server(srv) if srv.iter.is_some() || srv.waking => return,
+            // A worker in the middle of an iteration looks at its timers when it ends; a
+            // crashed one has none.
+            Node::Server(srv) if srv.iter.is_some() || srv.waking || srv.down => return,
             Node::Server(srv) => (srv.poll_timeout(), &mut srv.armed),
             Node::Agents(a) => match a.get_mut(s) {
                 // A pausing loop looks at its timers when the pause ends.
@@ -1769,6 +2008,9 @@ impl World {
         let mut out = std::mem::take(&mut self.out);
         for (_src, dst, bytes) in out.drain(..) {
             self.messages += 1;
+            if from >= self.phone_first {
+                self.phone_sent(&bytes);
+            }
             let Some((to, sub)) = decode(dst).filter(|(to, _)| *to < n) else {
                 self.link_drops += 1;
                 continue;
@@ -1849,6 +2091,22 @@ impl World {
         self
     }
 
+    /// Every registrar's crash also loses its store's committed contents (a restart without
+    /// its store: a new disk). Acknowledged bindings are then lost by design: the checker's
+    /// own test uses it to show that the durable-binding check reads the restarted
+    /// registrar's real store.
+    #[must_use]
+    pub fn lose_stores_on_crash(mut self) -> Self {
+        for n in &mut self.nodes {
+            if let Node::Server(s) = n
+                && let Some(r) = s.reg.as_mut()
+            {
+                r.lose_store = true;
+            }
+        }
+        self
+    }
+
     /// Runs to the end; `progress` is called once per simulated second with it.
     pub fn run(mut self, mut progress: impl FnMut(u64)) -> RunOutput {
         while let Some(at) = self.queue.peek_time() {
@@ -1867,11 +2125,20 @@ impl World {
                     from,
                     bytes,
                 } => self.arrive(to, sub, from, bytes),
-                Ev::Done { node } => self.server_step(node),
-                Ev::Send { node, out } => {
-                    self.out = out;
-                    self.flush(node);
+                Ev::Done { node, epoch } => {
+                    if self.epoch_of(node) == Some(epoch) {
+                        self.server_step(node);
+                    }
                 }
+                Ev::Send { node, out, epoch } => {
+                    if self.epoch_of(node) == Some(epoch) {
+                        self.out = out;
+                        self.flush(node);
+                    }
+                }
+                Ev::Commit { node, batch, epoch } => self.committed(node, batch, epoch),
+                Ev::Crash { node } => self.crash(node),
+                Ev::Restart { node } => self.restart(node),
                 Ev::Wake { node, sub } => self.wake(node, sub),
                 Ev::Resume { node, sub } => self.resume(node, sub),
                 Ev::Sample => {
@@ -1886,43 +2153,257 @@ impl World {
         self.finish()
     }
 
+    /// The incarnation of server `node` while it is up.
+    fn epoch_of(&self, node: usize) -> Option<u32> {
+        match &self.nodes[node] {
+            Node::Server(s) if !s.down => Some(s.epoch),
+            _ => None,
+        }
+    }
+
     /// Runs server `node`'s worker loop at the current time (see [`Server::step`]).
     fn server_step(&mut self, node: usize) {
         let now = self.now;
         let mut releases = std::mem::take(&mut self.releases);
-        let next = match &mut self.nodes[node] {
-            Node::Server(s) => s.step(now, &mut releases),
-            Node::Agents(_) => None,
+        let (next, epoch) = match &mut self.nodes[node] {
+            Node::Server(s) if !s.down => (s.step(now, &mut releases), s.epoch),
+            _ => return,
         };
         for (t, out) in releases.drain(..) {
             if t <= now {
                 self.out.extend(out);
                 self.flush(node);
             } else {
-                self.queue.push(t, Ev::Send { node, out });
+                self.queue.push(t, Ev::Send { node, out, epoch });
             }
         }
         self.releases = releases;
         if let Some(t) = next {
-            self.queue.push(t, Ev::Done { node });
+            self.queue.push(t, Ev::Done { node, epoch });
+        }
+        self.writer(node);
+        self.arm(node, 0);
+    }
+
+    /// The store writer of registrar `node`: starts the commit asked for, if none is under
+    /// way, completing after a drawn latency.
+    fn writer(&mut self, node: usize) {
+        let Node::Server(s) = &mut self.nodes[node] else {
+            return;
+        };
+        let epoch = s.epoch;
+        let Some(r) = s.reg.as_mut() else { return };
+        if let Some(batch) = r.store.start_batch() {
+            let span = r.commit_max.saturating_sub(r.commit_min);
+            let lat = r.commit_min + span.mul_f64(r.rng.next_f64());
+            self.queue
+                .push(self.now + lat, Ev::Commit { node, batch, epoch });
+        }
+    }
+
+    /// Batch `batch` of registrar `node`'s store committed: the held responses it releases
+    /// go out at the worker's next iteration (the store's commit listener wakes it).
+    fn committed(&mut self, node: usize, batch: u64, epoch: u32) {
+        if self.epoch_of(node) != Some(epoch) {
+            return;
+        }
+        if let Node::Server(s) = &mut self.nodes[node]
+            && let Some(r) = s.reg.as_ref()
+        {
+            r.store.complete_batch(batch);
+        }
+        self.writer(node);
+        self.arm(node, 0);
+    }
+
+    /// Registrar `node` crashes now; it restarts after its delay.
+    fn crash(&mut self, node: usize) {
+        let Node::Server(s) = &mut self.nodes[node] else {
+            return;
+        };
+        if s.down {
+            return;
+        }
+        s.crash();
+        self.crashes += 1;
+        let after = s.reg.as_ref().map_or(Duration::ZERO, |r| r.restart_after);
+        self.queue.push(self.now + after, Ev::Restart { node });
+    }
+
+    /// Registrar `node` starts again, its bindings loaded from its store: every binding a
+    /// phone was acknowledged must be among them.
+    fn restart(&mut self, node: usize) {
+        let now = self.now;
+        let Node::Server(s) = &mut self.nodes[node] else {
+            return;
+        };
+        if !s.down {
+            return;
+        }
+        s.restart(now);
+        if self.check {
+            self.check_acked(Some(node), "after its restart");
         }
         self.arm(node, 0);
+    }
+
+    /// Every binding a phone was acknowledged (of registrar `only`, or of all), due until
+    /// later than now, is in its registrar's store, at least until it is due.
+    fn check_acked(&mut self, only: Option<usize>, when: &str) {
+        let now = self.now;
+        let mut found = Vec::new();
+        for ((reg, aor, contact), a) in &self.acked {
+            if only.is_some_and(|o| o != *reg) || a.until <= now + BINDING_SLACK {
+                continue;
+            }
+            if let Some(v) = self.binding_violation(*reg, aor, contact, a, when) {
+                found.push(v);
+            }
+        }
+        self.violations.extend(found);
+    }
+
+    /// Whether registrar `reg` (up) holds the binding of `aor` to `contact` as acknowledged
+    /// (`a`: that REGISTER's version or a later one, due until at least `a.until`): the
+    /// violation if not.
+    fn binding_violation(
+        &self,
+        reg: usize,
+        aor: &[u8],
+        contact: &[u8],
+        a: &Acked,
+        when: &str,
+    ) -> Option<String> {
+        let until = a.until;
+        let Node::Server(s) = &self.nodes[reg] else {
+            return None;
+        };
+        let r = s.reg.as_ref().filter(|_| !s.down)?;
+        let held = r.store.live_binding(aor, contact);
+        if held.as_ref().is_some_and(|b| {
+            b.expires_at + BINDING_SLACK >= until && (*b.call_id != *a.call_id || b.cseq >= a.cseq)
+        }) {
+            return None;
+        }
+        let secs = |t: Instant| t.as_nanos() as f64 / 1e9;
+        Some(format!(
+            "t={:.6} s: registrar {}: acknowledged binding {} -> {} (CSeq {}, due until {:.3} s) {} {when} (a lost binding)",
+            secs(self.now),
+            self.names[reg],
+            String::from_utf8_lossy(aor),
+            String::from_utf8_lossy(contact),
+            a.cseq,
+            secs(until),
+            match held {
+                Some(b) => format!(
+                    "is CSeq {} expiring at {:.3} s in its store",
+                    b.cseq,
+                    secs(b.expires_at)
+                ),
+                None => "is not in its store".to_string(),
+            },
+        ))
+    }
+
+    /// A phone sent `bytes`: a REGISTER is remembered (its first transmission).
+    fn phone_sent(&mut self, bytes: &[u8]) {
+        if !bytes.starts_with(b"REGISTER ") {
+            return;
+        }
+        let Some(key) = call_and_cseq(bytes) else {
+            return;
+        };
+        if self.reg_sent.contains_key(&key) {
+            return;
+        }
+        let (Some(to), Some(contact)) = (uri_of(bytes, b"To"), uri_of(bytes, b"Contact")) else {
+            return;
+        };
+        let aor = to.strip_prefix(b"sip:").unwrap_or(&to).to_vec();
+        let expires = header_value(bytes, b"Expires")
+            .and_then(|(_, _, v)| std::str::from_utf8(v).ok()?.parse().ok())
+            .unwrap_or(0);
+        self.reg_sent.insert(
+            key.clone(),
+            SentRegister {
+                call_id: key.0,
+                cseq: key.1,
+                first_sent: self.now,
+                aor,
+                contact,
+                expires,
+            },
+        );
+    }
+
+    /// Phone node `node` received `bytes`: a 200 to one of its REGISTERs acknowledges the
+    /// binding, which its registrar must hold from now on.
+    fn phone_received(&mut self, node: usize, bytes: &[u8]) {
+        if !bytes.starts_with(b"SIP/2.0 200 ")
+            || !header_value(bytes, b"CSeq").is_some_and(|(_, _, v)| v.ends_with(b"REGISTER"))
+        {
+            return;
+        }
+        let Some(&reg) = self.phone_reg.get(node - self.phone_first) else {
+            return;
+        };
+        let Some(sent) = call_and_cseq(bytes).and_then(|k| self.reg_sent.get(&k)) else {
+            return;
+        };
+        self.registrations += 1;
+        if sent.expires == 0 {
+            return;
+        }
+        let a = Acked {
+            until: sent.first_sent + Duration::from_secs(u64::from(sent.expires)),
+            call_id: sent.call_id.clone(),
+            cseq: sent.cseq,
+        };
+        let key = (reg, sent.aor.clone(), sent.contact.clone());
+        let due = self.acked.entry(key.clone()).or_insert_with(|| a.clone());
+        if a.call_id != due.call_id || a.cseq > due.cseq {
+            // A 200 that arrives after a later one's says nothing new.
+            *due = a.clone();
+        }
+        if self.check
+            && a.until > self.now + BINDING_SLACK
+            && let Some(v) = self.binding_violation(reg, &key.1, &key.2, &a, "when its 200 arrived")
+        {
+            self.violations.push(v);
+        }
     }
 
     fn arrive(&mut self, to: usize, sub: usize, from: SocketAddr, bytes: Vec<u8>) {
         let now = self.now;
         match &mut self.nodes[to] {
             Node::Server(s) => {
-                if s.arrive(now, from, bytes) {
+                if s.down {
+                    // Nobody listens: the datagram is lost.
+                    self.link_drops += 1;
+                } else if s.arrive(now, from, bytes) {
                     if s.wakeup.is_zero() {
                         self.server_step(to);
                     } else {
                         s.waking = true;
                         let t = now + s.wakeup;
-                        self.queue.push(t, Ev::Done { node: to });
+                        let epoch = s.epoch;
+                        self.queue.push(t, Ev::Done { node: to, epoch });
                     }
                 }
             }
+            Node::Agents(_) if to >= self.phone_first => {
+                self.phone_received(to, &bytes);
+                self.deliver(to, sub, from, bytes);
+            }
+            Node::Agents(_) => self.deliver(to, sub, from, bytes),
+        }
+    }
+
+    /// A message reaches agent `sub` of node `to`.
+    fn deliver(&mut self, to: usize, sub: usize, from: SocketAddr, bytes: Vec<u8>) {
+        let now = self.now;
+        match &mut self.nodes[to] {
+            Node::Server(_) => {}
             Node::Agents(a) => {
                 if let Some(a) = a.get_mut(sub) {
                     if a.coalesce.is_zero() {
@@ -2092,6 +2573,9 @@ impl World {
         let mut buf = Vec::new();
         for (name, n) in self.names.iter().zip(self.nodes.iter_mut()) {
             let Node::Server(srv) = n else { continue };
+            if srv.down {
+                continue;
+            }
             let ep = &mut srv.ep;
             let mut steps = 0u32;
             while let Some(t) = ep.poll_timeout().filter(|t| *t <= horizon) {
@@ -2227,6 +2711,9 @@ impl World {
             })
             .collect();
         if self.check {
+            // The phones' acknowledged bindings at the end, then the leaks.
+            self.now = end;
+            self.check_acked(None, "at the end of the run");
             self.check_leaks(end);
         }
         RunOutput {
@@ -2240,6 +2727,9 @@ impl World {
             events: self.events,
             simulated: end - Instant::ZERO,
             violations: self.violations,
+            registrations: self.registrations,
+            acked_bindings: self.acked.len() as u64,
+            crashes: self.crashes,
         }
     }
 

@@ -1112,10 +1112,17 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
         .collect();
     let calls: u64 = outcomes.iter().map(|o| o.completed).sum();
     let messages: u64 = outcomes.iter().map(|o| o.messages).sum();
+    let registrations: u64 = outcomes.iter().map(|o| o.registrations).sum();
+    let bindings: u64 = outcomes.iter().map(|o| o.acked_bindings).sum();
+    let crashes: u64 = outcomes.iter().map(|o| o.crashes).sum();
+    let with_reg = outcomes.iter().filter(|o| o.registrations > 0).count();
     eprintln!(
         "check: {total} seeds, {} with violations; {calls} calls set up, {messages} messages simulated in {wall:.1} s ({:.0} calls/min)",
         failed.len(),
         calls as f64 / wall.max(1e-9) * 60.0
+    );
+    eprintln!(
+        "check: registrations in {with_reg} seeds: {registrations} REGISTERs acknowledged, {bindings} bindings, {crashes} registrar crashes and restarts"
     );
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -1124,6 +1131,9 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
             "failed": failed.iter().map(|o| o.seed).collect::<Vec<_>>(),
             "calls": calls,
             "messages": messages,
+            "registrations": registrations,
+            "acked_bindings": bindings,
+            "crashes": crashes,
             "wall_s": wall,
             "outcomes": outcomes.iter().map(|o| serde_json::json!({
                 "seed": o.seed,
@@ -1131,6 +1141,9 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
                 "completed": o.completed,
                 "messages": o.messages,
                 "events": o.events,
+                "registrations": o.registrations,
+                "acked_bindings": o.acked_bindings,
+                "crashes": o.crashes,
             })).collect::<Vec<_>>(),
         });
         let path = dir.join("check.json");

@@ -225,6 +225,9 @@ fn sim_check_passes_its_seeds_and_prints_a_scenario_sim_run_reads() {
         .filter_map(|o| o["seed"].as_u64())
         .collect();
     assert_eq!(seeds, [0, 1, 2, 3, 4, 5]);
+    // Some of these seeds draw phones and a registrar that crashes and restarts.
+    assert!(v["registrations"].as_u64().is_some_and(|r| r > 0), "{v}");
+    assert!(v["crashes"].as_u64().is_some_and(|c| c > 0), "{v}");
 
     let printed = sim(&["check", "--seed", "4", "--print"]);
     assert!(printed.status.success());
@@ -233,6 +236,8 @@ fn sim_check_passes_its_seeds_and_prints_a_scenario_sim_run_reads() {
         text.starts_with("# holdline sim check --seed 4\n"),
         "{text}"
     );
+    // Seed 4 has phones: `holdline sim run` reads those too.
+    assert!(text.contains("[[phones]]"), "{text}");
     let file = dir.path().join("seed4.toml");
     std::fs::write(&file, &text).expect("write");
     let run_dir = dir.path().join("run");
