@@ -563,8 +563,9 @@ pub struct HopMeasure {
 ///        at 2a; off again after 2 s without pressure
 /// window: off while load ≤ 1; on the first interval above, W = max(1, μ_w · D_w) (μ_w: the
 ///        rate at which the server read window clients' new INVITEs, D_w: `window_delay`);
-///        then W ← clamp(W · clamp(D_w / D, ½, 2), 1, 16 μ_w D_w) (D: the new INVITEs' mean
-///        wait; without one, W = μ_w D_w); off again after 2 s without pressure
+///        then W ← clamp(W · k, 1, 16 μ_w D_w) with k = clamp(D_w / D, ½, 2) (D: the new
+///        INVITEs' mean wait), or at least min(ρ_target/ρ, 2) while ρ < ρ_target (spare
+///        CPU: never cut); without either, W = μ_w D_w; off again after 2 s without pressure
 /// ```
 ///
 /// The window needs no estimate of the capacity: the clients keep at most `W` INVITEs
@@ -744,12 +745,19 @@ impl HopServer {
             // Steer the new INVITEs' wait to `D_w`: more room while they wait less (the
             // window, not the server, is what holds the clients back), less while they wait
             // more; at most ×2 or ×½ per interval, and at most 16 times Little's window.
-            Some(w) => Some(match delay {
-                Some(d) => {
-                    (w * (d_w / d.max(1e-6)).clamp(MAX_DECREASE, 2.0)).clamp(1.0, 16.0 * little)
-                }
-                None => little,
-            }),
+            Some(w) => {
+                let by_delay = delay.map(|d| (d_w / d.max(1e-6)).clamp(MAX_DECREASE, 2.0));
+                // Spare CPU (occupancy under its target): the window is what holds the
+                // clients back, never the server; grow, whatever the wait says (under a CPU
+                // quota the wait includes the throttled time, which more INVITEs do not
+                // lengthen).
+                let by_cpu = (by_occupancy < 1.0).then(|| (1.0 / by_occupancy).min(2.0));
+                Some(match (by_delay, by_cpu) {
+                    (Some(k), Some(g)) => (w * k.max(g)).clamp(1.0, 16.0 * little),
+                    (Some(k), None) | (None, Some(k)) => (w * k).clamp(1.0, 16.0 * little),
+                    (None, None) => little,
+                })
+            }
         };
     }
 }
@@ -937,6 +945,11 @@ mod tests {
             s.update(&measure(1.0, Some(1), 20));
         }
         assert_eq!(s.window(), Some(16.0 * 10.0));
+        // Spare CPU with a long wait (a CPU quota's throttling): grown, not cut.
+        s.update(&measure(1.0, Some(300), 200));
+        assert_eq!(s.window(), Some(80.0));
+        s.update(&measure(0.45, Some(300), 200));
+        assert_eq!(s.window(), Some(160.0));
         // Two seconds without pressure end it.
         for _ in 0..CALM_INTERVALS {
             assert!(s.window().is_some());
