@@ -368,18 +368,7 @@ impl Server {
         let loaded = r.store.restart(now);
         let store: Arc<dyn LocationStore> = r.store.clone();
         self.ep = Endpoint::new(r.config.clone(), store);
-        for (name, records) in &self.zone {
-            let query = DnsQuery {
-                name: name.clone(),
-                kind: QueryKind::Srv,
-            };
-            let answer = DnsAnswer::Records {
-                records: DnsRecords::Srv(records.clone()),
-                ttl: DNS_TTL,
-            };
-            self.ep
-                .handle_dns_response(now, DnsResponse { query, answer });
-        }
+        preload_zone(&mut self.ep, &self.zone, now);
         if let Ok(ctl) = r.ctl_cfg.build(now, Rng::seed_from_u64(r.rng.next_u64())) {
             self.ctl = ctl;
         }
@@ -1721,17 +1710,7 @@ impl World {
                 None => Arc::new(MemoryLocationStore::new()),
             };
             let mut ep = Endpoint::new(p, store);
-            for (name, records) in &zone {
-                let query = DnsQuery {
-                    name: name.clone(),
-                    kind: QueryKind::Srv,
-                };
-                let answer = DnsAnswer::Records {
-                    records: DnsRecords::Srv(records.clone()),
-                    ttl: DNS_TTL,
-                };
-                ep.handle_dns_response(Instant::ZERO, DnsResponse { query, answer });
-            }
+            preload_zone(&mut ep, &zone, Instant::ZERO);
             nodes.push(Node::Server(Box::new(Server {
                 name: s.name.clone(),
                 ep,
@@ -2874,5 +2853,21 @@ mod agent_loop_tests {
             assert_eq!(out.len(), 2 * n, "{coalesce_us} µs, {n} messages");
             assert_eq!(a.paused, pause);
         }
+    }
+}
+
+/// Loads a server's DNS zone (its `srv` routes' records) into its endpoint's cache, as if
+/// resolved at `now`: at the start, and again after a restart.
+fn preload_zone(ep: &mut Endpoint, zone: &[(String, Vec<SrvRecord>)], now: Instant) {
+    for (name, records) in zone {
+        let query = DnsQuery {
+            name: name.clone(),
+            kind: QueryKind::Srv,
+        };
+        let answer = DnsAnswer::Records {
+            records: DnsRecords::Srv(records.clone()),
+            ttl: DNS_TTL,
+        };
+        ep.handle_dns_response(now, DnsResponse { query, answer });
     }
 }
