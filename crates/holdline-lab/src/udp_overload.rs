@@ -159,8 +159,18 @@ pub struct RejectionCost {
     pub rejected_cps: f64,
     /// CPU per completed call, µs (no control, nothing rejected).
     pub cpu_us_per_call: f64,
-    /// CPU per rejected INVITE (its 503 and the ACK of the 503 included), µs.
+    /// CPU per rejected INVITE (its 503 and the ACK of the 503 included), µs: the rejecting
+    /// run's CPU less what the calls it admitted cost (at `cpu_us_per_call`), over its
+    /// rejections.
     pub cpu_us_per_rejection: f64,
+    /// Calls the rejecting run completed: `queue_limit = 1` admits a new INVITE whenever the
+    /// queue is empty, and their cost is not the rejections' (before 2026-11-29 it was
+    /// counted in, overstating the cost). `None` in older results.
+    #[serde(default)]
+    pub calls_admitted: Option<u64>,
+    /// The rejecting run's CPU per rejection without that correction, µs.
+    #[serde(default)]
+    pub cpu_us_per_rejection_uncorrected: Option<f64>,
     /// The ratio (issue 6: at most 0.2).
     pub ratio: f64,
 }
@@ -725,16 +735,23 @@ pub fn run(args: &Args) -> Result<Results> {
         done += 1;
         progress(done, total, &rejects, started);
         let per_call = calls.server_cpu_s * 1e6 / (calls.calls_ok.max(1)) as f64;
-        let per_rej = rejects.server_cpu_s * 1e6 / (rejects.server_rejected.max(1)) as f64;
+        let n_rejected = rejects.server_rejected.max(1) as f64;
+        let uncorrected = rejects.server_cpu_s * 1e6 / n_rejected;
+        // The gate admits whenever the queue is empty: those calls cost what a call costs.
+        let admitted_us = rejects.calls_ok as f64 * per_call;
+        let per_rej = (rejects.server_cpu_s * 1e6 - admitted_us).max(0.0) / n_rejected;
         eprintln!(
-            "udp-overload: {per_call:.1} µs per completed call at {rate:.0}/s, {per_rej:.1} µs per rejected INVITE at {rejected:.0}/s ({:.2})",
-            per_rej / per_call
+            "udp-overload: {per_call:.1} µs per completed call at {rate:.0}/s, {per_rej:.1} µs per rejected INVITE at {rejected:.0}/s ({:.2}; {} calls admitted, {uncorrected:.1} µs without subtracting them)",
+            per_rej / per_call,
+            rejects.calls_ok
         );
         rejection_cost.push(RejectionCost {
             offered_cps: rate,
             rejected_cps: rejected,
             cpu_us_per_call: per_call,
             cpu_us_per_rejection: per_rej,
+            calls_admitted: Some(rejects.calls_ok),
+            cpu_us_per_rejection_uncorrected: Some(uncorrected),
             ratio: per_rej / per_call,
         });
     }

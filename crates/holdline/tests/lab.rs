@@ -82,6 +82,15 @@ fn udp_overload_writes_results_csv_and_plots() {
             "{key} in {cost}"
         );
     }
+    // The calls the rejecting run let through are counted and their cost taken out.
+    assert!(cost["calls_admitted"].is_u64(), "{cost}");
+    assert!(
+        cost["cpu_us_per_rejection_uncorrected"]
+            .as_f64()
+            .zip(cost["cpu_us_per_rejection"].as_f64())
+            .is_some_and(|(raw, net)| raw >= net),
+        "{cost}"
+    );
     let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
     assert!(csv.starts_with(
         "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,"
