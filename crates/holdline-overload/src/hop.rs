@@ -109,14 +109,6 @@ impl Accept {
         rate: false,
         window: true,
     };
-
-    const fn loss(self) -> bool {
-        self.loss
-    }
-
-    const fn rate(self) -> bool {
-        self.rate
-    }
 }
 
 impl Default for HopClientConfig {
@@ -306,8 +298,8 @@ impl HopClient {
 
     fn feedback(&mut self, now: Instant, from: TargetId, fb: Feedback) {
         let (seq, validity) = match fb {
-            Feedback::Loss { seq, validity, .. } if self.config.accept.loss() => (seq, validity),
-            Feedback::Rate { seq, validity, .. } if self.config.accept.rate() => (seq, validity),
+            Feedback::Loss { seq, validity, .. } if self.config.accept.loss => (seq, validity),
+            Feedback::Rate { seq, validity, .. } if self.config.accept.rate => (seq, validity),
             Feedback::Window { seq, validity, .. } if self.config.accept.window => (seq, validity),
             _ => {
                 self.ignored += 1;
