@@ -60,6 +60,7 @@ pub mod defer;
 pub mod deoc;
 pub mod fair;
 pub mod flood;
+pub mod fuzzing;
 pub mod hop;
 pub mod none;
 pub mod occ;

@@ -34,18 +34,9 @@ fn implemented() -> Vec<(Algorithm, Box<dyn Controller>)> {
     list
 }
 
+/// The reasons each algorithm may give (shared with the fuzz harness).
 fn reasons(a: Algorithm) -> &'static [RejectReason] {
-    match a {
-        Algorithm::QueueLimit | Algorithm::BangBang => &[RejectReason::QueueFull],
-        Algorithm::Occupancy => &[RejectReason::Occupancy],
-        Algorithm::QueueDelay => &[RejectReason::QueueDelay],
-        Algorithm::SmartForwarding => &[RejectReason::TargetBacklog],
-        Algorithm::LossClient => &[RejectReason::LossThrottle, RejectReason::RateThrottle],
-        Algorithm::RateClient => &[RejectReason::RateThrottle],
-        Algorithm::DelayWindow | Algorithm::WindowClient => &[RejectReason::WindowFull],
-        Algorithm::Deoc => &[RejectReason::CallGap],
-        _ => &[],
-    }
+    holdline_overload::fuzzing::rejection_reasons(a)
 }
 
 const TARGETS: [TargetId; 3] = [TargetId(0), TargetId(1), TargetId(u64::MAX)];

@@ -7,7 +7,7 @@ use holdline_base::Transport;
 
 use crate::{
     Challenge, Credentials, DigestChallenge, Editor, Frame, Framer, HeaderName, Limits, Message,
-    write_digest_challenge,
+    OcOffer, OcReport, write_digest_challenge,
 };
 
 /// Parses `data` as a datagram and, when it parses, calls every accessor.
@@ -109,6 +109,7 @@ fn typed(msg: &Message<'_>) {
             via.ttl(),
             via.sent_by(),
         );
+        oc_round_trip(&via);
     }
     for na in [msg.from(), msg.to()].into_iter().flatten() {
         let _ = (na.tag(), na.display_name_unquoted(), na.uri.host_port());
@@ -275,4 +276,54 @@ fn frames(data: &[u8], chunk: usize, limits: Limits) -> Vec<Frame> {
         }
     }
     out
+}
+
+/// Parses `data` as the parameters of a response's top Via (RFC 7339's `oc`, `oc-algo`,
+/// `oc-validity`, `oc-seq`, or anything else) and checks both readings of them: an offer
+/// (what a client advertises) and a report (what a server answers). Whatever parses is
+/// written back with the crate's own writer and must parse to the same value.
+pub fn oc_via(data: &[u8]) {
+    let mut buf = b"SIP/2.0 100 Trying\r\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bK1".to_vec();
+    buf.extend_from_slice(data);
+    buf.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+    let Ok(msg) = Message::parse(&buf, &Limits::DEFAULT) else {
+        return;
+    };
+    for via in msg.vias().flatten() {
+        oc_round_trip(&via);
+    }
+}
+
+/// The `oc` parameters of `via`, read as an offer and as a report, written back and read
+/// again: the same offer, the same report.
+fn oc_round_trip(via: &crate::Via<'_>) {
+    // An `oc-algo` naming no known algorithm offers nothing this side can answer (empty,
+    // as documented); holdline only ever writes offers that name one.
+    if let Some(offer) = OcOffer::from_via(via).filter(|o| o.algos().next().is_some()) {
+        let mut params = Vec::new();
+        offer.write_params(&mut params);
+        let again = reparse_oc(&params, OcOffer::from_via);
+        assert_eq!(again, Some(offer), "written offer {params:?}");
+    }
+    if let Ok(Some(report)) = OcReport::from_via(via) {
+        let mut params = Vec::new();
+        report.write_params(&mut params);
+        let again = reparse_oc(&params, OcReport::from_via);
+        assert_eq!(again, Ok(Some(report)), "written report {params:?}");
+    }
+}
+
+/// Reads `params` (as written by the crate) from a fresh Via with `read`.
+fn reparse_oc<T>(params: &[u8], read: impl Fn(&crate::Via<'_>) -> T) -> T {
+    let mut buf = b"SIP/2.0 100 Trying\r\nVia: SIP/2.0/UDP 192.0.2.1;branch=z9hG4bK1".to_vec();
+    buf.extend_from_slice(params);
+    buf.extend_from_slice(b"\r\n\r\n");
+    let msg = match Message::parse(&buf, &Limits::DEFAULT) {
+        Ok(m) => m,
+        Err(e) => panic!("written oc parameters do not parse: {e}"),
+    };
+    match msg.top_via() {
+        Ok(v) => read(&v),
+        Err(e) => panic!("written Via does not parse: {e}"),
+    }
 }
