@@ -131,13 +131,22 @@ pub enum StoreError {
         /// What the operating system reported.
         source: std::io::Error,
     },
-    /// A write-behind transaction failed; its changes are still in memory and are retried.
-    #[error("writing location database {} failed: {source}", path.display())]
+    /// A write-behind batch failed (writing or syncing its journal entry); its changes are
+    /// still in memory and are retried.
+    #[error("writing the journal of location database {} failed: {source}", path.display())]
     Write {
         /// The database file.
         path: PathBuf,
-        /// What redb reported for the failed transaction.
-        source: Arc<redb::Error>,
+        /// What the operating system reported for the failed write.
+        source: Arc<std::io::Error>,
+    },
+    /// The journal beside the database could not be read, replayed or created at open.
+    #[error("journal of location database {}: {source}", path.display())]
+    Journal {
+        /// The database file.
+        path: PathBuf,
+        /// What the operating system reported.
+        source: Arc<std::io::Error>,
     },
     /// The writer thread has stopped (it panicked), so nothing more will be written.
     #[error("the writer of location database {} has stopped", path.display())]

@@ -483,7 +483,7 @@ fn a_commit_ticket_is_committed_only_once_its_batch_is_on_disk() {
     let t0 = Instant::ZERO;
     let far = t0 + Duration::from_secs(3_600);
     let s = PersistentStore::open_hooked(&path, t0, wall(0), manual(), hooks).expect("open");
-    let (tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = mpsc::channel();
     s.set_commit_listener(Arc::new(move |id| {
         let _ = tx.send(id);
     }));
@@ -549,7 +549,7 @@ fn commits_within_the_window_are_grouped_and_closing_does_not_wait() {
     };
     {
         let s = PersistentStore::open_with(&path, t0, wall(0), config).expect("open");
-        let (tx, rx) = std::sync::mpsc::channel();
+        let (tx, rx) = mpsc::channel();
         s.set_commit_listener(Arc::new(move |id| {
             let _ = tx.send(id);
         }));
@@ -583,4 +583,158 @@ fn commits_within_the_window_are_grouped_and_closing_does_not_wait() {
     }
     let s = open(&path, t0, wall(0));
     assert_eq!(s.load_report().aors, 5);
+}
+
+/// What a crash leaves on disk right now: the database and the journal files copied into
+/// `to` (the running store keeps them open; what is copied is what its syncs made durable,
+/// with no checkpoint running).
+fn snapshot(from: &Path, to: &Path) -> PathBuf {
+    let db = to.join(from.file_name().expect("file name"));
+    std::fs::copy(from, &db).expect("copy database");
+    for (_, file) in journal::files(from).expect("journal files") {
+        std::fs::copy(&file, to.join(file.file_name().expect("name"))).expect("copy journal");
+    }
+    db
+}
+
+#[test]
+fn a_crash_after_the_commit_keeps_the_change_through_the_journal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let crash = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("location.redb");
+    let t0 = Instant::ZERO;
+    let far = t0 + Duration::from_secs(3_600);
+    let s = open(&path, t0, wall(0));
+    for n in 0..50 {
+        set(
+            &s,
+            &format!("u{n}@x"),
+            t0,
+            vec![binding(&format!("c{n}"), far, None)],
+        );
+    }
+    set(&s, "gone@x", t0, vec![binding("g", far, None)]);
+    s.flush().expect("flush");
+    set(&s, "gone@x", t0, Vec::new());
+    s.flush().expect("flush");
+    // Not checkpointed yet (64 MiB): the database alone has none of them.
+    assert_eq!(s.stats().checkpoints, 0);
+    let copy = snapshot(&path, crash.path());
+    // An acknowledged change still in the journal, then the crash.
+    let after = open(&copy, t0, wall(0));
+    let r = after.load_report();
+    assert_eq!(
+        r.replayed, 52,
+        "50 registrations, one binding added and removed"
+    );
+    assert_eq!((r.aors, r.loaded, r.journal_cut_bytes), (50, 50, 0));
+    for n in 0..50 {
+        assert_eq!(get(&after, format!("u{n}@x").as_bytes(), t0).len(), 1);
+    }
+    assert!(get(&after, b"gone@x", t0).is_empty());
+    drop(after);
+    // The open checkpointed the replay: the next open replays nothing and finds all.
+    let again = open(&copy, t0, wall(0));
+    assert_eq!(again.load_report().replayed, 0);
+    assert_eq!(again.load_report().loaded, 50);
+    assert_eq!(
+        journal::files(&copy).expect("files").len(),
+        1,
+        "one new journal"
+    );
+    drop(s);
+}
+
+#[test]
+fn a_torn_journal_entry_is_cut_and_the_entries_before_it_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let crash = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("location.redb");
+    let t0 = Instant::ZERO;
+    let far = t0 + Duration::from_secs(3_600);
+    let s = open(&path, t0, wall(0));
+    set(&s, "a@x", t0, vec![binding("a", far, None)]);
+    s.flush().expect("flush");
+    let copy = snapshot(&path, crash.path());
+    drop(s);
+    // A crash in the middle of the next entry's write.
+    let (_, wal) = journal::files(&copy)
+        .expect("files")
+        .pop()
+        .expect("a journal");
+    let data = std::fs::read(&wal).expect("read journal");
+    // One entry (one flush) after the 16-byte header: its length, then 8 bytes of header.
+    let len = u32::from_le_bytes(data[16..20].try_into().expect("length"));
+    let end = 16 + 8 + len as usize;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&wal)
+        .expect("open journal");
+    std::os::unix::fs::FileExt::write_all_at(&f, &[200, 0, 0, 0, 9, 9, 9, 9, 1], end as u64)
+        .expect("write");
+    drop(f);
+    let after = open(&copy, t0, wall(0));
+    let r = after.load_report();
+    assert_eq!((r.replayed, r.loaded), (1, 1));
+    assert_eq!(
+        r.journal_cut_bytes,
+        data.len() as u64 - end as u64,
+        "the torn entry and the zeros after it"
+    );
+    assert_eq!(get(&after, b"a@x", t0).len(), 1);
+}
+
+#[test]
+fn full_journals_are_checkpointed_in_the_background_and_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("location.redb");
+    let t0 = Instant::ZERO;
+    let far = t0 + Duration::from_secs(3_600);
+    let config = PersistentConfig {
+        checkpoint_bytes: 2_000,
+        ..manual()
+    };
+    let s = PersistentStore::open_with(&path, t0, wall(0), config.clone()).expect("open");
+    for round in 0..40 {
+        for n in 0..10 {
+            let c = format!("c{round}-{n}");
+            set(&s, &format!("u{n}@x"), t0, vec![binding(&c, far, None)]);
+        }
+        s.flush().expect("flush");
+        // Never more than the file being written and one being checkpointed.
+        assert!(journal::files(&path).expect("files").len() <= 2);
+    }
+    let stats = s.stats();
+    assert!(stats.checkpoints >= 5, "{stats:?}");
+    assert_eq!(stats.checkpoint_errors, 0);
+    drop(s);
+    // Closing checkpointed the last journal: nothing to replay, every last state found.
+    let s = PersistentStore::open_with(&path, t0, wall(0), config).expect("open");
+    assert_eq!(s.load_report().replayed, 0);
+    for n in 0..10 {
+        let b = get(&s, format!("u{n}@x").as_bytes(), t0);
+        assert_eq!(b.len(), 1);
+        assert_eq!(&*b[0].contact, format!("c39-{n}").as_bytes());
+    }
+}
+
+#[test]
+fn a_checkpoint_of_several_transactions_writes_every_change() {
+    // 25,000 changes: three of the checkpointer's transactions, the journals marked written
+    // by the last.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("location.redb");
+    let t0 = Instant::ZERO;
+    let far = t0 + Duration::from_secs(3_600);
+    {
+        let s = open(&path, t0, wall(0));
+        for n in 0..25_000 {
+            set(&s, &format!("u{n}@x"), t0, vec![binding("c", far, None)]);
+        }
+        s.flush().expect("flush");
+    }
+    assert_eq!(journal::files(&path).expect("files").len(), 0, "all written at close");
+    let s = open(&path, t0, wall(0));
+    assert_eq!(s.load_report().replayed, 0);
+    assert_eq!(s.load_report().loaded, 25_000);
 }
