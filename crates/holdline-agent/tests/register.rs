@@ -43,6 +43,7 @@ fn config(
         retry_after_cap: None,
         retry_timeout_base: None,
         hops: Hops::default(),
+        deregister_every: None,
     });
     c
 }
