@@ -116,8 +116,8 @@ enum Ev {
         restart_after: Duration,
         new_disk: bool,
     },
-    /// Server `node` starts again.
-    Restart { node: usize },
+    /// Server `node` starts again (a registrar without its store with `new_disk`).
+    Restart { node: usize, new_disk: bool },
     /// Server `node`'s clock jumps forward by `by`.
     ClockJump { node: usize, by: Duration },
     /// A timer of node `node`, sub-agent `sub` (the server itself for servers).
@@ -326,6 +326,19 @@ struct Server {
     /// How far this server's clock is ahead of the simulation's (clock jumps): the
     /// endpoint, controller and store see `now + skew`.
     skew: Duration,
+    /// Its clock jumps: (when, in the simulation's time; the skew from then on).
+    jumps: Vec<(Instant, Duration)>,
+}
+
+impl Server {
+    /// Its skew at `t` (the simulation's time).
+    fn skew_at(&self, t: Instant) -> Duration {
+        self.jumps
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= t)
+            .map_or(Duration::ZERO, |(_, s)| *s)
+    }
 }
 
 /// What a restarted server is built from: the endpoint's configuration (branch seed
@@ -1509,12 +1522,17 @@ pub struct World {
 /// first transmission). A removal (`removed`: an acknowledged Expires 0) must stay
 /// removed: the registrar may not hold that binding again in that version or an older one
 /// (same Call-ID, lower CSeq); a new registration (another Call-ID) may add it again.
+///
+/// Once the phone *sent* a removal of the binding (a later CSeq of the same Call-ID with
+/// Expires 0: `removal_sent`), the acknowledged binding is no longer due: the registrar may
+/// have applied the removal (and committed it) even if its 200 never reached the phone.
 #[derive(Clone, Debug)]
 struct Acked {
     until: Instant,
     call_id: Vec<u8>,
     cseq: u32,
     removed: bool,
+    removal_sent: bool,
 }
 
 /// A REGISTER a phone sent: its first transmission, address-of-record, contact and Expires.
@@ -1563,6 +1581,23 @@ impl std::fmt::Debug for World {
             .field("queue", &self.queue)
             .finish_non_exhaustive()
     }
+}
+
+/// The address-of-record of a To URI as the checker keys it (without `sip:`).
+fn aor_of(to: &[u8]) -> Vec<u8> {
+    to.strip_prefix(b"sip:").unwrap_or(to).to_vec()
+}
+
+/// Whether `bytes` is a 503 to a request that only exists within an admitted call (BYE,
+/// CANCEL, PRACK, UPDATE, INFO): no callee of the simulator answers those with a 503, so a
+/// server sending one rejected a request of an admitted call for load.
+fn in_dialog_503(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"SIP/2.0 503 ")
+        && header_value(bytes, b"CSeq").is_some_and(|(_, _, v)| {
+            [&b" BYE"[..], b" CANCEL", b" PRACK", b" UPDATE", b" INFO"]
+                .iter()
+                .any(|m| v.ends_with(m))
+        })
 }
 
 /// A time of a server's clock `skew` ahead, in the simulation's.
@@ -1827,6 +1862,7 @@ impl World {
                 reg,
                 restart_cfg,
                 skew: Duration::ZERO,
+                jumps: Vec::new(),
             })));
         }
         let goodput_window = dur_s(sc.goodput_window_s);
@@ -2115,6 +2151,14 @@ impl World {
                 self.link_drops += 1;
                 continue;
             };
+            if self.check && matches!(self.nodes[from], Node::Server(_)) && in_dialog_503(&bytes) {
+                self.violations.push(format!(
+                    "t={:.6} s: server {} rejected a request of an admitted call with a 503 (in-dialog): {}",
+                    self.now.as_nanos() as f64 / 1e9,
+                    self.names[from],
+                    String::from_utf8_lossy(&bytes).lines().find(|l| l.starts_with("CSeq")).unwrap_or("")
+                ));
+            }
             if self.check && to == from && matches!(self.nodes[from], Node::Server(_)) {
                 self.violations.push(format!(
                     "t={:.6} s: server {} sent to its own address {dst}: {}",
@@ -2260,10 +2304,11 @@ impl World {
                     restart_after,
                     new_disk,
                 } => self.crash(node, restart_after, new_disk),
-                Ev::Restart { node } => self.restart(node),
+                Ev::Restart { node, new_disk } => self.restart(node, new_disk),
                 Ev::ClockJump { node, by } => {
                     if let Node::Server(s) = &mut self.nodes[node] {
                         s.skew += by;
+                        s.jumps.push((self.now, s.skew));
                         // Its timers are due earlier now.
                         self.arm(node, 0);
                     }
@@ -2360,17 +2405,20 @@ impl World {
         }
         s.crash(new_disk);
         self.crashes += 1;
-        if new_disk && s.reg.is_some() {
+        self.queue
+            .push(self.now + after, Ev::Restart { node, new_disk });
+    }
+
+    /// Server `node` starts again; a registrar's bindings are loaded from its store: every
+    /// binding a phone was acknowledged must be among them — unless the store was lost
+    /// (`new_disk`): then the bindings acknowledged before this restart (the last 200s may
+    /// have reached the phones after the crash) are no longer checked.
+    fn restart(&mut self, node: usize, new_disk: bool) {
+        if new_disk {
             let before = self.acked.len();
             self.acked.retain(|(reg, _, _), _| *reg != node);
             self.forgiven_bindings += (before - self.acked.len()) as u64;
         }
-        self.queue.push(self.now + after, Ev::Restart { node });
-    }
-
-    /// Registrar `node` starts again, its bindings loaded from its store: every binding a
-    /// phone was acknowledged must be among them.
-    fn restart(&mut self, node: usize) {
         let now = self.now;
         let Node::Server(s) = &mut self.nodes[node] else {
             return;
@@ -2391,7 +2439,8 @@ impl World {
         let mut found = Vec::new();
         for ((reg, aor, contact), a) in &self.acked {
             if only.is_some_and(|o| o != *reg)
-                || (!a.removed && a.until <= self.clock_of(*reg) + BINDING_SLACK)
+                || (!a.removed
+                    && (a.removal_sent || a.until <= self.clock_of(*reg) + BINDING_SLACK))
             {
                 continue;
             }
@@ -2483,14 +2532,31 @@ impl World {
         let (Some(to), Some(contact)) = (uri_of(bytes, b"To"), uri_of(bytes, b"Contact")) else {
             return;
         };
-        let aor = to.strip_prefix(b"sip:").unwrap_or(&to).to_vec();
+        let aor = aor_of(&to);
         let expires = header_value(bytes, b"Expires")
             .and_then(|(_, _, v)| std::str::from_utf8(v).ok()?.parse().ok())
             .unwrap_or(0);
-        let first_sent = match self.phone_reg.get(node - self.phone_first) {
-            Some(&reg) => self.clock_of(reg),
-            None => self.now,
+        let reg = self.phone_reg.get(node - self.phone_first).copied();
+        // The registrar dates a binding with the time its worker read at the start of the
+        // iteration that handled it: no earlier than BINDING_SLACK before the REGISTER left,
+        // and in its own clock, with the skew it had then (at least the skew of that
+        // earliest instant: a jump inside the iteration does not date it later).
+        let first_sent = match reg.map(|r| &self.nodes[r]) {
+            Some(Node::Server(s)) => {
+                self.now + s.skew_at(self.now.checked_sub(BINDING_SLACK).unwrap_or(Instant::ZERO))
+            }
+            _ => self.now,
         };
+        if expires == 0
+            && let Some(reg) = reg
+            && let Some(a) = self.acked.get_mut(&(reg, aor_of(&to), contact.clone()))
+            && a.call_id == key.0
+            && a.cseq < key.1
+        {
+            // A removal asked for: the binding is no longer due, whether or not its 200
+            // comes back.
+            a.removal_sent = true;
+        }
         self.reg_sent.insert(
             key.clone(),
             SentRegister {
@@ -2526,15 +2592,18 @@ impl World {
             call_id: sent.call_id.clone(),
             cseq: sent.cseq,
             removed,
+            removal_sent: false,
         };
         let key = (reg, sent.aor.clone(), sent.contact.clone());
         let due = self.acked.entry(key.clone()).or_insert_with(|| a.clone());
         if a.call_id != due.call_id || a.cseq > due.cseq {
             // A 200 that arrives after a later one's says nothing new.
-            *due = a.clone();
+            *due = a;
         }
+        // What is due now: the latest version (a late 200 of an older one adds nothing).
+        let a = due.clone();
         if self.check
-            && (removed || a.until > self.clock_of(reg) + BINDING_SLACK)
+            && (a.removed || (!a.removal_sent && a.until > self.clock_of(reg) + BINDING_SLACK))
             && let Some(v) = self.binding_violation(reg, &key.1, &key.2, &a, "when its 200 arrived")
         {
             self.violations.push(v);
@@ -3009,6 +3078,25 @@ mod tests {
         ] {
             assert_eq!(parse_report(bad), None);
         }
+    }
+
+    #[test]
+    fn a_503_to_an_in_dialog_request_is_recognised() {
+        let resp = |status: &str, cseq: &str| {
+            format!(
+                "SIP/2.0 {status}\r\nVia: SIP/2.0/UDP 10.0.1.1:5060;branch=z9hG4bKa\r\n\
+                 Call-ID: x\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .into_bytes()
+        };
+        assert!(in_dialog_503(&resp("503 Service Unavailable", "2 BYE")));
+        assert!(in_dialog_503(&resp("503 Service Unavailable", "1 CANCEL")));
+        assert!(!in_dialog_503(&resp("503 Service Unavailable", "1 INVITE")));
+        assert!(!in_dialog_503(&resp(
+            "503 Service Unavailable",
+            "7 REGISTER"
+        )));
+        assert!(!in_dialog_503(&resp("200 OK", "2 BYE")));
     }
 
     #[test]
