@@ -1,17 +1,19 @@
-//! Deterministic simulation checking (issue 23 item 3, first slice): random scenarios drawn
-//! from a seed — a chain of one to three proxies, local overload control or none, hop-by-hop
-//! feedback, a UAS that answers or fails, callers that CANCEL, links with delay, jitter
-//! (reordering), duplication and (correlated) loss, load
-//! from a fraction of the bottleneck's capacity to several times it — run with the
-//! invariants of [`World::check_invariants`] checked; a failure is replayed from its seed
-//! alone (`holdline sim check --seed S`, `--print` shows the scenario).
+//! Deterministic simulation checking (issue 23 item 3): random scenarios drawn from a seed —
+//! a chain of one to three proxies, local overload control or none, hop-by-hop feedback, a
+//! callee that answers, fails or goes silent, callers that CANCEL, links with delay, jitter
+//! (reordering), duplication and (correlated) loss, load from a fraction of the
+//! bottleneck's capacity to several times it, registrations (and de-registrations) with a
+//! registrar over a durable store — and faults: partitions that heal, crashes and restarts
+//! of any server (a registrar's with or without its store), forward clock jumps — run with
+//! the invariants of [`World::check_invariants`] checked; a failure is replayed from its
+//! seed alone (`holdline sim check --seed S`, `--print` shows the scenario) and reduced by
+//! [`crate::shrink`].
 //!
-//! Invariants checked so far: a server never sends to one of its own addresses; after the
-//! run, with every endpoint taken past all its timers, no transaction, call, pending
-//! branch, held response or timer is left (no leak). More (one final response per server
-//! transaction, overload control never rejecting an admitted call's in-dialog request,
-//! durable bindings across crashes) and more faults (duplication, partitions, crashes,
-//! clock jumps) are the rest of issue 23.
+//! Invariants: a server never sends to one of its own addresses, nor a 503 to a request of
+//! an admitted call; no leak (every endpoint taken past all its timers, in its own clock);
+//! acknowledged bindings durable and acknowledged removals not undone across crashes;
+//! controllers' acceptance and occupancy finite and within [0, 1]. The full rules are in
+//! `docs/reliability.md`.
 
 use crate::scenario::{Scenario, ScenarioError};
 use crate::world::{SimError, World};
