@@ -102,6 +102,21 @@ impl Faults {
         }
     }
 
+    /// Each kind with its count, in the order `holdline sim check` reports them.
+    pub fn kinds(&self) -> [(&'static str, u64); 9] {
+        [
+            ("lossy links", self.lossy_links),
+            ("partitions", self.partitions),
+            ("proxy crashes", self.proxy_crashes),
+            ("registrar crashes", self.registrar_crashes),
+            ("restarts without store", self.new_disks),
+            ("clock jumps", self.clock_jumps),
+            ("silent callees", self.silent_callees),
+            ("failing callees", self.failing_callees),
+            ("de-registering phones", self.deregistering_phones),
+        ]
+    }
+
     /// Whether any fault beyond the links' was drawn.
     pub fn any_new(&self) -> bool {
         self.partitions

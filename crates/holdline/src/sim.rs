@@ -1162,24 +1162,18 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
         "check: registrations in {with_reg} seeds: {registrations} REGISTERs acknowledged, {bindings} bindings, {crashes} crashes and restarts"
     );
     // Faults per kind: seeds that drew the kind, and how many of it.
-    let kinds: [(&str, fn(&holdline_sim::check::Faults) -> u64); 9] = [
-        ("lossy links", |f| f.lossy_links),
-        ("partitions", |f| f.partitions),
-        ("proxy crashes", |f| f.proxy_crashes),
-        ("registrar crashes", |f| f.registrar_crashes),
-        ("restarts without store", |f| f.new_disks),
-        ("clock jumps", |f| f.clock_jumps),
-        ("silent callees", |f| f.silent_callees),
-        ("failing callees", |f| f.failing_callees),
-        ("de-registering phones", |f| f.deregistering_phones),
-    ];
     let mut per_kind = serde_json::Map::new();
-    for (name, get) in kinds {
-        let seeds_with = outcomes.iter().filter(|o| get(&o.faults) > 0).count();
-        let n: u64 = outcomes.iter().map(|o| get(&o.faults)).sum();
+    for (k, (name, _)) in holdline_sim::check::Faults::default()
+        .kinds()
+        .iter()
+        .enumerate()
+    {
+        let get = |o: &CheckOutcome| o.faults.kinds()[k].1;
+        let seeds_with = outcomes.iter().filter(|o| get(o) > 0).count();
+        let n: u64 = outcomes.iter().map(get).sum();
         eprintln!("check: {name}: {n} in {seeds_with} seeds");
         per_kind.insert(
-            name.into(),
+            (*name).into(),
             serde_json::json!({ "seeds": seeds_with, "count": n }),
         );
     }
