@@ -1518,8 +1518,8 @@ pub struct World {
 /// The latest acknowledged version of a binding: the registrar must hold it (or a later
 /// one) until `until`.
 ///
-/// `until` is in the registrar's own clock (its clock jumps included up to the REGISTER's
-/// first transmission). A removal (`removed`: an acknowledged Expires 0) must stay
+/// `until` is in the registrar's own clock, with the skew it had [`BINDING_SLACK`] before
+/// the REGISTER's first transmission (the earliest time its worker may date it with). A removal (`removed`: an acknowledged Expires 0) must stay
 /// removed: the registrar may not hold that binding again in that version or an older one
 /// (same Call-ID, lower CSeq); a new registration (another Call-ID) may add it again.
 ///
