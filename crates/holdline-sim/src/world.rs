@@ -1600,6 +1600,13 @@ fn in_dialog_503(bytes: &[u8]) -> bool {
         })
 }
 
+/// Whether a controller's observable outputs are finite and within their bounds: its
+/// acceptance (the admit probability) and measured occupancy, when it has them, in [0, 1].
+fn controller_in_bounds(snap: &holdline_overload::Snapshot) -> bool {
+    let unit = |v: Option<f64>| v.is_none_or(|v| v.is_finite() && (0.0..=1.0).contains(&v));
+    unit(snap.acceptance) && unit(snap.occupancy)
+}
+
 /// A time of a server's clock `skew` ahead, in the simulation's.
 fn global(t: Instant, skew: Duration) -> Instant {
     t.checked_sub(skew).unwrap_or(Instant::ZERO)
@@ -2789,9 +2796,7 @@ impl World {
             let snap = s.ctl.snapshot();
             if self.check {
                 // The controller's outputs: finite and within their bounds.
-                let unit =
-                    |v: Option<f64>| v.is_none_or(|v| v.is_finite() && (0.0..=1.0).contains(&v));
-                if !unit(snap.acceptance) || !unit(snap.occupancy) {
+                if !controller_in_bounds(&snap) {
                     self.violations.push(format!(
                         "t={t_s} s: server {}: controller output out of bounds: acceptance {:?}, occupancy {:?}",
                         s.name, snap.acceptance, snap.occupancy
@@ -3097,6 +3102,37 @@ mod tests {
             "7 REGISTER"
         )));
         assert!(!in_dialog_503(&resp("200 OK", "2 BYE")));
+    }
+
+    #[test]
+    fn controller_outputs_out_of_bounds_are_recognised() {
+        let mut snap = holdline_overload::Snapshot::new(holdline_overload::Algorithm::Occupancy);
+        assert!(controller_in_bounds(&snap), "nothing measured yet");
+        snap.acceptance = Some(0.4);
+        snap.occupancy = Some(1.0);
+        assert!(controller_in_bounds(&snap));
+        for bad in [f64::NAN, f64::INFINITY, -0.1, 1.5] {
+            snap.acceptance = Some(bad);
+            assert!(!controller_in_bounds(&snap), "acceptance {bad}");
+            snap.acceptance = Some(0.4);
+            snap.occupancy = Some(bad);
+            assert!(!controller_in_bounds(&snap), "occupancy {bad}");
+            snap.occupancy = None;
+        }
+        // The real controllers of a loaded run stay in bounds (checked every second).
+        let mut ctl = ControllerConfig::Occupancy(holdline_overload::OccConfig::default())
+            .build(Instant::ZERO, Rng::seed_from_u64(1))
+            .expect("controller");
+        for k in 1..=50u64 {
+            let now = Instant::ZERO + Duration::from_millis(100 * k);
+            ctl.on_signal(now, Signal::Busy(Duration::from_millis(100 * (k % 3))));
+            ctl.handle_timeout(now);
+            assert!(
+                controller_in_bounds(&ctl.snapshot()),
+                "{:?}",
+                ctl.snapshot()
+            );
+        }
     }
 
     #[test]
