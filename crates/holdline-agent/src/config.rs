@@ -290,6 +290,10 @@ pub struct RegisterConfig {
     /// one that failed is avoided by users starting a new registration for
     /// [`Hops::hold_down`]. With [`Hops::spread`], user `u` starts at registrar `u mod n`.
     pub hops: Hops,
+    /// Every `k`-th user (user numbers that are multiples of `k`) removes its binding
+    /// instead of its first refresh: a REGISTER with `Expires: 0` (RFC 3261 §10.2.2), after
+    /// which it sends nothing more. Needs [`refresh`](Self::refresh). `None`: nobody.
+    pub deregister_every: Option<u64>,
 }
 
 /// How often one user's REGISTER is re-sent after a `Retry-After` or a timeout before the

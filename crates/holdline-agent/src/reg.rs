@@ -357,6 +357,8 @@ impl Reg {
             return;
         }
         match refresh {
+            // A de-registration that succeeded: nothing left to refresh.
+            Some(_) if code < 300 && u.expires == 0 => self.outstanding -= 1,
             Some(every) if code < 300 && end.is_none_or(|e| cx.now + every < e) => {
                 let at = cx.now + every;
                 u.refresh_at = Some(at);
@@ -466,6 +468,14 @@ impl Reg {
             Kind::RegRefresh if u.refresh_at == Some(e.at) => {
                 u.refresh_at = None;
                 u.retried_423 = false;
+                if self
+                    .cfg
+                    .deregister_every
+                    .is_some_and(|k| k > 0 && u64::from(e.slot) % k == 0)
+                {
+                    // This user leaves: its binding removed instead of refreshed.
+                    u.expires = 0;
+                }
                 if self.end.is_some_and(|end| cx.now >= end) {
                     self.outstanding -= 1;
                 } else {

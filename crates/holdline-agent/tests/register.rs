@@ -43,6 +43,7 @@ fn config(
         retry_after_cap: None,
         retry_timeout_base: None,
         hops: Hops::default(),
+        deregister_every: None,
     });
     c
 }
@@ -502,4 +503,39 @@ fn several_registrars_need_udp() {
         r.hops.alternates = vec![addr(BACKUP)];
     }
     assert!(Agent::new(c, Instant::from_secs(1)).is_err());
+}
+
+#[test]
+fn every_kth_user_de_registers_instead_of_its_first_refresh_and_stops() {
+    // Users 0..4, every second one (0 and 2) leaves: Expires 0 at its first refresh.
+    let mut c = config(
+        "u{0..3}@example.com",
+        100.0,
+        Some(Duration::from_secs(2)),
+        Some(Duration::from_secs(9)),
+    );
+    if let Some(r) = c.register.as_mut() {
+        r.deregister_every = Some(2);
+    }
+    let mut a = Agent::new(c, Instant::from_secs(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut now = Instant::from_secs(1);
+    let mut per_user: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for _ in 0..1200 {
+        now += Duration::from_millis(10);
+        a.handle_timeout(now);
+        for req in sent(&mut a) {
+            let msg = Message::parse(&req, &Limits::default()).unwrap_or_else(|e| panic!("{e:?}"));
+            let to = String::from_utf8_lossy(msg.first_value(HeaderName::To).unwrap_or_default())
+                .into_owned();
+            per_user.entry(to).or_default().push(expires_of(&req));
+            a.handle(now, registrar(), &answer(&req, 200));
+        }
+    }
+    let expires: Vec<Vec<u32>> = per_user.into_values().collect();
+    // u0 and u2: registered, then removed, then nothing; u1 and u3 refresh until the end.
+    assert_eq!(expires[0], [600, 0]);
+    assert_eq!(expires[2], [600, 0]);
+    assert_eq!(expires[1], [600, 600, 600, 600, 600]);
+    assert_eq!(expires[3], expires[1]);
+    assert!(a.is_done());
 }

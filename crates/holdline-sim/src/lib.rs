@@ -30,6 +30,7 @@ pub mod check;
 pub mod engine;
 pub mod report;
 pub mod scenario;
+pub mod shrink;
 pub mod store;
 pub mod world;
 

@@ -225,6 +225,79 @@ pub struct Scenario {
     /// Populations of phones that register with a registrar and refresh.
     #[serde(default)]
     pub phones: Vec<PhoneSpec>,
+    /// Crashes and restarts of servers (any server; a registrar's store survives unless
+    /// `new_disk`).
+    #[serde(default)]
+    pub crashes: Vec<CrashSpec>,
+    /// Partitions that heal: a link, or every link of a node, drops every datagram sent in
+    /// `[from_s, until_s)`.
+    #[serde(default)]
+    pub partitions: Vec<PartitionSpec>,
+    /// Forward jumps of a server's clock (a VM pause, an NTP step of a monotonic clock).
+    #[serde(default)]
+    pub clock_jumps: Vec<ClockJumpSpec>,
+}
+
+/// A crash and restart of a server (`[[crashes]]`): its process dies at `at_s` — endpoint,
+/// transactions, receive queues, unsent datagrams, local controller and uncommitted store
+/// writes lost, datagrams to it lost while it is down — and starts again `restart_after_s`
+/// later with a new endpoint and controller (a registrar's over its store).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CrashSpec {
+    /// The server.
+    pub server: String,
+    /// When it dies, seconds.
+    pub at_s: f64,
+    /// How long it stays down, seconds. Default 1.
+    #[serde(default = "one_f")]
+    pub restart_after_s: f64,
+    /// A registrar restarts without its store (a new disk): its committed bindings are
+    /// lost. The durable-binding invariant is suspended for its bindings acknowledged
+    /// before this restart. Registrars only. Default false.
+    #[serde(default)]
+    pub new_disk: bool,
+}
+
+/// A partition that heals (`[[partitions]]`): every datagram sent in `[from_s, until_s)`
+/// on the link `between` two nodes (both directions), or on every link of `node`, is lost.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSpec {
+    /// The two nodes of the link (give this or `node`).
+    #[serde(default)]
+    pub between: Option<[String; 2]>,
+    /// Every link of this node.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Start, seconds.
+    pub from_s: f64,
+    /// End (healed), seconds.
+    pub until_s: f64,
+}
+
+impl PartitionSpec {
+    /// Whether the partition cuts the link from node `a` to node `b` (names).
+    pub fn cuts(&self, a: &str, b: &str) -> bool {
+        match (&self.between, &self.node) {
+            (Some([x, y]), _) => (x == a && y == b) || (x == b && y == a),
+            (None, Some(n)) => n == a || n == b,
+            (None, None) => false,
+        }
+    }
+}
+
+/// A forward jump of a server's clock (`[[clock_jumps]]`): from `at_s` on, the time its
+/// endpoint, controller and store see is `jump_s` ahead of the others' (jumps add up).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockJumpSpec {
+    /// The server.
+    pub server: String,
+    /// When, seconds (the simulation's time).
+    pub at_s: f64,
+    /// How far ahead, seconds (forward only: more than 0, at most 3,600).
+    pub jump_s: f64,
 }
 
 /// A server's registrar role (`[[registrars]]`): it serves `domain`, keeps its bindings in a
@@ -287,6 +360,11 @@ pub struct PhoneSpec {
     /// ends. Default: never.
     #[serde(default)]
     pub refresh_s: Option<f64>,
+    /// Every `deregister_every`-th user (user numbers that are multiples of it) removes its
+    /// binding (a REGISTER with Expires 0) instead of its first refresh, and stops. Needs
+    /// `refresh_s`. Default: none.
+    #[serde(default)]
+    pub deregister_every: Option<u64>,
 }
 
 fn expires_default() -> u32 {
@@ -619,6 +697,10 @@ pub struct UasSpec {
     /// every message and timer the instant it comes.
     #[serde(default)]
     pub coalesce_us: f64,
+    /// From this time on (seconds) the callee answers nothing: every message that reaches
+    /// it is dropped (a next hop that went silent; 0: from the start). Default: never.
+    #[serde(default)]
+    pub silent_from_s: Option<f64>,
 }
 
 fn status_ok() -> u16 {
@@ -1249,6 +1331,14 @@ impl Scenario {
                     "must be 0 to 100000 (microseconds)",
                 );
             }
+            if u.silent_from_s
+                .is_some_and(|t| !(t.is_finite() && t >= 0.0))
+            {
+                return bad(
+                    format!("uas[{i}].silent_from_s"),
+                    "must be zero or more seconds",
+                );
+            }
         }
         for (i, u) in self.uac.iter().enumerate() {
             if !known(&u.target) {
@@ -1437,6 +1527,95 @@ impl Scenario {
                 return bad(
                     format!("phones[{i}].refresh_s"),
                     "must be a positive number of seconds",
+                );
+            }
+            if p.deregister_every
+                .is_some_and(|k| k == 0 || p.refresh_s.is_none())
+            {
+                return bad(
+                    format!("phones[{i}].deregister_every"),
+                    "must be 1 or more, with refresh_s",
+                );
+            }
+        }
+        self.validate_faults()
+    }
+
+    /// The `[[crashes]]`, `[[partitions]]` and `[[clock_jumps]]` entries.
+    fn validate_faults(&self) -> Result<(), (String, String)> {
+        let bad = |key: String, msg: &str| Err((key, msg.to_owned()));
+        let secs = |t: f64| t.is_finite() && t >= 0.0;
+        let server = |n: &str| self.servers.iter().any(|s| s.name == n);
+        for (i, c) in self.crashes.iter().enumerate() {
+            if !server(&c.server) {
+                return bad(format!("crashes[{i}].server"), "must name a server");
+            }
+            if !secs(c.at_s) {
+                return bad(format!("crashes[{i}].at_s"), "must be zero or more seconds");
+            }
+            if !(c.restart_after_s.is_finite() && c.restart_after_s > 0.0) {
+                return bad(
+                    format!("crashes[{i}].restart_after_s"),
+                    "must be a positive number of seconds",
+                );
+            }
+            if c.new_disk && !self.registrars.iter().any(|r| r.server == c.server) {
+                return bad(
+                    format!("crashes[{i}].new_disk"),
+                    "only a registrar has a disk",
+                );
+            }
+        }
+        let names = self.node_names();
+        for (i, p) in self.partitions.iter().enumerate() {
+            match (&p.between, &p.node) {
+                (Some([a, b]), None) => {
+                    if !names.contains(&a.as_str()) || !names.contains(&b.as_str()) || a == b {
+                        return bad(
+                            format!("partitions[{i}].between"),
+                            "must name two different nodes",
+                        );
+                    }
+                }
+                (None, Some(n)) => {
+                    if !names.contains(&n.as_str()) {
+                        return bad(format!("partitions[{i}].node"), "names no node");
+                    }
+                }
+                _ => {
+                    return bad(
+                        format!("partitions[{i}].from_s"),
+                        "give `between` or `node`, not both",
+                    );
+                }
+            }
+            if !secs(p.from_s) {
+                return bad(
+                    format!("partitions[{i}].from_s"),
+                    "must be zero or more seconds",
+                );
+            }
+            if !(p.until_s.is_finite() && p.until_s > p.from_s) {
+                return bad(
+                    format!("partitions[{i}].until_s"),
+                    "must be later than from_s",
+                );
+            }
+        }
+        for (i, j) in self.clock_jumps.iter().enumerate() {
+            if !server(&j.server) {
+                return bad(format!("clock_jumps[{i}].server"), "must name a server");
+            }
+            if !secs(j.at_s) {
+                return bad(
+                    format!("clock_jumps[{i}].at_s"),
+                    "must be zero or more seconds",
+                );
+            }
+            if !(j.jump_s.is_finite() && j.jump_s > 0.0 && j.jump_s <= 3600.0) {
+                return bad(
+                    format!("clock_jumps[{i}].jump_s"),
+                    "must be more than 0, at most 3,600 seconds (forward only)",
                 );
             }
         }

@@ -109,10 +109,17 @@ enum Ev {
     },
     /// The store of registrar `node` committed batch `batch`.
     Commit { node: usize, batch: u64, epoch: u32 },
-    /// Registrar `node` crashes.
-    Crash { node: usize },
-    /// Registrar `node` starts again.
-    Restart { node: usize },
+    /// Server `node` crashes; it restarts `restart_after` later (a registrar without its
+    /// store with `new_disk`).
+    Crash {
+        node: usize,
+        restart_after: Duration,
+        new_disk: bool,
+    },
+    /// Server `node` starts again (a registrar without its store with `new_disk`).
+    Restart { node: usize, new_disk: bool },
+    /// Server `node`'s clock jumps forward by `by`.
+    ClockJump { node: usize, by: Duration },
     /// A timer of node `node`, sub-agent `sub` (the server itself for servers).
     Wake { node: usize, sub: usize },
     /// Agent `sub` of node `node` ends the pause its loop takes under load (`coalesce_us`).
@@ -154,6 +161,9 @@ pub struct ServerCounters {
     /// Requests sent on to the next target of an `srv` route after one failed (timeout,
     /// 503, transport error) within their transaction (the endpoint's count).
     pub failovers: u64,
+    /// Requests of admitted calls (class `InDialog`: ACK, BYE, CANCEL, retransmissions of
+    /// admitted INVITEs) the local gate rejected: an invariant says there are none.
+    pub in_dialog_rejected: u64,
     /// What the endpoint received, as the real server exports it
     /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
     /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
@@ -311,15 +321,38 @@ struct Server {
     down: bool,
     /// The registrar role (`[[registrars]]`).
     reg: Option<Box<RegRole>>,
+    /// What a restart builds a new endpoint and controller from.
+    restart_cfg: Box<RestartCfg>,
+    /// How far this server's clock is ahead of the simulation's (clock jumps): the
+    /// endpoint, controller and store see `now + skew`.
+    skew: Duration,
+    /// Its clock jumps: (when, in the simulation's time; the skew from then on).
+    jumps: Vec<(Instant, Duration)>,
+}
+
+impl Server {
+    /// Its skew at `t` (the simulation's time).
+    fn skew_at(&self, t: Instant) -> Duration {
+        self.jumps
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= t)
+            .map_or(Duration::ZERO, |(_, s)| *s)
+    }
+}
+
+/// What a restarted server is built from: the endpoint's configuration (branch seed
+/// included) and the local controller's, and the restarted controllers' seeds (a
+/// registrar's come from its own generator, as before crashes of other servers existed).
+struct RestartCfg {
+    config: ProxyConfig,
+    ctl_cfg: ControllerConfig,
+    rng: Rng,
 }
 
 /// A server's registrar role: its durable store and what a restart needs.
 struct RegRole {
     store: Arc<SimStore>,
-    /// The endpoint's configuration (a restart builds a new endpoint from it).
-    config: ProxyConfig,
-    /// The local controller's configuration (a restart builds a new one).
-    ctl_cfg: ControllerConfig,
     commit_min: Duration,
     commit_max: Duration,
     crash_at: Option<Instant>,
@@ -333,11 +366,12 @@ struct RegRole {
 
 impl Server {
     /// The process died: everything but the store's committed contents is lost (the
-    /// endpoint itself is replaced at the restart).
-    fn crash(&mut self) {
+    /// endpoint itself is replaced at the restart); with `new_disk` the committed contents
+    /// too.
+    fn crash(&mut self, new_disk: bool) {
         if let Some(r) = self.reg.as_ref() {
             r.store.crash(r.inflight_survives);
-            if r.lose_store {
+            if r.lose_store || new_disk {
                 r.store.wipe();
             }
         }
@@ -358,18 +392,22 @@ impl Server {
         self.armed = None;
     }
 
-    /// The process starts at `now`: a new endpoint over the store, loaded from what it
-    /// committed (as `holdline serve` opens its persistent store), and a new controller.
+    /// The process starts at `now` (its own clock): a new endpoint — a registrar's over its
+    /// store, loaded from what it committed (as `holdline serve` opens its persistent
+    /// store), another server's over an empty location store — and a new controller.
     /// Returns the bindings loaded.
     fn restart(&mut self, now: Instant) -> usize {
-        let Some(r) = self.reg.as_mut() else {
-            return 0;
+        let rc = &mut self.restart_cfg;
+        let (store, loaded, seed): (Arc<dyn LocationStore>, usize, u64) = match self.reg.as_mut() {
+            Some(r) => {
+                let loaded = r.store.restart(now);
+                (r.store.clone(), loaded, r.rng.next_u64())
+            }
+            None => (Arc::new(MemoryLocationStore::new()), 0, rc.rng.next_u64()),
         };
-        let loaded = r.store.restart(now);
-        let store: Arc<dyn LocationStore> = r.store.clone();
-        self.ep = Endpoint::new(r.config.clone(), store);
+        self.ep = Endpoint::new(rc.config.clone(), store);
         preload_zone(&mut self.ep, &self.zone, now);
-        if let Ok(ctl) = r.ctl_cfg.build(now, Rng::seed_from_u64(r.rng.next_u64())) {
+        if let Ok(ctl) = rc.ctl_cfg.build(now, Rng::seed_from_u64(seed)) {
             self.ctl = ctl;
         }
         self.busy_mark = now;
@@ -901,6 +939,7 @@ impl Server {
         let admit_all = self.admit_all;
         let forced = m.forced;
         let mut admitted = false;
+        let mut in_dialog_rejected = false;
         let hop = &mut self.hop;
         let deoc = &mut self.deoc;
         let rejected = self.ep.handle_admitting(
@@ -910,6 +949,7 @@ impl Server {
             Transport::Udp,
             &mut |class, exempt| {
                 if forced.is_some() {
+                    in_dialog_rejected |= class == Class::InDialog;
                     return forced;
                 }
                 if admit_all || exempt {
@@ -927,7 +967,10 @@ impl Server {
                         admitted = true;
                         None
                     }
-                    Some(r) => Some(gate_rejection(r)),
+                    Some(r) => {
+                        in_dialog_rejected |= class == Class::InDialog;
+                        Some(gate_rejection(r))
+                    }
                 }
             },
             &mut |dest, _| {
@@ -954,6 +997,7 @@ impl Server {
         }
         self.c.handled += 1;
         self.c.admitted += u64::from(admitted && !rejected);
+        self.c.in_dialog_rejected += u64::from(in_dialog_rejected && rejected);
         let cost = if rejected {
             self.reject_cost
         } else if m.bytes.starts_with(b"INVITE ") {
@@ -1235,6 +1279,8 @@ struct AgentNode {
     /// While the loop pauses: until when, and the messages that arrived meanwhile.
     paused: Option<Instant>,
     inbox: Vec<(SocketAddr, Vec<u8>)>,
+    /// A callee that answers nothing from then on: what reaches it is dropped.
+    silent_from: Option<Instant>,
 }
 
 /// Messages read in one wake-up from which `holdline load`'s loop pauses (its
@@ -1256,6 +1302,7 @@ impl AgentNode {
             coalesce: dur_s(coalesce_us / 1e6),
             paused: None,
             inbox: Vec::new(),
+            silent_from: None,
         }
     }
 
@@ -1395,8 +1442,17 @@ pub struct RunOutput {
     /// Distinct bindings (registrar, address-of-record, contact) the phones were
     /// acknowledged.
     pub acked_bindings: u64,
-    /// Registrar crashes.
+    /// Server crashes (registrars and others).
     pub crashes: u64,
+    /// Datagrams lost to partitions.
+    pub partition_drops: u64,
+    /// Messages dropped by silent callees.
+    pub silent_drops: u64,
+    /// De-registrations (Expires 0) the phones were acknowledged.
+    pub deregistrations: u64,
+    /// Acknowledged bindings whose durability check was suspended by a restart without
+    /// its store (`new_disk`).
+    pub forgiven_bindings: u64,
 }
 
 /// The seed of run `run` of a scenario seeded `seed` (SplitMix64 of both).
@@ -1449,23 +1505,41 @@ pub struct World {
     acked: std::collections::BTreeMap<(usize, Vec<u8>, Vec<u8>), Acked>,
     /// 200 OKs to REGISTERs the phones received.
     registrations: u64,
-    /// Registrar crashes.
+    /// Server crashes.
     crashes: u64,
+    /// Partitions: (from, until, node, other node or every link of `node`).
+    partitions: Vec<(Instant, Instant, usize, Option<usize>)>,
+    partition_drops: u64,
+    silent_drops: u64,
+    deregistrations: u64,
+    forgiven_bindings: u64,
 }
 
 /// The latest acknowledged version of a binding: the registrar must hold it (or a later
 /// one) until `until`.
+///
+/// `until` is in the registrar's own clock, with the skew it had [`BINDING_SLACK`] before
+/// the REGISTER's first transmission (the earliest time its worker may date it with). A removal (`removed`: an acknowledged Expires 0) must stay
+/// removed: the registrar may not hold that binding again in that version or an older one
+/// (same Call-ID, lower CSeq); a new registration (another Call-ID) may add it again.
+///
+/// Once the phone *sent* a removal of the binding (a later CSeq of the same Call-ID with
+/// Expires 0: `removal_sent`), the acknowledged binding is no longer due: the registrar may
+/// have applied the removal (and committed it) even if its 200 never reached the phone.
 #[derive(Clone, Debug)]
 struct Acked {
     until: Instant,
     call_id: Vec<u8>,
     cseq: u32,
+    removed: bool,
+    removal_sent: bool,
 }
 
 /// A REGISTER a phone sent: its first transmission, address-of-record, contact and Expires.
 struct SentRegister {
     call_id: Vec<u8>,
     cseq: u32,
+    /// In the registrar's clock.
     first_sent: Instant,
     aor: Vec<u8>,
     contact: Vec<u8>,
@@ -1507,6 +1581,35 @@ impl std::fmt::Debug for World {
             .field("queue", &self.queue)
             .finish_non_exhaustive()
     }
+}
+
+/// The address-of-record of a To URI as the checker keys it (without `sip:`).
+fn aor_of(to: &[u8]) -> Vec<u8> {
+    to.strip_prefix(b"sip:").unwrap_or(to).to_vec()
+}
+
+/// Whether `bytes` is a 503 to a request that only exists within an admitted call (BYE,
+/// CANCEL, PRACK, UPDATE, INFO): no callee of the simulator answers those with a 503, so a
+/// server sending one rejected a request of an admitted call for load.
+fn in_dialog_503(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"SIP/2.0 503 ")
+        && header_value(bytes, b"CSeq").is_some_and(|(_, _, v)| {
+            [&b" BYE"[..], b" CANCEL", b" PRACK", b" UPDATE", b" INFO"]
+                .iter()
+                .any(|m| v.ends_with(m))
+        })
+}
+
+/// Whether a controller's observable outputs are finite and within their bounds: its
+/// acceptance (the admit probability) and measured occupancy, when it has them, in [0, 1].
+fn controller_in_bounds(snap: &holdline_overload::Snapshot) -> bool {
+    let unit = |v: Option<f64>| v.is_none_or(|v| v.is_finite() && (0.0..=1.0).contains(&v));
+    unit(snap.acceptance) && unit(snap.occupancy)
+}
+
+/// A time of a server's clock `skew` ahead, in the simulation's.
+fn global(t: Instant, skew: Duration) -> Instant {
+    t.checked_sub(skew).unwrap_or(Instant::ZERO)
 }
 
 fn dur_s(s: f64) -> Duration {
@@ -1694,8 +1797,6 @@ impl World {
                 p.domains = vec![r.domain.clone()];
                 Box::new(RegRole {
                     store: Arc::new(SimStore::default()),
-                    config: p.clone(),
-                    ctl_cfg: ctl_cfg.clone(),
                     commit_min: dur_s(r.commit_min_ms / 1000.0),
                     commit_max: dur_s(r.commit_max_ms / 1000.0),
                     crash_at: r.crash_at_s.map(|t| Instant::ZERO + dur_s(t)),
@@ -1709,6 +1810,11 @@ impl World {
                 Some(r) => r.store.clone(),
                 None => Arc::new(MemoryLocationStore::new()),
             };
+            let restart_cfg = Box::new(RestartCfg {
+                config: p.clone(),
+                ctl_cfg: ctl_cfg.clone(),
+                rng: Rng::seed_from_u64(seed ^ 0x5245_5354_4152_5453 ^ i as u64),
+            });
             let mut ep = Endpoint::new(p, store);
             preload_zone(&mut ep, &zone, Instant::ZERO);
             nodes.push(Node::Server(Box::new(Server {
@@ -1761,6 +1867,9 @@ impl World {
                 epoch: 0,
                 down: false,
                 reg,
+                restart_cfg,
+                skew: Duration::ZERO,
+                jumps: Vec::new(),
             })));
         }
         let goodput_window = dur_s(sc.goodput_window_s);
@@ -1782,12 +1891,9 @@ impl World {
                 node: u.name.clone(),
                 message: e.to_string(),
             })?;
-            nodes.push(Node::Agents(vec![AgentNode::new(
-                agent,
-                addr,
-                None,
-                u.coalesce_us,
-            )]));
+            let mut node = AgentNode::new(agent, addr, None, u.coalesce_us);
+            node.silent_from = u.silent_from_s.map(|t| Instant::ZERO + dur_s(t));
+            nodes.push(Node::Agents(vec![node]));
         }
         for (j, u) in sc.uac.iter().enumerate() {
             let i = sc.servers.len() + sc.uas.len() + j;
@@ -1901,6 +2007,7 @@ impl World {
                 retry_after_cap: Some(Duration::from_secs(5)),
                 retry_timeout_base: Some(Duration::from_secs(2)),
                 hops: holdline_agent::Hops::default(),
+                deregister_every: ph.deregister_every,
             });
             let agent = Agent::new(cfg, Instant::ZERO).map_err(|e| err(e.to_string()))?;
             nodes.push(Node::Agents(vec![AgentNode::new(agent, addr, None, 0.0)]));
@@ -1936,12 +2043,66 @@ impl World {
             acked: std::collections::BTreeMap::new(),
             registrations: 0,
             crashes: 0,
+            partitions: Vec::new(),
+            partition_drops: 0,
+            silent_drops: 0,
+            deregistrations: 0,
+            forgiven_bindings: 0,
         };
+        let all = sc.node_names();
+        let idx = |n: &str| all.iter().position(|x| *x == n);
+        for p in &sc.partitions {
+            let (a, b) = match (&p.between, &p.node) {
+                (Some([a, b]), _) => (idx(a), Some(idx(b))),
+                (None, Some(n)) => (idx(n), None),
+                (None, None) => (None, None),
+            };
+            if let Some(a) = a {
+                w.partitions.push((
+                    Instant::ZERO + dur_s(p.from_s),
+                    Instant::ZERO + dur_s(p.until_s),
+                    a,
+                    b.flatten(),
+                ));
+            }
+        }
+        for c in &sc.crashes {
+            if let Some(node) = idx(&c.server) {
+                w.queue.push(
+                    Instant::ZERO + dur_s(c.at_s),
+                    Ev::Crash {
+                        node,
+                        restart_after: dur_s(c.restart_after_s),
+                        new_disk: c.new_disk,
+                    },
+                );
+            }
+        }
+        for j in &sc.clock_jumps {
+            if let Some(node) = idx(&j.server) {
+                w.queue.push(
+                    Instant::ZERO + dur_s(j.at_s),
+                    Ev::ClockJump {
+                        node,
+                        by: dur_s(j.jump_s),
+                    },
+                );
+            }
+        }
         for i in 0..servers {
             if let Node::Server(s) = &w.nodes[i]
-                && let Some(t) = s.reg.as_ref().and_then(|r| r.crash_at)
+                && let Some(r) = s.reg.as_ref()
+                && let Some(t) = r.crash_at
             {
-                w.queue.push(t, Ev::Crash { node: i });
+                let restart_after = r.restart_after;
+                w.queue.push(
+                    t,
+                    Ev::Crash {
+                        node: i,
+                        restart_after,
+                        new_disk: false,
+                    },
+                );
             }
         }
         for i in 0..n {
@@ -1964,7 +2125,10 @@ impl World {
             // A worker in the middle of an iteration looks at its timers when it ends; a
             // crashed one has none.
             Node::Server(srv) if srv.iter.is_some() || srv.waking || srv.down => return,
-            Node::Server(srv) => (srv.poll_timeout(), &mut srv.armed),
+            Node::Server(srv) => (
+                srv.poll_timeout().map(|t| global(t, srv.skew)),
+                &mut srv.armed,
+            ),
             Node::Agents(a) => match a.get_mut(s) {
                 // A pausing loop looks at its timers when the pause ends.
                 Some(a) if a.paused.is_some() => return,
@@ -1988,12 +2152,20 @@ impl World {
         for (_src, dst, bytes) in out.drain(..) {
             self.messages += 1;
             if from >= self.phone_first {
-                self.phone_sent(&bytes);
+                self.phone_sent(from, &bytes);
             }
             let Some((to, sub)) = decode(dst).filter(|(to, _)| *to < n) else {
                 self.link_drops += 1;
                 continue;
             };
+            if self.check && matches!(self.nodes[from], Node::Server(_)) && in_dialog_503(&bytes) {
+                self.violations.push(format!(
+                    "t={:.6} s: server {} rejected a request of an admitted call with a 503 (in-dialog): {}",
+                    self.now.as_nanos() as f64 / 1e9,
+                    self.names[from],
+                    String::from_utf8_lossy(&bytes).lines().find(|l| l.starts_with("CSeq")).unwrap_or("")
+                ));
+            }
             if self.check && to == from && matches!(self.nodes[from], Node::Server(_)) {
                 self.violations.push(format!(
                     "t={:.6} s: server {} sent to its own address {dst}: {}",
@@ -2001,6 +2173,11 @@ impl World {
                     self.names[from],
                     String::from_utf8_lossy(&bytes).lines().next().unwrap_or("")
                 ));
+            }
+            if self.partitioned(from, to) {
+                self.partition_drops += 1;
+                self.link_drops += 1;
+                continue;
             }
             let k = from * n + to;
             if self.links[k].is_none() {
@@ -2049,6 +2226,19 @@ impl World {
             }
         }
         self.out = out;
+    }
+
+    /// Whether a partition cuts the link from node `a` to node `b` now.
+    fn partitioned(&self, a: usize, b: usize) -> bool {
+        let now = self.now;
+        self.partitions.iter().any(|&(from, until, x, y)| {
+            from <= now
+                && now < until
+                && match y {
+                    Some(y) => (x == a && y == b) || (x == b && y == a),
+                    None => x == a || x == b,
+                }
+        })
     }
 
     /// Checks the invariants of [`crate::check`] during and after the run: a server never
@@ -2116,8 +2306,20 @@ impl World {
                     }
                 }
                 Ev::Commit { node, batch, epoch } => self.committed(node, batch, epoch),
-                Ev::Crash { node } => self.crash(node),
-                Ev::Restart { node } => self.restart(node),
+                Ev::Crash {
+                    node,
+                    restart_after,
+                    new_disk,
+                } => self.crash(node, restart_after, new_disk),
+                Ev::Restart { node, new_disk } => self.restart(node, new_disk),
+                Ev::ClockJump { node, by } => {
+                    if let Node::Server(s) = &mut self.nodes[node] {
+                        s.skew += by;
+                        s.jumps.push((self.now, s.skew));
+                        // Its timers are due earlier now.
+                        self.arm(node, 0);
+                    }
+                }
                 Ev::Wake { node, sub } => self.wake(node, sub),
                 Ev::Resume { node, sub } => self.resume(node, sub),
                 Ev::Sample => {
@@ -2144,11 +2346,14 @@ impl World {
     fn server_step(&mut self, node: usize) {
         let now = self.now;
         let mut releases = std::mem::take(&mut self.releases);
-        let (next, epoch) = match &mut self.nodes[node] {
-            Node::Server(s) if !s.down => (s.step(now, &mut releases), s.epoch),
+        let (next, epoch, skew) = match &mut self.nodes[node] {
+            Node::Server(s) if !s.down => (s.step(now + s.skew, &mut releases), s.epoch, s.skew),
             _ => return,
         };
+        // The server's times are in its own clock.
+        let next = next.map(|t| global(t, skew));
         for (t, out) in releases.drain(..) {
+            let t = global(t, skew);
             if t <= now {
                 self.out.extend(out);
                 self.flush(node);
@@ -2195,23 +2400,32 @@ impl World {
         self.arm(node, 0);
     }
 
-    /// Registrar `node` crashes now; it restarts after its delay.
-    fn crash(&mut self, node: usize) {
+    /// Server `node` crashes now; it restarts after `after`. A registrar's crash with
+    /// `new_disk` loses its store: the bindings acknowledged until now are no longer due
+    /// (the durable-binding invariant is suspended for them).
+    fn crash(&mut self, node: usize, after: Duration, new_disk: bool) {
         let Node::Server(s) = &mut self.nodes[node] else {
             return;
         };
         if s.down {
             return;
         }
-        s.crash();
+        s.crash(new_disk);
         self.crashes += 1;
-        let after = s.reg.as_ref().map_or(Duration::ZERO, |r| r.restart_after);
-        self.queue.push(self.now + after, Ev::Restart { node });
+        self.queue
+            .push(self.now + after, Ev::Restart { node, new_disk });
     }
 
-    /// Registrar `node` starts again, its bindings loaded from its store: every binding a
-    /// phone was acknowledged must be among them.
-    fn restart(&mut self, node: usize) {
+    /// Server `node` starts again; a registrar's bindings are loaded from its store: every
+    /// binding a phone was acknowledged must be among them — unless the store was lost
+    /// (`new_disk`): then the bindings acknowledged before this restart (the last 200s may
+    /// have reached the phones after the crash) are no longer checked.
+    fn restart(&mut self, node: usize, new_disk: bool) {
+        if new_disk {
+            let before = self.acked.len();
+            self.acked.retain(|(reg, _, _), _| *reg != node);
+            self.forgiven_bindings += (before - self.acked.len()) as u64;
+        }
         let now = self.now;
         let Node::Server(s) = &mut self.nodes[node] else {
             return;
@@ -2219,7 +2433,7 @@ impl World {
         if !s.down {
             return;
         }
-        s.restart(now);
+        s.restart(now + s.skew);
         if self.check {
             self.check_acked(Some(node), "after its restart");
         }
@@ -2229,10 +2443,12 @@ impl World {
     /// Every binding a phone was acknowledged (of registrar `only`, or of all), due until
     /// later than now, is in its registrar's store, at least until it is due.
     fn check_acked(&mut self, only: Option<usize>, when: &str) {
-        let now = self.now;
         let mut found = Vec::new();
         for ((reg, aor, contact), a) in &self.acked {
-            if only.is_some_and(|o| o != *reg) || a.until <= now + BINDING_SLACK {
+            if only.is_some_and(|o| o != *reg)
+                || (!a.removed
+                    && (a.removal_sent || a.until <= self.clock_of(*reg) + BINDING_SLACK))
+            {
                 continue;
             }
             if let Some(v) = self.binding_violation(*reg, aor, contact, a, when) {
@@ -2259,12 +2475,28 @@ impl World {
         };
         let r = s.reg.as_ref().filter(|_| !s.down)?;
         let held = r.store.live_binding(aor, contact);
+        let secs = |t: Instant| t.as_nanos() as f64 / 1e9;
+        if a.removed {
+            // Removed and acknowledged: not held again in that version or an older one.
+            let b = held.filter(|b| {
+                b.expires_at > self.now + s.skew && *b.call_id == *a.call_id && b.cseq < a.cseq
+            })?;
+            return Some(format!(
+                "t={:.6} s: registrar {}: binding {} -> {} removed by CSeq {} (acknowledged) is held again as CSeq {} expiring at {:.3} s {when} (a resurrected binding)",
+                secs(self.now),
+                self.names[reg],
+                String::from_utf8_lossy(aor),
+                String::from_utf8_lossy(contact),
+                a.cseq,
+                b.cseq,
+                secs(b.expires_at),
+            ));
+        }
         if held.as_ref().is_some_and(|b| {
             b.expires_at + BINDING_SLACK >= until && (*b.call_id != *a.call_id || b.cseq >= a.cseq)
         }) {
             return None;
         }
-        let secs = |t: Instant| t.as_nanos() as f64 / 1e9;
         Some(format!(
             "t={:.6} s: registrar {}: acknowledged binding {} -> {} (CSeq {}, due until {:.3} s) {} {when} (a lost binding)",
             secs(self.now),
@@ -2284,8 +2516,17 @@ impl World {
         ))
     }
 
-    /// A phone sent `bytes`: a REGISTER is remembered (its first transmission).
-    fn phone_sent(&mut self, bytes: &[u8]) {
+    /// The clock of server `node` (the simulation's plus its clock jumps).
+    fn clock_of(&self, node: usize) -> Instant {
+        match &self.nodes[node] {
+            Node::Server(s) => self.now + s.skew,
+            Node::Agents(_) => self.now,
+        }
+    }
+
+    /// Phone node `node` sent `bytes`: a REGISTER is remembered (its first transmission,
+    /// in its registrar's clock).
+    fn phone_sent(&mut self, node: usize, bytes: &[u8]) {
         if !bytes.starts_with(b"REGISTER ") {
             return;
         }
@@ -2298,16 +2539,37 @@ impl World {
         let (Some(to), Some(contact)) = (uri_of(bytes, b"To"), uri_of(bytes, b"Contact")) else {
             return;
         };
-        let aor = to.strip_prefix(b"sip:").unwrap_or(&to).to_vec();
+        let aor = aor_of(&to);
         let expires = header_value(bytes, b"Expires")
             .and_then(|(_, _, v)| std::str::from_utf8(v).ok()?.parse().ok())
             .unwrap_or(0);
+        let reg = self.phone_reg.get(node - self.phone_first).copied();
+        // The registrar dates a binding with the time its worker read at the start of the
+        // iteration that handled it: no earlier than BINDING_SLACK before the REGISTER left,
+        // and in its own clock, with the skew it had then (at least the skew of that
+        // earliest instant: a jump inside the iteration does not date it later).
+        let first_sent = match reg.map(|r| &self.nodes[r]) {
+            Some(Node::Server(s)) => {
+                self.now + s.skew_at(self.now.checked_sub(BINDING_SLACK).unwrap_or(Instant::ZERO))
+            }
+            _ => self.now,
+        };
+        if expires == 0
+            && let Some(reg) = reg
+            && let Some(a) = self.acked.get_mut(&(reg, aor_of(&to), contact.clone()))
+            && a.call_id == key.0
+            && a.cseq < key.1
+        {
+            // A removal asked for: the binding is no longer due, whether or not its 200
+            // comes back.
+            a.removal_sent = true;
+        }
         self.reg_sent.insert(
             key.clone(),
             SentRegister {
                 call_id: key.0,
                 cseq: key.1,
-                first_sent: self.now,
+                first_sent,
                 aor,
                 contact,
                 expires,
@@ -2330,22 +2592,25 @@ impl World {
             return;
         };
         self.registrations += 1;
-        if sent.expires == 0 {
-            return;
-        }
+        let removed = sent.expires == 0;
+        self.deregistrations += u64::from(removed);
         let a = Acked {
             until: sent.first_sent + Duration::from_secs(u64::from(sent.expires)),
             call_id: sent.call_id.clone(),
             cseq: sent.cseq,
+            removed,
+            removal_sent: false,
         };
         let key = (reg, sent.aor.clone(), sent.contact.clone());
         let due = self.acked.entry(key.clone()).or_insert_with(|| a.clone());
         if a.call_id != due.call_id || a.cseq > due.cseq {
             // A 200 that arrives after a later one's says nothing new.
-            *due = a.clone();
+            *due = a;
         }
+        // What is due now: the latest version (a late 200 of an older one adds nothing).
+        let a = due.clone();
         if self.check
-            && a.until > self.now + BINDING_SLACK
+            && (a.removed || (!a.removal_sent && a.until > self.clock_of(reg) + BINDING_SLACK))
             && let Some(v) = self.binding_violation(reg, &key.1, &key.2, &a, "when its 200 arrived")
         {
             self.violations.push(v);
@@ -2359,7 +2624,7 @@ impl World {
                 if s.down {
                     // Nobody listens: the datagram is lost.
                     self.link_drops += 1;
-                } else if s.arrive(now, from, bytes) {
+                } else if s.arrive(now + s.skew, from, bytes) {
                     if s.wakeup.is_zero() {
                         self.server_step(to);
                     } else {
@@ -2369,6 +2634,14 @@ impl World {
                         self.queue.push(t, Ev::Done { node: to, epoch });
                     }
                 }
+            }
+            Node::Agents(a)
+                if a.get(sub)
+                    .and_then(|a| a.silent_from)
+                    .is_some_and(|t| t <= now) =>
+            {
+                // A callee that answers nothing.
+                self.silent_drops += 1;
             }
             Node::Agents(_) if to >= self.phone_first => {
                 self.phone_received(to, &bytes);
@@ -2521,6 +2794,15 @@ impl World {
             c.forward_rejected = s.ep.stats().rejected_by_forward_gate;
             let prev = self.last_servers[k];
             let snap = s.ctl.snapshot();
+            if self.check {
+                // The controller's outputs: finite and within their bounds.
+                if !controller_in_bounds(&snap) {
+                    self.violations.push(format!(
+                        "t={t_s} s: server {}: controller output out of bounds: acceptance {:?}, occupancy {:?}",
+                        s.name, snap.acceptance, snap.occupancy
+                    ));
+                }
+            }
             self.series.push(SeriesRow {
                 t_s,
                 server: s.name.clone(),
@@ -2555,6 +2837,8 @@ impl World {
             if srv.down {
                 continue;
             }
+            // In the server's own clock.
+            let horizon = horizon + srv.skew;
             let ep = &mut srv.ep;
             let mut steps = 0u32;
             while let Some(t) = ep.poll_timeout().filter(|t| *t <= horizon) {
@@ -2666,7 +2950,7 @@ impl World {
                 });
             }
         }
-        let servers = self
+        let servers: Vec<(String, ServerCounters)> = self
             .nodes
             .iter()
             .filter_map(|n| match n {
@@ -2694,6 +2978,14 @@ impl World {
             self.now = end;
             self.check_acked(None, "at the end of the run");
             self.check_leaks(end);
+            for (name, c) in &servers {
+                if c.in_dialog_rejected > 0 {
+                    self.violations.push(format!(
+                        "server {name}: its gate rejected {} requests of admitted calls (in-dialog)",
+                        c.in_dialog_rejected
+                    ));
+                }
+            }
         }
         RunOutput {
             seed: self.seed,
@@ -2709,6 +3001,10 @@ impl World {
             registrations: self.registrations,
             acked_bindings: self.acked.len() as u64,
             crashes: self.crashes,
+            partition_drops: self.partition_drops,
+            silent_drops: self.silent_drops,
+            deregistrations: self.deregistrations,
+            forgiven_bindings: self.forgiven_bindings,
         }
     }
 
@@ -2786,6 +3082,56 @@ mod tests {
             b"nonsense",
         ] {
             assert_eq!(parse_report(bad), None);
+        }
+    }
+
+    #[test]
+    fn a_503_to_an_in_dialog_request_is_recognised() {
+        let resp = |status: &str, cseq: &str| {
+            format!(
+                "SIP/2.0 {status}\r\nVia: SIP/2.0/UDP 10.0.1.1:5060;branch=z9hG4bKa\r\n\
+                 Call-ID: x\r\nCSeq: {cseq}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .into_bytes()
+        };
+        assert!(in_dialog_503(&resp("503 Service Unavailable", "2 BYE")));
+        assert!(in_dialog_503(&resp("503 Service Unavailable", "1 CANCEL")));
+        assert!(!in_dialog_503(&resp("503 Service Unavailable", "1 INVITE")));
+        assert!(!in_dialog_503(&resp(
+            "503 Service Unavailable",
+            "7 REGISTER"
+        )));
+        assert!(!in_dialog_503(&resp("200 OK", "2 BYE")));
+    }
+
+    #[test]
+    fn controller_outputs_out_of_bounds_are_recognised() {
+        let mut snap = holdline_overload::Snapshot::new(holdline_overload::Algorithm::Occupancy);
+        assert!(controller_in_bounds(&snap), "nothing measured yet");
+        snap.acceptance = Some(0.4);
+        snap.occupancy = Some(1.0);
+        assert!(controller_in_bounds(&snap));
+        for bad in [f64::NAN, f64::INFINITY, -0.1, 1.5] {
+            snap.acceptance = Some(bad);
+            assert!(!controller_in_bounds(&snap), "acceptance {bad}");
+            snap.acceptance = Some(0.4);
+            snap.occupancy = Some(bad);
+            assert!(!controller_in_bounds(&snap), "occupancy {bad}");
+            snap.occupancy = None;
+        }
+        // The real controllers of a loaded run stay in bounds (checked every second).
+        let mut ctl = ControllerConfig::Occupancy(holdline_overload::OccConfig::default())
+            .build(Instant::ZERO, Rng::seed_from_u64(1))
+            .expect("controller");
+        for k in 1..=50u64 {
+            let now = Instant::ZERO + Duration::from_millis(100 * k);
+            ctl.on_signal(now, Signal::Busy(Duration::from_millis(100 * (k % 3))));
+            ctl.handle_timeout(now);
+            assert!(
+                controller_in_bounds(&ctl.snapshot()),
+                "{:?}",
+                ctl.snapshot()
+            );
         }
     }
 

@@ -608,6 +608,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                     retry_after_cap: Some(UAS_REGISTER_RETRY_AFTER_CAP),
                     retry_timeout_base: None,
                     hops: Hops::default(),
+                    deregister_every: None,
                 });
             }
             let mut l = load_config(
@@ -646,6 +647,7 @@ fn build(mode: Mode) -> Result<(LoadConfig, Option<PathBuf>), String> {
                     .then(|| secs(a.retry_timeout, "--retry-timeout"))
                     .transpose()?,
                 hops: hops(&a.hops)?,
+                deregister_every: None,
             });
             let mut l = load_config(
                 cfg,

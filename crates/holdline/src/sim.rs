@@ -46,13 +46,26 @@ struct CheckArgs {
     /// Check this one seed only (a replay); with --print, show its scenario too.
     #[arg(long, conflicts_with_all = ["seeds", "first"])]
     seed: Option<u64>,
+    /// Check this one scenario file instead of a seed's (run 0 of it, with the invariants
+    /// on): what --shrink writes.
+    #[arg(long, conflicts_with_all = ["seeds", "first", "seed"])]
+    scenario: Option<PathBuf>,
+    /// With --seed or --scenario: reduce the failing scenario to a smaller one that fails
+    /// with the same kind of violation; print it (or write it to --out FILE) and the command
+    /// that replays it.
+    #[arg(long)]
+    shrink: bool,
+    /// The shrinker's budget: runs of the scenario at most.
+    #[arg(long, default_value_t = 200)]
+    max_runs: u32,
     /// Print the scenario (TOML) of each seed checked (`holdline sim run` reads it).
     #[arg(long)]
     print: bool,
     /// Threads (the outcome of a seed does not depend on it).
     #[arg(long, default_value_t = 1)]
     jobs: usize,
-    /// Write check.json (every seed's outcome) here.
+    /// Write check.json (every seed's outcome) to this directory; with --shrink, the
+    /// reduced scenario to this file.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -1073,7 +1086,31 @@ fn bench(a: &BenchArgs) -> anyhow::Result<()> {
 
 /// `holdline sim check`.
 fn check(a: &CheckArgs) -> anyhow::Result<()> {
-    use holdline_sim::check::{CheckOutcome, check_seed, random_scenario};
+    use holdline_sim::check::{CheckOutcome, check_scenario, check_seed, random_scenario};
+    if a.shrink {
+        return shrink(a);
+    }
+    if let Some(path) = &a.scenario {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let sc = Scenario::from_toml(&path.display().to_string(), &text)?;
+        let o = check_scenario(sc.seed, &sc, |w| w)?;
+        for v in &o.violations {
+            eprintln!("check: {}: {v}", path.display());
+        }
+        eprintln!(
+            "check: {}: {} violations; {} calls set up, {} messages, {} crashes",
+            path.display(),
+            o.violations.len(),
+            o.completed,
+            o.messages,
+            o.crashes
+        );
+        if o.violations.is_empty() {
+            return Ok(());
+        }
+        anyhow::bail!("{} violated an invariant", path.display());
+    }
     let seeds: Vec<u64> = match a.seed {
         Some(s) => vec![s],
         None => (a.first..a.first.saturating_add(a.seeds)).collect(),
@@ -1122,7 +1159,31 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
         calls as f64 / wall.max(1e-9) * 60.0
     );
     eprintln!(
-        "check: registrations in {with_reg} seeds: {registrations} REGISTERs acknowledged, {bindings} bindings, {crashes} registrar crashes and restarts"
+        "check: registrations in {with_reg} seeds: {registrations} REGISTERs acknowledged, {bindings} bindings, {crashes} crashes and restarts"
+    );
+    // Faults per kind: seeds that drew the kind, and how many of it.
+    let mut per_kind = serde_json::Map::new();
+    for (k, (name, _)) in holdline_sim::check::Faults::default()
+        .kinds()
+        .iter()
+        .enumerate()
+    {
+        let get = |o: &CheckOutcome| o.faults.kinds()[k].1;
+        let seeds_with = outcomes.iter().filter(|o| get(o) > 0).count();
+        let n: u64 = outcomes.iter().map(get).sum();
+        eprintln!("check: {name}: {n} in {seeds_with} seeds");
+        per_kind.insert(
+            (*name).into(),
+            serde_json::json!({ "seeds": seeds_with, "count": n }),
+        );
+    }
+    let no_new = outcomes.iter().filter(|o| !o.faults.any_new()).count();
+    let partition_drops: u64 = outcomes.iter().map(|o| o.partition_drops).sum();
+    let silent_drops: u64 = outcomes.iter().map(|o| o.silent_drops).sum();
+    let deregistrations: u64 = outcomes.iter().map(|o| o.deregistrations).sum();
+    let forgiven: u64 = outcomes.iter().map(|o| o.forgiven_bindings).sum();
+    eprintln!(
+        "check: {no_new} seeds without a fault beyond the links'; {partition_drops} datagrams lost to partitions, {silent_drops} dropped by silent callees, {deregistrations} de-registrations acknowledged, {forgiven} bindings lost with a store (not checked)"
     );
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -1134,6 +1195,12 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
             "registrations": registrations,
             "acked_bindings": bindings,
             "crashes": crashes,
+            "faults": per_kind,
+            "seeds_without_new_faults": no_new,
+            "partition_drops": partition_drops,
+            "silent_drops": silent_drops,
+            "deregistrations": deregistrations,
+            "forgiven_bindings": forgiven,
             "wall_s": wall,
             "outcomes": outcomes.iter().map(|o| serde_json::json!({
                 "seed": o.seed,
@@ -1144,6 +1211,9 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
                 "registrations": o.registrations,
                 "acked_bindings": o.acked_bindings,
                 "crashes": o.crashes,
+                "partition_drops": o.partition_drops,
+                "silent_drops": o.silent_drops,
+                "deregistrations": o.deregistrations,
             })).collect::<Vec<_>>(),
         });
         let path = dir.join("check.json");
@@ -1155,11 +1225,56 @@ fn check(a: &CheckArgs) -> anyhow::Result<()> {
     }
     for o in &failed {
         eprintln!(
-            "check: seed {} failed; replay: holdline sim check --seed {} --print",
-            o.seed, o.seed
+            "check: seed {} failed; replay: holdline sim check --seed {} --print; shrink: holdline sim check --seed {} --shrink --out seed-{}.toml",
+            o.seed, o.seed, o.seed, o.seed
         );
     }
     anyhow::bail!("{} of {total} seeds violated an invariant", failed.len())
+}
+
+/// `holdline sim check --shrink`: the seed's (or file's) scenario reduced while it fails
+/// with the same kind of violation.
+fn shrink(a: &CheckArgs) -> anyhow::Result<()> {
+    use holdline_sim::check::{check_scenario, random_scenario};
+    let text = match (&a.scenario, a.seed) {
+        (Some(path), _) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        (None, Some(seed)) => random_scenario(seed),
+        (None, None) => anyhow::bail!("--shrink needs --seed S or --scenario FILE"),
+    };
+    let t0 = StdInstant::now();
+    let out = holdline_sim::shrink::shrink(&text, a.max_runs, |sc| {
+        check_scenario(sc.seed, sc, |w| w)
+            .map(|o| o.violations)
+            .unwrap_or_default()
+    })?;
+    eprintln!(
+        "shrink: kept {} reductions in {} runs ({:.1} s); it still fails with a {} violation: {}",
+        out.kept,
+        out.runs,
+        t0.elapsed().as_secs_f64(),
+        out.kind,
+        out.violations.first().map_or("", String::as_str)
+    );
+    let text = format!(
+        "# reduced by holdline sim check --shrink ({} violation)\n{}",
+        out.kind, out.text
+    );
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "shrink: replay: holdline sim check --scenario {}",
+                path.display()
+            );
+        }
+        None => {
+            print!("{text}");
+            eprintln!("shrink: replay: save it to FILE, then holdline sim check --scenario FILE");
+        }
+    }
+    Ok(())
 }
 
 /// Runs `tasks` (scenario, run index) on `jobs` threads; outputs in task order.

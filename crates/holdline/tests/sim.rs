@@ -254,4 +254,45 @@ fn sim_check_passes_its_seeds_and_prints_a_scenario_sim_run_reads() {
         String::from_utf8_lossy(&run.stderr)
     );
     assert!(run_dir.join("results.json").exists());
+    // Faults are counted per kind.
+    assert!(v["faults"]["partitions"]["seeds"].as_u64().is_some(), "{v}");
+
+    // The same file checked with the invariants on (what a shrink writes) runs as its seed.
+    let by_file = sim(&["check", "--scenario", file.to_str().expect("utf-8")]);
+    let by_seed = sim(&["check", "--seed", "4"]);
+    let stderr = String::from_utf8_lossy(&by_file.stderr);
+    assert!(by_file.status.success(), "{stderr}");
+    let calls = |s: &str| {
+        s.split(" calls set up")
+            .next()
+            .and_then(|h| h.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        calls(&stderr),
+        calls(&String::from_utf8_lossy(&by_seed.stderr)),
+        "{stderr}"
+    );
+    // A file with a bad fault entry is refused with its line and key.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!("{text}[[partitions]]\nnode = \"nowhere\"\nfrom_s = 1\nuntil_s = 2\n"),
+    )
+    .expect("write");
+    let refused = sim(&["check", "--scenario", bad.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("key `partitions[0].node`: names no node"),
+        "{stderr}"
+    );
+    // A passing seed has nothing to shrink.
+    let shrink = sim(&["check", "--seed", "4", "--shrink", "--max-runs", "3"]);
+    assert!(!shrink.status.success());
+    assert!(
+        String::from_utf8_lossy(&shrink.stderr).contains("nothing to shrink"),
+        "{}",
+        String::from_utf8_lossy(&shrink.stderr)
+    );
 }
