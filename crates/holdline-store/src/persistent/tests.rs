@@ -733,7 +733,11 @@ fn a_checkpoint_of_several_transactions_writes_every_change() {
         }
         s.flush().expect("flush");
     }
-    assert_eq!(journal::files(&path).expect("files").len(), 0, "all written at close");
+    assert_eq!(
+        journal::files(&path).expect("files").len(),
+        0,
+        "all written at close"
+    );
     let s = open(&path, t0, wall(0));
     assert_eq!(s.load_report().replayed, 0);
     assert_eq!(s.load_report().loaded, 25_000);
