@@ -424,9 +424,13 @@ fn drain(ep: &mut Endpoint, now: Instant, sent: &mut Vec<(Peer, Vec<u8>)>, final
                         .is_some_and(|t| t.starts_with(crate::endpoint::GATE_TAG_PREFIX));
                 // A proxy forwards every 2xx it receives, even for a transaction that has ended
                 // (RFC 3261 §16.7, RFC 6026): a 2xx may come after any final.
-                // Without a branch (RFC 2543 matching) the key would merge transactions.
+                // Without an RFC 3261 branch (the magic cookie) transactions are matched RFC
+                // 2543's way (Request-URI, tags, Call-ID, CSeq, Via), and one branch string
+                // may name several of them: found by the fuzzer, two REGISTERs with
+                // `branch= 9hG4bK…` and different Request-URIs got a 404 and a 500, each
+                // right for its own transaction.
                 if !stateless
-                    && !branch.is_empty()
+                    && branch.starts_with(b"z9hG4bK")
                     && !(200..300).contains(&code)
                     && !finals.tainted.contains(branch)
                 {
@@ -532,6 +536,14 @@ mod tests {
         endpoint_ops(register_then_call);
         endpoint_ops(&[0, 0, 4, 3, 8, 255, 8, 255, 11, 0, 11, 1, 6, 2, 5, 0, 7, 7]);
         endpoint_ops(&[2, 5, 2, 5, 8, 100, 10, 0, 2, 4, 8, 250]);
+        // Found by `endpoint_ops` (2026-11-29): a REGISTER mutated to `branch= 9hG4bK…` (no
+        // magic cookie: RFC 2543 matching) and then to another Request-URI is two
+        // transactions with one branch string, answered 404 and (its commit never coming)
+        // 500; the harness keyed finals by the branch alone and called it two finals.
+        endpoint_ops(&[
+            144, 7, 51, 50, 50, 90, 66, 1, 64, 32, 119, 119, 119, 255, 126, 6, 15, 66, 119, 119,
+            119, 119, 119, 119, 119, 118, 177, 119, 103, 119, 119, 119, 119, 119,
+        ]);
     }
 
     /// Pseudo-random operation strings (fixed seed): a short soak of the invariants on every
