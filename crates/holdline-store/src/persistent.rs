@@ -530,27 +530,16 @@ fn load(db: &Database, shared: &Shared) -> Result<LoadReport, redb::Error> {
     for entry in redb::ReadableTable::iter(&table)? {
         let (key, value) = entry?;
         let aor = key.value();
-        if let Err(source) = record::decode(value.value(), &mut stored) {
-            report.corrupt_skipped += 1;
-            if report.corrupt.len() < CORRUPT_KEPT {
-                report.corrupt.push(StoreError::CorruptRecord {
-                    path: shared.path.clone(),
-                    aor: String::from_utf8_lossy(aor).into_owned(),
-                    source,
-                });
-            }
+        let Some((live, total)) = decode_live(
+            shared,
+            &shared.path,
+            aor,
+            value.value(),
+            &mut stored,
+            &mut report,
+        ) else {
             continue;
-        }
-        let total = stored.len();
-        let live: Vec<Binding> = stored
-            .drain(..)
-            .filter_map(|s| {
-                let mut b = s.binding;
-                b.expires_at = shared.clock.instant_of_unix_ms(s.expires_unix_ms)?;
-                Some(b)
-            })
-            .collect();
-        report.expired_dropped += total - live.len();
+        };
         if live.len() < total {
             // Let the writer rewrite (or delete) the record without the expired bindings.
             shared.mem.mark_dirty(aor);
@@ -562,6 +551,41 @@ fn load(db: &Database, shared: &Shared) -> Result<LoadReport, redb::Error> {
         }
     }
     Ok(report)
+}
+
+/// The live bindings of a stored record of `aor` (read from `file`) and how many it held;
+/// `None` (counted and kept in `report`) when it does not decode. Expired ones are counted
+/// in `report` as dropped.
+fn decode_live(
+    shared: &Shared,
+    file: &Path,
+    aor: &[u8],
+    rec: &[u8],
+    stored: &mut Vec<record::Stored>,
+    report: &mut LoadReport,
+) -> Option<(Vec<Binding>, usize)> {
+    if let Err(source) = record::decode(rec, stored) {
+        report.corrupt_skipped += 1;
+        if report.corrupt.len() < CORRUPT_KEPT {
+            report.corrupt.push(StoreError::CorruptRecord {
+                path: file.to_owned(),
+                aor: String::from_utf8_lossy(aor).into_owned(),
+                source,
+            });
+        }
+        return None;
+    }
+    let total = stored.len();
+    let live: Vec<Binding> = stored
+        .drain(..)
+        .filter_map(|s| {
+            let mut b = s.binding;
+            b.expires_at = shared.clock.instant_of_unix_ms(s.expires_unix_ms)?;
+            Some(b)
+        })
+        .collect();
+    report.expired_dropped += total - live.len();
+    Some((live, total))
 }
 
 /// Why the journal could not be recovered at open.
@@ -620,32 +644,9 @@ fn recover(
         let r = journal::replay(&file, |aor, record| {
             let live = match record {
                 None => Vec::new(),
-                Some(rec) => match record::decode(rec, &mut stored) {
-                    Ok(()) => {
-                        let total = stored.len();
-                        let live: Vec<Binding> = stored
-                            .drain(..)
-                            .filter_map(|s| {
-                                let mut b = s.binding;
-                                b.expires_at =
-                                    shared.clock.instant_of_unix_ms(s.expires_unix_ms)?;
-                                Some(b)
-                            })
-                            .collect();
-                        report.expired_dropped += total - live.len();
-                        live
-                    }
-                    Err(source) => {
-                        report.corrupt_skipped += 1;
-                        if report.corrupt.len() < CORRUPT_KEPT {
-                            report.corrupt.push(StoreError::CorruptRecord {
-                                path: file.clone(),
-                                aor: String::from_utf8_lossy(aor).into_owned(),
-                                source,
-                            });
-                        }
-                        return;
-                    }
+                Some(rec) => match decode_live(shared, &file, aor, rec, &mut stored, report) {
+                    Some((live, _)) => live,
+                    None => return,
                 },
             };
             shared.mem.insert_loaded(aor, live);
@@ -913,8 +914,8 @@ fn hand_over(
     if !last {
         match journal::Journal::create(&shared.path, generation + 1) {
             Ok(next) => {
-                let full = std::mem::replace(journal, next);
-                hand(shared, checkpointer, generation, full);
+                let mut full = std::mem::replace(journal, next);
+                hand(shared, checkpointer, generation, full.take_aors());
             }
             // Keep appending to this one; the next batch tries again.
             Err(_) => {
@@ -923,21 +924,16 @@ fn hand_over(
         }
         return;
     }
-    let aors = journal.take_aors();
-    shared.checkpointing.store(true, Ordering::Release);
-    if checkpointer.send((generation, aors)).is_err() {
-        shared.checkpointing.store(false, Ordering::Release);
-    }
+    hand(shared, checkpointer, generation, journal.take_aors());
 }
 
-/// Sends a full journal's addresses-of-record to the checkpointer.
+/// Hands the addresses-of-record of the journal of `generation` to the checkpointer.
 fn hand(
     shared: &Shared,
     checkpointer: &mpsc::Sender<(u64, HashSet<Box<[u8]>>)>,
     generation: u64,
-    mut full: journal::Journal,
+    aors: HashSet<Box<[u8]>>,
 ) {
-    let aors = full.take_aors();
     shared.checkpointing.store(true, Ordering::Release);
     if checkpointer.send((generation, aors)).is_err() {
         shared.checkpointing.store(false, Ordering::Release);
