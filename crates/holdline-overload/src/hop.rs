@@ -46,7 +46,7 @@
 //! 7339 form), with [`rate_share`] of its admitted rate, or with a share of the window
 //! [`HopServer`] computes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use holdline_base::{Duration, Instant, Rng};
 
@@ -551,8 +551,10 @@ pub struct HopMeasure {
 /// D > D_target, falling:        factor = 1                                   (draining: hold)
 /// loss:  g ← clamp(g · factor, g_min, 1)         answer p = round(100 · (1 − g))
 /// rate:  off while load ≤ 1; on the first interval above, r = a · factor (a: the arrival
-///        rate of rate clients' new INVITEs); then r ← max(r · factor, r_min), growth capped
-///        at 2a; off again after 2 s without pressure
+///        rate of rate clients' new INVITEs); then, with E = min(Σa · ρ_target / Σ(ρ·t),
+///        φ_max · Σa / Σt) over the last second: r = E without a backlog, E · factor with
+///        one growing, r held while it drains; never below r_min; off again after 2 s
+///        without pressure
 /// window: off while load ≤ 1; on the first interval above, W = max(1, μ_w · D_w) (μ_w: the
 ///        rate at which the server read window clients' new INVITEs, D_w: `window_delay`);
 ///        then W ← clamp(W · k, 1, 16 μ_w D_w) with k = clamp(D_w / D, ½, 2) (D: the new
@@ -585,7 +587,16 @@ pub struct HopServer {
     last_delay: Option<f64>,
     /// Consecutive intervals without pressure (load ≤ 1).
     calm: u32,
+    /// The last intervals' rate-client arrivals, occupancy × length and length (seconds),
+    /// at most [`RATE_HISTORY`] long, for the rate answer's estimate.
+    history: VecDeque<(u64, f64, f64)>,
 }
+
+/// How much of the past the rate answer's estimate looks at, seconds.
+const RATE_HISTORY: f64 = 1.0;
+
+/// At most this many intervals in that history (drivers update every 100 ms or so).
+const RATE_HISTORY_LEN: usize = 64;
 
 /// Intervals without pressure after which rate control ends (2 s at OCC's 100 ms).
 const CALM_INTERVALS: u32 = 20;
@@ -641,6 +652,7 @@ impl HopServer {
             window: None,
             last_delay: None,
             calm: 0,
+            history: VecDeque::new(),
         })
     }
 
@@ -675,6 +687,36 @@ impl HopServer {
         self.acceptance <= self.config.min_acceptance * 1.000_001
     }
 
+    /// Records this interval in the rate history and returns the rate answer's estimate: the
+    /// arrival rate of rate clients' new INVITEs that would put the server at its occupancy
+    /// target, from the last [`RATE_HISTORY`] seconds (`Σa · ρ_target / Σ(ρ·t)`), at most
+    /// `max_increase` times their arrival rate over that time; `None` while nothing was
+    /// measured busy.
+    fn rate_estimate(&mut self, m: &HopMeasure, rho: f64) -> Option<f64> {
+        let t = m.elapsed.as_secs_f64();
+        self.history
+            .push_back((m.rate_arrivals, rho.clamp(0.0, 1.0) * t, t));
+        while self.history.len() > RATE_HISTORY_LEN {
+            self.history.pop_front();
+        }
+        while self.history.len() > 1 {
+            let newer: f64 = self.history.iter().skip(1).map(|h| h.2).sum();
+            if newer < RATE_HISTORY {
+                break;
+            }
+            self.history.pop_front();
+        }
+        let span: f64 = self.history.iter().map(|h| h.2).sum();
+        let arrivals = self.history.iter().map(|h| h.0).sum::<u64>() as f64;
+        let busy: f64 = self.history.iter().map(|h| h.1).sum();
+        if busy <= 0.0 || span <= 0.0 || arrivals <= 0.0 {
+            return None;
+        }
+        let c = &self.config;
+        Some((arrivals * c.target_occupancy / busy).min(c.max_increase * arrivals / span))
+            .filter(|e| e.is_finite())
+    }
+
     /// One control update. Without an occupancy (or with a zero-length interval) nothing
     /// changes.
     pub fn update(&mut self, m: &HopMeasure) {
@@ -684,20 +726,22 @@ impl HopServer {
         if !rho.is_finite() {
             return;
         }
+        let estimate = self.rate_estimate(m, rho);
         let c = &self.config;
         let by_occupancy = rho.max(0.0) / c.target_occupancy;
         let delay = m.invite_delay.map(|d| d.as_secs_f64());
         let target = c.target_delay.as_secs_f64();
         let previous = std::mem::replace(&mut self.last_delay, delay);
-        let (load, factor) = match delay {
+        let (load, factor, backlog) = match delay {
             // A backlog of new INVITEs still growing (or standing): cut by its size, at most
             // by half per interval.
             Some(d) if d > target && previous.is_none_or(|p| d >= p) => {
                 let load = by_occupancy.max(d / target);
-                (load, (1.0 / load).max(MAX_DECREASE))
+                let cut = (1.0 / load).max(MAX_DECREASE);
+                (load, cut, Some(cut))
             }
             // A backlog draining: the clients' cut is in effect; hold.
-            Some(d) if d > target => (by_occupancy.max(1.0), 1.0),
+            Some(d) if d > target => (by_occupancy.max(1.0), 1.0, Some(1.0)),
             // No backlog: OCC's rule.
             _ => {
                 let factor = if by_occupancy > 0.0 {
@@ -705,7 +749,7 @@ impl HopServer {
                 } else {
                     c.max_increase
                 };
-                (by_occupancy, factor)
+                (by_occupancy, factor, None)
             }
         };
         self.acceptance = (self.acceptance * factor).clamp(c.min_acceptance, 1.0);
@@ -719,14 +763,25 @@ impl HopServer {
             None if load > 1.0 => Some((arrival_rate * factor).max(c.min_rate)),
             None => None,
             Some(_) if self.calm >= CALM_INTERVALS => None,
-            // Growth follows what the clients send: at most twice their arrival rate, so that
-            // an allowance they do not use never piles up into a burst.
-            Some(r) if factor > 1.0 => Some(
-                (r * factor)
-                    .min((arrival_rate * 2.0).max(r))
-                    .max(c.min_rate),
+            // Anchored on what the last second measured, never on the previous answer: the
+            // clients see a new answer only with the responses to their next INVITEs (at a
+            // share of one per second, a second later), so an answer compounded per
+            // interval keeps growing (or shrinking) for that whole lag and the loop settles
+            // into a cycle between the floor and a flood (measured: 0.75 of the capacity
+            // with 10 SEs at 10×, docs/overload.md). The estimate is the arrival rate the
+            // occupancy target allows, `a · ρ_target / ρ` over the last second, at most
+            // `φ_max` times what the clients sent; a backlog scales it down by its
+            // factor, a draining one holds the answer.
+            Some(r) => Some(
+                match (estimate, backlog) {
+                    (Some(_), Some(hold)) if hold >= 1.0 => r,
+                    (Some(e), Some(cut)) => e * cut,
+                    (Some(e), None) => e,
+                    // Nothing measured to anchor on (no arrivals, or no busy time): never grow.
+                    (None, _) => r * factor.min(1.0),
+                }
+                .max(c.min_rate),
             ),
-            Some(r) => Some((r * factor).max(c.min_rate)),
         };
         let d_w = c.window_delay.as_secs_f64();
         let little = (m.window_arrivals as f64 / m.elapsed.as_secs_f64() * d_w).max(1.0);
@@ -1101,6 +1156,58 @@ mod tests {
         }
     }
 
+    /// A fluid model of the loop `holdline lab feedback` runs with ten SEs: clients offering
+    /// ten times the capacity, each seeing a new rate answer only a second after the server
+    /// made it (with the responses to its next INVITE at a share of about one per second),
+    /// a server whose occupancy is what it reads over its capacity and whose INVITEs wait
+    /// behind the backlog the excess builds. The answer must settle near the capacity, not
+    /// cycle between the floor and a flood (as an answer compounded per interval did).
+    #[test]
+    fn the_rate_answer_settles_near_capacity_when_clients_see_it_late() {
+        const CAPACITY: f64 = 150.0;
+        const LAG: usize = 10;
+        let dt = 0.1;
+        let mut s = HopServer::new(HopServerConfig::default()).expect("valid");
+        // What the clients apply, by interval: the answer of LAG intervals before.
+        let mut seen: VecDeque<Option<f64>> = std::iter::repeat_n(None, LAG).collect();
+        let mut backlog: f64 = 0.0;
+        let mut answers = Vec::new();
+        let mut served = 0.0;
+        for i in 0..600 {
+            let applied = seen.pop_front().flatten();
+            let offered = applied.map_or(10.0 * CAPACITY, |r| r.min(10.0 * CAPACITY));
+            backlog += offered * dt;
+            let read = backlog.min(CAPACITY * dt);
+            backlog -= read;
+            let delay = backlog / CAPACITY;
+            s.update(&HopMeasure {
+                occupancy: Some(read / (CAPACITY * dt)),
+                invite_delay: Some(Duration::from_secs_f64(delay)),
+                rate_arrivals: read.round() as u64,
+                window_arrivals: 0,
+                elapsed: Duration::from_millis(100),
+            });
+            seen.push_back(s.rate());
+            if i >= 300 {
+                // No answer: the clients send everything.
+                answers.push(s.rate().unwrap_or(f64::INFINITY));
+                served += read;
+            }
+        }
+        let (lo, hi) = answers
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+        assert!(
+            lo >= 0.5 * CAPACITY && hi <= 1.5 * CAPACITY,
+            "answers over the last 30 s between {lo:.0} and {hi:.0} calls/s"
+        );
+        assert!(
+            served / 30.0 >= 0.8 * CAPACITY,
+            "served {:.0}/s",
+            served / 30.0
+        );
+    }
+
     #[test]
     fn the_server_role_follows_occupancy_like_occ_and_delay_beyond_it() {
         let mut s = HopServer::new(HopServerConfig::default()).expect("valid");
@@ -1113,23 +1220,27 @@ mod tests {
         assert!((s.acceptance() - 0.9).abs() < 1e-9);
         assert!((s.rate().expect("on") - 1_800.0).abs() < 1e-6);
         // A backlog of new INVITEs twice the target delay: cut by half, not by 0.9; growing
-        // further (3 times): by half again (the most per interval).
+        // further (3 times): by half again (the most per interval). The rate answer is the
+        // last second's estimate `Σa · ρ_target / Σ(ρ·t)` cut by the same factor, never
+        // compounded: (50 + 200 + 180) · 0.9 / 0.25 · ½, then (430 + 180) · 0.9 / 0.35 · ½.
         s.update(&measure(1.0, Some(200), 180));
         assert!((s.acceptance() - 0.45).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 900.0).abs() < 1e-6);
+        assert!((s.rate().expect("on") - 774.0).abs() < 1e-6);
         s.update(&measure(1.0, Some(300), 180));
         assert!((s.acceptance() - 0.225).abs() < 1e-9, "{}", s.acceptance());
+        let held = 610.0 * 0.9 / 0.35 * 0.5;
+        assert!((s.rate().expect("on") - held).abs() < 1e-6);
         // Draining (the delay falls, still above target): hold.
         s.update(&measure(1.0, Some(150), 90));
         assert!((s.acceptance() - 0.225).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 450.0).abs() < 1e-6);
+        assert!((s.rate().expect("on") - held).abs() < 1e-6);
         assert_eq!(s.loss_percent(), 78);
-        // No backlog, below target: recovery by ρ_target/ρ (bounded by φ_max); the rate's
-        // growth is capped at twice what the clients send (40 in 100 ms: 2 · 400/s), and it
-        // ends after 2 s without pressure.
+        // No backlog, below target: the loss answer recovers by ρ_target/ρ (bounded by
+        // φ_max); the rate answer is the estimate itself (740 · 0.9 / 0.48), at most φ_max
+        // times what the clients sent over the second; it ends after 2 s without pressure.
         s.update(&measure(0.3, Some(0), 40));
         assert!((s.acceptance() - 0.675).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 800.0).abs() < 1e-6);
+        assert!((s.rate().expect("on") - 740.0 * 0.9 / 0.48).abs() < 1e-6);
         for _ in 0..18 {
             s.update(&measure(0.3, None, 10));
             assert!(s.rate().is_some());

@@ -264,6 +264,10 @@ pub enum EndpointEvent {
     },
 }
 
+/// How many of a rate client's INVITE intervals (the inverse of its share) a rate answer's
+/// `oc-validity` covers at least: its answer outlives the gaps between the INVITEs it admits.
+pub const RATE_VALIDITY_GAPS: u32 = 4;
+
 /// The server role of hop-by-hop overload control (RFC 7339 §5.2): what this proxy answers,
 /// in the top Via of every response it sends, to an upstream client that offered `oc` with
 /// an algorithm answered here (`loss`). Set by the driver with
@@ -3386,10 +3390,24 @@ impl Endpoint {
                 answer.loss_percent > 0,
             ),
         };
+        let validity_ms = match (controlling, algo) {
+            (false, _) => 0,
+            // A rate answer must outlive the gaps between the INVITEs it lets through: a
+            // client held to one INVITE per second, answered only on the responses to those,
+            // would otherwise see its answer expire between two calls and send its whole
+            // offered load (validity expiry ends control, RFC 7339 §5.4–5.7) — with ten
+            // clients that flood is what the server sees next, it cuts to the floor again,
+            // and the loop settles into a cycle far below capacity (measured: 0.75 of the
+            // capacity with 10 SEs at 10×, docs/overload.md).
+            (true, OcAlgo::Rate) => answer
+                .validity_ms
+                .max(RATE_VALIDITY_GAPS.saturating_mul(1000) / value.max(1)),
+            (true, _) => answer.validity_ms,
+        };
         let report = OcReport {
             algo,
             value,
-            validity_ms: if controlling { answer.validity_ms } else { 0 },
+            validity_ms,
             seq: self
                 .config
                 .overload_seq_base
