@@ -12,9 +12,93 @@ use holdline_base::{Duration, Instant, Rng};
 
 use crate::hop::{HopMeasure, HopServer, HopServerConfig};
 use crate::{
-    Admission, Algorithm, Class, ControllerConfig, ControllerFactory, Feedback, Gate, Lane,
-    Outcome, RejectReason, Signal, TargetId,
+    Admission, Algorithm, Class, ControllerConfig, ControllerFactory, Decision, Feedback, Gate,
+    Lane, Outcome, RejectReason, Signal, Snapshot, TargetId,
 };
+
+/// The crate's contract, checked decision by decision (by [`controller_ops`] and by the
+/// invariant suite in `tests/invariants.rs`): it panics on the first breach.
+#[derive(Clone, Debug)]
+pub struct Contract {
+    algorithm: Algorithm,
+    decided: u64,
+    rejected: u64,
+}
+
+impl Contract {
+    /// Checks for a controller of `algorithm`.
+    pub fn new(algorithm: Algorithm) -> Self {
+        Self {
+            algorithm,
+            decided: 0,
+            rejected: 0,
+        }
+    }
+
+    /// Checks decision `d` taken on `q` by a controller deciding at `gate`: anything but new
+    /// work at its own gate (with a target, at the forward gate) admitted; a rejection a
+    /// `503` without Retry-After (the defaults) with a reason of the algorithm. Returns
+    /// whether the question was one the controller decides (and counts it).
+    pub fn decision(&mut self, gate: Gate, q: &Admission, d: &Decision) -> bool {
+        let algorithm = self.algorithm;
+        let own = q.class.is_rejectable() && q.gate == gate;
+        if !own || (q.gate == Gate::Forward && q.target.is_none()) {
+            assert!(d.is_admit(), "{algorithm}: {q:?} must be admitted");
+            return false;
+        }
+        self.decided += 1;
+        if let Some(rej) = d.rejection() {
+            self.rejected += 1;
+            assert_eq!(rej.status, 503, "{algorithm}");
+            assert_eq!(rej.retry_after, None, "{algorithm}: no Retry-After");
+            assert!(
+                rejection_reasons(algorithm).contains(&rej.reason),
+                "{algorithm}: {:?}",
+                rej.reason
+            );
+        }
+        true
+    }
+
+    /// Checks the controller's wake-up after it handled `now`: none, or later.
+    pub fn wake_up(&self, now: Instant, next: Option<Instant>) {
+        if let Some(t) = next {
+            assert!(t > now, "{}: wake-up {t} not after {now}", self.algorithm);
+        }
+    }
+
+    /// Checks a snapshot: its algorithm, fractions in `[0, 1]`, and the decisions and
+    /// rejections it counts equal to those checked so far.
+    pub fn snapshot(&self, s: &Snapshot) {
+        let algorithm = self.algorithm;
+        assert_eq!(s.algorithm, algorithm);
+        if let Some(f) = s.acceptance {
+            assert!((0.0..=1.0).contains(&f), "{algorithm}: f = {f}");
+        }
+        if let Some(rho) = s.occupancy {
+            assert!((0.0..=1.0).contains(&rho), "{algorithm}: ρ = {rho}");
+        }
+        assert_eq!(
+            s.decisions(),
+            self.decided,
+            "{algorithm}: snapshot counts decisions"
+        );
+        assert_eq!(s.rejected.total(), self.rejected, "{algorithm}");
+        if algorithm == Algorithm::NoControl {
+            assert_eq!(self.rejected, 0);
+        }
+    }
+
+    /// Questions decided so far.
+    pub fn decided(&self) -> u64 {
+        self.decided
+    }
+
+    /// Of those, rejected.
+    pub fn rejected(&self) -> u64 {
+        self.rejected
+    }
+}
 
 /// The reasons a controller of `algorithm` may give for a rejection.
 pub fn rejection_reasons(algorithm: Algorithm) -> &'static [RejectReason] {
@@ -204,7 +288,7 @@ pub fn controller_ops(data: &[u8]) -> OpsSummary {
     };
     assert_eq!(c.algorithm(), algorithm);
     let mut now = Instant::ZERO;
-    let (mut decided, mut rejected) = (0u64, 0u64);
+    let mut contract = Contract::new(algorithm);
     while !b.is_empty() {
         match b.u8() % 8 {
             0..=2 => c.on_signal(now, b.signal()),
@@ -219,22 +303,7 @@ pub fn controller_ops(data: &[u8]) -> OpsSummary {
                     },
                 };
                 let d = c.admit(now, &q);
-                let own = q.class.is_rejectable() && q.gate == c.gate();
-                if !own || (q.gate == Gate::Forward && q.target.is_none()) {
-                    assert!(d.is_admit(), "{algorithm}: {q:?} must be admitted");
-                    continue;
-                }
-                decided += 1;
-                if let Some(rej) = d.rejection() {
-                    rejected += 1;
-                    assert_eq!(rej.status, 503, "{algorithm}");
-                    assert_eq!(rej.retry_after, None, "{algorithm}: no Retry-After");
-                    assert!(
-                        rejection_reasons(algorithm).contains(&rej.reason),
-                        "{algorithm}: {:?}",
-                        rej.reason
-                    );
-                }
+                contract.decision(c.gate(), &q, &d);
             }
             5 => {
                 // To the controller's wake-up, or forward by an arbitrary step.
@@ -243,9 +312,7 @@ pub fn controller_ops(data: &[u8]) -> OpsSummary {
                     _ => now + b.duration().min(Duration::from_secs(3_600)),
                 };
                 c.handle_timeout(now);
-                if let Some(t) = c.poll_timeout() {
-                    assert!(t > now, "{algorithm}: wake-up {t} not after {now}");
-                }
+                contract.wake_up(now, c.poll_timeout());
             }
             6 => {
                 if let Some(Feedback::Loss { percent, .. }) = c.feedback(now, b.target()) {
@@ -262,28 +329,12 @@ pub fn controller_ops(data: &[u8]) -> OpsSummary {
                 }
             }
         }
-        let s = c.snapshot();
-        assert_eq!(s.algorithm, algorithm);
-        if let Some(f) = s.acceptance {
-            assert!((0.0..=1.0).contains(&f), "{algorithm}: f = {f}");
-        }
-        if let Some(rho) = s.occupancy {
-            assert!((0.0..=1.0).contains(&rho), "{algorithm}: ρ = {rho}");
-        }
-        assert_eq!(
-            s.decisions(),
-            decided,
-            "{algorithm}: snapshot counts decisions"
-        );
-        assert_eq!(s.rejected.total(), rejected, "{algorithm}");
-        if algorithm == Algorithm::NoControl {
-            assert_eq!(rejected, 0);
-        }
+        contract.snapshot(&c.snapshot());
     }
     OpsSummary {
         algorithm,
-        decided,
-        rejected,
+        decided: contract.decided(),
+        rejected: contract.rejected(),
     }
 }
 

@@ -268,6 +268,10 @@ pub enum EndpointEvent {
 /// `oc-validity` covers at least: its answer outlives the gaps between the INVITEs it admits.
 pub const RATE_VALIDITY_GAPS: u32 = 4;
 
+/// The longest `oc-validity` a loss answer is stretched to (its configured validity divided
+/// by the share of INVITEs it lets through), milliseconds.
+pub const LOSS_VALIDITY_MAX_MS: u32 = 10_000;
+
 /// The server role of hop-by-hop overload control (RFC 7339 §5.2): what this proxy answers,
 /// in the top Via of every response it sends, to an upstream client that offered `oc` with
 /// an algorithm answered here (`loss`). Set by the driver with
@@ -3402,6 +3406,16 @@ impl Endpoint {
             (true, OcAlgo::Rate) => answer
                 .validity_ms
                 .max(RATE_VALIDITY_GAPS.saturating_mul(1000) / value.max(1)),
+            // The same for a loss answer: a client dropping p % sends 1 / (1 − p) times
+            // fewer INVITEs, so the answer lasts as many of its offered INVITEs as the
+            // configured validity does without loss (at most `LOSS_VALIDITY_MAX_MS`).
+            (true, OcAlgo::Loss) => {
+                let kept = 100u32.saturating_sub(value).max(1);
+                (answer.validity_ms.saturating_mul(100) / kept).clamp(
+                    answer.validity_ms,
+                    LOSS_VALIDITY_MAX_MS.max(answer.validity_ms),
+                )
+            }
             (true, _) => answer.validity_ms,
         };
         let report = OcReport {

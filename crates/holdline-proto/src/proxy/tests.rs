@@ -2729,7 +2729,8 @@ fn the_server_role_answers_clients_that_offered_and_exempts_them_from_the_gate()
     let first = oc_params(&trying).expect("answered");
     assert_eq!(
         (first.algo, first.value, first.validity_ms),
-        (holdline_sip::OcAlgo::Loss, 30, 700)
+        // 700 ms stretched over the 70 % let through.
+        (holdline_sip::OcAlgo::Loss, 30, 1000)
     );
     assert_eq!(first.seq, 170_000_000_000_000 + 1_000);
     assert!(trying.contains(";rport=5060"), "{trying}");
@@ -2849,6 +2850,9 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     );
     assert_eq!((a2.algo, a2.value), (OcAlgo::Rate, 500));
     assert_eq!((a3.algo, a3.value), (OcAlgo::Loss, 40));
+    // A loss answer lasts as many offered INVITEs as its configured validity: 500 ms over
+    // the 60 % let through.
+    assert_eq!(a3.validity_ms, 833);
     assert_eq!(
         e.take_feedback_tally(),
         crate::FeedbackTally {
