@@ -461,9 +461,11 @@ pub struct ServerSpec {
     /// DEOC's parameters (with `edge = "deoc"`); every one defaults to the paper's value.
     #[serde(default)]
     pub deoc: DeocSpec,
-    /// Hop-by-hop feedback: `none` or `loss` (RFC 7339: this server offers `oc` to its next
+    /// Hop-by-hop feedback: `none`, `loss` (RFC 7339: this server offers `oc` to its next
     /// hops and applies their loss answers at its forward gate, and answers its upstream
-    /// clients from its local controller's occupancy — OCC-Hop). Default `none`.
+    /// clients from its local controller's occupancy — OCC-Hop) or `rate` (RFC 7415: the
+    /// same with `oc-algo="rate"`, each client held to its share of the rate the server
+    /// answers). Every server answers both. Default `none`.
     #[serde(default = "none_str")]
     pub feedback: String,
     /// `oc-validity` of this server's loss answers, milliseconds (the server's
@@ -1298,8 +1300,11 @@ impl Scenario {
                     "needs local = \"occ\" (the reported headroom is OCC's)",
                 );
             }
-            if s.feedback != "none" && s.feedback != "loss" {
-                return bad(format!("servers[{i}].feedback"), "must be none or loss");
+            if !matches!(s.feedback.as_str(), "none" | "loss" | "rate") {
+                return bad(
+                    format!("servers[{i}].feedback"),
+                    "must be none, loss or rate",
+                );
             }
             if s.feedback_validity_ms == 0 {
                 return bad(
@@ -1877,7 +1882,10 @@ to = "uas"
         assert_eq!((e.line, e.key.as_str()), (9, "servers.deoc"));
         assert!(e.message.contains("unknown field `gamma`"), "{e}");
 
-        let text = GOOD.replace("service_us = 100", "service_us = 100\nfeedback = \"rate\"");
+        let text = GOOD.replace(
+            "service_us = 100",
+            "service_us = 100\nfeedback = \"window\"",
+        );
         let e = Scenario::from_toml("s.toml", &text).expect_err("bad feedback");
         assert_eq!((e.line, e.key.as_str()), (9, "servers[0].feedback"));
     }

@@ -303,7 +303,8 @@ struct Server {
     scratch: Vec<u8>,
     /// DEOC at the forward gate (`edge = "deoc"`).
     deoc: Option<Box<EdgeDeoc>>,
-    /// RFC 7339 loss feedback (`feedback = "loss"`): the client role at the forward gate ...
+    /// RFC 7339 loss or RFC 7415 rate feedback (`feedback = "loss" | "rate"`): the client
+    /// role at the forward gate ...
     hop: Option<Box<dyn Controller>>,
     /// ... and the server role, answering upstream clients.
     role: Option<HopRole>,
@@ -610,7 +611,8 @@ fn uri_host(uri: &[u8]) -> Option<&[u8]> {
     Some(&rest[..end]).filter(|h| !h.is_empty())
 }
 
-/// The server role of RFC 7339 loss feedback, as `holdline-server`'s worker runs it: the
+/// The server role of RFC 7339 loss and RFC 7415 rate feedback, as `holdline-server`'s
+/// worker runs it: the
 /// estimator updated at every close of the local controller's interval, its answer set on the
 /// endpoint.
 struct HopRole {
@@ -1104,10 +1106,11 @@ impl Server {
         let elapsed = now.saturating_duration_since(role.updated);
         role.updated = now;
         let (sum, n) = std::mem::take(&mut role.invite_delay);
+        let tally = self.ep.take_feedback_tally();
         role.estimator.update(&HopMeasure {
             occupancy,
             invite_delay: (n > 0).then(|| Duration::from_secs_f64(sum / n as f64)),
-            rate_arrivals: 0,
+            rate_arrivals: tally.rate_invites,
             window_arrivals: 0,
             elapsed,
         });
@@ -1121,7 +1124,11 @@ impl Server {
             loss_percent: role.estimator.loss_percent(),
             validity_ms: role.validity_ms,
             exempt: role.exempt,
-            rate: RateAnswer::Off,
+            // The worker's `total_answer`: control off answers "idle", on the total rate.
+            rate: match role.estimator.rate() {
+                None => RateAnswer::Idle,
+                Some(t) => RateAnswer::Total(t.ceil().clamp(1.0, f64::from(u32::MAX)) as u32),
+            },
             window: RateAnswer::Off,
             window_exempt: false,
         }));
@@ -1723,10 +1730,15 @@ impl World {
             } else {
                 None
             };
-            let (hop, role) = if s.feedback == "loss" {
-                p.overload_offer = Some(OcOffer::new(&[OcAlgo::Loss]));
+            let (hop, role) = if s.feedback == "loss" || s.feedback == "rate" {
+                let (algo, accept) = if s.feedback == "rate" {
+                    (OcAlgo::Rate, Accept::RATE)
+                } else {
+                    (OcAlgo::Loss, Accept::LOSS)
+                };
+                p.overload_offer = Some(OcOffer::new(&[algo]));
                 let client = HopClientConfig {
-                    accept: Accept::LOSS,
+                    accept,
                     ..HopClientConfig::default()
                 }
                 .build(Instant::ZERO, Rng::seed_from_u64(master.next_u64()))

@@ -687,3 +687,74 @@ delay_ms = 2
         step.pdd_mean_ms
     );
 }
+
+/// Three SEs in front of one RE of ≈ 200 calls/s, offered 5× its capacity, the SEs taking
+/// the RE's hop-by-hop answers (`feedback`: `loss` or `rate`).
+fn se_re(feedback: &str) -> Scenario {
+    // The RE answers only with `feedback` set too (its own next hop, the UAS, never answers).
+    let mut text = format!(
+        r#"
+name = "se-re"
+seed = 11
+duration_s = 20
+drain_s = 5
+settle_s = 5
+capacity_cps = 200
+
+[[servers]]
+name = "re"
+local = "occ"
+service_us = 833.333
+reject_us = 15
+queue = 512
+feedback = "{feedback}"
+
+[[uas]]
+name = "uas"
+
+[[routes]]
+server = "re"
+to = "uas"
+
+[default_link]
+delay_ms = 0.5
+jitter_ms = 0.2
+"#
+    );
+    for i in 0..3 {
+        text += &format!(
+            "\n[[servers]]\nname = \"se{i}\"\nlocal = \"occ\"\nservice_us = 20\nfeedback = \"{feedback}\"\n\
+             \n[[uac]]\nname = \"uac{i}\"\ntarget = \"se{i}\"\nsteps = [{{ at_s = 0, factor = 1.6667 }}]\n\
+             \n[[routes]]\nserver = \"se{i}\"\nto = \"re\"\n"
+        );
+    }
+    Scenario::from_toml("se-re.toml", &text).expect("valid scenario")
+}
+
+#[test]
+fn rate_and_loss_feedback_move_the_rejections_upstream() {
+    for feedback in ["loss", "rate"] {
+        let sc = se_re(feedback);
+        let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+        let r = Results::from_runs(&sc, &out);
+        // One point per UAC (population): the RE's goodput is their sum.
+        let goodput: f64 = r.points.iter().map(|p| p.goodput_cps.mean).sum();
+        let count = |f: &dyn Fn(&holdline_sim::world::ServerCounters) -> u64, ses: bool| -> u64 {
+            out[0]
+                .servers
+                .iter()
+                .filter(|(n, _)| n.starts_with("se") == ses)
+                .map(|(_, c)| f(c))
+                .sum()
+        };
+        let se_throttled = count(&|c| c.forward_rejected, true);
+        let re_rejected = count(&|c| c.rejected, false);
+        eprintln!(
+            "{feedback}: goodput {goodput:.1}/s, SEs throttled {se_throttled}, RE rejected {re_rejected}"
+        );
+        // The SEs make the rejections (4/5 of 1,000 calls/s for 20 s), the RE few.
+        assert!(se_throttled > 10_000, "{feedback}: {se_throttled}");
+        assert!(re_rejected * 10 < se_throttled, "{feedback}: {re_rejected}");
+        assert!(goodput > 0.85 * 200.0, "{feedback}: goodput {goodput:.1}/s");
+    }
+}

@@ -562,7 +562,15 @@ fn point_scenario(
         .servers
         .get_mut(measured)
         .context("the scenario has no server")?;
-    server.local = alg.to_owned();
+    // The feedback lab's `loss` and `rate`: the RE runs local OCC and answers; its SEs take
+    // the answers (below).
+    let feedback = matches!((kind, alg), (LabKind::Feedback, "loss" | "rate"));
+    if feedback {
+        server.local = "occ".to_owned();
+        server.feedback = alg.to_owned();
+    } else {
+        server.local = alg.to_owned();
+    }
     if let Some(us) = task.service_us {
         server.service_us = us;
     }
@@ -599,6 +607,9 @@ fn point_scenario(
                 let mut s = template.clone();
                 s.name.clone_from(&name);
                 s.local = se_local.to_owned();
+                if feedback {
+                    alg.clone_into(&mut s.feedback);
+                }
                 sc.servers.push(s);
                 let mut u = uac.clone();
                 u.name = format!("uac{i}");
