@@ -590,9 +590,22 @@ pub struct HopServer {
     last_delay: Option<f64>,
     /// Consecutive intervals without pressure (load ≤ 1).
     calm: u32,
-    /// The last intervals' rate-client arrivals, occupancy × length and length (seconds),
-    /// at most [`RATE_HISTORY`] long, for the rate answer's estimate.
-    history: VecDeque<(u64, f64, f64, f64)>,
+    /// The last intervals, at most [`RATE_HISTORY`] long, for the rate answer's estimate and
+    /// the loss answer's mean acceptance.
+    history: VecDeque<Interval>,
+}
+
+/// One control interval, as the estimators remember it.
+#[derive(Clone, Copy, Debug)]
+struct Interval {
+    /// New INVITEs from rate clients.
+    rate_arrivals: u64,
+    /// Occupancy × length, seconds.
+    busy: f64,
+    /// Length, seconds.
+    length: f64,
+    /// The loss answer's acceptance in force.
+    acceptance: f64,
 }
 
 /// How much of the past the rate answer's estimate looks at, seconds.
@@ -697,21 +710,25 @@ impl HopServer {
     /// measured busy.
     fn rate_estimate(&mut self, m: &HopMeasure, rho: f64) -> Option<f64> {
         let t = m.elapsed.as_secs_f64();
-        self.history
-            .push_back((m.rate_arrivals, rho.clamp(0.0, 1.0) * t, t, self.acceptance));
+        self.history.push_back(Interval {
+            rate_arrivals: m.rate_arrivals,
+            busy: rho.clamp(0.0, 1.0) * t,
+            length: t,
+            acceptance: self.acceptance,
+        });
         while self.history.len() > RATE_HISTORY_LEN {
             self.history.pop_front();
         }
         while self.history.len() > 1 {
-            let newer: f64 = self.history.iter().skip(1).map(|h| h.2).sum();
+            let newer: f64 = self.history.iter().skip(1).map(|h| h.length).sum();
             if newer < RATE_HISTORY {
                 break;
             }
             self.history.pop_front();
         }
-        let span: f64 = self.history.iter().map(|h| h.2).sum();
-        let arrivals = self.history.iter().map(|h| h.0).sum::<u64>() as f64;
-        let busy: f64 = self.history.iter().map(|h| h.1).sum();
+        let span: f64 = self.history.iter().map(|h| h.length).sum();
+        let arrivals = self.history.iter().map(|h| h.rate_arrivals).sum::<u64>() as f64;
+        let busy: f64 = self.history.iter().map(|h| h.busy).sum();
         if busy <= 0.0 || span <= 0.0 || arrivals <= 0.0 {
             return None;
         }
@@ -731,9 +748,13 @@ impl HopServer {
         }
         let estimate = self.rate_estimate(m, rho);
         let mean_acceptance = {
-            let t: f64 = self.history.iter().map(|h| h.2).sum();
+            let t: f64 = self.history.iter().map(|h| h.length).sum();
             if t > 0.0 {
-                self.history.iter().map(|h| h.3 * h.2).sum::<f64>() / t
+                self.history
+                    .iter()
+                    .map(|h| h.acceptance * h.length)
+                    .sum::<f64>()
+                    / t
             } else {
                 self.acceptance
             }

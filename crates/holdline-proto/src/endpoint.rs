@@ -313,6 +313,19 @@ pub enum RateAnswer {
     Total(u32),
 }
 
+impl RateAnswer {
+    /// The answer of an estimator's total, a rate or a window shared by the clients (`None`:
+    /// not controlling): `Off` when not `answered`, `Idle` while not controlling, else the
+    /// total rounded up, at least 1.
+    pub fn of_total(answered: bool, total: Option<f64>) -> Self {
+        match (answered, total) {
+            (false, _) => Self::Off,
+            (true, None) => Self::Idle,
+            (true, Some(t)) => Self::Total(t.ceil().clamp(1.0, f64::from(u32::MAX)) as u32),
+        }
+    }
+}
+
 /// What the server role saw since the driver last asked ([`Endpoint::take_feedback_tally`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FeedbackTally {

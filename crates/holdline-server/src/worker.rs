@@ -410,16 +410,6 @@ impl ServerRole {
 /// advertises `oc` and ignores the answers gets no free pass).
 const EXEMPT_FLOOR_GRACE: Duration = Duration::from_secs(1);
 
-/// The server role's answer of a total (a rate or a window) shared by its clients: `Off`
-/// when not answered, `Idle` while not controlling.
-fn total_answer(answered: bool, total: Option<f64>) -> RateAnswer {
-    match (answered, total) {
-        (false, _) => RateAnswer::Off,
-        (true, None) => RateAnswer::Idle,
-        (true, Some(t)) => RateAnswer::Total(t.ceil().clamp(1.0, f64::from(u32::MAX)) as u32),
-    }
-}
-
 /// How far beyond the explicit window's queueing target the mean wait of new INVITEs may go
 /// before window clients lose their exemption from the gate.
 const WINDOW_EXEMPT_FACTOR: f64 = 4.0;
@@ -1288,8 +1278,8 @@ impl Worker {
             role.floor_since = None;
             true
         };
-        let rate = total_answer(role.answer_rate, role.estimator.rate());
-        let window = total_answer(role.answer_window, role.estimator.window());
+        let rate = RateAnswer::of_total(role.answer_rate, role.estimator.rate());
+        let window = RateAnswer::of_total(role.answer_window, role.estimator.window());
         let answer = OverloadAnswer {
             loss_percent: role.estimator.loss_percent(),
             validity_ms: role.validity_ms,

@@ -1124,11 +1124,7 @@ impl Server {
             loss_percent: role.estimator.loss_percent(),
             validity_ms: role.validity_ms,
             exempt: role.exempt,
-            // The worker's `total_answer`: control off answers "idle", on the total rate.
-            rate: match role.estimator.rate() {
-                None => RateAnswer::Idle,
-                Some(t) => RateAnswer::Total(t.ceil().clamp(1.0, f64::from(u32::MAX)) as u32),
-            },
+            rate: RateAnswer::of_total(true, role.estimator.rate()),
             window: RateAnswer::Off,
             window_exempt: false,
         }));

@@ -2865,15 +2865,18 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     // A small rate: the answer's validity outlives the gaps between the INVITEs it admits
     // (`RATE_VALIDITY_GAPS` of them), not the configured 500 ms, so that it does not expire
     // between two calls and let the client's whole load through.
+    // The answer in the 100 Trying to a new INVITE of rate client 1.
+    let rate_answer = |e: &mut Endpoint, branch: &str, call: &str| {
+        let inv = invite_from(1, branch, call, ";oc;oc-algo=\"rate\"");
+        e.handle(ms(2), &inv, udp(ua_addr(1)), Transport::Udp);
+        drain_to(e, ms(2))
+            .iter()
+            .find(|(_, b)| status_of(b) == 100)
+            .and_then(|(_, b)| oc_params(&top_via(b)))
+            .expect("answered")
+    };
     e.set_overload_answer(Some(answer(crate::RateAnswer::Total(3))));
-    let inv = invite_from(1, "z9hG4bKr8", "r8@test", ";oc;oc-algo=\"rate\"");
-    e.handle(ms(2), &inv, udp(ua_addr(1)), Transport::Udp);
-    let out = drain_to(&mut e, ms(2));
-    let small = out
-        .iter()
-        .find(|(_, b)| status_of(b) == 100)
-        .and_then(|(_, b)| oc_params(&top_via(b)))
-        .expect("answered");
+    let small = rate_answer(&mut e, "z9hG4bKr8", "r8@test");
     assert!((1..=3).contains(&small.value), "{}", small.value);
     assert_eq!(
         small.validity_ms,
@@ -2882,14 +2885,7 @@ fn the_server_role_answers_rate_clients_with_an_even_share_of_its_rate() {
     assert!(small.validity_ms > 500);
     // No rate control now: rate clients get an idle rate answer.
     e.set_overload_answer(Some(answer(crate::RateAnswer::Idle)));
-    let inv = invite_from(1, "z9hG4bKr9", "r9@test", ";oc;oc-algo=\"rate\"");
-    e.handle(ms(2), &inv, udp(ua_addr(1)), Transport::Udp);
-    let out = drain_to(&mut e, ms(2));
-    let idle = out
-        .iter()
-        .find(|(_, b)| status_of(b) == 100)
-        .and_then(|(_, b)| oc_params(&top_via(b)))
-        .expect("answered");
+    let idle = rate_answer(&mut e, "z9hG4bKr9", "r9@test");
     assert_eq!(
         (idle.algo, idle.value, idle.validity_ms),
         (OcAlgo::Rate, 0, 0)
