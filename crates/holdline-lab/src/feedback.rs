@@ -29,6 +29,14 @@
 //! the goodput of the SEs' UACs. Output in `--out DIR`: `results.json`, `points.csv`,
 //! `summary.csv` (medians with `--repeat` > 1), plots `goodput` and `pdd` (SVG and PNG), and
 //! every process's report and log under `runs/`.
+//!
+//! **Load steps** (`--step-from F --step-at S`): each point starts at F × the capacity and a
+//! second UAC per SE joins at S seconds with the rest of the point's load; the RE's goodput
+//! per second (calls completed at the UAS), the UACs' offered calls and 503s per second go to
+//! `step.csv` and `step-goodput.svg/png`, and each point's `settle_s` is how many seconds after
+//! the step its RE goodput took to stay within ±10 % of its mean over the last five seconds
+//! (issue 15: "a new steady state within 2 s of a load step"). The steady goodput and PDD p99
+//! of such a point are those after the step (from 2 s after it; the step UACs' steady phase).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -97,6 +105,64 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
+    /// A load step: every point's load starts at this factor of the capacity and steps up to
+    /// the point's load at `--step-at` (more UACs join then); the RE's goodput per second
+    /// goes to `step.csv` and `step-goodput.svg/png`, and each point's `settle_s` is how long
+    /// after the step its goodput took to stay within ±10 % of its last five seconds.
+    #[arg(long, value_name = "F")]
+    pub step_from: Option<f64>,
+    /// When the step comes, seconds into the load (default: half the duration).
+    #[arg(long, value_name = "S", requires = "step_from")]
+    pub step_at: Option<f64>,
+}
+
+/// A load step of one point: the load starts at `from_cps` and becomes the point's at `at_s`.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    from_cps: f64,
+    at_s: f64,
+}
+
+/// One second of a point's run, for load-step plots.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Second {
+    /// The second's end, seconds after the load started.
+    pub t_s: f64,
+    /// New calls the UACs offered in it.
+    pub offered: f64,
+    /// Calls completed at the UAS in it (the RE's goodput).
+    pub re_goodput: f64,
+    /// 503s the UACs received in it.
+    pub r503: f64,
+}
+
+/// Seconds after the step until the RE's goodput stays within ±10 % of its mean over the
+/// last five seconds of the load: the smallest `k` such that every second ending after
+/// `at_s + k` is within; `None` without a goodput to settle to. The load's last second is
+/// left out: the UACs stop placing calls in it and the RE finishes what it holds (measured:
+/// 179–195 calls/s completed in it against 150 before).
+pub fn settle_seconds(series: &[Second], at_s: f64, duration_s: f64) -> Option<f64> {
+    let end = duration_s - 1.0;
+    let last: Vec<f64> = series
+        .iter()
+        .filter(|s| s.t_s > end - 5.0 && s.t_s <= end)
+        .map(|s| s.re_goodput)
+        .collect();
+    if last.is_empty() {
+        return None;
+    }
+    let steady = last.iter().sum::<f64>() / last.len() as f64;
+    if steady <= 0.0 {
+        return None;
+    }
+    let after: Vec<&Second> = series
+        .iter()
+        .filter(|s| s.t_s > at_s && s.t_s <= end)
+        .collect();
+    let outside = after
+        .iter()
+        .rposition(|s| (s.re_goodput - steady).abs() > 0.1 * steady);
+    Some(outside.map_or(0.0, |i| after[i].t_s - at_s))
 }
 
 /// One measured point (one row of `points.csv`).
@@ -187,6 +253,15 @@ pub struct Point {
     /// it). `None` under a CPU quota or an emulated cost below 0.5 ms.
     #[serde(default)]
     pub re_service_us_measured: Option<f64>,
+    /// With `--step-from`: when the load stepped, seconds into it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_at_s: Option<f64>,
+    /// With `--step-from`: [`settle_seconds`] of this point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle_s: Option<f64>,
+    /// With `--step-from`: the run second by second.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<Second>,
 }
 
 /// Everything a run measured (`results.json`).
@@ -343,6 +418,8 @@ struct Spec<'a> {
     tag: String,
     /// The `cgroup.procs` file of the CPU group the RE is born in, if any.
     group: Option<&'a Path>,
+    /// A load step within the point, if any.
+    step: Option<Step>,
 }
 
 /// `holdline serve` on UDP 127.0.0.1:`port`, one worker, in-memory store, metrics on
@@ -419,7 +496,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     let offset = t0.saturating_duration_since(uas_started).as_secs_f64();
     let targets: Vec<u16> = ses.iter().map(|(_, port, _)| *port).collect();
     let load = UacLoad {
-        rate: spec.rate,
+        rate: spec.step.map_or(spec.rate, |s| s.from_cps),
         duration_s: spec.duration_s,
         drain_s: spec.drain_s,
         goodput_window_s: GOODPUT_WINDOW_S,
@@ -427,6 +504,28 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         shares: Vec::new(),
     };
     let mut uacs = start_uacs(exe, runs, tag, &targets, Transport::Udp, &load)?;
+    // The step: as many UACs again join at `at_s` with the rest of the load (the sleep is
+    // bounded by the load's duration).
+    let step_tag = format!("{tag}-step");
+    if let Some(step) = spec.step {
+        std::thread::sleep(
+            (t0 + Duration::from_secs_f64(step.at_s)).saturating_duration_since(Instant::now()),
+        );
+        let extra = UacLoad {
+            rate: spec.rate - step.from_cps,
+            duration_s: spec.duration_s - step.at_s,
+            max_time_s: limit - step.at_s,
+            ..load
+        };
+        uacs.extend(start_uacs(
+            exe,
+            runs,
+            &step_tag,
+            &targets,
+            Transport::Udp,
+            &extra,
+        )?);
+    }
     // The RE's answer and acceptance as the load ends (one scrape; the sleep is bounded by
     // the load's duration).
     std::thread::sleep(
@@ -449,19 +548,64 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     wait_bounded(&mut uas.0, Duration::from_secs(5));
     drop(ses);
     drop(re);
+    // Every UAC's file stem: the first `m` from the start, the step's after them.
+    let stems: Vec<String> = (0..uacs.len())
+        .map(|i| match i.checked_sub(m) {
+            None => format!("{tag}-uac{i}"),
+            Some(j) => format!("{step_tag}-uac{j}"),
+        })
+        .collect();
     if let Some(i) = overran {
         return Err(LabError::Process(format!(
             "{tag}: UAC {i} overran its time limit; log {}",
-            tail(&runs.join(format!("{tag}-uac{i}.log")))
+            tail(&runs.join(format!("{}.log", stems[i])))
         )));
     }
 
-    let mut reports = Vec::with_capacity(m);
-    for i in 0..m {
-        reports.push(read_json(&runs.join(format!("{tag}-uac{i}.json")))?);
+    let mut reports = Vec::with_capacity(stems.len());
+    for stem in &stems {
+        reports.push(read_json(&runs.join(format!("{stem}.json")))?);
     }
+    // Per second of the load: the RE's goodput on the UAS's clock, the UACs' offered calls
+    // and 503s on theirs (a step UAC started `at_s` later).
+    let series: Vec<Second> = match spec.step {
+        None => Vec::new(),
+        Some(step) => (0..spec.duration_s.ceil() as u32)
+            .map(|k| {
+                let k = f64::from(k);
+                let uacs_sum = |name: &str| -> f64 {
+                    stems
+                        .iter()
+                        .enumerate()
+                        .map(|(i, stem)| {
+                            let start = if i < m { 0.0 } else { step.at_s };
+                            let csv = runs.join(format!("{stem}.csv"));
+                            window_sum(&csv, name, k - start, k + 1.0 - start)
+                        })
+                        .sum()
+                };
+                Second {
+                    t_s: k + 1.0,
+                    offered: uacs_sum("offered"),
+                    re_goodput: window_sum(&uas_csv, "completed", offset + k, offset + k + 1.0),
+                    r503: uacs_sum("r503"),
+                }
+            })
+            .collect(),
+    };
+    // A step point's UACs ran for different times: rates over the whole load, per SE.
+    let span = |i: usize| match (spec.step, i < m) {
+        (Some(step), false) => spec.duration_s - step.at_s,
+        _ => spec.duration_s,
+    };
+    let per_se: Vec<f64> = {
+        let mut v = vec![0.0; m];
+        for (i, r) in reports.iter().enumerate() {
+            v[i % m] += num(r, &["goodput_cps"]) * span(i) / spec.duration_s.max(1e-3);
+        }
+        v
+    };
     let uas_r = read_json(&uas_json).unwrap_or(Value::Null);
-    let per_se: Vec<f64> = reports.iter().map(|r| num(r, &["goodput_cps"])).collect();
     let sum = |path: &[&str]| reports.iter().map(|r| count(r, path)).sum::<u64>();
     let pdd_n: Vec<f64> = reports
         .iter()
@@ -484,15 +628,27 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             .map(|t| metric_where(t, name, labels))
             .sum::<f64>() as u64
     };
-    let goodput_steady: f64 = (0..m)
-        .map(|i| {
-            steady(
-                &runs.join(format!("{tag}-uac{i}.csv")),
-                "goodput",
-                spec.duration_s,
-            )
-        })
-        .sum();
+    let goodput_steady: f64 = match spec.step {
+        // After a step: the RE's goodput from 2 s after it to the end of the load.
+        Some(step) => {
+            let from = step.at_s + 2.0;
+            window_sum(
+                &uas_csv,
+                "completed",
+                offset + from,
+                offset + spec.duration_s,
+            ) / (spec.duration_s - from).max(1.0)
+        }
+        None => (0..m)
+            .map(|i| {
+                steady(
+                    &runs.join(format!("{tag}-uac{i}.csv")),
+                    "goodput",
+                    spec.duration_s,
+                )
+            })
+            .sum(),
+    };
     let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
     let answering = at_load_end
         .lines()
@@ -506,7 +662,11 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         } else {
             0.0
         },
-        offered_cps: reports.iter().map(|r| num(r, &["offered_cps"])).sum(),
+        offered_cps: reports
+            .iter()
+            .enumerate()
+            .map(|(i, r)| num(r, &["offered_cps"]) * span(i) / spec.duration_s.max(1e-3))
+            .sum(),
         capacity_cps: capacity,
         throughput_cps: window_sum(&uas_csv, "completed", offset, offset + spec.duration_s)
             / spec.duration_s.max(1e-3),
@@ -530,10 +690,13 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             .iter()
             .map(|r| num(r, &["pdd_p99_ms"]))
             .fold(0.0f64, f64::max),
+        // After a step: of the step's UACs' steady phase (from a quarter of their time on).
         pdd_p99_steady_ms: Some(
             reports
                 .iter()
-                .map(|r| num(r, &["latency", "pdd_steady", "p99_ms"]))
+                .enumerate()
+                .filter(|(i, _)| spec.step.is_none() || *i >= m)
+                .map(|(_, r)| num(r, &["latency", "pdd_steady", "p99_ms"]))
                 .fold(0.0f64, f64::max),
         ),
         retrans_invite: sum(&["totals", "retrans_invite"]),
@@ -577,6 +740,11 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         re_service_us_measured: (spec.cost_us >= 500)
             .then(|| processing_us_above(&re_text, 0.0005))
             .flatten(),
+        step_at_s: spec.step.map(|s| s.at_s),
+        settle_s: spec
+            .step
+            .and_then(|s| settle_seconds(&series, s.at_s, spec.duration_s)),
+        series,
     })
 }
 
@@ -604,6 +772,17 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
         p.fairness
             .map_or_else(|| "-".to_string(), |f| format!("{f:.3}")),
     );
+    if let Some(at) = p.step_at_s {
+        eprintln!(
+            "        step at {at:.0} s: settled after {} s; RE goodput per second {:?}",
+            p.settle_s
+                .map_or_else(|| "-".to_string(), |s| format!("{s:.0}")),
+            p.series
+                .iter()
+                .map(|s| s.re_goodput.round() as u64)
+                .collect::<Vec<_>>()
+        );
+    }
 }
 
 /// The file-name tag of run `run` of mechanism `m` with `ses` SEs at load factor `f`.
@@ -636,6 +815,19 @@ pub fn run(args: &Args) -> Result<Results> {
     } else {
         vec![0.5, 1.0, 2.0, 3.0, 5.0, 10.0]
     };
+    if let Some(from) = args.step_from {
+        let at = args.step_at.unwrap_or(duration / 2.0);
+        if !(from >= 0.0 && loads.iter().all(|&f| f > from)) {
+            return Err(LabError::Precondition(format!(
+                "--step-from {from}: every load must be above it (loads {loads:?})"
+            )));
+        }
+        if !(at > 0.0 && at + 5.0 <= duration) {
+            return Err(LabError::Precondition(format!(
+                "--step-at {at}: must leave at least 5 s of the {duration} s load after it"
+            )));
+        }
+    }
     let ses = if !args.ses.is_empty() {
         args.ses.clone()
     } else if quick {
@@ -720,6 +912,7 @@ pub fn run(args: &Args) -> Result<Results> {
             drain_s: 3.0,
             tag: "calibration".into(),
             group: None,
+            step: None,
         };
         let p = run_point(&exe, &runs, &spec, 0.0)?;
         done += 1;
@@ -759,6 +952,7 @@ pub fn run(args: &Args) -> Result<Results> {
             drain_s: drain,
             tag: format!("capacity-{rate}"),
             group: procs.as_deref(),
+            step: None,
         };
         let mut p = run_point(&exe, &runs, &spec, 0.0)?;
         p.load_factor = f;
@@ -825,15 +1019,24 @@ pub fn run(args: &Args) -> Result<Results> {
                         drain_s: drain,
                         tag: tag(m, n, f, run),
                         group: procs.as_deref(),
+                        step: args.step_from.map(|from| Step {
+                            from_cps: (capacity * from).round(),
+                            at_s: args.step_at.unwrap_or(duration / 2.0),
+                        }),
                     };
                     let mut p = run_point(&exe, &runs, &spec, capacity)?;
                     p.run = run;
                     done += 1;
                     progress(done, total, &p, started);
-                    if p.offered_cps < 0.9 * spec.rate {
+                    // What the UACs were to offer over the whole load (a step's lower part
+                    // included).
+                    let expected = spec.step.map_or(spec.rate, |s| {
+                        (s.from_cps * s.at_s + spec.rate * (duration - s.at_s)) / duration
+                    });
+                    if p.offered_cps < 0.9 * expected {
                         eprintln!(
                             "feedback: the UACs offered only {:.0} of {:.0} calls/s: core 0 (SEs, UACs, UAS) is saturated, so this point measures less than its load factor",
-                            p.offered_cps, spec.rate
+                            p.offered_cps, expected
                         );
                     }
                     points.push(p);
@@ -872,7 +1075,13 @@ pub fn run(args: &Args) -> Result<Results> {
 
 /// Rewrites the CSV files and the plots from `DIR/results.json`.
 fn replot(out: &Path) -> Result<Results> {
-    let r: Results = crate::runner::read_results(out)?;
+    let mut r: Results = crate::runner::read_results(out)?;
+    // Settling by today's rule (the series ends with the load).
+    for p in &mut r.points {
+        if let (Some(at), Some(end)) = (p.step_at_s, p.series.last().map(|s| s.t_s)) {
+            p.settle_s = settle_seconds(&p.series, at, end);
+        }
+    }
     write(out, &r)?;
     Ok(r)
 }
@@ -956,6 +1165,71 @@ fn opt(x: Option<f64>, prec: usize) -> String {
     x.map_or_else(String::new, |v| format!("{v:.prec$}"))
 }
 
+/// With `--step-from`: `step.csv` (every point's run second by second) and
+/// `step-goodput.svg/png` (the RE's goodput per second, one line per point; the first run
+/// of each when repeated).
+fn write_steps(out: &Path, r: &Results) -> Result<()> {
+    let stepped: Vec<&Point> = r.points.iter().filter(|p| !p.series.is_empty()).collect();
+    if stepped.is_empty() {
+        return Ok(());
+    }
+    let mut csv = String::from(
+        "mechanism,ses,load_factor,run,step_at_s,settle_s,t_s,offered,re_goodput,r503\n",
+    );
+    for p in &stepped {
+        for s in &p.series {
+            csv.push_str(&format!(
+                "{},{},{:.3},{},{},{},{:.0},{:.0},{:.0},{:.0}\n",
+                p.mechanism,
+                p.ses.unwrap_or(1),
+                p.load_factor,
+                p.run,
+                opt(p.step_at_s, 1),
+                opt(p.settle_s, 0),
+                s.t_s,
+                s.offered,
+                s.re_goodput,
+                s.r503,
+            ));
+        }
+    }
+    std::fs::write(out.join("step.csv"), csv).map_err(|e| LabError::io("write step.csv", e))?;
+    let mut series: Vec<plot::Series> = stepped
+        .iter()
+        .filter(|p| p.run == 0)
+        .map(|p| {
+            (
+                format!(
+                    "{}, {:.0}x",
+                    label(&p.mechanism, p.ses.unwrap_or(1)),
+                    p.load_factor
+                ),
+                p.series.iter().map(|s| (s.t_s, s.re_goodput)).collect(),
+            )
+        })
+        .collect();
+    let end = stepped
+        .iter()
+        .flat_map(|p| p.series.iter().map(|s| s.t_s))
+        .fold(0.0, f64::max);
+    series.push((
+        "capacity".to_string(),
+        vec![(0.0, r.capacity_cps), (end, r.capacity_cps)],
+    ));
+    let at = stepped.iter().find_map(|p| p.step_at_s).unwrap_or(0.0);
+    plot::chart(
+        out,
+        "step-goodput",
+        &format!(
+            "UDP, SEs -> RE (capacity {:.0} calls/s): RE goodput per second, load step at {at:.0} s",
+            r.capacity_cps
+        ),
+        "seconds into the load",
+        "calls/s completed at the UAS",
+        &series,
+    )
+}
+
 fn write(out: &Path, r: &Results) -> Result<()> {
     let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report {
         path: out.join("results.json"),
@@ -1010,6 +1284,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         ));
     }
     std::fs::write(out.join("points.csv"), csv).map_err(|e| LabError::io("write points.csv", e))?;
+    write_steps(out, r)?;
 
     let summary = medians(&r.points);
     if r.points.iter().any(|p| p.run > 0) {
@@ -1165,6 +1440,38 @@ mod tests {
     }
 
     #[test]
+    fn settling_is_the_last_second_outside_ten_percent_of_the_end() {
+        let series = |goodput: &[f64]| -> Vec<Second> {
+            goodput
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| Second {
+                    t_s: i as f64 + 1.0,
+                    offered: 0.0,
+                    re_goodput: g,
+                    r503: 0.0,
+                })
+                .collect()
+        };
+        // Step at 5 s of 15: seconds 6..14 count (not the last); the five before the last
+        // average 148.
+        let s = series(&[
+            75.0, 75.0, 75.0, 75.0, 75.0, 200.0, 120.0, 160.0, 150.0, 140.0, 150.0, 155.0, 145.0,
+            150.0, 400.0,
+        ]);
+        // Second 7 (ends at 7 s) is the last outside ±14.8: settled 2 s after the step.
+        assert_eq!(settle_seconds(&s, 5.0, 15.0), Some(2.0));
+        // Within from the first second after the step: 0.
+        let s = series(&[75.0, 75.0, 150.0, 152.0, 148.0, 150.0, 150.0, 150.0]);
+        assert_eq!(settle_seconds(&s, 2.0, 8.0), Some(0.0));
+        // A late second off (the one ending at 6 s): settled 5 s after the step.
+        let s = series(&[75.0, 150.0, 150.0, 150.0, 150.0, 100.0, 150.0, 150.0]);
+        assert_eq!(settle_seconds(&s, 1.0, 8.0), Some(5.0));
+        // Nothing completed: no steady state to settle to.
+        assert_eq!(settle_seconds(&series(&[0.0; 8]), 2.0, 8.0), None);
+    }
+
+    #[test]
     fn medians_group_by_mechanism_ses_and_load() {
         let p = |m: &str, ses: u32, g: f64, run: u32| Point {
             experiment: "feedback".into(),
@@ -1202,6 +1509,9 @@ mod tests {
             re_busy: 0.5,
             run,
             re_service_us_measured: None,
+            step_at_s: None,
+            settle_s: None,
+            series: Vec::new(),
             pdd_mean_ms: None,
         };
         let pts = [
