@@ -53,8 +53,8 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     Proc, SweepArgs, UacLoad, check_tools, holdline_exe, lab_main, machine, median, metric,
-    metric_where, processing_us_above, scrape, spawn, spawn_in, start_uacs, start_uas, steady,
-    window_sum,
+    metric_where, processing_us_above, scrape, spawn, spawn_in, start_uacs, start_uas,
+    uacs_steady_goodput, window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -639,15 +639,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
                 offset + spec.duration_s,
             ) / (spec.duration_s - from).max(1.0)
         }
-        None => (0..m)
-            .map(|i| {
-                steady(
-                    &runs.join(format!("{tag}-uac{i}.csv")),
-                    "goodput",
-                    spec.duration_s,
-                )
-            })
-            .sum(),
+        None => uacs_steady_goodput(runs, tag, m, spec.duration_s),
     };
     let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
     let answering = at_load_end

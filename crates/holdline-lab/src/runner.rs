@@ -438,6 +438,14 @@ pub(crate) fn steady(csv: &Path, name: &str, duration: f64) -> f64 {
     }
 }
 
+/// The steady goodput of the `m` UACs [`start_uacs`] started with `tag` (the sum of their
+/// [`steady`] `goodput`).
+pub(crate) fn uacs_steady_goodput(runs: &Path, tag: &str, m: usize, duration: f64) -> f64 {
+    (0..m)
+        .map(|i| steady(&runs.join(format!("{tag}-uac{i}.csv")), "goodput", duration))
+        .sum()
+}
+
 /// The sum of `column` in a `holdline load` CSV over the rows (one per second of that
 /// process) whose end `t_s` lies in `(from + 0.5, to + 0.5]`: what it counted from about
 /// `from` to about `to` seconds after it started (0 when the file or column is missing).

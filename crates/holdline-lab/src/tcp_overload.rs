@@ -63,7 +63,8 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     Proc, SweepArgs, UacLoad, cdf_points, check_tools, holdline_exe, lab_main, machine, median,
-    metric, metric_where, require, scrape, start_uacs_at, start_uas_at, steady, window_sum,
+    metric, metric_where, require, scrape, start_uacs_at, start_uas_at, uacs_steady_goodput,
+    window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail};
 use crate::wan::{Site, SsLog, SsSample, Wan, WanStats, ss_to};
@@ -954,15 +955,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             / spec.duration_s.max(1e-3),
         completed_total: count(&uas_r, &["totals", "completed"]),
         goodput_cps: reports.iter().map(|r| num(r, &["goodput_cps"])).sum(),
-        goodput_steady_cps: (0..m)
-            .map(|i| {
-                steady(
-                    &runs.join(format!("{tag}-uac{i}.csv")),
-                    "goodput",
-                    spec.duration_s,
-                )
-            })
-            .sum(),
+        goodput_steady_cps: uacs_steady_goodput(runs, tag, m, spec.duration_s),
         pdd_p50_ms: pdd_p50,
         pdd_p99_ms: reports
             .iter()

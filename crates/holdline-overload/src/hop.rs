@@ -772,25 +772,25 @@ impl HopServer {
 
     /// The rate answer's estimate: the arrival rate of rate clients' new INVITEs that would
     /// put the server at its occupancy target, `Σa · ρ_target / Σ(ρ·t)` over the recorded
-    /// intervals without a backlog (over all of them when none is usable), at most
+    /// intervals that settled (over all of them when none is usable), at most
     /// `max_increase` times their arrival rate over the last [`RECENT`] seconds; `None`
     /// while nothing was measured busy or arriving.
     fn rate_estimate(&self) -> Option<f64> {
-        let sums = |calm_only: bool| {
+        let sums = |settled_only: bool| {
             self.history
                 .iter()
-                .filter(|h| !calm_only || h.settled)
+                .filter(|h| !settled_only || h.settled)
                 .fold((0u64, 0.0), |(a, busy), h| {
-                    (a + h.rate_arrivals, busy + h.busy)
+                    (a.saturating_add(h.rate_arrivals), busy + h.busy)
                 })
         };
         let usable = |&(a, busy): &(u64, f64)| a > 0 && busy > 0.0;
         let (arrivals, busy) = Some(sums(true))
             .filter(usable)
             .or_else(|| Some(sums(false)).filter(usable))?;
-        let (recent, span) = self
-            .recent()
-            .fold((0u64, 0.0), |(a, t), h| (a + h.rate_arrivals, t + h.length));
+        let (recent, span) = self.recent().fold((0u64, 0.0), |(a, t), h| {
+            (a.saturating_add(h.rate_arrivals), t + h.length)
+        });
         let c = &self.config;
         let e = (arrivals as f64 * c.target_occupancy / busy)
             .min(c.max_increase * recent as f64 / span);
