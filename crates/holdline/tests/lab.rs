@@ -1,4 +1,4 @@
-//! `holdline lab udp-overload`, `tcp-overload`, `tcp-buffers`, `tcp-fairness`, `feedback`, `scaling` and `failover` end to end, small. Each checks the shape
+//! `holdline lab udp-overload`, `tcp-overload`, `tcp-buffers`, `tcp-fairness`, `feedback` (and its load step), `scaling` and `failover` end to end, small. Each checks the shape
 //! of what it writes (results.json with one object per point and every field the issue names,
 //! the CSV, the plots) and that the mechanisms did what they are. No speed is asserted.
 
@@ -499,6 +499,70 @@ fn feedback_quick_moves_the_rejections_to_the_se() {
         let png = std::fs::read(out.join(format!("{plot}.png"))).expect("png");
         assert_eq!(&png[1..4], b"PNG");
     }
+}
+
+/// `holdline lab feedback --step-from`: one SE, rate feedback, the load stepping from 0.5× to
+/// 5× of 150 calls/s four seconds into a ten-second load. Checks that the step happened (the
+/// UACs offered several times more per second after it, and the RE completed more), that the
+/// series, `step.csv` and the plot are written, and that a settling time is reported. No speed
+/// is asserted.
+#[test]
+fn feedback_load_step_writes_the_run_second_by_second() {
+    let _one_run_at_a_time = common::sipp_lock();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("step");
+    let err = run_lab(
+        &[
+            "feedback",
+            "--ses",
+            "1",
+            "--loads",
+            "5",
+            "--mechanisms",
+            "rate",
+            "--capacity",
+            "150",
+            "--duration",
+            "10",
+            "--step-from",
+            "0.5",
+            "--step-at",
+            "4",
+        ],
+        &out,
+    );
+    eprintln!("{err}");
+    assert!(err.contains("step at 4 s"), "the step is reported:\n{err}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let p = &v["points"][0];
+    assert_eq!(p["step_at_s"].as_f64(), Some(4.0), "{p}");
+    assert!(p["settle_s"].as_f64().is_some(), "{p}");
+    let series = p["series"].as_array().expect("series");
+    assert_eq!(series.len(), 10, "one entry per second of load: {p}");
+    let mean = |key: &str, from: usize, to: usize| {
+        series[from..to]
+            .iter()
+            .map(|s| s[key].as_f64().unwrap_or_else(|| panic!("{key} in {s}")))
+            .sum::<f64>()
+            / (to - from) as f64
+    };
+    // 75 calls/s before the step, 750 after.
+    let (before, after) = (mean("offered", 0, 4), mean("offered", 5, 9));
+    assert!(
+        after > 5.0 * before,
+        "offered {before:.0}/s, then {after:.0}/s"
+    );
+    let (before, after) = (mean("re_goodput", 1, 4), mean("re_goodput", 6, 9));
+    assert!(
+        after > 1.4 * before,
+        "RE goodput {before:.0}/s, then {after:.0}/s"
+    );
+    let csv = std::fs::read_to_string(out.join("step.csv")).expect("step.csv");
+    assert!(csv.starts_with("mechanism,ses,load_factor,run,step_at_s,settle_s,t_s,"));
+    assert_eq!(csv.lines().count(), 11, "header + 10 seconds");
+    let svg = std::fs::read_to_string(out.join("step-goodput.svg")).expect("svg");
+    assert!(svg.contains("<svg"));
 }
 
 #[test]
