@@ -549,19 +549,15 @@ pub struct HopMeasure {
 /// D ≤ D_target:                 factor = min(ρ_target / ρ, φ_max)          (OCC)
 /// D > D_target, not falling:    factor = max(1 / max(ρ/ρ_target, D/D_target), 1/2)
 /// D > D_target, falling:        factor = 1                                   (draining: hold)
-/// no new INVITE read, ρ ≥ ρ_target: D = the last D (they wait unread: the INVITE socket is
-///        read after everything else)
 /// loss:  g ← clamp(g · factor, g_min, 1) with a backlog (held while it drains), else
 ///        g ← clamp(ḡ · factor, g_min, 1), ḡ the last second's mean acceptance
 ///        (a raise never compounds on a cut the clients have not seen yet);
 ///        answer p = round(100 · (1 − g))
 /// rate:  off while load ≤ 1; on the first interval above, r = a · factor (a: the arrival
-///        rate of rate clients' new INVITEs); then r = E · clamp(1 − (D − D_target/2)⁺ / τ,
-///        ½, 1) with τ = 1 s (a backlog beyond half the delay target drained within about
-///        a second) and E = min(Σa · ρ_target / Σ(ρ·t), φ_max · a₁) over the settled
-///        intervals of the last 3 s (no backlog in them nor in the one before; all of them
-///        if none is), a₁ the clients' arrival rate over the last second; never below r_min;
-///        off again after 2 s without pressure
+///        rate of rate clients' new INVITEs); then, with E = min(Σa · ρ_target / Σ(ρ·t),
+///        φ_max · Σa / Σt) over the last second: r = E without a backlog, E · factor with
+///        one growing, r held while it drains; never below r_min; off again after 2 s
+///        without pressure
 /// window: off while load ≤ 1; on the first interval above, W = max(1, μ_w · D_w) (μ_w: the
 ///        rate at which the server read window clients' new INVITEs, D_w: `window_delay`);
 ///        then W ← clamp(W · k, 1, 16 μ_w D_w) with k = clamp(D_w / D, ½, 2) (D: the new
@@ -583,19 +579,6 @@ pub struct HopMeasure {
 /// (the occupancy stays at 1 until it is gone) would overshoot and leave the server idle
 /// afterwards (measured: 0.86 of capacity at 10× without the hold and the bounded cut). With
 /// the delay at or below its target the rule is OCC's.
-///
-/// Why the rate answer's estimate takes settled intervals only and looks 3 s back: the server
-/// counts a new INVITE when it reads it, but the call's other messages (and its share of the
-/// busy time) come later. While a backlog builds, the INVITEs read are ahead of the work they
-/// bring, and `Σa/Σ(ρ·t)` over such intervals overestimated the capacity twofold after a load
-/// step (340 calls/s against 150 in the simulator); anchored on it, the answer swung by
-/// 15–20 % for six seconds. The first interval after a backlog is no better (what it reads
-/// and what it serves belong to different calls: on real processes, with ten SEs from a cold
-/// start, counting it held the answer at two to four times the capacity). The
-/// estimate from the settled intervals of the last 3 s stays within a few percent of the
-/// capacity through a step, and the backlog, not the estimate, then
-/// decides how far below it the answer goes: in proportion to the queue (the drain term),
-/// never the all-or-half of a cut and a hold, which made a cycle of its own.
 #[derive(Clone, Debug)]
 pub struct HopServer {
     config: HopServerConfig,
@@ -605,8 +588,6 @@ pub struct HopServer {
     window: Option<f64>,
     /// The previous interval's INVITE queueing delay, seconds.
     last_delay: Option<f64>,
-    /// Whether the previous interval had a backlog of new INVITEs.
-    backlog_before: bool,
     /// Consecutive intervals without pressure (load ≤ 1).
     calm: u32,
     /// The last intervals, at most [`RATE_HISTORY`] long, for the rate answer's estimate and
@@ -625,24 +606,13 @@ struct Interval {
     length: f64,
     /// The loss answer's acceptance in force.
     acceptance: f64,
-    /// Whether the interval and the one before it ran without a backlog of new INVITEs (the
-    /// first interval after a backlog still serves the calls it admitted).
-    settled: bool,
 }
 
 /// How much of the past the rate answer's estimate looks at, seconds.
-const RATE_HISTORY: f64 = 3.0;
-
-/// The "last second" of the loss answer's mean acceptance and of the rate answer's cap on
-/// growth, seconds.
-const RECENT: f64 = 1.0;
+const RATE_HISTORY: f64 = 1.0;
 
 /// At most this many intervals in that history (drivers update every 100 ms or so).
-const RATE_HISTORY_LEN: usize = 256;
-
-/// The rate answer drains a backlog of new INVITEs in about this long, seconds: a wait of
-/// `D` beyond half the delay target lowers the answer by `D / DRAIN_TIME` of the estimate.
-const DRAIN_TIME: f64 = 1.0;
+const RATE_HISTORY_LEN: usize = 64;
 
 /// Intervals without pressure after which rate control ends (2 s at OCC's 100 ms).
 const CALM_INTERVALS: u32 = 20;
@@ -697,7 +667,6 @@ impl HopServer {
             rate: None,
             window: None,
             last_delay: None,
-            backlog_before: false,
             calm: 0,
             history: VecDeque::new(),
         })
@@ -734,67 +703,38 @@ impl HopServer {
         self.acceptance <= self.config.min_acceptance * 1.000_001
     }
 
-    /// Records one interval in the history and forgets what is older than
-    /// [`RATE_HISTORY`].
-    fn record(&mut self, interval: Interval) {
-        self.history.push_back(interval);
+    /// Records this interval in the rate history and returns the rate answer's estimate: the
+    /// arrival rate of rate clients' new INVITEs that would put the server at its occupancy
+    /// target, from the last [`RATE_HISTORY`] seconds (`Σa · ρ_target / Σ(ρ·t)`), at most
+    /// `max_increase` times their arrival rate over that time; `None` while nothing was
+    /// measured busy.
+    fn rate_estimate(&mut self, m: &HopMeasure, rho: f64) -> Option<f64> {
+        let t = m.elapsed.as_secs_f64();
+        self.history.push_back(Interval {
+            rate_arrivals: m.rate_arrivals,
+            busy: rho.clamp(0.0, 1.0) * t,
+            length: t,
+            acceptance: self.acceptance,
+        });
         while self.history.len() > RATE_HISTORY_LEN {
             self.history.pop_front();
         }
-        let mut span: f64 = self.history.iter().map(|h| h.length).sum();
-        while let Some(oldest) = self.history.front() {
-            if self.history.len() == 1 || span - oldest.length < RATE_HISTORY {
+        while self.history.len() > 1 {
+            let newer: f64 = self.history.iter().skip(1).map(|h| h.length).sum();
+            if newer < RATE_HISTORY {
                 break;
             }
-            span -= oldest.length;
             self.history.pop_front();
         }
-    }
-
-    /// The intervals of the last [`RECENT`] seconds, newest first.
-    fn recent(&self) -> impl Iterator<Item = &Interval> {
-        let mut span = 0.0;
-        self.history.iter().rev().take_while(move |h| {
-            let inside = span < RECENT;
-            span += h.length;
-            inside
-        })
-    }
-
-    /// The loss answer's acceptance averaged over the last [`RECENT`] seconds (the current
-    /// one when nothing is recorded).
-    fn mean_acceptance(&self) -> f64 {
-        let (t, sum) = self.recent().fold((0.0, 0.0), |(t, sum), h| {
-            (t + h.length, sum + h.acceptance * h.length)
-        });
-        if t > 0.0 { sum / t } else { self.acceptance }
-    }
-
-    /// The rate answer's estimate: the arrival rate of rate clients' new INVITEs that would
-    /// put the server at its occupancy target, `Σa · ρ_target / Σ(ρ·t)` over the recorded
-    /// intervals that settled (over all of them when none is usable), at most
-    /// `max_increase` times their arrival rate over the last [`RECENT`] seconds; `None`
-    /// while nothing was measured busy or arriving.
-    fn rate_estimate(&self) -> Option<f64> {
-        let sums = |settled_only: bool| {
-            self.history
-                .iter()
-                .filter(|h| !settled_only || h.settled)
-                .fold((0u64, 0.0), |(a, busy), h| {
-                    (a.saturating_add(h.rate_arrivals), busy + h.busy)
-                })
-        };
-        let usable = |&(a, busy): &(u64, f64)| a > 0 && busy > 0.0;
-        let (arrivals, busy) = Some(sums(true))
-            .filter(usable)
-            .or_else(|| Some(sums(false)).filter(usable))?;
-        let (recent, span) = self.recent().fold((0u64, 0.0), |(a, t), h| {
-            (a.saturating_add(h.rate_arrivals), t + h.length)
-        });
+        let span: f64 = self.history.iter().map(|h| h.length).sum();
+        let arrivals = self.history.iter().map(|h| h.rate_arrivals).sum::<u64>() as f64;
+        let busy: f64 = self.history.iter().map(|h| h.busy).sum();
+        if busy <= 0.0 || span <= 0.0 || arrivals <= 0.0 {
+            return None;
+        }
         let c = &self.config;
-        let e = (arrivals as f64 * c.target_occupancy / busy)
-            .min(c.max_increase * recent as f64 / span);
-        (e.is_finite() && e > 0.0).then_some(e)
+        Some((arrivals * c.target_occupancy / busy).min(c.max_increase * arrivals / span))
+            .filter(|e| e.is_finite())
     }
 
     /// One control update. Without an occupancy (or with a zero-length interval) nothing
@@ -806,21 +746,25 @@ impl HopServer {
         if !rho.is_finite() {
             return;
         }
+        let estimate = self.rate_estimate(m, rho);
+        let mean_acceptance = {
+            let t: f64 = self.history.iter().map(|h| h.length).sum();
+            if t > 0.0 {
+                self.history
+                    .iter()
+                    .map(|h| h.acceptance * h.length)
+                    .sum::<f64>()
+                    / t
+            } else {
+                self.acceptance
+            }
+        };
         let c = &self.config;
         let by_occupancy = rho.max(0.0) / c.target_occupancy;
+        let delay = m.invite_delay.map(|d| d.as_secs_f64());
         let target = c.target_delay.as_secs_f64();
-        // A saturated interval that read no new INVITE had them waiting unread (the INVITE
-        // socket is read after everything else): the backlog is where it was, not gone.
-        let unread = m.invite_delay.is_none() && rho >= c.target_occupancy;
-        let delay = match m.invite_delay {
-            Some(d) => Some(d.as_secs_f64()),
-            None if unread => self.last_delay,
-            None => None,
-        };
         let previous = std::mem::replace(&mut self.last_delay, delay);
         let (load, factor, backlog) = match delay {
-            // Nothing read while saturated: hold.
-            Some(d) if unread && d > target => (by_occupancy.max(1.0), 1.0, Some(1.0)),
             // A backlog of new INVITEs still growing (or standing): cut by its size, at most
             // by half per interval.
             Some(d) if d > target && previous.is_none_or(|p| d >= p) => {
@@ -840,27 +784,13 @@ impl HopServer {
                 (by_occupancy, factor, None)
             }
         };
-        let t = m.elapsed.as_secs_f64();
-        self.record(Interval {
-            rate_arrivals: m.rate_arrivals,
-            busy: rho.clamp(0.0, 1.0) * t,
-            length: t,
-            acceptance: self.acceptance,
-            settled: backlog.is_none() && !self.backlog_before,
-        });
-        self.backlog_before = backlog.is_some();
-        let mean_acceptance = self.mean_acceptance();
-        let estimate = self.rate_estimate();
-        let c = &self.config;
         self.acceptance = match backlog {
             Some(hold) if hold >= 1.0 => self.acceptance,
             Some(cut) => self.acceptance * cut,
             None => mean_acceptance * factor,
         }
         .clamp(c.min_acceptance, 1.0);
-        let arrival_rate = m.rate_arrivals as f64 / t;
-        let drain = (1.0 - (delay.unwrap_or(0.0) - target / 2.0).max(0.0) / DRAIN_TIME)
-            .clamp(MAX_DECREASE, 1.0);
+        let arrival_rate = m.rate_arrivals as f64 / m.elapsed.as_secs_f64();
         self.calm = if load <= 1.0 {
             self.calm.saturating_add(1)
         } else {
@@ -870,18 +800,22 @@ impl HopServer {
             None if load > 1.0 => Some((arrival_rate * factor).max(c.min_rate)),
             None => None,
             Some(_) if self.calm >= CALM_INTERVALS => None,
-            // Anchored on what was measured, never on the previous answer: the clients see a
-            // new answer only with the responses to their next INVITEs (at a share of one per
-            // second, a second later), so an answer compounded per interval keeps growing (or
-            // shrinking) for that whole lag and the loop settles into a cycle between the
-            // floor and a flood (measured: 0.75 of the capacity with 10 SEs at 10×,
-            // docs/overload.md). The estimate is the arrival rate the occupancy target
-            // allows; a backlog lowers the answer below it in proportion.
+            // Anchored on what the last second measured, never on the previous answer: the
+            // clients see a new answer only with the responses to their next INVITEs (at a
+            // share of one per second, a second later), so an answer compounded per
+            // interval keeps growing (or shrinking) for that whole lag and the loop settles
+            // into a cycle between the floor and a flood (measured: 0.75 of the capacity
+            // with 10 SEs at 10×, docs/overload.md). The estimate is the arrival rate the
+            // occupancy target allows, `a · ρ_target / ρ` over the last second, at most
+            // `φ_max` times what the clients sent; a backlog scales it down by its
+            // factor, a draining one holds the answer.
             Some(r) => Some(
-                match estimate {
-                    Some(e) => e * drain,
+                match (estimate, backlog) {
+                    (Some(_), Some(hold)) if hold >= 1.0 => r,
+                    (Some(e), Some(cut)) => e * cut,
+                    (Some(e), None) => e,
                     // Nothing measured to anchor on (no arrivals, or no busy time): never grow.
-                    None => r * factor.min(1.0),
+                    (None, _) => r * factor.min(1.0),
                 }
                 .max(c.min_rate),
             ),
@@ -896,9 +830,7 @@ impl HopServer {
             // window, not the server, is what holds the clients back), less while they wait
             // more; at most ×2 or ×½ per interval, and at most 16 times Little's window.
             Some(w) => {
-                let by_delay = m
-                    .invite_delay
-                    .map(|d| (d_w / d.as_secs_f64().max(1e-6)).clamp(MAX_DECREASE, 2.0));
+                let by_delay = delay.map(|d| (d_w / d.max(1e-6)).clamp(MAX_DECREASE, 2.0));
                 // Spare CPU (occupancy under its target): the window is what holds the
                 // clients back, never the server; grow, whatever the wait says (under a CPU
                 // quota the wait includes the throttled time, which more INVITEs do not
@@ -1371,41 +1303,31 @@ mod tests {
         s.update(&measure(1.0, Some(2), 200));
         assert!((s.acceptance() - 0.9).abs() < 1e-9);
         assert!((s.rate().expect("on") - 1_800.0).abs() < 1e-6);
-        // A backlog of new INVITEs twice the target delay: the loss answer is cut by half, not
-        // by 0.9; growing further (3 times): by half again (the most per interval). The rate
-        // answer is the estimate `Σa · ρ_target / Σ(ρ·t)` of the intervals without a backlog
-        // ((50 + 200) · 0.9 / 0.15 = 1,500), lowered in proportion to the wait beyond half
-        // the target (1 − (0.2 − 0.05) / 1 s, then 1 − 0.25), never compounded.
+        // A backlog of new INVITEs twice the target delay: cut by half, not by 0.9; growing
+        // further (3 times): by half again (the most per interval). The rate answer is the
+        // last second's estimate `Σa · ρ_target / Σ(ρ·t)` cut by the same factor, never
+        // compounded: (50 + 200 + 180) · 0.9 / 0.25 · ½, then (430 + 180) · 0.9 / 0.35 · ½.
         s.update(&measure(1.0, Some(200), 180));
         assert!((s.acceptance() - 0.45).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 1_500.0 * 0.85).abs() < 1e-6);
+        assert!((s.rate().expect("on") - 774.0).abs() < 1e-6);
         s.update(&measure(1.0, Some(300), 180));
         assert!((s.acceptance() - 0.225).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 1_500.0 * 0.75).abs() < 1e-6);
-        // Draining (the delay falls, still above target): the loss answer holds; the rate
-        // answer follows the wait (1 − 0.1).
+        let held = 610.0 * 0.9 / 0.35 * 0.5;
+        assert!((s.rate().expect("on") - held).abs() < 1e-6);
+        // Draining (the delay falls, still above target): hold.
         s.update(&measure(1.0, Some(150), 90));
         assert!((s.acceptance() - 0.225).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 1_500.0 * 0.9).abs() < 1e-6);
+        assert!((s.rate().expect("on") - held).abs() < 1e-6);
         assert_eq!(s.loss_percent(), 78);
-        // Saturated and no new INVITE read at all: they wait unread, the backlog stands (the
-        // last wait counts): both answers hold.
-        s.update(&measure(1.0, None, 0));
-        assert!((s.acceptance() - 0.225).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 1_500.0 * 0.9).abs() < 1e-6);
         // No backlog, below target: the loss answer recovers by ρ_target/ρ (bounded by
         // φ_max) from the last second's mean acceptance, not from the last one (here
-        // (1 + 1 + 0.9 + 0.45 + 0.225 + 0.225 + 0.225) / 7 · 3 ≥ 1: no control); the rate
-        // answer is the estimate itself, from the intervals settled (no backlog in them nor
-        // in the one before: this one still serves the calls the backlog admitted), at most
-        // φ_max times what the clients sent over the last second; it ends after 2 s without
-        // pressure.
+        // (1 + 1 + 0.9 + 0.45 + 0.225 + 0.225) / 6 · 3 ≥ 1: no control); the rate answer is
+        // the estimate itself (740 · 0.9 / 0.48), at most φ_max times what the clients sent
+        // over the second; it ends after 2 s without pressure.
         s.update(&measure(0.3, Some(0), 40));
         assert!((s.acceptance() - 1.0).abs() < 1e-9, "{}", s.acceptance());
-        assert!((s.rate().expect("on") - 1_500.0).abs() < 1e-6);
-        s.update(&measure(0.3, Some(0), 30));
-        assert!((s.rate().expect("on") - 280.0 * 0.9 / 0.18).abs() < 1e-6);
-        for _ in 0..17 {
+        assert!((s.rate().expect("on") - 740.0 * 0.9 / 0.48).abs() < 1e-6);
+        for _ in 0..18 {
             s.update(&measure(0.3, None, 10));
             assert!(s.rate().is_some());
         }
