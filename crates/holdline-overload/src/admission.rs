@@ -213,8 +213,8 @@ impl Decision {
 /// How to reject a new INVITE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rejection {
-    /// The response status: always [`SERVICE_UNAVAILABLE`] (503) for the controllers of this
-    /// crate.
+    /// The response status: [`SERVICE_UNAVAILABLE`] (503) for the controllers of this crate,
+    /// but DEOC's restrictor, whose status is configurable (`DeocConfig::status`).
     pub status: u16,
     /// A `Retry-After` to put in the response, if the controller's configuration asks for
     /// one. SIP carries whole seconds: the driver rounds up. `None` (the default everywhere)

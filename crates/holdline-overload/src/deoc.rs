@@ -144,13 +144,20 @@ use std::collections::BTreeMap;
 
 use holdline_base::{Duration, Instant, Rng};
 
-use crate::admission::{Admission, Class, Decision, RejectReason, TargetId};
+use crate::admission::{
+    Admission, Class, Decision, RejectReason, Rejection, SERVICE_UNAVAILABLE, TargetId,
+};
 use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_positive, check_range};
 use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
 use crate::fair::max_min_share;
 use crate::signal::{Outcome, Signal};
 use crate::snapshot::{Snapshot, TargetSnapshot};
+
+/// The final responses the restrictor may answer a gapped call with
+/// ([`DeocConfig::status`]): final, not asking for credentials or a redirect, and each with
+/// a meaning a caller acts on (try later, busy, failed, declined).
+pub const RESTRICTOR_STATUSES: [u16; 6] = [480, 486, 500, 503, 600, 603];
 
 /// The smallest mean inter-arrival time the measurer uses, seconds: calls arriving at the
 /// same instant (a virtual clock, a burst read in one system call) would make `λ` infinite.
@@ -222,6 +229,11 @@ pub struct DeocConfig {
     /// `Retry-After` for the restrictor's 503s. Default `None` (l. 301: 503 without
     /// Retry-After).
     pub retry_after: Option<Duration>,
+    /// The restrictor's final response to a gapped call: one of [`RESTRICTOR_STATUSES`].
+    /// Default 503 (l. 301). An operator may prefer a status the callers' phones do not treat
+    /// as the server being down (e.g. 480 Temporarily Unavailable): a 503 makes some phones
+    /// fail over to another server (RFC 3263 §4.3).
+    pub status: u16,
     /// What the rate adaptation reads: the paper's binary signal ([`DeocSignal::Binary`],
     /// default) or the servers' load reports ([`DeocSignal::LoadReport`], seed 003's future
     /// work, l. 442).
@@ -299,6 +311,7 @@ impl Default for DeocConfig {
             max_targets: 1024,
             forget_after: Duration::from_secs(600),
             retry_after: None,
+            status: SERVICE_UNAVAILABLE,
             signal: DeocSignal::Binary,
         }
     }
@@ -345,6 +358,13 @@ impl ControllerFactory for DeocConfig {
             check_positive("quiet_period", q)?;
         }
         check_positive("forget_after", self.forget_after)?;
+        if !RESTRICTOR_STATUSES.contains(&self.status) {
+            return Err(ConfigError::OutOfRange {
+                field: "status",
+                value: f64::from(self.status),
+                expected: "one of 480, 486, 500, 503, 600, 603",
+            });
+        }
         if let DeocSignal::LoadReport {
             gain,
             max_growth,
@@ -946,8 +966,16 @@ impl Deoc {
         if t.restrict(now) {
             self.counters.admit()
         } else {
-            self.counters
+            match self
+                .counters
                 .reject(RejectReason::CallGap, self.config.retry_after)
+            {
+                Decision::Reject(r) => Decision::Reject(Rejection {
+                    status: self.config.status,
+                    ..r
+                }),
+                d => d,
+            }
         }
     }
 
@@ -1242,6 +1270,14 @@ mod tests {
             },
             DeocConfig {
                 quiet_period: Some(Duration::ZERO),
+                ..DeocConfig::default()
+            },
+            DeocConfig {
+                status: 200,
+                ..DeocConfig::default()
+            },
+            DeocConfig {
+                status: 401,
                 ..DeocConfig::default()
             },
             DeocConfig {

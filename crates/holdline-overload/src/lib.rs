@@ -81,6 +81,7 @@ pub use controller::{Controller, ControllerFactory};
 pub use defer::{DeferConfig, DeferFairness, DeferQueue, DeferStats, Release};
 pub use deoc::{
     Deoc, DeocConfig, DeocReply, DeocSignal, DeocState, DeocTarget, IncreaseLaw, LoadReport,
+    RESTRICTOR_STATUSES,
 };
 pub use fair::{FairShare, FairShareConfig, FairUpstream, max_min_share};
 pub use flood::{FloodConfig, FloodGuard, FloodStats, Verdict};

@@ -16,8 +16,8 @@ use std::collections::{BinaryHeap, VecDeque};
 use holdline_base::{Duration, Instant, Rng};
 use holdline_overload::deoc::{effective_rate, stable_duration};
 use holdline_overload::{
-    Admission, Class, Controller, Deoc, DeocConfig, DeocReply, DeocState, DeocTarget, IncreaseLaw,
-    RejectReason, Signal, TargetId,
+    Admission, Class, Controller, Decision, Deoc, DeocConfig, DeocReply, DeocState, DeocTarget,
+    IncreaseLaw, RejectReason, Signal, TargetId,
 };
 
 const A: TargetId = TargetId(1);
@@ -886,4 +886,46 @@ fn closed_loop_two_edges_share_fairly() {
     // Measured: Jain's index 0.9985, goodput 0.982 of capacity.
     assert!(total >= 0.9, "goodput {total:.3} of capacity");
     assert!((rejected as f64) < 0.02 * admitted as f64);
+}
+
+/// The restrictor answers a gapped call with the configured final response: 503 by default
+/// (l. 301), another status when the operator chose one; a status that is not a final
+/// refusal is a configuration error.
+#[test]
+fn the_restrictor_answers_with_the_configured_status() {
+    for (status, want) in [(None, 503), (Some(480), 480), (Some(603), 603)] {
+        let mut config = DeocConfig {
+            beta: 0.9,
+            quiet_period: None,
+            ..DeocConfig::default()
+        };
+        if let Some(s) = status {
+            config.status = s;
+        }
+        let mut x = Drive::new(config);
+        x.run(A, at(2.0), Arrivals::Every(secs(0.01)), |_, _| {});
+        x.reply(at(2.0), A, DeocReply::Final(503));
+        // The period's end cuts r to a tenth of 100 calls/s: most calls are gapped.
+        x.run(A, at(3.5), Arrivals::Every(secs(0.01)), |_, _| {});
+        assert_eq!(view(&x.d, A).state, DeocState::OverloadRecovery);
+        let (mut admitted, mut rejected) = (0, 0);
+        for i in 0..50 {
+            match x.d.admit_call(at(3.5) + secs(0.01 * f64::from(i)), A) {
+                Decision::Admit => admitted += 1,
+                Decision::Reject(r) => {
+                    assert_eq!(r.status, want, "{status:?}");
+                    assert_eq!(r.reason, RejectReason::CallGap);
+                    rejected += 1;
+                }
+            }
+        }
+        assert!(rejected > 40 && admitted >= 1, "{admitted} / {rejected}");
+    }
+    for bad in [200, 302, 401, 407, 404] {
+        let config = DeocConfig {
+            status: bad,
+            ..DeocConfig::default()
+        };
+        assert!(Deoc::new(config, Instant::ZERO).is_err(), "{bad}");
+    }
 }

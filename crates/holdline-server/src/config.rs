@@ -132,6 +132,19 @@
 //! feedback_window_delay_ms = 20    # ... whose window is the read rate times this
 //! feedback_rate_tolerance = 4.0    # RFC 7415 client: back-to-back INVITEs after a pause
 //!
+//! [overload.deoc]                  # feedback = "deoc" (seed 003): the paper's values
+//! period_ms = 1000                 # T: each target's rate adapted this often
+//! ewma_weight = 0.1                # w: the arrival-rate EWMA's weight
+//! alpha = 0.2                      # the increase (eq. 11)
+//! k = 0.5                          # ... and its exponent
+//! beta = 0.125                     # the multiplicative decrease (eq. 4)
+//! quiet_s = 100                    # control ends this long after the last rejection (0: never)
+//! timeouts_count = true            # a 408 or no answer counts as a rejection
+//! min_rate = 0.1                   # the lowest admission rate, calls/s
+//! max_targets = 1024               # targets with state at most
+//! status = 503                     # the answer to a gapped call: 480, 486, 500, 503, 600, 603
+//! # retry_after_s = 5              # ... its Retry-After (default: [overload] retry_after_s)
+//!
 //! [[routes]]
 //! domain = "*"
 //! target = "udp:192.0.2.10:5060"  # or tcp:, or tls: (verified against [tls] ca_file), or a
@@ -831,6 +844,58 @@ pub struct OverloadSettings {
     /// RFC 7415 client: the leaky bucket's tolerance in target intervals (back-to-back
     /// INVITEs after a pause). Default 4.
     pub feedback_rate_tolerance: f64,
+    /// `[overload.deoc]`: seed 003's DEOC parameters, with `feedback = "deoc"`.
+    pub deoc: DeocSettings,
+}
+
+/// `[overload.deoc]`: the parameters of seed 003's DEOC at this edge (`feedback = "deoc"`).
+/// Every default is the paper's value (see `holdline_overload::DeocConfig`, whose fields
+/// these are, and docs/deoc.md).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeocSettings {
+    /// `T`, how often each target's rate is adapted, ms. Default 1000.
+    pub period_ms: u64,
+    /// `w`, the EWMA weight of a new inter-arrival time, in `(0, 1]`. Default 0.1.
+    pub ewma_weight: f64,
+    /// `α`, the increase parameter (eq. 11). Default 0.2.
+    pub alpha: f64,
+    /// `k`, the increase exponent (eq. 11), in `[0, 1)`. Default 0.5.
+    pub k: f64,
+    /// `β`, the multiplicative decrease (eq. 4), in `(0, 1)`. Default 0.125.
+    pub beta: f64,
+    /// A target's control ends after this many seconds without a rejection (it admits
+    /// everything until the next one); 0: never. Default 100.
+    pub quiet_s: u64,
+    /// Timeouts (a 408, or no final response) count as rejections. Default true.
+    pub timeouts_count: bool,
+    /// The smallest admission rate, calls/s. Default 0.1.
+    pub min_rate: f64,
+    /// Most targets with state. Default 1024.
+    pub max_targets: usize,
+    /// The final response to a gapped call: 480, 486, 500, 503, 600 or 603. Default 503.
+    pub status: u16,
+    /// `Retry-After` of those responses, s. Default: `[overload] retry_after_s` (none).
+    pub retry_after_s: Option<u32>,
+}
+
+impl Default for DeocSettings {
+    fn default() -> Self {
+        let d = holdline_overload::DeocConfig::default();
+        Self {
+            period_ms: u64::try_from(d.period.as_millis()).unwrap_or(1000),
+            ewma_weight: d.ewma_weight,
+            alpha: d.alpha,
+            k: d.k,
+            beta: d.beta,
+            quiet_s: d.quiet_period.map_or(0, |q| q.as_secs()),
+            timeouts_count: d.timeouts_count,
+            min_rate: d.min_rate,
+            max_targets: d.max_targets,
+            status: d.status,
+            retry_after_s: None,
+        }
+    }
 }
 
 impl Default for OverloadSettings {
@@ -872,6 +937,7 @@ impl Default for OverloadSettings {
             feedback_window_delay_ms: 20,
             feedback_target_delay_ms: 100,
             feedback_rate_tolerance: 4.0,
+            deoc: DeocSettings::default(),
         }
     }
 }
@@ -1017,11 +1083,52 @@ impl OverloadSettings {
     }
 
     /// Seed 003's DEOC at this (edge) server's forward gate (`feedback = "deoc"`), if on:
-    /// one controller per next hop (the target), fed with the final responses and timeouts
-    /// of the INVITEs forwarded to it; the paper's parameters.
+    /// one controller per target (the route's `deoc_target`, else the next hop), fed with the
+    /// final responses and timeouts of the INVITEs forwarded to it; `[overload.deoc]`'s
+    /// parameters.
     pub fn deoc_client(&self) -> Option<holdline_overload::DeocConfig> {
-        (self.feedback.as_deref().map(str::trim) == Some("deoc"))
-            .then(holdline_overload::DeocConfig::default)
+        (self.feedback.as_deref().map(str::trim) == Some("deoc")).then(|| self.deoc_config())
+    }
+
+    /// `[overload.deoc]` as the controller's configuration (not validated: see
+    /// [`Self::check_deoc`]).
+    fn deoc_config(&self) -> holdline_overload::DeocConfig {
+        let d = &self.deoc;
+        holdline_overload::DeocConfig {
+            period: Duration::from_millis(d.period_ms),
+            ewma_weight: d.ewma_weight,
+            alpha: d.alpha,
+            k: d.k,
+            beta: d.beta,
+            quiet_period: (d.quiet_s > 0).then(|| Duration::from_secs(d.quiet_s)),
+            timeouts_count: d.timeouts_count,
+            min_rate: d.min_rate,
+            max_targets: d.max_targets,
+            status: d.status,
+            retry_after: d
+                .retry_after_s
+                .map(|s| Duration::from_secs(u64::from(s)))
+                .or_else(|| self.retry_after()),
+            ..holdline_overload::DeocConfig::default()
+        }
+    }
+
+    /// `[overload.deoc]` checked by the controller's own rules, whether DEOC is on or not
+    /// (a mistake in it is found before it is switched on); the error names the key.
+    pub fn check_deoc(&self) -> Result<(), (String, String)> {
+        use holdline_overload::ControllerFactory as _;
+        self.deoc_config().validate().map_err(|e| {
+            let key = match &e {
+                holdline_overload::ConfigError::OutOfRange { field, .. }
+                | holdline_overload::ConfigError::ZeroDuration { field } => match *field {
+                    "period" => ".period_ms",
+                    "quiet_period" => ".quiet_s",
+                    f => return (format!("overload.deoc.{f}"), e.to_string()),
+                },
+                _ => "",
+            };
+            (format!("overload.deoc{key}"), e.to_string())
+        })
     }
 
     /// The controller at the forward gate for next hops' load: the RFC 7339 / RFC 7415
@@ -2285,6 +2392,7 @@ impl ServerConfig {
         if self.commit_window_us > 1_000_000 {
             return err("commit_window_us", "at most 1000000 (one second)");
         }
+        self.overload.check_deoc()?;
         if self.mode == ProxyMode::Stateless
             && (self.overload.window_client().is_some() || self.overload.deoc_client().is_some())
         {
@@ -3582,5 +3690,44 @@ send_buffer = 16384
         )
         .expect_err("empty");
         assert_eq!((e.line, e.key.as_str()), (4, "hash_routes[0].deoc_target"));
+    }
+
+    #[test]
+    fn deoc_parameters_come_from_their_table_and_are_checked_with_their_line() {
+        let c = ServerConfig::from_toml(
+            "e.toml",
+            "[overload]\nfeedback = \"deoc\"\nretry_after_s = 7\n\
+             [overload.deoc]\nalpha = 0.5\nbeta = 0.25\nquiet_s = 0\nstatus = 480\n",
+        )
+        .expect("valid");
+        let d = c.overload.deoc_client().expect("deoc on");
+        assert_eq!((d.alpha, d.beta, d.status), (0.5, 0.25, 480));
+        assert_eq!(d.quiet_period, None, "0: never terminates");
+        assert_eq!(d.retry_after, Some(Duration::from_secs(7)), "[overload]'s");
+        assert_eq!(d.k, holdline_overload::DeocConfig::default().k);
+        let paper = ServerConfig::from_toml("e.toml", "[overload]\nfeedback = \"deoc\"\n")
+            .expect("valid")
+            .overload
+            .deoc_client()
+            .expect("deoc on");
+        assert_eq!(paper, holdline_overload::DeocConfig::default());
+        for (text, line, key) in [
+            ("[overload.deoc]\nk = 1.5\n", 2, "overload.deoc.k"),
+            (
+                "[overload.deoc]\n\nstatus = 200\n",
+                3,
+                "overload.deoc.status",
+            ),
+            (
+                "[overload.deoc]\nperiod_ms = 0\n",
+                2,
+                "overload.deoc.period_ms",
+            ),
+            ("[overload.deoc]\ngamma = 1\n", 2, "overload.deoc.gamma"),
+        ] {
+            let e = ServerConfig::from_toml("e.toml", text).expect_err(text);
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{text}: {e}");
+            assert!(e.to_string().contains("e.toml"), "{e}");
+        }
     }
 }

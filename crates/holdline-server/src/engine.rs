@@ -420,12 +420,25 @@ const MAX_FEEDBACK: usize = 1024;
 fn gate_rejection(r: Rejection) -> GateRejection {
     GateRejection {
         status: r.status,
-        reason: "Service Unavailable",
+        reason: reason_phrase(r.status),
         // SIP carries whole seconds: round up.
         retry_after_secs: r
             .retry_after
             .map(|d| u32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)),
         text: Some(reason_text(r.reason)),
+    }
+}
+
+/// The reason phrase of a rejection's status (RFC 3261 §21; DEOC's restrictor may answer
+/// with any of `holdline_overload::RESTRICTOR_STATUSES`).
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        480 => "Temporarily Unavailable",
+        486 => "Busy Here",
+        500 => "Server Internal Error",
+        600 => "Busy Everywhere",
+        603 => "Decline",
+        _ => "Service Unavailable",
     }
 }
 

@@ -299,6 +299,12 @@ pub(crate) struct Worker {
     /// [`Worker::cpu_occupancy`]).
     cpu_mark: Option<Duration>,
     waited: Duration,
+    /// Since the last interval closed: the emulated cost waited rather than spun
+    /// (`emulate_sleep`). It stands for CPU work, so the CPU-clock occupancy counts it as
+    /// CPU time: without it a worker waiting out its emulated costs read as idle as its real
+    /// CPU time (a few percent) until it never waited in `poll` at all, and OCC let it run to
+    /// 100% busy instead of its target.
+    emulated_wait: Duration,
     /// Since the last interval closed: the busy (wall) time reported, and the part of it not
     /// spent on rejections (what [`Worker::busy_since`] gives the controller).
     interval_busy: Duration,
@@ -568,6 +574,7 @@ impl Worker {
             busy_mark: StdInstant::now(),
             cpu_mark: None,
             waited: Duration::ZERO,
+            emulated_wait: Duration::ZERO,
             interval_busy: Duration::ZERO,
             interval_other: Duration::ZERO,
             handling: Duration::ZERO,
@@ -1232,11 +1239,12 @@ impl Worker {
         let busy = std::mem::take(&mut self.interval_busy);
         let other = std::mem::take(&mut self.interval_other);
         let waited = std::mem::take(&mut self.waited);
+        let emulated = std::mem::take(&mut self.emulated_wait);
         if !self.settings.cpu_occupancy {
             return None;
         }
         let cpu = holdline_io::thread_cpu_time()?;
-        let used = cpu.saturating_sub(self.cpu_mark.replace(cpu)?);
+        let used = cpu.saturating_sub(self.cpu_mark.replace(cpu)?) + emulated;
         let total = used + waited;
         // Rejections are the budget's business, not the occupancy's: the same share of the
         // CPU time is left out as of the busy time (without it, a worker rejecting a storm
@@ -1509,7 +1517,9 @@ impl Worker {
                 let spin = Duration::from_micros(100);
                 let left = cost.saturating_sub(t.elapsed());
                 if left > spin {
+                    let slept = StdInstant::now();
                     std::thread::sleep(left - spin);
+                    self.emulated_wait += slept.elapsed();
                 }
             }
             while t.elapsed() < cost {

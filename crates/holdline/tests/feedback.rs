@@ -288,6 +288,8 @@ struct Targets {
     core: u16,
     /// Calls to the failing target: attempted, completed.
     failing: (u64, u64),
+    /// The failing target's call failures by status (the UAC's `failures_by_code`).
+    failing_by_code: serde_json::Value,
     /// Calls to the healthy target: attempted, completed, 503s.
     healthy: (u64, u64, u64),
 }
@@ -295,7 +297,9 @@ struct Targets {
 /// An edge (`--feedback deoc`) with two routes through the same core to two targets: calls
 /// for `e2.lab` reach a UAS that answers every INVITE 503 (the overloaded path), calls for
 /// `e3.lab` one that answers 200. With `named`, the routes name their target edges
-/// (`deoc_target=E2` / `E3`); without, DEOC's target is the next hop, the core, for both.
+/// (`deoc_target=E2` / `E3`) and the edge answers a gapped call `480` and cuts by `β = 1/2`
+/// (`[overload.deoc]`, from a configuration file); without, DEOC's target is the next hop, the core, for
+/// both, and a gapped call is answered the paper's `503`.
 fn two_targets(named: bool) -> Targets {
     let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
     let edge_metrics = free_port();
@@ -356,8 +360,17 @@ fn two_targets(named: bool) -> Targets {
         s("--feedback"),
         s("deoc"),
     ]);
-    let edge_server = Holdline::start(&edge_args);
     let dir = tempfile::tempdir().expect("tempdir");
+    if named {
+        let file = dir.path().join("edge.toml");
+        // β = 1/2 rather than the paper's 1/8: the cuts reach E2's arrival rate within the
+        // run, so that calls are gapped (the paper's β, starting at λ, may not get there
+        // in 15 s: docs/overload.md, "DEOC in the server").
+        std::fs::write(&file, "[overload.deoc]\nstatus = 480\nbeta = 0.5\n")
+            .expect("write edge.toml");
+        edge_args.extend([s("--config"), file.display().to_string()]);
+    }
+    let edge_server = Holdline::start(&edge_args);
     // 15 s of 100 calls/s to each.
     let uac = |domain: &str, json: &Path| {
         Guard(
@@ -397,6 +410,11 @@ fn two_targets(named: bool) -> Targets {
         edge: scrape(SocketAddr::from(([127, 0, 0, 1], edge_metrics))),
         core,
         failing: (total(&bad_json, "attempted"), total(&bad_json, "calls_ok")),
+        failing_by_code: {
+            let text = std::fs::read_to_string(&bad_json).expect("e2.json");
+            let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+            v["failures_by_code"].clone()
+        },
         healthy: (
             total(&good_json, "attempted"),
             total(&good_json, "calls_ok"),
@@ -430,6 +448,14 @@ fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
     );
     eprintln!("{summary}");
     assert_eq!(t.failing.1, 0, "every call to E2 fails: {summary}");
+    // The gapped calls were answered as configured (480), none with the paper's 503.
+    let code = |c: &str| t.failing_by_code[c].as_u64().unwrap_or(0);
+    assert!(
+        code("480") > 0 && code("480") as f64 == m("holdline_deoc_target_gapped_total", "E2"),
+        "480s {:?}: {summary}",
+        t.failing_by_code
+    );
+    assert_eq!(code("503"), 0, "{:?}", t.failing_by_code);
     // Every failure of E2's path is E2's: its state is being cut (overload recovery, a rate).
     assert!(
         m("holdline_deoc_target_rejections_total", "E2") > 0.0,
@@ -501,6 +527,16 @@ fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
         "E3's calls share the next hop's state: {summary}\n{}",
         c.edge
     );
+    // Without a configured status a gapped call gets the paper's 503; the core's relayed
+    // rejections of E2's admitted calls are 500s (RFC 3261 §16.7 step 6). Nothing else.
+    let code = |k: &str| c.failing_by_code[k].as_u64().unwrap_or(0);
+    assert_eq!(
+        code("503") + code("500"),
+        c.failing.0,
+        "{:?}: {summary}",
+        c.failing_by_code
+    );
+    assert!(code("503") as f64 <= n("holdline_deoc_target_gapped_total"));
     assert_eq!(
         metric(&c.edge, "holdline_deoc_target_state", &["target=\"E3\""]),
         0.0,
