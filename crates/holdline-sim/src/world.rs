@@ -280,6 +280,11 @@ struct Server {
     /// Reads of the main queue that ended with datagrams left (the worker's `pending`
     /// tokens): each is read again in the next iteration.
     pending_reads: usize,
+    /// The last batch read from the main queue was short (fewer than `batch`): the worker
+    /// takes its socket as drained and ends this read (`holdline-server`'s `read_socket`:
+    /// the next datagram raises a new readiness edge), so what arrived while it handled the
+    /// batch waits for the next iteration, after the iteration's sends are flushed.
+    short_batch: bool,
     /// Datagrams reached the main / INVITE queue since the last poll (readiness events).
     main_event: bool,
     invite_event: bool,
@@ -385,6 +390,7 @@ impl Server {
         self.iter = None;
         self.waking = false;
         self.pending_reads = 0;
+        self.short_batch = false;
         self.main_event = false;
         self.invite_event = false;
         self.invite_ready = false;
@@ -796,8 +802,10 @@ impl Server {
                     } else {
                         Stage::Invites
                     };
-                    if self.main.is_empty() && self.early.is_empty() {
-                        // Would block: this read is over.
+                    let drained = batches < self.read_batches && self.short_batch;
+                    if drained || (self.main.is_empty() && self.early.is_empty()) {
+                        // A short batch drained the socket, or it would block: this read
+                        // is over (datagrams that came meanwhile raised a new event).
                         self.iter = Some((t0, after));
                         continue;
                     }
@@ -875,6 +883,9 @@ impl Server {
                 Some(m) => batch.push(m),
                 None => break,
             }
+        }
+        if !invites {
+            self.short_batch = batch.len() < self.batch;
         }
         if let Some(first) = batch.first() {
             let wait = now.saturating_duration_since(first.at);
@@ -1851,6 +1862,7 @@ impl World {
                 read_batches: s.read_batches,
                 iter: None,
                 pending_reads: 0,
+                short_batch: false,
                 main_event: false,
                 invite_event: false,
                 invite_ready: false,
