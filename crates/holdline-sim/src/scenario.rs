@@ -440,7 +440,8 @@ pub struct ServerSpec {
     #[serde(default = "batch_default")]
     pub batch: usize,
     /// Receive calls per readiness of the main queue before the worker turns to its other
-    /// work (the worker's `UDP_BUDGET`). Default 8.
+    /// work (the worker's `UDP_BUDGET`), fewer when one returns less than `batch` (the
+    /// socket drained). Default 8.
     #[serde(default = "read_batches_default")]
     pub read_batches: usize,
     /// Queue discipline: `holdline` (the worker: admitted calls' messages first, new INVITEs
