@@ -52,8 +52,8 @@ use crate::generator::{GENERATOR_CORE, count, num, read_json, terminate, wait_bo
 use crate::plot;
 use crate::procfs;
 use crate::runner::{
-    Proc, SweepArgs, UacLoad, check_tools, holdline_exe, lab_main, machine, median, metric,
-    metric_where, processing_us_above, scrape, spawn, spawn_in, start_uacs, start_uas,
+    Proc, SweepArgs, UacLoad, check_tools, column, holdline_exe, lab_main, machine, median, metric,
+    metric_where, processing_us_above, scrape, spawn, spawn_in, start_uacs, start_uas, sum_in,
     uacs_steady_goodput, window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
@@ -570,28 +570,37 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     // and 503s on theirs (a step UAC started `at_s` later).
     let series: Vec<Second> = match spec.step {
         None => Vec::new(),
-        Some(step) => (0..spec.duration_s.ceil() as u32)
-            .map(|k| {
-                let k = f64::from(k);
-                let uacs_sum = |name: &str| -> f64 {
-                    stems
-                        .iter()
-                        .enumerate()
-                        .map(|(i, stem)| {
-                            let start = if i < m { 0.0 } else { step.at_s };
-                            let csv = runs.join(format!("{stem}.csv"));
-                            window_sum(&csv, name, k - start, k + 1.0 - start)
-                        })
-                        .sum()
-                };
-                Second {
-                    t_s: k + 1.0,
-                    offered: uacs_sum("offered"),
-                    re_goodput: window_sum(&uas_csv, "completed", offset + k, offset + k + 1.0),
-                    r503: uacs_sum("r503"),
-                }
-            })
-            .collect(),
+        Some(step) => {
+            // Each CSV's column read once: (the UAC's start in the load, its samples).
+            let uacs = |name: &str| -> Vec<(f64, Vec<(f64, f64)>)> {
+                stems
+                    .iter()
+                    .enumerate()
+                    .map(|(i, stem)| {
+                        let start = if i < m { 0.0 } else { step.at_s };
+                        (start, column(&runs.join(format!("{stem}.csv")), name))
+                    })
+                    .collect()
+            };
+            let (offered, r503) = (uacs("offered"), uacs("r503"));
+            let completed = column(&uas_csv, "completed");
+            let second = |of: &[(f64, Vec<(f64, f64)>)], k: f64| -> f64 {
+                of.iter()
+                    .map(|(start, samples)| sum_in(samples, k - start, k + 1.0 - start))
+                    .sum()
+            };
+            (0..spec.duration_s.ceil() as u32)
+                .map(|k| {
+                    let k = f64::from(k);
+                    Second {
+                        t_s: k + 1.0,
+                        offered: second(&offered, k),
+                        re_goodput: sum_in(&completed, offset + k, offset + k + 1.0),
+                        r503: second(&r503, k),
+                    }
+                })
+                .collect()
+        }
     };
     // A step point's UACs ran for different times: rates over the whole load, per SE.
     let span = |i: usize| match (spec.step, i < m) {
@@ -807,8 +816,10 @@ pub fn run(args: &Args) -> Result<Results> {
     } else {
         vec![0.5, 1.0, 2.0, 3.0, 5.0, 10.0]
     };
+    // The step's instant: half-way through the load unless `--step-at` says.
+    let step_at = args.step_at.unwrap_or(duration / 2.0);
     if let Some(from) = args.step_from {
-        let at = args.step_at.unwrap_or(duration / 2.0);
+        let at = step_at;
         if !(from >= 0.0 && loads.iter().all(|&f| f > from)) {
             return Err(LabError::Precondition(format!(
                 "--step-from {from}: every load must be above it (loads {loads:?})"
@@ -1013,7 +1024,7 @@ pub fn run(args: &Args) -> Result<Results> {
                         group: procs.as_deref(),
                         step: args.step_from.map(|from| Step {
                             from_cps: (capacity * from).round(),
-                            at_s: args.step_at.unwrap_or(duration / 2.0),
+                            at_s: step_at,
                         }),
                     };
                     let mut p = run_point(&exe, &runs, &spec, capacity)?;

@@ -400,7 +400,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 
 /// `(t_s, column)` of every row of a `holdline load` per-second CSV (empty when the file or
 /// the column is missing).
-fn column(csv: &Path, column: &str) -> Vec<(f64, f64)> {
+pub(crate) fn column(csv: &Path, column: &str) -> Vec<(f64, f64)> {
     let Ok(text) = std::fs::read_to_string(csv) else {
         return Vec::new();
     };
@@ -450,8 +450,13 @@ pub(crate) fn uacs_steady_goodput(runs: &Path, tag: &str, m: usize, duration: f6
 /// process) whose end `t_s` lies in `(from + 0.5, to + 0.5]`: what it counted from about
 /// `from` to about `to` seconds after it started (0 when the file or column is missing).
 pub(crate) fn window_sum(csv: &Path, name: &str, from: f64, to: f64) -> f64 {
-    column(csv, name)
-        .into_iter()
+    sum_in(&column(csv, name), from, to)
+}
+
+/// [`window_sum`] over samples already read (`(t_s, value)` of [`column`]).
+pub(crate) fn sum_in(samples: &[(f64, f64)], from: f64, to: f64) -> f64 {
+    samples
+        .iter()
         .filter(|(t, _)| *t > from + 0.5 && *t <= to + 0.5)
         .map(|(_, v)| v)
         .sum()
