@@ -11,6 +11,24 @@
 //!   UACs e2-to-e3, e2-to-e4 -> E2 ─┘                  └─> E4 -> UAS
 //! ```
 //!
+//! `--topology domains` runs seed 003's topology 2 itself, in small (eight servers, twelve
+//! flows: every edge calls each of the other three, a twelfth of the load each; a UAS
+//! behind every edge; `lab/sim/seed003-lab-deoc-t2.toml` is its model):
+//!
+//! ```text
+//!   domain A                                   domain B
+//!   UACs e1-to-* -> E1 ─┬─> C1 ─┬──────┬─> C3 ─┬─> E3 -> UAS   <- UACs e3-to-*
+//!   UACs e2-to-* -> E2 ─┴─> C2 ─┴──────┴─> C4 ─┴─> E4 -> UAS   <- UACs e4-to-*
+//! ```
+//!
+//! A call within a domain crosses one of its cores, a call between the domains one core of
+//! each: a core's upstream neighbours are its domain's edges *and* the other domain's cores
+//! (the paper's l. 327-335, where OCC-Hop's rejections load the cores in between). Where two
+//! next hops exist the callee is hashed to one (`[[hash_routes]]`, `failover = false`: a
+//! core's 503 goes back upstream, as the paper's servers do). Every core costs
+//! `--core-cost-us`; each carries 5/12 of the calls, so the nominal capacity is 12/5 of a
+//! core's.
+//!
 //! The cores carry an emulated cost per message (`--core-cost-us` at C2, `--c1-cost-ratio` of it
 //! at C1), waited rather than spun (`holdline serve --emulate-sleep`: as busy a worker, the
 //! machine's CPU free for the other eight processes), a rejection as costly as any message
@@ -69,9 +87,236 @@ const MECHANISMS: [&str; 4] = ["none", "occ", "occ+hop", "occ+deoc"];
 const SCENARIO: &str = include_str!("../../../lab/sim/seed003-lab-deoc.toml");
 /// The simulated goodput agrees when within this fraction of the real one.
 const AGREEMENT: f64 = 0.10;
-/// The flows: (ingress edge, egress edge) by index into the edges E1..E4.
-const FLOWS: [(usize, usize); 4] = [(0, 2), (0, 3), (1, 2), (1, 3)];
+/// The simulator's scenario of the two-domain topology.
+const SCENARIO_DOMAINS: &str = include_str!("../../../lab/sim/seed003-lab-deoc-t2.toml");
+/// The edges, in both topologies.
 const EDGES: [&str; 4] = ["E1", "E2", "E3", "E4"];
+
+/// The servers' topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// E1, E2 -> C1 -> C2 -> E3, E4: every call crosses both cores; C2, two hops from the
+    /// ingress edges, is the bottleneck.
+    #[default]
+    Chain,
+    /// Seed 003's topology 2 in small: domain A (edges E1, E2, cores C1, C2) and domain B
+    /// (E3, E4, C3, C4); every edge calls each of the other three; a call between the
+    /// domains crosses a core of each (hashed per callee), a call within one a core of its
+    /// own. Every core has C2's cost.
+    Domains,
+}
+
+impl Topology {
+    /// The servers, in the order of their ports.
+    fn servers(self) -> &'static [&'static str] {
+        match self {
+            Self::Chain => &["E1", "E2", "E3", "E4", "C1", "C2"],
+            Self::Domains => &["E1", "E2", "E3", "E4", "C1", "C2", "C3", "C4"],
+        }
+    }
+
+    /// The cores.
+    fn cores(self) -> &'static [&'static str] {
+        match self {
+            Self::Chain => &["C1", "C2"],
+            Self::Domains => &["C1", "C2", "C3", "C4"],
+        }
+    }
+
+    /// The flows: (ingress edge, egress edge) by index into [`EDGES`].
+    fn flows(self) -> Vec<(usize, usize)> {
+        match self {
+            Self::Chain => vec![(0, 2), (0, 3), (1, 2), (1, 3)],
+            Self::Domains => (0..4)
+                .flat_map(|i| (0..4).filter(move |&j| j != i).map(move |j| (i, j)))
+                .collect(),
+        }
+    }
+
+    /// The edges callers enter by (they run the mechanism's edge role), by index.
+    fn ingress(self) -> &'static [usize] {
+        match self {
+            Self::Chain => &[0, 1],
+            Self::Domains => &[0, 1, 2, 3],
+        }
+    }
+
+    /// Nominal capacity, calls/s, when the most loaded core costs `cost_us` per message:
+    /// the chain's C2 carries every call; in the two domains a core carries 5/12 of them
+    /// (its domain's internal third once, the calls between the domains once each way,
+    /// over two cores).
+    fn nominal(self, cost_us: u64) -> f64 {
+        let core = 1e6 / (MESSAGES_PER_CALL * cost_us as f64);
+        match self {
+            Self::Chain => core,
+            Self::Domains => core * 12.0 / 5.0,
+        }
+    }
+
+    /// The simulator's scenario.
+    fn scenario(self) -> &'static str {
+        match self {
+            Self::Chain => SCENARIO,
+            Self::Domains => SCENARIO_DOMAINS,
+        }
+    }
+
+    /// The plots' title.
+    fn title(self) -> &'static str {
+        match self {
+            Self::Chain => "E1,E2 -> C1 -> C2 -> E3,E4",
+            Self::Domains => "two domains (E1, E2, C1, C2 | E3, E4, C3, C4)",
+        }
+    }
+
+    /// Capacity steps (fractions of the nominal capacity) of a run without `--capacity`:
+    /// the two domains' cores are loaded unevenly (each callee is hashed to one), so their
+    /// capacity sits lower under the nominal one.
+    fn capacity_steps(self, quick: bool) -> Vec<f64> {
+        match (self, quick) {
+            (Self::Chain, true) => vec![0.9],
+            (Self::Chain, false) => vec![0.8, 0.9, 1.0],
+            (Self::Domains, true) => vec![0.8],
+            (Self::Domains, false) => vec![0.7, 0.8, 0.9],
+        }
+    }
+}
+
+/// One server of a topology: its name, whether it runs the edge role, its emulated cost per
+/// message (0: none), its static routes (`--route`) and its hashed routes (domain, targets,
+/// DEOC target), written to a configuration file.
+struct Node {
+    name: &'static str,
+    ingress: bool,
+    cost_us: u64,
+    routes: Vec<String>,
+    hashed: Vec<(String, Vec<u16>, Option<&'static str>)>,
+}
+
+/// The servers of `topology` in the order they start (each next hop before its upstream
+/// where the topology has an order), given every server's SIP port (`port(name)`), the UAS
+/// port behind each edge (`uas[i]`, 0: none), whether the ingress edges run DEOC, and the
+/// cores' costs.
+fn nodes(
+    topology: Topology,
+    port: &dyn Fn(&str) -> u16,
+    uas: &[u16; 4],
+    deoc: bool,
+    c1_cost_us: u64,
+    c2_cost_us: u64,
+) -> Vec<Node> {
+    let domain = |i: usize| EDGES[i].to_ascii_lowercase() + ".lab";
+    let udp = |p: u16| format!("udp:127.0.0.1:{p}");
+    let target = |i: usize| deoc.then_some(EDGES[i]);
+    match topology {
+        Topology::Chain => {
+            let mut v = Vec::new();
+            for i in [2usize, 3] {
+                v.push(Node {
+                    name: EDGES[i],
+                    ingress: false,
+                    cost_us: 0,
+                    routes: vec![format!("{}={}", domain(i), udp(uas[i]))],
+                    hashed: Vec::new(),
+                });
+            }
+            v.push(Node {
+                name: "C2",
+                ingress: false,
+                cost_us: c2_cost_us,
+                routes: [2usize, 3]
+                    .iter()
+                    .map(|&i| format!("{}={}", domain(i), udp(port(EDGES[i]))))
+                    .collect(),
+                hashed: Vec::new(),
+            });
+            v.push(Node {
+                name: "C1",
+                ingress: false,
+                cost_us: c1_cost_us,
+                routes: vec![format!("*={}", udp(port("C2")))],
+                hashed: Vec::new(),
+            });
+            for i in [0usize, 1] {
+                v.push(Node {
+                    name: EDGES[i],
+                    ingress: true,
+                    cost_us: 0,
+                    routes: [2usize, 3]
+                        .iter()
+                        .map(|&j| {
+                            let named =
+                                target(j).map_or_else(String::new, |t| format!(",deoc_target={t}"));
+                            format!("{}={}{named}", domain(j), udp(port("C1")))
+                        })
+                        .collect(),
+                    hashed: Vec::new(),
+                });
+            }
+            v
+        }
+        Topology::Domains => {
+            // Domain A: E1, E2, C1, C2; domain B: E3, E4, C3, C4.
+            let cores_of = |i: usize| if i < 2 { ["C1", "C2"] } else { ["C3", "C4"] };
+            let mut v = Vec::new();
+            for (k, core) in ["C1", "C2", "C3", "C4"].into_iter().enumerate() {
+                let own = if k < 2 { 0 } else { 2 };
+                let other = cores_of(2 - own);
+                v.push(Node {
+                    name: core,
+                    ingress: false,
+                    cost_us: c2_cost_us,
+                    routes: [own, own + 1]
+                        .iter()
+                        .map(|&j| format!("{}={}", domain(j), udp(port(EDGES[j]))))
+                        .collect(),
+                    hashed: (0..4)
+                        .filter(|&j| j / 2 != own / 2)
+                        .map(|j| (domain(j), other.iter().map(|c| port(c)).collect(), None))
+                        .collect(),
+                });
+            }
+            for i in 0..4 {
+                let mine = cores_of(i);
+                v.push(Node {
+                    name: EDGES[i],
+                    ingress: true,
+                    cost_us: 0,
+                    routes: vec![format!("{}={}", domain(i), udp(uas[i]))],
+                    hashed: (0..4)
+                        .filter(|&j| j != i)
+                        .map(|j| (domain(j), mine.iter().map(|c| port(c)).collect(), target(j)))
+                        .collect(),
+                });
+            }
+            v
+        }
+    }
+}
+
+/// A server's configuration file of hashed routes (`[[hash_routes]]`, rendezvous hashing
+/// of the callee, `failover = false`: a core's 503 goes back upstream, as in the paper).
+fn hash_routes_config(hashed: &[(String, Vec<u16>, Option<&str>)]) -> String {
+    let mut s = String::from(
+        "# holdline lab deoc: hashed next hops (rendezvous hashing of the callee); a 503 goes\n\
+         # back upstream rather than to the other next hop, as seed 003's servers do.\n",
+    );
+    for (domain, targets, deoc) in hashed {
+        let list = targets
+            .iter()
+            .map(|p| format!("\"udp:127.0.0.1:{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        s.push_str(&format!(
+            "\n[[hash_routes]]\ndomain = \"{domain}\"\ntargets = [{list}]\nfailover = false\n"
+        ));
+        if let Some(t) = deoc {
+            s.push_str(&format!("deoc_target = \"{t}\"\n"));
+        }
+    }
+    s
+}
 
 /// `holdline lab deoc` options.
 #[derive(Debug, Parser)]
@@ -101,6 +346,11 @@ pub struct Args {
     /// Simulated runs per point (0: no simulation).
     #[arg(long, value_name = "N")]
     pub sim_runs: Option<u32>,
+    /// The servers' topology: `chain` (E1, E2 -> C1 -> C2 -> E3, E4) or `domains` (seed
+    /// 003's topology 2 in small: two domains of two edges and two cores, every core at
+    /// `--core-cost-us`, every edge calling the three others).
+    #[arg(long, value_enum, default_value_t = Topology::Chain)]
+    pub topology: Topology,
 }
 
 /// One measured point (one row of `points.csv`).
@@ -157,9 +407,16 @@ pub struct Point {
     pub c1_throttled: u64,
     /// New INVITEs C2 rejected at its admission gate, every reason.
     pub c2_rejected: u64,
+    /// New INVITEs each core rejected at its admission gate (C1, C2, …; empty in results
+    /// written before the two-domain topology).
+    #[serde(default)]
+    pub cores_rejected: Vec<u64>,
+    /// New INVITEs each core dropped on its next hops' loss answers.
+    #[serde(default)]
+    pub cores_throttled: Vec<u64>,
     /// DEOC's per-target state at E1 when the load ended: (target, state, rate).
     pub deoc_targets: Vec<(String, String, Option<f64>)>,
-    /// CPU of the six servers together over the point, seconds.
+    /// CPU of the servers together over the point, seconds.
     pub servers_cpu_s: f64,
     /// That CPU over the point's wall time (1.0 = one core).
     pub servers_cpu_share: f64,
@@ -197,6 +454,9 @@ pub struct Agreement {
 pub struct Results {
     /// `deoc`.
     pub experiment: String,
+    /// The servers' topology.
+    #[serde(default)]
+    pub topology: Topology,
     /// The command line.
     pub command: String,
     /// Start time, seconds since the Unix epoch.
@@ -267,6 +527,7 @@ struct Spec<'a> {
     drain_s: f64,
     c1_cost_us: u64,
     c2_cost_us: u64,
+    topology: Topology,
     tag: String,
 }
 
@@ -322,86 +583,88 @@ fn start_server(
 fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
     let (edge_extra, other_extra) = mechanism_args(spec.mechanism)?;
     let deoc = spec.mechanism.contains("deoc");
+    let topology = spec.topology;
+    let flows = topology.flows();
     let tag = &spec.tag;
     let limit = spec.duration_s + spec.drain_s + 5.0;
-    let ports: Vec<(u16, u16)> = (0..6)
+    let names = topology.servers();
+    let ports: Vec<(u16, u16)> = names
+        .iter()
         .map(|_| Ok((free_port()?, free_port()?)))
         .collect::<Result<_>>()?;
-    // Index: 0 E1, 1 E2, 2 E3, 3 E4, 4 C1, 5 C2.
-    let (uas3, uas4) = (free_port()?, free_port()?);
+    let port_of = |name: &str| -> u16 {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .map_or(0, |i| ports[i].0)
+    };
+    // A UAS behind every edge some flow leaves by.
+    let mut uas_ports = [0u16; 4];
     let uas_started = Instant::now();
     let mut uases = Vec::new();
-    for (name, port) in [("uas3", uas3), ("uas4", uas4)] {
-        uases.push(start_uas(exe, runs, tag, name, port, limit + 3.0)?);
-    }
-    let mut servers: Vec<Server> = Vec::with_capacity(6);
-    // Egress edges first (E3, E4), then C2, C1, then the ingress edges: each next hop is up
-    // before its upstream starts.
-    let mut start = |idx: usize, name: &str, core: &str, extra: Vec<String>| -> Result<()> {
-        let (port, metrics) = ports[idx];
-        let mut args = server_args(port, metrics);
-        args.extend(extra);
-        let s = start_server(exe, runs, tag, name, core, args, port, metrics)?;
-        servers.push(s);
-        Ok(())
-    };
-    for (idx, uas) in [(2usize, uas3), (3, uas4)] {
-        let mut a = other_extra.clone();
-        let d = EDGES[idx].to_ascii_lowercase();
-        a.push(format!("--route={d}.lab=udp:127.0.0.1:{uas}"));
-        start(idx, &EDGES[idx].to_ascii_lowercase(), GENERATOR_CORE, a)?;
-    }
-    let mut c2 = other_extra.clone();
-    c2.extend([
-        format!("--emulate-cost-us={}", spec.c2_cost_us),
-        "--emulate-sleep".to_string(),
-        format!("--route=e3.lab=udp:127.0.0.1:{}", ports[2].0),
-        format!("--route=e4.lab=udp:127.0.0.1:{}", ports[3].0),
-    ]);
-    start(5, "c2", SERVER_CORE, c2)?;
-    let mut c1 = other_extra;
-    c1.extend([
-        format!("--emulate-cost-us={}", spec.c1_cost_us),
-        "--emulate-sleep".to_string(),
-        format!("--route=*=udp:127.0.0.1:{}", ports[5].0),
-    ]);
-    start(4, "c1", SERVER_CORE, c1)?;
-    for idx in [0usize, 1] {
-        let mut a = edge_extra.clone();
-        for target in ["E3", "E4"] {
-            let named = if deoc {
-                format!(",deoc_target={target}")
-            } else {
-                String::new()
-            };
-            a.push(format!(
-                "--route={}.lab=udp:127.0.0.1:{}{named}",
-                target.to_ascii_lowercase(),
-                ports[4].0
+    for (e, port) in uas_ports.iter_mut().enumerate() {
+        if flows.iter().any(|&(_, to)| to == e) {
+            *port = free_port()?;
+            let name = format!("uas{}", e + 1);
+            uases.push((
+                name.clone(),
+                start_uas(exe, runs, tag, &name, *port, limit + 3.0)?,
             ));
         }
-        start(idx, &EDGES[idx].to_ascii_lowercase(), GENERATOR_CORE, a)?;
     }
-    // servers: [E3, E4, C2, C1, E1, E2].
-    let by_name = |i: usize| -> usize {
-        match i {
-            2 => 0,
-            3 => 1,
-            5 => 2,
-            4 => 3,
-            0 => 4,
-            _ => 5,
+    let mut servers: Vec<(&'static str, Server)> = Vec::with_capacity(names.len());
+    for node in nodes(
+        topology,
+        &port_of,
+        &uas_ports,
+        deoc,
+        spec.c1_cost_us,
+        spec.c2_cost_us,
+    ) {
+        let idx = names.iter().position(|n| *n == node.name).unwrap_or(0);
+        let (port, metrics) = ports[idx];
+        let lower = node.name.to_ascii_lowercase();
+        let mut args = server_args(port, metrics);
+        args.extend(if node.ingress {
+            edge_extra.clone()
+        } else {
+            other_extra.clone()
+        });
+        if node.cost_us > 0 {
+            args.push(format!("--emulate-cost-us={}", node.cost_us));
+            args.push("--emulate-sleep".to_string());
         }
+        args.extend(node.routes.iter().map(|r| format!("--route={r}")));
+        if !node.hashed.is_empty() {
+            let conf = runs.join(format!("{tag}-{lower}.toml"));
+            std::fs::write(&conf, hash_routes_config(&node.hashed))
+                .map_err(|e| LabError::io(format!("write {}", conf.display()), e))?;
+            args.push(format!("--config={}", conf.display()));
+        }
+        let core = if node.cost_us > 0 {
+            SERVER_CORE
+        } else {
+            GENERATOR_CORE
+        };
+        let s = start_server(exe, runs, tag, &lower, core, args, port, metrics)?;
+        servers.push((node.name, s));
+    }
+    let server = |name: &str| -> &Server {
+        &servers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or(&servers[0])
+            .1
     };
     let cpu0: u64 = servers
         .iter()
-        .map(|s| procfs::tree_cpu_us(s.proc.0.id()))
+        .map(|(_, s)| procfs::tree_cpu_us(s.proc.0.id()))
         .sum();
     let t0 = Instant::now();
     let offset = t0.saturating_duration_since(uas_started).as_secs_f64();
-    let mut uacs = Vec::with_capacity(FLOWS.len());
-    for (i, &(from, to)) in FLOWS.iter().enumerate() {
-        let port = servers[by_name(from)].port;
+    let mut uacs = Vec::with_capacity(flows.len());
+    for (i, &(from, to)) in flows.iter().enumerate() {
+        let port = server(EDGES[from]).port;
         let domain = format!("{}.lab", EDGES[to].to_ascii_lowercase());
         let args: Vec<String> = vec![
             "load".into(),
@@ -409,7 +672,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             "--transport=udp".into(),
             format!("--target=127.0.0.1:{port}"),
             format!("--to=user{{0..9999}}@{domain}"),
-            format!("--rate={}", spec.rate / FLOWS.len() as f64),
+            format!("--rate={}", spec.rate / flows.len() as f64),
             format!("--duration={}", spec.duration_s),
             format!("--drain={}", spec.drain_s),
             format!("--goodput-window={GOODPUT_WINDOW_S}"),
@@ -430,7 +693,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     std::thread::sleep(
         (t0 + Duration::from_secs_f64(spec.duration_s)).saturating_duration_since(Instant::now()),
     );
-    let at_end = scrape(servers[by_name(0)].metrics);
+    let at_end = scrape(server("E1").metrics);
     let mut overran = None;
     for (i, u) in uacs.iter_mut().enumerate() {
         let left = Duration::from_secs_f64(limit + 5.0).saturating_sub(t0.elapsed());
@@ -441,18 +704,25 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     let window = t0.elapsed().as_secs_f64();
     let cpu1: u64 = servers
         .iter()
-        .map(|s| procfs::tree_cpu_us(s.proc.0.id()))
+        .map(|(_, s)| procfs::tree_cpu_us(s.proc.0.id()))
         .sum();
-    let texts: Vec<String> = [0usize, 1, 4, 5]
+    let edge_texts: Vec<String> = topology
+        .ingress()
         .iter()
-        .map(|&i| scrape(servers[by_name(i)].metrics))
+        .map(|&i| scrape(server(EDGES[i]).metrics))
         .collect();
-    for u in &uases {
+    let core_texts: Vec<String> = topology
+        .cores()
+        .iter()
+        .map(|c| scrape(server(c).metrics))
+        .collect();
+    for (_, u) in &uases {
         terminate(&u.0);
     }
-    for u in &mut uases {
+    for (_, u) in &mut uases {
         wait_bounded(&mut u.0, Duration::from_secs(5));
     }
+    let uas_names: Vec<String> = uases.iter().map(|(n, _)| n.clone()).collect();
     drop(servers);
     drop(uases);
     if let Some(i) = overran {
@@ -461,9 +731,8 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             tail(&runs.join(format!("{tag}-uac{i}.log")))
         )));
     }
-    let (e1, e2, c1, c2) = (&texts[0], &texts[1], &texts[2], &texts[3]);
-    let mut reports = Vec::with_capacity(FLOWS.len());
-    for i in 0..FLOWS.len() {
+    let mut reports = Vec::with_capacity(flows.len());
+    for i in 0..flows.len() {
         reports.push(read_json(&runs.join(format!("{tag}-uac{i}.json")))?);
     }
     let sum = |path: &[&str]| reports.iter().map(|r| count(r, path)).sum::<u64>();
@@ -485,7 +754,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         }
     };
     let half = spec.duration_s / 2.0;
-    let per_flow: Vec<f64> = (0..FLOWS.len())
+    let per_flow: Vec<f64> = (0..flows.len())
         .map(|i| {
             window_sum(
                 &runs.join(format!("{tag}-uac{i}.csv")),
@@ -497,9 +766,27 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         .collect();
     let goodput_steady: f64 = per_flow.iter().sum();
     let edges = |name: &str, label: &str| -> u64 {
-        (metric_where(e1, name, &[label]) + metric_where(e2, name, &[label])) as u64
+        edge_texts
+            .iter()
+            .map(|t| metric_where(t, name, &[label]))
+            .sum::<f64>() as u64
     };
-    let throughput: f64 = ["uas3", "uas4"]
+    let cores_rejected: Vec<u64> = core_texts
+        .iter()
+        .map(|t| metric_where(t, "holdline_sip_rejected_overload_total", &[]) as u64)
+        .collect();
+    let cores_throttled: Vec<u64> = core_texts
+        .iter()
+        .map(|t| {
+            metric_where(
+                t,
+                "holdline_feedback_rejected_total",
+                &["reason=\"loss_throttle\""],
+            ) as u64
+        })
+        .collect();
+    let (c1, c2) = (&core_texts[0], &core_texts[1]);
+    let throughput: f64 = uas_names
         .iter()
         .map(|u| {
             window_sum(
@@ -549,13 +836,11 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             "reason=\"loss_throttle\"",
         ),
         edge_local_rejected: edges("holdline_overload_rejected_total", "reason=\"occupancy\""),
-        c1_rejected: metric_where(c1, "holdline_sip_rejected_overload_total", &[]) as u64,
-        c1_throttled: metric_where(
-            c1,
-            "holdline_feedback_rejected_total",
-            &["reason=\"loss_throttle\""],
-        ) as u64,
-        c2_rejected: metric_where(c2, "holdline_sip_rejected_overload_total", &[]) as u64,
+        c1_rejected: cores_rejected[0],
+        c1_throttled: cores_throttled[0],
+        c2_rejected: cores_rejected[1],
+        cores_rejected,
+        cores_throttled,
         deoc_targets: deoc_targets(&at_end),
         servers_cpu_s: cpu_s,
         servers_cpu_share: cpu_s / window.max(1e-3),
@@ -626,9 +911,25 @@ fn deoc_targets(text: &str) -> Vec<(String, String, Option<f64>)> {
     out
 }
 
+/// Each core's rejections and loss throttles, `C1 r/t, C2 r/t, …` (results written before
+/// the per-core lists: C1's and C2's own fields).
+fn cores_cell(p: &Point) -> String {
+    let (rejected, throttled) = if p.cores_rejected.is_empty() {
+        (vec![p.c1_rejected, p.c2_rejected], vec![p.c1_throttled, 0])
+    } else {
+        (p.cores_rejected.clone(), p.cores_throttled.clone())
+    };
+    rejected
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("C{} {r}/{}", i + 1, throttled.get(i).copied().unwrap_or(0)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn progress(i: usize, n: usize, p: &Point, started: Instant) {
     eprintln!(
-        "[{i}/{n} {:>5.0} s] {:<8} {:>4.2}x offered {:>6.1}/s  goodput {:>6.1}/s ({:.2})  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>5} 500 {:>5}  gapped {:>5} throttled E {:>5} C1 {:>5}  rejected C1 {:>5} C2 {:>5}  Jain {:.3}  servers' CPU {:.0}%",
+        "[{i}/{n} {:>5.0} s] {:<8} {:>4.2}x offered {:>6.1}/s  goodput {:>6.1}/s ({:.2})  PDD p50 {:>7.1} ms p99 {:>8.1} ms  503 {:>5} 500 {:>5}  edges gapped {:>5} throttled {:>5}  cores rejected/throttled {}  Jain {:.3}  servers' CPU {:.0}%",
         started.elapsed().as_secs_f64(),
         p.mechanism,
         p.load_factor,
@@ -641,9 +942,7 @@ fn progress(i: usize, n: usize, p: &Point, started: Instant) {
         p.r_other,
         p.edge_gapped,
         p.edge_throttled,
-        p.c1_throttled,
-        p.c1_rejected,
-        p.c2_rejected,
+        cores_cell(p),
         p.fairness,
         p.servers_cpu_share * 100.0,
     );
@@ -699,20 +998,30 @@ pub fn run(args: &Args) -> Result<Results> {
     }
     let sim_runs = args.sim_runs.unwrap_or(if quick { 2 } else { 5 }).min(20);
     let c2_cost = args.core_cost_us;
-    let c1_cost = (c2_cost as f64 * args.c1_cost_ratio).round() as u64;
+    // Every core of the two domains costs C2's.
+    let c1_cost = match args.topology {
+        Topology::Chain => (c2_cost as f64 * args.c1_cost_ratio).round() as u64,
+        Topology::Domains => c2_cost,
+    };
     let runs = args.out.join("runs");
     std::fs::create_dir_all(&runs)
         .map_err(|e| LabError::io(format!("create {}", runs.display()), e))?;
-    let nominal = 1e6 / (MESSAGES_PER_CALL * c2_cost as f64);
-    let steps: Vec<f64> = match (args.capacity.is_some(), quick) {
-        (true, _) => Vec::new(),
-        (false, true) => vec![0.9],
-        (false, false) => vec![0.8, 0.9, 1.0],
+    let topology = args.topology;
+    let nominal = topology.nominal(c2_cost);
+    let steps: Vec<f64> = if args.capacity.is_some() {
+        Vec::new()
+    } else {
+        topology.capacity_steps(quick)
     };
     let total = steps.len() + loads.len() * mechanisms.len();
     let mut done = 0;
+    let costs = match topology {
+        Topology::Chain => format!("C2 {c2_cost} µs per message, C1 {c1_cost} µs"),
+        Topology::Domains => format!("C1..C4 {c2_cost} µs per message"),
+    };
     eprintln!(
-        "deoc: C2 {c2_cost} µs per message, C1 {c1_cost} µs (waited, rejections alike), nominal capacity {nominal:.1} calls/s; {total} points of {duration:.0} s; loads {loads:?}; mechanisms {mechanisms:?}; {sim_runs} simulated runs per point"
+        "deoc: {}; {costs} (waited, rejections alike), nominal capacity {nominal:.1} calls/s; {total} points of {duration:.0} s; loads {loads:?}; mechanisms {mechanisms:?}; {sim_runs} simulated runs per point",
+        topology.title()
     );
 
     // Phase 1: the capacity (no control).
@@ -727,6 +1036,7 @@ pub fn run(args: &Args) -> Result<Results> {
             drain_s: drain,
             c1_cost_us: c1_cost,
             c2_cost_us: c2_cost,
+            topology,
             tag: format!("capacity-{rate}"),
         };
         let mut p = run_point(&exe, &runs, &spec, 0.0)?;
@@ -761,6 +1071,7 @@ pub fn run(args: &Args) -> Result<Results> {
                 drain_s: drain,
                 c1_cost_us: c1_cost,
                 c2_cost_us: c2_cost,
+                topology,
                 tag: format!("{m}-{f}x"),
             };
             let mut p = run_point(&exe, &runs, &spec, capacity)?;
@@ -784,6 +1095,7 @@ pub fn run(args: &Args) -> Result<Results> {
     let agreement = if sim_runs > 0 && !points.is_empty() {
         simulate(
             &exe,
+            topology,
             &args.out,
             &points,
             &mechanisms,
@@ -799,6 +1111,7 @@ pub fn run(args: &Args) -> Result<Results> {
 
     let results = Results {
         experiment: "deoc".into(),
+        topology,
         command: crate::runner::command_line(),
         started_unix_s: crate::runner::started_unix_s(started),
         quick,
@@ -826,9 +1139,11 @@ fn measured(points: &[Point], f: fn(&Point) -> Option<f64>) -> Option<f64> {
     (!v.is_empty()).then(|| crate::runner::median(v))
 }
 
-/// The scenario text for this run: the file's, with the run's capacity, durations and the
-/// cores' cost per message (measured where the run measured it).
+/// The scenario text for this run: the topology's file, with the run's capacity, durations
+/// and the cores' cost per message (measured where the run measured it; in the two domains
+/// every core at the mean of C1's and C2's).
 fn scenario_text(
+    topology: Topology,
     capacity: f64,
     duration: f64,
     drain: f64,
@@ -838,7 +1153,11 @@ fn scenario_text(
 ) -> String {
     let mut server = String::new();
     let mut out = String::new();
-    for line in SCENARIO.lines() {
+    let (c1_us, c2_us) = match topology {
+        Topology::Chain => (c1_us, c2_us),
+        Topology::Domains => ((c1_us + c2_us) / 2.0, (c1_us + c2_us) / 2.0),
+    };
+    for line in topology.scenario().lines() {
         let key = line.split('=').next().unwrap_or_default().trim();
         if line.starts_with("name = ") && out.contains("[[servers]]") {
             server = line
@@ -853,7 +1172,9 @@ fn scenario_text(
             "settle_s" => Some(format!("settle_s = {}", duration / 2.0)),
             "runs" => Some(format!("runs = {runs}")),
             "service_us" | "reject_us" if server == "c1" => Some(format!("{key} = {c1_us:.1}")),
-            "service_us" | "reject_us" if server == "c2" => Some(format!("{key} = {c2_us:.1}")),
+            "service_us" | "reject_us" if server.starts_with('c') && server != "c1" => {
+                Some(format!("{key} = {c2_us:.1}"))
+            }
             _ => None,
         };
         out.push_str(&replaced.unwrap_or_else(|| line.to_string()));
@@ -867,6 +1188,7 @@ fn scenario_text(
 #[allow(clippy::too_many_arguments)]
 fn simulate(
     exe: &Path,
+    topology: Topology,
     out: &Path,
     points: &[Point],
     mechanisms: &[String],
@@ -884,7 +1206,7 @@ fn simulate(
     let scenario = dir.join("scenario.toml");
     std::fs::write(
         &scenario,
-        scenario_text(capacity, duration, drain, runs, c1, c2),
+        scenario_text(topology, capacity, duration, drain, runs, c1, c2),
     )
     .map_err(|e| LabError::io(format!("write {}", scenario.display()), e))?;
     let list = |v: Vec<String>| v.join(",");
@@ -981,12 +1303,13 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "mechanism,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,fairness,pdd_p50_ms,pdd_mean_ms,pdd_p99_ms,calls_attempted,calls_ok,r503,r_other,timeouts,retrans_invite,edge_gapped,edge_throttled,edge_local_rejected,c1_rejected,c1_throttled,c2_rejected,servers_cpu_share,c1_service_us,c2_service_us,per_flow_goodput_cps\n",
+        "mechanism,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,fairness,pdd_p50_ms,pdd_mean_ms,pdd_p99_ms,calls_attempted,calls_ok,r503,r_other,timeouts,retrans_invite,edge_gapped,edge_throttled,edge_local_rejected,c1_rejected,c1_throttled,c2_rejected,servers_cpu_share,c1_service_us,c2_service_us,cores_rejected,cores_throttled,per_flow_goodput_cps\n",
     );
     let opt = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v:.0}"));
+    let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(";");
     for p in r.capacity_steps.iter().chain(&r.points) {
         csv.push_str(&format!(
-            "{},{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.4},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{}\n",
+            "{},{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.4},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}\n",
             p.mechanism,
             p.load_factor,
             p.offered_cps,
@@ -1014,6 +1337,8 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             p.servers_cpu_share,
             opt(p.c1_service_us),
             opt(p.c2_service_us),
+            join(&p.cores_rejected),
+            join(&p.cores_throttled),
             p.per_flow_goodput_cps
                 .iter()
                 .map(|x| format!("{x:.1}"))
@@ -1089,8 +1414,10 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         out,
         "goodput",
         &format!(
-            "E1,E2 -> C1 -> C2 -> E3,E4 (C2 {} µs/message, capacity {:.0} calls/s): steady goodput vs load",
-            r.c2_cost_us, r.capacity_cps
+            "{} (C2 {} µs/message, capacity {:.0} calls/s): steady goodput vs load",
+            r.topology.title(),
+            r.c2_cost_us,
+            r.capacity_cps
         ),
         "offered load / capacity",
         "calls/s (200 OK within 10 s)",
@@ -1099,7 +1426,10 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     plot::chart(
         out,
         "pdd",
-        "E1,E2 -> C1 -> C2 -> E3,E4: call setup delay (INVITE to 200 OK) p50 vs load",
+        &format!(
+            "{}: call setup delay (INVITE to 200 OK) p50 vs load",
+            r.topology.title()
+        ),
         "offered load / capacity",
         "setup delay p50, ms",
         &series_of(|p| p.pdd_p50_ms),
@@ -1110,13 +1440,19 @@ fn write(out: &Path, r: &Results) -> Result<()> {
 /// `summary.md`: the curve per mechanism, the criteria of issue 17, the simulator beside it.
 fn summary(r: &Results) -> String {
     let mut s = format!(
-        "# holdline lab deoc\n\n`{}`\n\nC2 {} µs per message, C1 {} µs (waited: `--emulate-sleep`; rejections alike), edges no emulated cost; nominal capacity {:.1} calls/s, measured capacity **{:.0} calls/s** (the load factors' unit); {:.0} s of load per point.\n\n",
-        r.command, r.c2_cost_us, r.c1_cost_us, r.nominal_capacity_cps, r.capacity_cps, r.duration_s
+        "# holdline lab deoc\n\n`{}`\n\nTopology: {}. C2 {} µs per message, C1 {} µs (waited: `--emulate-sleep`; rejections alike; in the two domains C3 and C4 as C2), edges no emulated cost; nominal capacity {:.1} calls/s, measured capacity **{:.0} calls/s** (the load factors' unit); {:.0} s of load per point.\n\n",
+        r.command,
+        r.topology.title(),
+        r.c2_cost_us,
+        r.c1_cost_us,
+        r.nominal_capacity_cps,
+        r.capacity_cps,
+        r.duration_s
     );
-    s.push_str("| mechanism | load | offered/s | goodput/s (÷ capacity) | setup delay p50 / p99 ms | 503 / 500 at the callers | DEOC gaps / loss throttles at E1+E2 | C1 rejected / throttled | C2 rejected | Jain | servers' CPU |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    s.push_str("| mechanism | load | offered/s | goodput/s (÷ capacity) | setup delay p50 / p99 ms | 503 / 500 at the callers | DEOC gaps / loss throttles at the ingress edges | cores rejected / throttled | Jain | servers' CPU |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for p in &r.points {
         s.push_str(&format!(
-            "| {} | {:.1}× | {:.0} | {:.1} ({:.2}) | {:.0} / {:.0} | {} / {} | {} / {} | {} / {} | {} | {:.3} | {:.0}% |\n",
+            "| {} | {:.1}× | {:.0} | {:.1} ({:.2}) | {:.0} / {:.0} | {} / {} | {} / {} | {} | {:.3} | {:.0}% |\n",
             label(&p.mechanism),
             p.load_factor,
             p.offered_cps,
@@ -1128,9 +1464,7 @@ fn summary(r: &Results) -> String {
             p.r_other,
             p.edge_gapped,
             p.edge_throttled,
-            p.c1_rejected,
-            p.c1_throttled,
-            p.c2_rejected,
+            cores_cell(p),
             p.fairness,
             p.servers_cpu_share * 100.0
         ));
@@ -1210,7 +1544,7 @@ mod tests {
 
     #[test]
     fn the_scenario_copy_takes_the_runs_values_and_parses() {
-        let text = scenario_text(80.0, 6.0, 4.0, 2, 1700.0, 2100.0);
+        let text = scenario_text(Topology::Chain, 80.0, 6.0, 4.0, 2, 1700.0, 2100.0);
         assert!(text.contains("capacity_cps = 80\n"), "{text}");
         assert!(text.contains("settle_s = 3\n"));
         assert!(text.contains("service_us = 2100.0"));
@@ -1221,6 +1555,75 @@ mod tests {
         assert_eq!(sc.runs, 2);
         assert_eq!(sc.ingress_edges().len(), 2);
         assert_eq!(sc.egress_edges().len(), 2);
+    }
+
+    #[test]
+    fn the_two_domain_scenario_copy_gives_every_core_the_measured_cost() {
+        let text = scenario_text(Topology::Domains, 120.0, 6.0, 4.0, 2, 1900.0, 2100.0);
+        assert!(text.contains("capacity_cps = 120\n"), "{text}");
+        assert_eq!(text.matches("service_us = 2000.0").count(), 4, "{text}");
+        assert_eq!(text.matches("service_us = 20\n").count(), 4, "{text}");
+        let sc = holdline_sim::Scenario::from_toml("scenario.toml", &text).expect("valid");
+        assert_eq!(sc.ingress_edges().len(), 4);
+        assert_eq!(sc.egress_edges().len(), 4);
+        assert_eq!(Topology::Domains.flows().len(), 12);
+        assert!((Topology::Domains.nominal(2000) - 171.43).abs() < 0.01);
+    }
+
+    #[test]
+    fn the_two_domains_route_through_their_own_cores_then_the_others() {
+        let names = Topology::Domains.servers();
+        let port = |n: &str| 5000 + names.iter().position(|x| *x == n).unwrap_or(99) as u16;
+        let uas = [6001, 6002, 6003, 6004];
+        let v = nodes(Topology::Domains, &port, &uas, true, 1600, 2000);
+        assert_eq!(v.len(), 8);
+        let node = |n: &str| v.iter().find(|x| x.name == n).expect(n);
+        // E1: its own callees to its UAS, the three other edges hashed over C1, C2, each
+        // named as DEOC's target.
+        let e1 = node("E1");
+        assert!(e1.ingress && e1.cost_us == 0);
+        assert_eq!(e1.routes, ["e1.lab=udp:127.0.0.1:6001"]);
+        let (c1, c2) = (port("C1"), port("C2"));
+        assert_eq!(
+            e1.hashed,
+            [
+                ("e2.lab".to_string(), vec![c1, c2], Some("E2")),
+                ("e3.lab".to_string(), vec![c1, c2], Some("E3")),
+                ("e4.lab".to_string(), vec![c1, c2], Some("E4")),
+            ]
+        );
+        assert_eq!(node("E4").hashed[0].1, vec![port("C3"), port("C4")]);
+        // C3 (domain B): its own edges directly, domain A's edges hashed over C1, C2; every
+        // core at C2's cost, no DEOC target.
+        let c3 = node("C3");
+        assert!(!c3.ingress && c3.cost_us == 2000);
+        assert_eq!(
+            c3.routes,
+            [
+                format!("e3.lab=udp:127.0.0.1:{}", port("E3")),
+                format!("e4.lab=udp:127.0.0.1:{}", port("E4"))
+            ]
+        );
+        assert_eq!(
+            c3.hashed,
+            [
+                ("e1.lab".to_string(), vec![c1, c2], None),
+                ("e2.lab".to_string(), vec![c1, c2], None),
+            ]
+        );
+        let conf = hash_routes_config(&e1.hashed);
+        assert_eq!(conf.matches("[[hash_routes]]").count(), 3, "{conf}");
+        assert_eq!(conf.matches("failover = false").count(), 3, "{conf}");
+        assert!(conf.contains("deoc_target = \"E3\""), "{conf}");
+        // Without DEOC no route names a target.
+        let plain = nodes(Topology::Domains, &port, &uas, false, 1600, 2000);
+        assert!(plain.iter().all(|n| n.hashed.iter().all(|h| h.2.is_none())));
+        // The chain keeps its order (next hops first) and C1's own cost.
+        let chain = nodes(Topology::Chain, &port, &uas, true, 1600, 2000);
+        let order: Vec<&str> = chain.iter().map(|n| n.name).collect();
+        assert_eq!(order, ["E3", "E4", "C2", "C1", "E1", "E2"]);
+        assert_eq!(chain[3].cost_us, 1600);
+        assert!(chain[4].routes[0].ends_with(",deoc_target=E3"));
     }
 
     #[test]

@@ -300,6 +300,10 @@ struct Server {
     handling: Duration,
     rejecting: Duration,
     rejected_msgs: u64,
+    /// Busy time since the server role last answered, rejections counted in, and when that
+    /// was: the answer's occupancy (as the worker's `whole_occupancy`).
+    answer_busy: Duration,
+    answer_mark: Instant,
     datagrams: u64,
     datagram_mark: u64,
     /// Mean service time per message (EWMA), ns: turns a queueing delay into a length.
@@ -1049,6 +1053,7 @@ impl Server {
     fn busy_since(&mut self, t: Instant) -> Duration {
         let busy = t.saturating_duration_since(self.busy_mark);
         self.busy_mark = self.busy_mark.max(t);
+        self.answer_busy += busy;
         let handling = std::mem::take(&mut self.handling);
         let rejecting = std::mem::take(&mut self.rejecting);
         let rejected_messages = std::mem::take(&mut self.rejected_msgs);
@@ -1113,7 +1118,15 @@ impl Server {
         let Some(role) = self.role.as_mut() else {
             return;
         };
-        let occupancy = self.ctl.snapshot().occupancy;
+        // The answer counts the rejections' time in, as the worker's does.
+        let span = now.saturating_duration_since(self.answer_mark);
+        let busy = std::mem::take(&mut self.answer_busy);
+        self.answer_mark = now;
+        let whole = (!span.is_zero()).then(|| (busy.as_secs_f64() / span.as_secs_f64()).min(1.0));
+        let occupancy = match (whole, self.ctl.snapshot().occupancy) {
+            (Some(w), Some(l)) => Some(w.max(l)),
+            (w, l) => w.or(l),
+        };
         let elapsed = now.saturating_duration_since(role.updated);
         role.updated = now;
         let (sum, n) = std::mem::take(&mut role.invite_delay);
@@ -1873,6 +1886,8 @@ impl World {
                 handling: Duration::ZERO,
                 rejecting: Duration::ZERO,
                 rejected_msgs: 0,
+                answer_busy: Duration::ZERO,
+                answer_mark: Instant::ZERO,
                 datagrams: 0,
                 datagram_mark: 0,
                 service_ns: 0.0,

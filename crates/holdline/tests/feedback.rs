@@ -74,13 +74,17 @@ fn chain_with(se_feedback: &str, re_extra: &[String], load_s: u32) -> Run {
             s("--metrics"),
             format!("127.0.0.1:{re_metrics}"),
             // About 2 ms per message, 6 messages per call: ~80 calls/s. Rejections cost only
-            // their real work.
+            // their real work unless `re_extra` says otherwise.
             s("--emulate-cost-us"),
             s("2000"),
-            s("--emulate-reject-cost-us"),
-            s("0"),
         ]
         .into_iter()
+        .chain(
+            (!re_extra.iter().any(|a| a == "--emulate-reject-cost-us"))
+                .then(|| [s("--emulate-reject-cost-us"), s("0")])
+                .into_iter()
+                .flatten(),
+        )
         .chain(re_extra.iter().cloned())
         .collect::<Vec<_>>(),
     );
@@ -300,6 +304,45 @@ struct Targets {
 /// (`deoc_target=E2` / `E3`) and the edge answers a gapped call `480` and cuts by `β = 1/2`
 /// (`[overload.deoc]`, from a configuration file); without, DEOC's target is the next hop, the core, for
 /// both, and a gapped call is answered the paper's `503`.
+/// Rejections as costly as calls at the RE (seed 003's model, waited: `--emulate-sleep`):
+/// its loss answer must count the time it spends rejecting. A server busy with nothing but
+/// rejections (INVITEs gone stale in its queue, its gate) is overloaded, and the answer is
+/// what makes upstream stop sending them; counted out, as the local controller counts them,
+/// the RE read a fraction of a percent of occupancy while rejecting all the time, answered
+/// little loss, and the SE kept sending about half of the excess (in `holdline lab deoc
+/// --topology domains` at 8×: OCC-Hop's goodput 0).
+#[test]
+fn the_loss_answer_counts_the_time_spent_rejecting() {
+    let run = chain_with(
+        "loss",
+        &[
+            s("--emulate-reject-cost-us"),
+            s("2000"),
+            s("--emulate-sleep"),
+        ],
+        8,
+    );
+    let se_throttled = metric(
+        &run.se,
+        "holdline_feedback_rejected_total",
+        &["reason=\"loss_throttle\""],
+    );
+    let re_rejected = metric(&run.re, "holdline_sip_rejected_overload_total", &[]);
+    let summary = format!(
+        "SE throttled {se_throttled}, RE rejected {re_rejected}; uac {} attempted {} ok {} 503",
+        run.attempted, run.ok, run.r503
+    );
+    eprintln!("{summary}");
+    // Offered about 7x the RE's capacity: the SE must drop most of it on the RE's answers,
+    // and the RE reject little itself.
+    assert!(
+        se_throttled >= 0.6 * run.attempted as f64,
+        "the SE drops the excess: {summary}"
+    );
+    assert!(re_rejected < se_throttled / 2.0, "{summary}");
+    assert!(run.ok > 0, "{summary}");
+}
+
 fn two_targets(named: bool) -> Targets {
     let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
     let edge_metrics = free_port();

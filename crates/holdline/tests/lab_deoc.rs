@@ -150,3 +150,80 @@ fn assert_png(p: &Path) {
     let bytes = std::fs::read(p).expect("png");
     assert!(bytes.starts_with(b"\x89PNG"), "{}", p.display());
 }
+
+/// `--topology domains`: seed 003's topology 2 in small, eight servers. Below capacity every
+/// one of the twelve flows (each edge to each other edge, within a domain and across) sets
+/// its calls up, so the hashed routes between the domains' cores are wired both ways; at 4×
+/// DEOC at E1 keeps a state per target edge (E2 in its own domain, E3 and E4 across) and
+/// the rejections the callers see are its gaps or the cores' (per core, all four reported).
+#[test]
+fn deoc_two_domains_route_every_flow_and_gap_per_target_edge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("deoc-domains");
+    let err = common::run_lab(
+        &[
+            "deoc",
+            "--topology",
+            "domains",
+            "--quick",
+            "--capacity",
+            "100",
+            "--loads",
+            "0.5,4",
+            "--mechanisms",
+            "occ+deoc",
+            "--duration",
+            "10",
+            "--sim-runs",
+            "1",
+        ],
+        &out,
+        Duration::from_secs(300),
+    );
+    eprintln!("{err}");
+    assert!(err.contains("[2/2"), "a progress line per point:\n{err}");
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["topology"], "domains");
+    let points = v["points"].as_array().expect("points");
+    assert_eq!(points.len(), 2);
+
+    let low = point(points, "occ+deoc", 0.5);
+    let flows = low["per_flow_goodput_cps"].as_array().expect("flows");
+    assert_eq!(flows.len(), 12, "{low}");
+    assert!(
+        flows.iter().all(|g| g.as_f64().unwrap_or(0.0) > 0.0),
+        "every flow sets calls up below capacity: {low}"
+    );
+    let attempted = f(low, "calls_attempted");
+    assert!(
+        f(low, "calls_ok") >= 0.98 * attempted && attempted > 200.0,
+        "{low}"
+    );
+
+    let high = point(points, "occ+deoc", 4.0);
+    assert_eq!(high["cores_rejected"].as_array().map(Vec::len), Some(4));
+    assert!(f(high, "edge_gapped") > 0.0, "{high}");
+    let targets = high["deoc_targets"].as_array().expect("deoc_targets");
+    for t in ["E2", "E3", "E4"] {
+        assert!(targets.iter().any(|r| r[0] == t), "{t} in {targets:?}");
+    }
+    let cores: f64 = high["cores_rejected"]
+        .as_array()
+        .expect("cores")
+        .iter()
+        .filter_map(serde_json::Value::as_f64)
+        .sum();
+    // A core's 503 reaches the caller as a 503 or, relayed by a proxy, as a 500.
+    assert!(
+        f(high, "r503") + f(high, "r_other")
+            <= f(high, "edge_gapped")
+                + f(high, "edge_throttled")
+                + f(high, "edge_local_rejected")
+                + cores,
+        "{high}"
+    );
+    assert_eq!(v["agreement"].as_array().map(Vec::len), Some(2));
+    let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
+    assert_eq!(csv.lines().count(), 1 + 2, "{csv}");
+}
