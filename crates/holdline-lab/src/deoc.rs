@@ -295,6 +295,43 @@ fn nodes(
     }
 }
 
+/// A server's configuration file: its DEOC settings (`[overload.deoc]`, `KEY=VALUE` each)
+/// and its hashed routes.
+fn server_config(hashed: &[(String, Vec<u16>, Option<&str>)], deoc: &[String]) -> String {
+    let mut s = String::new();
+    if !deoc.is_empty() {
+        s.push_str(
+            "# holdline lab deoc --deoc: the ingress edge's DEOC settings.\n[overload.deoc]\n",
+        );
+        for kv in deoc {
+            if let Some((k, v)) = kv.split_once('=') {
+                s.push_str(&format!("{} = {}\n", k.trim(), v.trim()));
+            }
+        }
+        s.push('\n');
+    }
+    s.push_str(&hash_routes_config(hashed));
+    s
+}
+
+/// The `--deoc KEY=VALUE` settings, checked: a key of letters and `_`, a value.
+fn check_deoc_settings(settings: &[String]) -> Result<()> {
+    for kv in settings {
+        let ok = kv.split_once('=').is_some_and(|(k, v)| {
+            let k = k.trim();
+            !k.is_empty()
+                && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                && !v.trim().is_empty()
+        });
+        if !ok {
+            return Err(LabError::Precondition(format!(
+                "--deoc {kv}: expected KEY=VALUE with a key of [overload.deoc] (alpha=0.5)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A server's configuration file of hashed routes (`[[hash_routes]]`, rendezvous hashing
 /// of the callee, `failover = false`: a core's 503 goes back upstream, as in the paper).
 fn hash_routes_config(hashed: &[(String, Vec<u16>, Option<&str>)]) -> String {
@@ -351,6 +388,11 @@ pub struct Args {
     /// `--core-cost-us`, every edge calling the three others).
     #[arg(long, value_enum, default_value_t = Topology::Chain)]
     pub topology: Topology,
+    /// A DEOC setting of the ingress edges, `KEY=VALUE` (repeatable): a key of the server's
+    /// `[overload.deoc]` table (`alpha`, `k`, `beta`, `period_ms`, …) and its TOML value,
+    /// given to the simulator's edges alike. Default: the paper's values.
+    #[arg(long = "deoc", value_name = "KEY=VALUE")]
+    pub deoc: Vec<String>,
 }
 
 /// One measured point (one row of `points.csv`).
@@ -457,6 +499,9 @@ pub struct Results {
     /// The servers' topology.
     #[serde(default)]
     pub topology: Topology,
+    /// The ingress edges' DEOC settings (`--deoc KEY=VALUE`; empty: the paper's values).
+    #[serde(default)]
+    pub deoc_settings: Vec<String>,
     /// The command line.
     pub command: String,
     /// Start time, seconds since the Unix epoch.
@@ -528,6 +573,7 @@ struct Spec<'a> {
     c1_cost_us: u64,
     c2_cost_us: u64,
     topology: Topology,
+    deoc_settings: &'a [String],
     tag: String,
 }
 
@@ -635,9 +681,14 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
             args.push("--emulate-sleep".to_string());
         }
         args.extend(node.routes.iter().map(|r| format!("--route={r}")));
-        if !node.hashed.is_empty() {
+        let settings = if node.ingress && deoc {
+            spec.deoc_settings
+        } else {
+            &[]
+        };
+        if !node.hashed.is_empty() || !settings.is_empty() {
             let conf = runs.join(format!("{tag}-{lower}.toml"));
-            std::fs::write(&conf, hash_routes_config(&node.hashed))
+            std::fs::write(&conf, server_config(&node.hashed, settings))
                 .map_err(|e| LabError::io(format!("write {}", conf.display()), e))?;
             args.push(format!("--config={}", conf.display()));
         }
@@ -978,6 +1029,7 @@ pub fn run(args: &Args) -> Result<Results> {
     for m in &mechanisms {
         mechanism_args(m)?;
     }
+    check_deoc_settings(&args.deoc)?;
     if loads
         .iter()
         .any(|&f| !(f.is_finite() && f > 0.0 && f <= 20.0))
@@ -1037,6 +1089,7 @@ pub fn run(args: &Args) -> Result<Results> {
             c1_cost_us: c1_cost,
             c2_cost_us: c2_cost,
             topology,
+            deoc_settings: &args.deoc,
             tag: format!("capacity-{rate}"),
         };
         let mut p = run_point(&exe, &runs, &spec, 0.0)?;
@@ -1072,6 +1125,7 @@ pub fn run(args: &Args) -> Result<Results> {
                 c1_cost_us: c1_cost,
                 c2_cost_us: c2_cost,
                 topology,
+                deoc_settings: &args.deoc,
                 tag: format!("{m}-{f}x"),
             };
             let mut p = run_point(&exe, &runs, &spec, capacity)?;
@@ -1096,6 +1150,7 @@ pub fn run(args: &Args) -> Result<Results> {
         simulate(
             &exe,
             topology,
+            &args.deoc,
             &args.out,
             &points,
             &mechanisms,
@@ -1112,6 +1167,7 @@ pub fn run(args: &Args) -> Result<Results> {
     let results = Results {
         experiment: "deoc".into(),
         topology,
+        deoc_settings: args.deoc.clone(),
         command: crate::runner::command_line(),
         started_unix_s: crate::runner::started_unix_s(started),
         quick,
@@ -1189,6 +1245,7 @@ fn scenario_text(
 fn simulate(
     exe: &Path,
     topology: Topology,
+    deoc_settings: &[String],
     out: &Path,
     points: &[Point],
     mechanisms: &[String],
@@ -1210,7 +1267,7 @@ fn simulate(
     )
     .map_err(|e| LabError::io(format!("write {}", scenario.display()), e))?;
     let list = |v: Vec<String>| v.join(",");
-    let args = vec![
+    let mut args = vec![
         "sim".to_string(),
         "run".to_string(),
         scenario.display().to_string(),
@@ -1225,6 +1282,14 @@ fn simulate(
         "--out".to_string(),
         dir.display().to_string(),
     ];
+    // The edges' DEOC settings, as one-value sweeps over every server (DEOC runs at the
+    // ingress edges only).
+    for kv in deoc_settings {
+        if let Some((k, v)) = kv.split_once('=') {
+            args.push("--sweep".to_string());
+            args.push(format!("servers.*.deoc.{}={}", k.trim(), v.trim()));
+        }
+    }
     eprintln!(
         "deoc: simulating the same points ({runs} runs each; C1 {c1:.0} µs, C2 {c2:.0} µs per message as measured): holdline {}",
         args.join(" ")
@@ -1449,6 +1514,12 @@ fn summary(r: &Results) -> String {
         r.capacity_cps,
         r.duration_s
     );
+    if !r.deoc_settings.is_empty() {
+        s.push_str(&format!(
+            "DEOC settings at the ingress edges (and in the simulator): `{}`.\n\n",
+            r.deoc_settings.join("`, `")
+        ));
+    }
     s.push_str("| mechanism | load | offered/s | goodput/s (÷ capacity) | setup delay p50 / p99 ms | 503 / 500 at the callers | DEOC gaps / loss throttles at the ingress edges | cores rejected / throttled | Jain | servers' CPU |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for p in &r.points {
         s.push_str(&format!(
@@ -1624,6 +1695,22 @@ mod tests {
         assert_eq!(order, ["E3", "E4", "C2", "C1", "E1", "E2"]);
         assert_eq!(chain[3].cost_us, 1600);
         assert!(chain[4].routes[0].ends_with(",deoc_target=E3"));
+    }
+
+    #[test]
+    fn deoc_settings_go_to_the_edges_table_and_are_checked() {
+        let hashed = [("e3.lab".to_string(), vec![5001, 5002], Some("E3"))];
+        let conf = server_config(&hashed, &["alpha=1".to_string(), " k = 0.75".to_string()]);
+        assert!(
+            conf.contains("[overload.deoc]\nalpha = 1\nk = 0.75\n"),
+            "{conf}"
+        );
+        assert!(conf.contains("[[hash_routes]]"), "{conf}");
+        assert!(!server_config(&[], &[]).contains("overload"));
+        assert!(check_deoc_settings(&["alpha=0.5".to_string(), "beta=0.25".to_string()]).is_ok());
+        for bad in ["alpha", "=1", "alpha=", "Alpha=1", "a.b=1"] {
+            assert!(check_deoc_settings(&[bad.to_string()]).is_err(), "{bad}");
+        }
     }
 
     #[test]
