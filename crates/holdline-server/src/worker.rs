@@ -1268,23 +1268,16 @@ impl Worker {
         })
     }
 
-    /// The server role's answer for the next interval, from what this one measured.
-    ///
-    /// Its occupancy counts the rejections' time in, unlike the local controller's: the
-    /// answer exists to have upstream drop what this server would otherwise spend rejecting.
-    /// Left out, a server busy only with rejections (stale INVITEs, its gate) read idle and
-    /// answered little or no loss while its upstream kept sending: in `holdline lab deoc
-    /// --topology domains` at 8× (rejections as costly as calls) the cores read 0.1%
-    /// occupancy while rejecting all the time, and OCC-Hop's goodput fell to 0.
+    /// The server role's answer for the next interval, from what this one measured; its
+    /// occupancy counts the rejections' time in ([`HopMeasure::answer_occupancy`]).
     fn update_answer(&mut self) {
         let Some(role) = self.server_role.as_mut() else {
             return;
         };
-        let local = self.controller.snapshot().occupancy;
-        let occupancy = match (self.whole_occupancy, local) {
-            (Some(w), Some(l)) => Some(w.max(l)),
-            (w, l) => w.or(l),
-        };
+        let occupancy = HopMeasure::answer_occupancy(
+            self.controller.snapshot().occupancy,
+            self.whole_occupancy,
+        );
         let tally = self.core.take_feedback_tally();
         let now = StdInstant::now();
         let elapsed = now - std::mem::replace(&mut role.updated, now);

@@ -1123,10 +1123,7 @@ impl Server {
         let busy = std::mem::take(&mut self.answer_busy);
         self.answer_mark = now;
         let whole = (!span.is_zero()).then(|| (busy.as_secs_f64() / span.as_secs_f64()).min(1.0));
-        let occupancy = match (whole, self.ctl.snapshot().occupancy) {
-            (Some(w), Some(l)) => Some(w.max(l)),
-            (w, l) => w.or(l),
-        };
+        let occupancy = HopMeasure::answer_occupancy(self.ctl.snapshot().occupancy, whole);
         let elapsed = now.saturating_duration_since(role.updated);
         role.updated = now;
         let (sum, n) = std::mem::take(&mut role.invite_delay);
