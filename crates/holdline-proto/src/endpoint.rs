@@ -32,6 +32,7 @@ use crate::auth::{AuthDecision, Authenticator, ChallengeReason, Role};
 use crate::dns::{DnsCache, DnsQuery, DnsResponse, DnsStats, DnsTarget, Resolution};
 
 use crate::location::{Binding, LocationStore};
+use crate::proxy::learn::{self, LearnedEdges};
 use crate::proxy::{
     EdgeId, ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via,
     is_own_socket, record_route_value, resolve_uri, response_rank, stateless_branch,
@@ -459,6 +460,8 @@ pub struct EndpointStats {
     /// New INVITEs the forward gate rejected (every next hop refused them), answered through
     /// their server transaction.
     pub rejected_by_forward_gate: u64,
+    /// Callees whose egress edge is remembered ([`ProxyConfig::learn_edges`]; a gauge).
+    pub edges_learned: u64,
     /// Initial requests answered `302` with their targets as Contacts
     /// ([`ProxyMode::Redirect`]).
     pub redirected: u64,
@@ -574,6 +577,9 @@ struct Call {
     dns: bool,
     /// The target edge its route named (end-to-end overload control), for its branches.
     edge: Option<EdgeId>,
+    /// Its callee's key, when its egress edge is learned from its responses
+    /// ([`ProxyConfig::learn_edges`]).
+    learn_key: Option<u64>,
 }
 
 /// A request waiting for the DNS lookups of its next hop (its server transaction is live).
@@ -670,6 +676,8 @@ pub struct Endpoint {
     targets_from_dns: bool,
     /// The target edge of the route [`all_targets`](Self::all_targets) took, if it names one.
     route_edge: Option<EdgeId>,
+    /// Callees' egress edges learned from Record-Route ([`ProxyConfig::learn_edges`]).
+    learned_edges: LearnedEdges,
     /// RFC 7200 subscriptions, both roles ([`ProxyConfig::load_control`]).
     lc: lc::LcState,
 }
@@ -803,6 +811,7 @@ impl Endpoint {
             parked_names: BTreeMap::new(),
             targets_from_dns: false,
             route_edge: None,
+            learned_edges: LearnedEdges::default(),
             lc: lc::LcState::default(),
         }
     }
@@ -828,6 +837,9 @@ impl Endpoint {
         c.hash_routes.clone_from(&new.hash_routes);
         c.dns_routes.clone_from(&new.dns_routes);
         c.probe = new.probe;
+        c.learn_edges = new.learn_edges;
+        // The routes may lead elsewhere now: learn the egress edges again.
+        self.learned_edges.clear();
         let targets: Vec<Peer> = c
             .hash_routes
             .iter()
@@ -2018,6 +2030,7 @@ impl Endpoint {
         }
         // The forward gate (TCP smart forwarding): a new INVITE goes only to the next hops
         // whose gate admits it; with none left it is answered with the gate's rejection.
+        let mut learn_key = None;
         if invite && msg.to().is_ok_and(|to| to.tag().is_none()) {
             if self.config.advertise_offered_load {
                 // Offered: counted before the gate, rejected or not.
@@ -2026,6 +2039,10 @@ impl Endpoint {
                 }
             }
             let mut rejection = None;
+            if self.config.learn_edges && self.route_edge.is_none() {
+                learn_key = learn::callee_key(&plan.ruri);
+                self.route_edge = learn_key.and_then(|k| self.learned_edges.get(now, k));
+            }
             let edge = self.route_edge;
             targets.retain(|t| match forward(t.dest, edge) {
                 Some(r) => {
@@ -2072,6 +2089,7 @@ impl Endpoint {
                 local,
                 dns,
                 edge: self.route_edge,
+                learn_key,
             },
         );
         for t in targets {
@@ -3467,6 +3485,24 @@ impl Endpoint {
         Some(out)
     }
 
+    /// Learns the egress edge of the callee of INVITE branch `cid` from `response` (a
+    /// provisional or 2xx), when its call learns one ([`ProxyConfig::learn_edges`]).
+    fn learn_edge(&mut self, now: Instant, cid: ClientTxnId, response: &Message<'_>) {
+        let Some(key) = self
+            .branches
+            .get(&cid)
+            .filter(|b| b.invite)
+            .and_then(|b| self.calls.get(&b.server))
+            .and_then(|c| c.learn_key)
+        else {
+            return;
+        };
+        if let Some(edge) = learn::egress_edge(&self.config, response) {
+            self.learned_edges.learn(now, key, edge);
+            self.stats.edges_learned = self.learned_edges.len() as u64;
+        }
+    }
+
     /// §16.7 for a response matched to one of our branches.
     fn on_branch_response(
         &mut self,
@@ -3492,6 +3528,9 @@ impl Endpoint {
                 self.forward_upstream(now, sid, popped);
             }
             return;
+        }
+        if self.config.learn_edges && (101..300).contains(&status) {
+            self.learn_edge(now, cid, msg);
         }
         let Some(b) = self.branches.get_mut(&cid) else {
             if (200..300).contains(&status) {

@@ -144,6 +144,8 @@
 //! max_targets = 1024               # targets with state at most
 //! status = 503                     # the answer to a gapped call: 480, 486, 500, 503, 600, 603
 //! # retry_after_s = 5              # ... its Retry-After (default: [overload] retry_after_s)
+//! target = "next-hop"              # a route without deoc_target: its next hop, or
+//!                                  # "record-route": the callee's egress edge, learned
 //!
 //! [[routes]]
 //! domain = "*"
@@ -877,6 +879,10 @@ pub struct DeocSettings {
     pub status: u16,
     /// `Retry-After` of those responses, s. Default: `[overload] retry_after_s` (none).
     pub retry_after_s: Option<u32>,
+    /// The target of a call whose route names no `deoc_target`: `"next-hop"` (default) or
+    /// `"record-route"`, the callee's egress edge learned from the topmost Record-Route of
+    /// the responses to earlier calls to it (the next hop until one came).
+    pub target: String,
 }
 
 impl Default for DeocSettings {
@@ -894,6 +900,7 @@ impl Default for DeocSettings {
             max_targets: d.max_targets,
             status: d.status,
             retry_after_s: None,
+            target: "next-hop".into(),
         }
     }
 }
@@ -1117,6 +1124,12 @@ impl OverloadSettings {
     /// (a mistake in it is found before it is switched on); the error names the key.
     pub fn check_deoc(&self) -> Result<(), (String, String)> {
         use holdline_overload::ControllerFactory as _;
+        if !matches!(self.deoc.target.trim(), "next-hop" | "record-route") {
+            return Err((
+                "overload.deoc.target".into(),
+                format!("`{}`: \"next-hop\" or \"record-route\"", self.deoc.target),
+            ));
+        }
         self.deoc_config().validate().map_err(|e| {
             let key = match &e {
                 holdline_overload::ConfigError::OutOfRange { field, .. }
@@ -3724,6 +3737,11 @@ send_buffer = 16384
                 "overload.deoc.period_ms",
             ),
             ("[overload.deoc]\ngamma = 1\n", 2, "overload.deoc.gamma"),
+            (
+                "[overload.deoc]\n\ntarget = \"via\"\n",
+                3,
+                "overload.deoc.target",
+            ),
         ] {
             let e = ServerConfig::from_toml("e.toml", text).expect_err(text);
             assert_eq!((e.line, e.key.as_str()), (line, key), "{text}: {e}");

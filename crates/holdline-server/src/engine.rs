@@ -171,6 +171,9 @@ pub fn proxy_config(config: &ServerConfig, bound: &[Listener], index: usize) -> 
         || config.overload.deoc_client().is_some()
         || algos.contains(&holdline_sip::OcAlgo::Window);
     // The server sets the base of its own clock (`seq_base`); now is close to it.
+    // validate() checked the setting.
+    p.learn_edges = config.overload.deoc_client().is_some()
+        && config.overload.deoc.target.trim() == "record-route";
     p.overload_seq_base = seq_base(&Clock::new());
     p.host_addresses = host_addresses();
     p.registrar = config.registrar.into();
@@ -731,6 +734,9 @@ impl WorkerCore for Engine {
         );
         let _ = writeln!(out, "holdline_sip_acks_absorbed_total {}", s.acks_absorbed);
         let _ = writeln!(out, "holdline_sip_failovers_total {}", s.failovers);
+        if self.endpoint.config().learn_edges {
+            let _ = writeln!(out, "holdline_deoc_edges_learned {}", s.edges_learned);
+        }
         if self.endpoint.config().uses_dns() {
             render_dns(s, &self.endpoint.dns_stats(), out);
         }

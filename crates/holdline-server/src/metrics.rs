@@ -725,12 +725,18 @@ pub(crate) fn render_deoc_targets(
     }
 }
 
-/// A next hop's label from its number (`worker::target_of`): `IP:PORT` for IPv4, else the
-/// number in hex.
+/// A next hop's label from its number (`worker::target_of`): `IP:PORT` for IPv4, an egress
+/// edge learned from a Record-Route `edge:IP:PORT`, else the number in hex.
 fn target_label(t: holdline_overload::TargetId) -> String {
     if t.0 >> 48 == 0 {
         let ip = std::net::Ipv4Addr::from((t.0 >> 16) as u32);
         format!("{ip}:{}", t.0 & 0xffff)
+    } else if let Some(a) = (t.0 >> 63 == 1)
+        .then(|| holdline_proto::EdgeId(t.0).address())
+        .flatten()
+    {
+        // An egress edge learned from a Record-Route (`[overload.deoc] target`).
+        format!("edge:{a}")
     } else {
         format!("{:016x}", t.0)
     }

@@ -290,6 +290,8 @@ struct Targets {
     edge: String,
     /// The core's SIP port (the next hop of both routes).
     core: u16,
+    /// The egress proxies' SIP ports ([`TargetBy::RecordRoute`] only).
+    egress: (u16, u16),
     /// Calls to the failing target: attempted, completed.
     failing: (u64, u64),
     /// The failing target's call failures by status (the UAC's `failures_by_code`).
@@ -298,12 +300,6 @@ struct Targets {
     healthy: (u64, u64, u64),
 }
 
-/// An edge (`--feedback deoc`) with two routes through the same core to two targets: calls
-/// for `e2.lab` reach a UAS that answers every INVITE 503 (the overloaded path), calls for
-/// `e3.lab` one that answers 200. With `named`, the routes name their target edges
-/// (`deoc_target=E2` / `E3`) and the edge answers a gapped call `480` and cuts by `β = 1/2`
-/// (`[overload.deoc]`, from a configuration file); without, DEOC's target is the next hop, the core, for
-/// both, and a gapped call is answered the paper's `503`.
 /// Rejections as costly as calls at the RE (seed 003's model, waited: `--emulate-sleep`):
 /// its loss answer must count the time it spends rejecting. A server busy with nothing but
 /// rejections (INVITEs gone stale in its queue, its gate) is overloaded, and the answer is
@@ -343,8 +339,30 @@ fn the_loss_answer_counts_the_time_spent_rejecting() {
     assert!(run.ok > 0, "{summary}");
 }
 
-fn two_targets(named: bool) -> Targets {
+/// How the edge of [`two_targets`] finds DEOC's target.
+#[derive(Clone, Copy, PartialEq)]
+enum TargetBy {
+    /// The routes name it (`deoc_target=E2` / `E3`).
+    Route,
+    /// Neither: the next hop, the core, for both flows.
+    NextHop,
+    /// Learned from Record-Route (`[overload.deoc] target = "record-route"`): each flow
+    /// leaves by an egress proxy of its own behind the core.
+    RecordRoute,
+}
+
+/// An edge (`--feedback deoc`) with two routes through the same core to two targets: calls
+/// for `e2.lab` reach a UAS that answers every INVITE 503 (the overloaded path; with
+/// [`TargetBy::RecordRoute`] one in four is answered 200, or nothing could be learned from
+/// it), calls for `e3.lab` one that answers 200. With [`TargetBy::Route`] and
+/// [`TargetBy::RecordRoute`] the edge answers a gapped call `480` and cuts by `β = 1/2`
+/// (`[overload.deoc]`, from a configuration file); with [`TargetBy::NextHop`] a gapped call
+/// is answered the paper's `503`.
+fn two_targets(by: TargetBy) -> Targets {
+    let named = by == TargetBy::Route;
+    let learned = by == TargetBy::RecordRoute;
     let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
+    let (e2, e3) = (free_port(), free_port());
     let edge_metrics = free_port();
     let uas = |port: u16, responses: &str| {
         let g = Guard(
@@ -365,7 +383,7 @@ fn two_targets(named: bool) -> Targets {
         common::wait_udp_bound(port, Duration::from_secs(10));
         g
     };
-    let _bad = uas(bad, "503:1");
+    let _bad = uas(bad, if learned { "200:1,503:3" } else { "503:1" });
     let _good = uas(good, "200:1");
     let common_args = |port: u16| {
         vec![
@@ -377,12 +395,20 @@ fn two_targets(named: bool) -> Targets {
             s("1"),
         ]
     };
+    // With learning, an egress proxy (record-routing, as by default) per flow.
+    let egress = |port: u16, domain: &str, uas: u16| {
+        let mut args = common_args(port);
+        args.extend([s("--route"), format!("{domain}=udp:127.0.0.1:{uas}")]);
+        Holdline::start(&args)
+    };
+    let _egress = learned.then(|| (egress(e2, "e2.lab", bad), egress(e3, "e3.lab", good)));
+    let (to_bad, to_good) = if learned { (e2, e3) } else { (bad, good) };
     let mut core_args = common_args(core);
     core_args.extend([
         s("--route"),
-        format!("e2.lab=udp:127.0.0.1:{bad}"),
+        format!("e2.lab=udp:127.0.0.1:{to_bad}"),
         s("--route"),
-        format!("e3.lab=udp:127.0.0.1:{good}"),
+        format!("e3.lab=udp:127.0.0.1:{to_good}"),
     ]);
     let core_server = Holdline::start(&core_args);
     let mut edge_args = common_args(edge);
@@ -404,13 +430,21 @@ fn two_targets(named: bool) -> Targets {
         s("deoc"),
     ]);
     let dir = tempfile::tempdir().expect("tempdir");
-    if named {
+    if named || learned {
         let file = dir.path().join("edge.toml");
         // β = 1/2 rather than the paper's 1/8: the cuts reach E2's arrival rate within the
         // run, so that calls are gapped (the paper's β, starting at λ, may not get there
         // in 15 s: docs/overload.md, "DEOC in the server").
-        std::fs::write(&file, "[overload.deoc]\nstatus = 480\nbeta = 0.5\n")
-            .expect("write edge.toml");
+        let target = if learned {
+            "target = \"record-route\"\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &file,
+            format!("[overload.deoc]\nstatus = 480\nbeta = 0.5\n{target}"),
+        )
+        .expect("write edge.toml");
         edge_args.extend([s("--config"), file.display().to_string()]);
     }
     let edge_server = Holdline::start(&edge_args);
@@ -452,6 +486,7 @@ fn two_targets(named: bool) -> Targets {
     let t = Targets {
         edge: scrape(SocketAddr::from(([127, 0, 0, 1], edge_metrics))),
         core,
+        egress: (e2, e3),
         failing: (total(&bad_json, "attempted"), total(&bad_json, "calls_ok")),
         failing_by_code: {
             let text = std::fs::read_to_string(&bad_json).expect("e2.json");
@@ -474,7 +509,7 @@ fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
     // The routes name their target edges: E2's calls (every one answered 503 on its path)
     // and E3's (every one answered 200) are counted against two targets, whose states
     // differ: E2's 503s never touch E3's calls.
-    let t = two_targets(true);
+    let t = two_targets(TargetBy::Route);
     let m = |name: &str, target: &str| metric(&t.edge, name, &[&format!("target=\"{target}\"")]);
     let summary = format!(
         "named: E2 admitted {} rejections {} gapped {} rate {}; E3 admitted {} rejections {} \
@@ -544,7 +579,7 @@ fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
 
     // Control: without the routes' targets the next hop, the core, is DEOC's one target for
     // both flows: E3's calls are counted with E2's failures in one state.
-    let c = two_targets(false);
+    let c = two_targets(TargetBy::NextHop);
     let hop = format!("127.0.0.1:{}", c.core);
     let n = |name: &str| metric(&c.edge, name, &[&format!("target=\"{hop}\"")]);
     let summary = format!(
@@ -585,5 +620,66 @@ fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
         0.0,
         "no per-edge state without deoc_target: {}",
         c.edge
+    );
+}
+
+#[test]
+fn deoc_learns_each_callees_egress_edge_from_record_route() {
+    // No route names a target: the edge learns from the answers' top Record-Route that
+    // e2.lab's callees leave by one egress proxy and e3.lab's by another, and keeps DEOC's
+    // state per egress edge, as with named targets.
+    let t = two_targets(TargetBy::RecordRoute);
+    let (e2, e3) = (
+        format!("edge:127.0.0.1:{}", t.egress.0),
+        format!("edge:127.0.0.1:{}", t.egress.1),
+    );
+    let hop = format!("127.0.0.1:{}", t.core);
+    let m = |name: &str, target: &str| metric(&t.edge, name, &[&format!("target=\"{target}\"")]);
+    let learned = metric(&t.edge, "holdline_deoc_edges_learned", &[]);
+    let summary = format!(
+        "learned {learned} callees; {e2}: admitted {} rejections {} gapped {}; {e3}: admitted \
+         {} rejections {} gapped {}; next hop {hop}: admitted {} gapped {}; to e2.lab {:?} \
+         (attempted, ok), to e3.lab {:?} (attempted, ok, 503)",
+        m("holdline_deoc_target_admitted_total", &e2),
+        m("holdline_deoc_target_rejections_total", &e2),
+        m("holdline_deoc_target_gapped_total", &e2),
+        m("holdline_deoc_target_admitted_total", &e3),
+        m("holdline_deoc_target_rejections_total", &e3),
+        m("holdline_deoc_target_gapped_total", &e3),
+        m("holdline_deoc_target_admitted_total", &hop),
+        m("holdline_deoc_target_gapped_total", &hop),
+        t.failing,
+        t.healthy
+    );
+    eprintln!("{summary}");
+    // e3.lab's 100 callees and those of e2.lab's that ever answered 200.
+    assert!(learned > 100.0 && learned <= 200.0, "{summary}\n{}", t.edge);
+    // The failing path's rejections went to its egress edge's state, which cut and gapped.
+    assert!(
+        m("holdline_deoc_target_rejections_total", &e2) > 0.0
+            && m("holdline_deoc_target_gapped_total", &e2) > 0.0,
+        "{summary}\n{}",
+        t.edge
+    );
+    // The healthy path's egress edge saw none and gapped nothing; it judged all but the
+    // first calls to each callee (those went by the next hop's state, before an answer).
+    assert_eq!(
+        m("holdline_deoc_target_rejections_total", &e3),
+        0.0,
+        "{summary}"
+    );
+    assert_eq!(
+        m("holdline_deoc_target_gapped_total", &e3),
+        0.0,
+        "{summary}"
+    );
+    assert!(
+        m("holdline_deoc_target_admitted_total", &e3) >= (t.healthy.0 - 150) as f64,
+        "{summary}"
+    );
+    assert_eq!(t.healthy.2, 0, "no 503 on the healthy path: {summary}");
+    assert!(
+        t.healthy.1 as f64 >= 0.9 * t.healthy.0 as f64,
+        "the healthy path's calls complete: {summary}"
     );
 }

@@ -38,7 +38,32 @@ impl EdgeId {
         }
         Self(h)
     }
+
+    /// The edge at `addr`, learned from a Record-Route rather than named
+    /// ([`ProxyConfig::learn_edges`]). An IPv4 address is kept in the number, readable with
+    /// [`address`](Self::address) (for metrics); any other is hashed as `[ip]:port`.
+    pub fn at(addr: SocketAddr) -> Self {
+        match addr.ip() {
+            IpAddr::V4(v4) => Self(
+                (LEARNED_MARK << 48) | (u64::from(u32::from(v4)) << 16) | u64::from(addr.port()),
+            ),
+            IpAddr::V6(_) => Self::of(&addr.to_string()),
+        }
+    }
+
+    /// The address of an edge learned by [`at`](Self::at) (IPv4), if this number is one;
+    /// the top bit is ignored (a driver may use it to keep edges apart from other targets).
+    /// A named edge's number reads as an address with a chance of 2⁻¹⁵.
+    pub fn address(self) -> Option<SocketAddr> {
+        ((self.0 >> 48) & 0x7fff == LEARNED_MARK).then(|| {
+            let ip = Ipv4Addr::from(((self.0 >> 16) & 0xffff_ffff) as u32);
+            SocketAddr::new(ip.into(), (self.0 & 0xffff) as u16)
+        })
+    }
 }
+
+/// Bits 48-62 of an [`EdgeId::at`] number.
+const LEARNED_MARK: u64 = 0x5252;
 
 /// A static route: requests whose Request-URI host is `domain` (or any host, for `*`) go to
 /// `next_hop` over `transport`.
@@ -468,6 +493,13 @@ pub struct ProxyConfig {
     /// for sending-side controllers that count outstanding transactions (seed 004's window).
     /// Default `false`.
     pub branch_events: bool,
+    /// End-to-end overload control (DEOC) without a route naming the target edge: learn each
+    /// callee's egress edge from the topmost Record-Route of the provisional and 2xx
+    /// responses to INVITEs sent to it, and report later calls to that callee with it
+    /// ([`EndpointEvent::BranchStarted`](crate::EndpointEvent)'s `edge`, an [`EdgeId::at`]).
+    /// A route's own `edge` always wins. Needs
+    /// [`branch_events`](Self::branch_events). Default `false`.
+    pub learn_edges: bool,
     /// RFC 7200 load control, both roles (notifier: publish filters to subscribers;
     /// subscriber: apply the filters of the notifiers subscribed to). Default: neither.
     pub load_control: crate::load_control::LoadControlConfig,
@@ -505,6 +537,7 @@ impl Default for ProxyConfig {
             overload_offer: None,
             advertise_offered_load: false,
             branch_events: false,
+            learn_edges: false,
             auth: None,
             overload_seq_base: 0,
             load_control: crate::load_control::LoadControlConfig::default(),

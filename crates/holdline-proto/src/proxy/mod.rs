@@ -20,6 +20,7 @@
 //! [`crate::dns`]) through a [`DnsRoute`].
 
 mod config;
+pub(crate) mod learn;
 #[cfg(test)]
 mod tests;
 

@@ -5319,3 +5319,154 @@ fn the_server_role_answers_window_clients_with_an_even_share_of_its_window() {
     let t = out.iter().find(|(_, b)| status_of(b) == 100).expect("100");
     assert_eq!(oc_params(&top_via(&t.1)), None);
 }
+
+#[test]
+fn learned_edges_come_from_the_top_record_route_of_answers_and_routes_still_win() {
+    let mut c = routed_config();
+    c.static_routes.insert(
+        0,
+        StaticRoute {
+            domain: "e2.example.net".into(),
+            next_hop: ua_addr(5),
+            transport: Transport::Udp,
+            stateless: false,
+            edge: Some(EdgeId::of("E2")),
+        },
+    );
+    c.branch_events = true;
+    c.learn_edges = true;
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    let egress: SocketAddr = "192.0.2.7:5080".parse().expect("addr");
+    let beyond = format!("<sip:{egress};lr>");
+    let core = "<sip:10.0.0.5:5060;lr>";
+    let ours = format!("<sip:{PROXY};lr>");
+    // Sends INVITE `ruri` (CSeq `n`), returns the edge the forward gate was asked with and
+    // answers it `status` with `rr` as its Record-Route (top first).
+    let mut call = |n: u32, ruri: &str, status: u16, rr: &[&str]| {
+        let msg = request(
+            "INVITE",
+            ruri,
+            ua_addr(1),
+            &format!("z9hG4bKlearn{n}"),
+            n,
+            &[],
+        );
+        let mut asked = None;
+        e.handle_admitting(
+            ms(u64::from(n) * 10),
+            &msg,
+            udp(ua_addr(1)),
+            Transport::Udp,
+            &mut |_, _| None,
+            &mut |_, edge| {
+                asked = Some(edge);
+                None
+            },
+        );
+        let fwd = drain_to(&mut e, ms(u64::from(n) * 10))
+            .into_iter()
+            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+            .map(|(_, b)| b)
+            .expect("forwarded");
+        let extra: Vec<(&str, &[u8])> = rr.iter().map(|v| ("Record-Route", v.as_bytes())).collect();
+        let mut resp = Vec::new();
+        build_response(
+            &parse(&fwd),
+            status,
+            "Ringing",
+            Some(b"t1"),
+            &extra,
+            b"",
+            &mut resp,
+        );
+        e.handle(
+            ms(u64::from(n) * 10 + 5),
+            &resp,
+            udp(ua_addr(5)),
+            Transport::Udp,
+        );
+        asked.expect("the forward gate was asked")
+    };
+    // The first call to bob: the next hop (nothing learned yet); its 180 names the egress.
+    assert_eq!(
+        call(1, "sip:bob@far.example.net", 180, &[&beyond, core, &ours]),
+        None
+    );
+    let learned = Some(EdgeId::at(egress));
+    assert_eq!(learned.and_then(EdgeId::address), Some(egress), "readable");
+    // Every later call to bob counts against it; the case of the host does not matter.
+    assert_eq!(
+        call(2, "sip:bob@FAR.example.net", 200, &[&beyond, &ours]),
+        learned
+    );
+    // Another callee is not bob, and an answer where this proxy is the top Record-Route
+    // (nobody beyond it record-routes) teaches nothing.
+    assert_eq!(call(3, "sip:carol@far.example.net", 180, &[&ours]), None);
+    assert_eq!(call(4, "sip:carol@far.example.net", 183, &[]), None);
+    assert_eq!(call(5, "sip:carol@far.example.net", 180, &[core]), None);
+    let via_core = Some(EdgeId::at("10.0.0.5:5060".parse().expect("addr")));
+    assert_eq!(call(6, "sip:carol@far.example.net", 180, &[]), via_core);
+    // A route naming its edge keeps it whatever the answers say.
+    assert_eq!(
+        call(7, "sip:dave@e2.example.net", 180, &[&beyond]),
+        Some(EdgeId::of("E2"))
+    );
+    assert_eq!(
+        call(8, "sip:dave@e2.example.net", 180, &[&beyond]),
+        Some(EdgeId::of("E2"))
+    );
+    assert_eq!(e.stats().edges_learned, 2, "bob and carol");
+    let started: Vec<Option<EdgeId>> = std::iter::from_fn(|| e.poll_event())
+        .filter_map(|ev| match ev {
+            crate::EndpointEvent::BranchStarted { edge, .. } => Some(edge),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started[1], learned, "the branch carries the learned edge");
+}
+
+#[test]
+fn nothing_is_learned_when_learning_is_off() {
+    let mut c = routed_config();
+    c.branch_events = true;
+    let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
+    let mut asked = Vec::new();
+    for n in 1..=2u32 {
+        let msg = far_invite(&format!("z9hG4bKnolearn{n}"));
+        e.handle_admitting(
+            ms(u64::from(n) * 10),
+            &msg,
+            udp(ua_addr(1)),
+            Transport::Udp,
+            &mut |_, _| None,
+            &mut |_, edge| {
+                asked.push(edge);
+                None
+            },
+        );
+        let fwd = drain_to(&mut e, ms(u64::from(n) * 10))
+            .into_iter()
+            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+            .map(|(_, b)| b)
+            .expect("forwarded");
+        let mut resp = Vec::new();
+        let rr: &[(&str, &[u8])] = &[("Record-Route", b"<sip:192.0.2.7:5080;lr>")];
+        build_response(
+            &parse(&fwd),
+            180,
+            "Ringing",
+            Some(b"t1"),
+            rr,
+            b"",
+            &mut resp,
+        );
+        e.handle(
+            ms(u64::from(n) * 10 + 5),
+            &resp,
+            udp(ua_addr(5)),
+            Transport::Udp,
+        );
+    }
+    assert_eq!(asked, [None, None]);
+    assert_eq!(e.stats().edges_learned, 0);
+}
