@@ -305,13 +305,23 @@ fn server_config(hashed: &[(String, Vec<u16>, Option<&str>)], deoc: &[String]) -
         );
         for kv in deoc {
             if let Some((k, v)) = kv.split_once('=') {
-                s.push_str(&format!("{} = {}\n", k.trim(), v.trim()));
+                s.push_str(&format!("{} = {}\n", k.trim(), toml_value(v.trim())));
             }
         }
         s.push('\n');
     }
     s.push_str(&hash_routes_config(hashed));
     s
+}
+
+/// A `--deoc` value as TOML: numbers, booleans and quoted strings as given, any other word
+/// quoted (`target=record-route`).
+fn toml_value(v: &str) -> String {
+    if v.parse::<f64>().is_ok() || v == "true" || v == "false" || v.starts_with('"') {
+        v.to_string()
+    } else {
+        format!("\"{v}\"")
+    }
 }
 
 /// The `--deoc KEY=VALUE` settings, checked: a key of letters and `_`, a value.
@@ -330,6 +340,16 @@ fn check_deoc_settings(settings: &[String]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether the edges' DEOC settings make them learn their targets from Record-Route
+/// (`target = "record-route"`) rather than read them from the routes.
+fn learns_targets(settings: &[String]) -> bool {
+    settings.iter().any(|kv| {
+        kv.split_once('=').is_some_and(|(k, v)| {
+            k.trim() == "target" && v.trim().trim_matches('"') == "record-route"
+        })
+    })
 }
 
 /// A server's configuration file of hashed routes (`[[hash_routes]]`, rendezvous hashing
@@ -659,11 +679,12 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         }
     }
     let mut servers: Vec<(&'static str, Server)> = Vec::with_capacity(names.len());
+    // `--deoc target=record-route`: the edges learn the targets, so the routes name none.
     for node in nodes(
         topology,
         &port_of,
         &uas_ports,
-        deoc,
+        deoc && !learns_targets(spec.deoc_settings),
         spec.c1_cost_us,
         spec.c2_cost_us,
     ) {
@@ -1284,8 +1305,9 @@ fn simulate(
     ];
     // The edges' DEOC settings, as one-value sweeps over every server (DEOC runs at the
     // ingress edges only).
+    // `target` is the server's way to find the target edge; the model's edges know it.
     for kv in deoc_settings {
-        if let Some((k, v)) = kv.split_once('=') {
+        if let Some((k, v)) = kv.split_once('=').filter(|(k, _)| k.trim() != "target") {
             args.push("--sweep".to_string());
             args.push(format!("servers.*.deoc.{}={}", k.trim(), v.trim()));
         }
@@ -1711,6 +1733,18 @@ mod tests {
         for bad in ["alpha", "=1", "alpha=", "Alpha=1", "a.b=1"] {
             assert!(check_deoc_settings(&[bad.to_string()]).is_err(), "{bad}");
         }
+        // A word is quoted for TOML; learning the targets takes them out of the routes.
+        let learn = ["target=record-route".to_string()];
+        let conf = server_config(&[], &learn);
+        assert!(conf.contains("target = \"record-route\"\n"), "{conf}");
+        let parsed = holdline_server::ServerConfig::from_toml("e1.toml", &conf).expect("valid");
+        assert_eq!(parsed.overload.deoc.target, "record-route");
+        assert!(learns_targets(&learn));
+        assert!(learns_targets(&["target=\"record-route\"".to_string()]));
+        assert!(!learns_targets(&[
+            "target=next-hop".to_string(),
+            "alpha=1".to_string()
+        ]));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::auth::{AuthDecision, Authenticator, ChallengeReason, Role};
 use crate::dns::{DnsCache, DnsQuery, DnsResponse, DnsStats, DnsTarget, Resolution};
 
 use crate::location::{Binding, LocationStore};
-use crate::proxy::learn::{self, LearnedEdges};
+use crate::proxy::learn::{self, LearnKeys, LearnedEdges};
 use crate::proxy::{
     EdgeId, ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via,
     is_own_socket, record_route_value, resolve_uri, response_rank, stateless_branch,
@@ -460,7 +460,8 @@ pub struct EndpointStats {
     /// New INVITEs the forward gate rejected (every next hop refused them), answered through
     /// their server transaction.
     pub rejected_by_forward_gate: u64,
-    /// Callees whose egress edge is remembered ([`ProxyConfig::learn_edges`]; a gauge).
+    /// Callees and domains whose egress edge is remembered ([`ProxyConfig::learn_edges`]; a
+    /// gauge).
     pub edges_learned: u64,
     /// Initial requests answered `302` with their targets as Contacts
     /// ([`ProxyMode::Redirect`]).
@@ -577,9 +578,9 @@ struct Call {
     dns: bool,
     /// The target edge its route named (end-to-end overload control), for its branches.
     edge: Option<EdgeId>,
-    /// Its callee's key, when its egress edge is learned from its responses
+    /// What its egress edge is learned under from its responses
     /// ([`ProxyConfig::learn_edges`]).
-    learn_key: Option<u64>,
+    learn_keys: Option<LearnKeys>,
 }
 
 /// A request waiting for the DNS lookups of its next hop (its server transaction is live).
@@ -2030,7 +2031,7 @@ impl Endpoint {
         }
         // The forward gate (TCP smart forwarding): a new INVITE goes only to the next hops
         // whose gate admits it; with none left it is answered with the gate's rejection.
-        let mut learn_key = None;
+        let mut learn_keys = None;
         if invite && msg.to().is_ok_and(|to| to.tag().is_none()) {
             if self.config.advertise_offered_load {
                 // Offered: counted before the gate, rejected or not.
@@ -2040,8 +2041,8 @@ impl Endpoint {
             }
             let mut rejection = None;
             if self.config.learn_edges && self.route_edge.is_none() {
-                learn_key = learn::callee_key(&plan.ruri);
-                self.route_edge = learn_key.and_then(|k| self.learned_edges.get(now, k));
+                learn_keys = LearnKeys::of(&plan.ruri);
+                self.route_edge = learn_keys.and_then(|k| self.learned_edges.edge_of(now, k));
             }
             let edge = self.route_edge;
             targets.retain(|t| match forward(t.dest, edge) {
@@ -2089,7 +2090,7 @@ impl Endpoint {
                 local,
                 dns,
                 edge: self.route_edge,
-                learn_key,
+                learn_keys,
             },
         );
         for t in targets {
@@ -3493,12 +3494,12 @@ impl Endpoint {
             .get(&cid)
             .filter(|b| b.invite)
             .and_then(|b| self.calls.get(&b.server))
-            .and_then(|c| c.learn_key)
+            .and_then(|c| c.learn_keys)
         else {
             return;
         };
         if let Some(edge) = learn::egress_edge(&self.config, response) {
-            self.learned_edges.learn(now, key, edge);
+            self.learned_edges.learn_keys(now, key, edge);
             self.stats.edges_learned = self.learned_edges.len() as u64;
         }
     }

@@ -880,8 +880,8 @@ pub struct DeocSettings {
     /// `Retry-After` of those responses, s. Default: `[overload] retry_after_s` (none).
     pub retry_after_s: Option<u32>,
     /// The target of a call whose route names no `deoc_target`: `"next-hop"` (default) or
-    /// `"record-route"`, the callee's egress edge learned from the topmost Record-Route of
-    /// the responses to earlier calls to it (the next hop until one came).
+    /// `"record-route"`, the egress edge of the callee (else of its domain) learned from the
+    /// topmost Record-Route of the responses to earlier calls (the next hop until one came).
     pub target: String,
 }
 

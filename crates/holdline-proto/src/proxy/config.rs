@@ -493,9 +493,10 @@ pub struct ProxyConfig {
     /// for sending-side controllers that count outstanding transactions (seed 004's window).
     /// Default `false`.
     pub branch_events: bool,
-    /// End-to-end overload control (DEOC) without a route naming the target edge: learn each
-    /// callee's egress edge from the topmost Record-Route of the provisional and 2xx
-    /// responses to INVITEs sent to it, and report later calls to that callee with it
+    /// End-to-end overload control (DEOC) without a route naming the target edge: learn the
+    /// egress edge of each callee and its domain from the topmost Record-Route of the
+    /// provisional and 2xx responses to INVITEs sent there, and report later calls to that
+    /// callee (else to that domain) with it
     /// ([`EndpointEvent::BranchStarted`](crate::EndpointEvent)'s `edge`, an [`EdgeId::at`]).
     /// A route's own `edge` always wins. Needs
     /// [`branch_events`](Self::branch_events). Default `false`.

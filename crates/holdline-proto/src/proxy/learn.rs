@@ -8,12 +8,13 @@
 //! top of the INVITE's Record-Route, and the callee copies that list into its provisional
 //! and 2xx responses (RFC 3261 §12.1.1, §16.6 step 4). The topmost Record-Route of such a
 //! response is therefore the last record-routing proxy before the callee: the egress edge.
-//! The proxy remembers it per callee (the Request-URI's address of record), and later calls
-//! to that callee are counted against it. The first call to a callee, and every call when no
-//! server beyond this one record-routes, is counted against the next hop, as without
-//! learning.
+//! The proxy remembers it per callee (the Request-URI's address of record) and per domain
+//! (its host), and later calls to that callee, or to a callee of that domain never called
+//! yet, are counted against it. The first calls to a domain (until an answer came), and
+//! every call when no server beyond this one record-routes, are counted against the next
+//! hop, as without learning.
 //!
-//! What is learned is bounded ([`MAX_LEARNED`] callees, each forgotten [`LEARNED_TTL`] after
+//! What is learned is bounded ([`MAX_LEARNED`] callees and domains, each forgotten [`LEARNED_TTL`] after
 //! it was last confirmed) and deterministic (no random hashing), so the simulator replays it.
 
 use std::collections::BTreeMap;
@@ -31,24 +32,39 @@ pub(crate) const MAX_LEARNED: usize = 4096;
 /// A learned egress edge is forgotten this long after a response last confirmed it.
 pub(crate) const LEARNED_TTL: Duration = Duration::from_secs(600);
 
-/// Callees' egress edges: callee key ([`callee_key`]) → (edge, when last confirmed).
+/// Egress edges by callee and by domain ([`LearnKeys`]) → (edge, when last confirmed).
 #[derive(Debug, Default)]
 pub(crate) struct LearnedEdges {
     map: BTreeMap<u64, (EdgeId, Instant)>,
 }
 
 impl LearnedEdges {
-    /// The egress edge learned for callee `key`, if confirmed within [`LEARNED_TTL`].
-    pub(crate) fn get(&self, now: Instant, key: u64) -> Option<EdgeId> {
+    /// The egress edge learned for `key`, if confirmed within [`LEARNED_TTL`].
+    fn get(&self, now: Instant, key: u64) -> Option<EdgeId> {
         self.map
             .get(&key)
             .filter(|(_, at)| now.saturating_duration_since(*at) < LEARNED_TTL)
             .map(|(e, _)| *e)
     }
 
-    /// Records (or confirms) that callee `key` is reached through `edge`. When full, the
-    /// expired entries go, then the least recently confirmed half.
-    pub(crate) fn learn(&mut self, now: Instant, key: u64, edge: EdgeId) {
+    /// The egress edge of a call with `keys`: its callee's, else its domain's.
+    pub(crate) fn edge_of(&self, now: Instant, keys: LearnKeys) -> Option<EdgeId> {
+        keys.callee
+            .and_then(|k| self.get(now, k))
+            .or_else(|| keys.domain.and_then(|k| self.get(now, k)))
+    }
+
+    /// Records (or confirms) that the callee and the domain of `keys` are reached through
+    /// `edge`.
+    pub(crate) fn learn_keys(&mut self, now: Instant, keys: LearnKeys, edge: EdgeId) {
+        for k in [keys.callee, keys.domain].into_iter().flatten() {
+            self.learn(now, k, edge);
+        }
+    }
+
+    /// Records (or confirms) that `key` is reached through `edge`. When full, the expired
+    /// entries go, then the least recently confirmed half.
+    fn learn(&mut self, now: Instant, key: u64, edge: EdgeId) {
         if self.map.len() >= MAX_LEARNED && !self.map.contains_key(&key) {
             self.map
                 .retain(|_, (_, at)| now.saturating_duration_since(*at) < LEARNED_TTL);
@@ -62,7 +78,8 @@ impl LearnedEdges {
         self.map.insert(key, (edge, now));
     }
 
-    /// How many callees have an egress edge remembered (expired ones included until purged).
+    /// How many callees and domains have an egress edge remembered (expired ones included
+    /// until purged).
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
@@ -73,11 +90,34 @@ impl LearnedEdges {
     }
 }
 
-/// The key of a call's callee: a hash of the Request-URI's address of record (user and
-/// host, canonical as the registrar compares them); `None` without a user.
-pub(crate) fn callee_key(ruri: &holdline_sip::Uri<'_>) -> Option<u64> {
-    let mut aor = Vec::new();
-    Registrar::aor_key(ruri, &mut aor).then(|| Fnv::new().field(&aor).finish())
+/// What a call's egress edge is remembered under: its callee (the Request-URI's address of
+/// record, canonical as the registrar compares them) and the callee's domain (the host,
+/// in lower case, with its port if any). An edge is learned for both; a call takes its
+/// callee's, else its domain's. The domain carries the knowledge to callees never called
+/// yet (most of them, when a domain has many users and each gets few calls); the callee
+/// keeps it right where one domain's users leave by several edges (a sharded cluster).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LearnKeys {
+    callee: Option<u64>,
+    domain: Option<u64>,
+}
+
+impl LearnKeys {
+    /// The keys of a call to `ruri` (`None` when it has neither a user nor a host).
+    pub(crate) fn of(ruri: &holdline_sip::Uri<'_>) -> Option<Self> {
+        let mut aor = Vec::new();
+        let callee = Registrar::aor_key(ruri, &mut aor).then(|| Fnv::new().field(&aor).finish());
+        let domain = ruri.host().map(|h| {
+            let host = h.to_string().to_ascii_lowercase();
+            let port = ruri.port().unwrap_or(0).to_le_bytes();
+            Fnv::new()
+                .field(b"domain")
+                .field(host.as_bytes())
+                .field(&port)
+                .finish()
+        });
+        (callee.is_some() || domain.is_some()).then_some(Self { callee, domain })
+    }
 }
 
 /// The egress edge a provisional or 2xx response to an INVITE names: its topmost

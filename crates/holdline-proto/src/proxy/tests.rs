@@ -5394,28 +5394,38 @@ fn learned_edges_come_from_the_top_record_route_of_answers_and_routes_still_win(
     );
     let learned = Some(EdgeId::at(egress));
     assert_eq!(learned.and_then(EdgeId::address), Some(egress), "readable");
-    // Every later call to bob counts against it; the case of the host does not matter.
+    // Every later call to bob counts against it; the case of the host does not matter. So
+    // does a call to a callee of bob's domain never called before (the domain's edge).
     assert_eq!(
         call(2, "sip:bob@FAR.example.net", 200, &[&beyond, &ours]),
         learned
     );
-    // Another callee is not bob, and an answer where this proxy is the top Record-Route
-    // (nobody beyond it record-routes) teaches nothing.
-    assert_eq!(call(3, "sip:carol@far.example.net", 180, &[&ours]), None);
-    assert_eq!(call(4, "sip:carol@far.example.net", 183, &[]), None);
-    assert_eq!(call(5, "sip:carol@far.example.net", 180, &[core]), None);
+    assert_eq!(
+        call(3, "sip:carol@far.example.net", 180, &[&beyond]),
+        learned
+    );
+    // Another domain is not bob's, and an answer where this proxy is the top Record-Route
+    // (nobody beyond it record-routes), or without one, teaches nothing.
+    assert_eq!(call(4, "sip:carol@other.example.net", 180, &[&ours]), None);
+    assert_eq!(call(5, "sip:carol@other.example.net", 183, &[]), None);
+    assert_eq!(call(6, "sip:carol@other.example.net", 180, &[core]), None);
     let via_core = Some(EdgeId::at("10.0.0.5:5060".parse().expect("addr")));
-    assert_eq!(call(6, "sip:carol@far.example.net", 180, &[]), via_core);
+    assert_eq!(call(7, "sip:carol@other.example.net", 180, &[]), via_core);
+    // One of far's callees that leaves elsewhere: learned for dave, and far's new callees
+    // follow the latest answer; bob keeps his own.
+    assert_eq!(call(8, "sip:dave@far.example.net", 180, &[core]), learned);
+    assert_eq!(call(9, "sip:dave@far.example.net", 180, &[core]), via_core);
+    assert_eq!(call(10, "sip:erin@far.example.net", 180, &[core]), via_core);
+    assert_eq!(
+        call(11, "sip:bob@far.example.net", 180, &[&beyond]),
+        learned
+    );
     // A route naming its edge keeps it whatever the answers say.
-    assert_eq!(
-        call(7, "sip:dave@e2.example.net", 180, &[&beyond]),
-        Some(EdgeId::of("E2"))
-    );
-    assert_eq!(
-        call(8, "sip:dave@e2.example.net", 180, &[&beyond]),
-        Some(EdgeId::of("E2"))
-    );
-    assert_eq!(e.stats().edges_learned, 2, "bob and carol");
+    let e2 = Some(EdgeId::of("E2"));
+    assert_eq!(call(12, "sip:dave@e2.example.net", 180, &[&beyond]), e2);
+    assert_eq!(call(13, "sip:dave@e2.example.net", 180, &[&beyond]), e2);
+    // bob, carol, dave and erin at far.example.net, far itself, carol at other, other.
+    assert_eq!(e.stats().edges_learned, 7);
     let started: Vec<Option<EdgeId>> = std::iter::from_fn(|| e.poll_event())
         .filter_map(|ev| match ev {
             crate::EndpointEvent::BranchStarted { edge, .. } => Some(edge),
