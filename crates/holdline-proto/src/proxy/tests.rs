@@ -5320,6 +5320,62 @@ fn the_server_role_answers_window_clients_with_an_even_share_of_its_window() {
     assert_eq!(oc_params(&top_via(&t.1)), None);
 }
 
+/// Sends INVITE `ruri` (CSeq `n`, at `n`·10 ms) through `e` to the default route's next hop,
+/// answers it `status` with `rr` as its Record-Route (top first), and returns the edge the
+/// forward gate was asked with.
+fn invite_answered_with_record_route(
+    e: &mut Endpoint,
+    n: u32,
+    ruri: &str,
+    status: u16,
+    rr: &[&str],
+) -> Option<EdgeId> {
+    let at = ms(u64::from(n) * 10);
+    let msg = request(
+        "INVITE",
+        ruri,
+        ua_addr(1),
+        &format!("z9hG4bKlearn{n}"),
+        n,
+        &[],
+    );
+    let mut asked = None;
+    e.handle_admitting(
+        at,
+        &msg,
+        udp(ua_addr(1)),
+        Transport::Udp,
+        &mut |_, _| None,
+        &mut |_, edge| {
+            asked = Some(edge);
+            None
+        },
+    );
+    let fwd = drain_to(e, at)
+        .into_iter()
+        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+        .map(|(_, b)| b)
+        .expect("forwarded");
+    let extra: Vec<(&str, &[u8])> = rr.iter().map(|v| ("Record-Route", v.as_bytes())).collect();
+    let mut resp = Vec::new();
+    build_response(
+        &parse(&fwd),
+        status,
+        "Ringing",
+        Some(b"t1"),
+        &extra,
+        b"",
+        &mut resp,
+    );
+    e.handle(
+        at + Duration::from_millis(5),
+        &resp,
+        udp(ua_addr(5)),
+        Transport::Udp,
+    );
+    asked.expect("the forward gate was asked")
+}
+
 #[test]
 fn learned_edges_come_from_the_top_record_route_of_answers_and_routes_still_win() {
     let mut c = routed_config();
@@ -5340,52 +5396,8 @@ fn learned_edges_come_from_the_top_record_route_of_answers_and_routes_still_win(
     let beyond = format!("<sip:{egress};lr>");
     let core = "<sip:10.0.0.5:5060;lr>";
     let ours = format!("<sip:{PROXY};lr>");
-    // Sends INVITE `ruri` (CSeq `n`), returns the edge the forward gate was asked with and
-    // answers it `status` with `rr` as its Record-Route (top first).
     let mut call = |n: u32, ruri: &str, status: u16, rr: &[&str]| {
-        let msg = request(
-            "INVITE",
-            ruri,
-            ua_addr(1),
-            &format!("z9hG4bKlearn{n}"),
-            n,
-            &[],
-        );
-        let mut asked = None;
-        e.handle_admitting(
-            ms(u64::from(n) * 10),
-            &msg,
-            udp(ua_addr(1)),
-            Transport::Udp,
-            &mut |_, _| None,
-            &mut |_, edge| {
-                asked = Some(edge);
-                None
-            },
-        );
-        let fwd = drain_to(&mut e, ms(u64::from(n) * 10))
-            .into_iter()
-            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
-            .map(|(_, b)| b)
-            .expect("forwarded");
-        let extra: Vec<(&str, &[u8])> = rr.iter().map(|v| ("Record-Route", v.as_bytes())).collect();
-        let mut resp = Vec::new();
-        build_response(
-            &parse(&fwd),
-            status,
-            "Ringing",
-            Some(b"t1"),
-            &extra,
-            b"",
-            &mut resp,
-        );
-        e.handle(
-            ms(u64::from(n) * 10 + 5),
-            &resp,
-            udp(ua_addr(5)),
-            Transport::Udp,
-        );
-        asked.expect("the forward gate was asked")
+        invite_answered_with_record_route(&mut e, n, ruri, status, rr)
     };
     // The first call to bob: the next hop (nothing learned yet); its 180 names the egress.
     assert_eq!(
@@ -5440,43 +5452,12 @@ fn nothing_is_learned_when_learning_is_off() {
     let mut c = routed_config();
     c.branch_events = true;
     let mut e = Endpoint::new(c, Arc::new(MemStore::default()));
-    let mut asked = Vec::new();
-    for n in 1..=2u32 {
-        let msg = far_invite(&format!("z9hG4bKnolearn{n}"));
-        e.handle_admitting(
-            ms(u64::from(n) * 10),
-            &msg,
-            udp(ua_addr(1)),
-            Transport::Udp,
-            &mut |_, _| None,
-            &mut |_, edge| {
-                asked.push(edge);
-                None
-            },
-        );
-        let fwd = drain_to(&mut e, ms(u64::from(n) * 10))
-            .into_iter()
-            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
-            .map(|(_, b)| b)
-            .expect("forwarded");
-        let mut resp = Vec::new();
-        let rr: &[(&str, &[u8])] = &[("Record-Route", b"<sip:192.0.2.7:5080;lr>")];
-        build_response(
-            &parse(&fwd),
-            180,
-            "Ringing",
-            Some(b"t1"),
-            rr,
-            b"",
-            &mut resp,
-        );
-        e.handle(
-            ms(u64::from(n) * 10 + 5),
-            &resp,
-            udp(ua_addr(5)),
-            Transport::Udp,
-        );
-    }
+    let asked: Vec<Option<EdgeId>> = (1..=2u32)
+        .map(|n| {
+            let rr = ["<sip:192.0.2.7:5080;lr>"];
+            invite_answered_with_record_route(&mut e, n, "sip:bob@far.example.net", 180, &rr)
+        })
+        .collect();
     assert_eq!(asked, [None, None]);
     assert_eq!(e.stats().edges_learned, 0);
 }
