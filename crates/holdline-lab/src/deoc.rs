@@ -1664,6 +1664,30 @@ mod tests {
     }
 
     #[test]
+    fn every_name_a_topology_uses_is_one_of_its_servers() {
+        // The run looks servers' ports and processes up by name and falls back to the
+        // first one: this is what keeps the fallback unused.
+        for topology in [Topology::Chain, Topology::Domains] {
+            let names = topology.servers();
+            let asked = std::cell::RefCell::new(Vec::new());
+            let port = |n: &str| {
+                asked.borrow_mut().push(n.to_string());
+                5000
+            };
+            let v = nodes(topology, &port, &[6001, 6002, 6003, 6004], true, 1600, 2000);
+            let mut built: Vec<&str> = v.iter().map(|n| n.name).collect();
+            built.sort_unstable();
+            let mut all = names.to_vec();
+            all.sort_unstable();
+            assert_eq!(built, all, "{topology:?}: one node per server");
+            for n in asked.borrow().iter() {
+                assert!(names.contains(&n.as_str()), "{topology:?}: port of `{n}`");
+            }
+            assert!(!asked.borrow().is_empty());
+        }
+    }
+
+    #[test]
     fn the_two_domains_route_through_their_own_cores_then_the_others() {
         let names = Topology::Domains.servers();
         let port = |n: &str| 5000 + names.iter().position(|x| *x == n).unwrap_or(99) as u16;
