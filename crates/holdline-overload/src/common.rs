@@ -3,7 +3,9 @@
 
 use holdline_base::{Duration, Instant, Rng};
 
-use crate::admission::{Admission, Class, Decision, Gate, RejectReason, Rejection};
+use crate::admission::{
+    Admission, Class, Decision, Gate, RejectReason, Rejection, SERVICE_UNAVAILABLE,
+};
 use crate::algorithm::{ConfigError, check_range};
 use crate::snapshot::RejectCounts;
 
@@ -131,8 +133,22 @@ impl Counters {
         reason: RejectReason,
         retry_after: Option<Duration>,
     ) -> Decision {
+        self.reject_with(reason, SERVICE_UNAVAILABLE, retry_after)
+    }
+
+    /// Counts a rejection for `reason` answered `status` (a controller whose final response
+    /// is configurable, DEOC's restrictor).
+    pub(crate) fn reject_with(
+        &mut self,
+        reason: RejectReason,
+        status: u16,
+        retry_after: Option<Duration>,
+    ) -> Decision {
         self.rejected.record(reason);
-        Decision::Reject(Rejection::service_unavailable(reason, retry_after))
+        Decision::Reject(Rejection {
+            status,
+            ..Rejection::service_unavailable(reason, retry_after)
+        })
     }
 }
 

@@ -144,9 +144,7 @@ use std::collections::BTreeMap;
 
 use holdline_base::{Duration, Instant, Rng};
 
-use crate::admission::{
-    Admission, Class, Decision, RejectReason, Rejection, SERVICE_UNAVAILABLE, TargetId,
-};
+use crate::admission::{Admission, Class, Decision, RejectReason, SERVICE_UNAVAILABLE, TargetId};
 use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_positive, check_range};
 use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
@@ -966,16 +964,9 @@ impl Deoc {
         if t.restrict(now) {
             self.counters.admit()
         } else {
-            match self
-                .counters
-                .reject(RejectReason::CallGap, self.config.retry_after)
-            {
-                Decision::Reject(r) => Decision::Reject(Rejection {
-                    status: self.config.status,
-                    ..r
-                }),
-                d => d,
-            }
+            let (status, retry_after) = (self.config.status, self.config.retry_after);
+            self.counters
+                .reject_with(RejectReason::CallGap, status, retry_after)
         }
     }
 
