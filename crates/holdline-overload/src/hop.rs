@@ -863,6 +863,9 @@ impl HopServer {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::Class;
+
     #[test]
     fn the_answer_occupancy_counts_rejections_when_measured() {
         assert_eq!(
@@ -877,9 +880,6 @@ mod tests {
         assert_eq!(HopMeasure::answer_occupancy(None, Some(0.7)), Some(0.7));
         assert_eq!(HopMeasure::answer_occupancy(None, None), None);
     }
-
-    use super::*;
-    use crate::Class;
 
     fn ms(n: u64) -> Instant {
         Instant::from_millis(n)
