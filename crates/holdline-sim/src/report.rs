@@ -113,6 +113,9 @@ pub struct ServerTotals {
     /// Requests it sent on to a further target of an `srv` route after one failed (the
     /// endpoint's `failovers`).
     pub failovers: Estimate,
+    /// Callees and domains whose egress edge it learned from Record-Route (DEOC with
+    /// `target = "record-route"`), at the end of the run.
+    pub edges_learned: Estimate,
     /// INVITEs its endpoint received (retransmissions included).
     pub invites_in: Estimate,
     /// ACKs it received.
@@ -219,6 +222,7 @@ impl Results {
                     busy_s: col(&|c| c.busy_ns as f64 / 1e9),
                     forward_rejected: col(&|c| c.forward_rejected as f64),
                     failovers: col(&|c| c.failovers as f64),
+                    edges_learned: col(&|c| c.edges_learned as f64),
                     invites_in: col(&|c| c.received.invite as f64),
                     acks_in: col(&|c| c.received.ack as f64),
                     byes_in: col(&|c| c.received.bye as f64),

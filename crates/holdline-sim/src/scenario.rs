@@ -533,6 +533,13 @@ pub struct DeocSpec {
     /// With `load-report`: periods a report stays in force without a fresh one (3).
     #[serde(default)]
     pub max_age: Option<u32>,
+    /// How a call's target edge is found: `domain` (default: the egress edge the scenario's
+    /// routes give the Request-URI's domain, as a route naming its `deoc_target` does in the
+    /// server) or `record-route` (the proxy core learns it from the topmost Record-Route of
+    /// the answers, per callee and per domain, as `[overload.deoc] target = "record-route"`
+    /// does in the server; a call before any answer goes by its next hop).
+    #[serde(default)]
+    pub target: Option<String>,
 }
 
 impl DeocSpec {
@@ -567,6 +574,7 @@ impl DeocSpec {
         if let Some(v) = self.timeouts_count {
             c.timeouts_count = v;
         }
+        self.learns_targets()?;
         match self.signal.as_deref() {
             None | Some("binary") => {
                 if self.gain.is_some() || self.max_growth.is_some() || self.max_age.is_some() {
@@ -597,6 +605,16 @@ impl DeocSpec {
     /// Whether a `500` counts as a rejection (default true).
     pub fn counts_500(&self) -> bool {
         self.count_500.unwrap_or(true)
+    }
+
+    /// Whether the target edge is learned from Record-Route (`target = "record-route"`)
+    /// rather than taken from the scenario's domains (`"domain"`, the default).
+    pub fn learns_targets(&self) -> Result<bool, String> {
+        match self.target.as_deref() {
+            None | Some("domain") => Ok(false),
+            Some("record-route") => Ok(true),
+            Some(o) => Err(format!("target must be domain or record-route, got `{o}`")),
+        }
     }
 }
 
@@ -1934,6 +1952,11 @@ to = "uas"
                 "binary or load-report",
             ),
             ("deoc = { gain = 0.5 }", "servers[0].deoc", "need signal"),
+            (
+                "deoc = { target = \"via\" }",
+                "servers[0].deoc",
+                "domain or record-route",
+            ),
             (
                 "deoc = { signal = \"load-report\", max_growth = 0.5 }",
                 "servers[0].deoc",

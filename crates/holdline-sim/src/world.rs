@@ -161,6 +161,9 @@ pub struct ServerCounters {
     /// Requests sent on to the next target of an `srv` route after one failed (timeout,
     /// 503, transport error) within their transaction (the endpoint's count).
     pub failovers: u64,
+    /// Callees and domains whose egress edge the proxy core learned from Record-Route, at
+    /// the end (DEOC with `target = "record-route"`; the endpoint's `edges_learned`).
+    pub edges_learned: u64,
     /// Requests of admitted calls (class `InDialog`: ACK, BYE, CANCEL, retransmissions of
     /// admitted INVITEs) the local gate rejected: an invariant says there are none.
     pub in_dialog_rejected: u64,
@@ -562,6 +565,9 @@ struct EdgeDeoc {
     current: Option<(TargetId, Vec<u8>)>,
     /// DEOC reads the `Load-Report` of the responses of the calls it admitted.
     probe: bool,
+    /// The target is the edge the proxy core learned from Record-Route (else the next hop),
+    /// not the scenario's egress edge of the Request-URI's domain.
+    learn: bool,
 }
 
 impl EdgeDeoc {
@@ -582,9 +588,14 @@ impl EdgeDeoc {
         }
     }
 
-    /// The target and Call-ID of `bytes` when it is an INVITE towards another edge.
+    /// The target and Call-ID of `bytes` when it is an INVITE towards another edge. A
+    /// learning edge gates every new INVITE it forwards; its target is set at the forward
+    /// gate, from the proxy core's learned edge.
     fn classify(&self, bytes: &[u8]) -> Option<(TargetId, Vec<u8>)> {
         let msg = Message::parse(bytes, &Limits::DEFAULT).ok()?;
+        if self.learn {
+            return Some((TargetId(0), msg.call_id().ok()?.to_vec()));
+        }
         let uri = msg.request_uri_bytes()?;
         let host = uri_host(uri)?;
         let host = std::str::from_utf8(host).ok()?.to_ascii_lowercase();
@@ -641,6 +652,12 @@ struct HopRole {
 const EXEMPT_FLOOR_GRACE: Duration = Duration::from_secs(1);
 
 /// A next hop's number for the forward-gate controllers (its address, as the worker's).
+/// DEOC's target for an edge the proxy core learned (`EdgeId::at`): apart from every next
+/// hop's number by its top bit, as in the server's worker.
+fn learned_target(edge: holdline_proto::EdgeId) -> TargetId {
+    TargetId(edge.0 | (1 << 63))
+}
+
 fn target_of(addr: SocketAddr) -> TargetId {
     let ip = match addr.ip() {
         IpAddr::V4(v4) => u64::from(u32::from(v4)),
@@ -990,7 +1007,7 @@ impl Server {
                     }
                 }
             },
-            &mut |dest, _| {
+            &mut |dest, edge| {
                 // The forward gate, as the worker's: a next hop's loss answer (RFC 7339)...
                 if let Some(h) = hop.as_mut()
                     && let Some(r) = h
@@ -1004,7 +1021,12 @@ impl Server {
                 }
                 // ... and DEOC, per target edge.
                 let d = deoc.as_mut()?;
-                let (target, _) = d.current.as_ref()?;
+                let learn = d.learn;
+                let (target, _) = d.current.as_mut()?;
+                if learn {
+                    // As the worker's: the learned edge, else the next hop.
+                    *target = edge.map_or_else(|| target_of(dest.addr), learned_target);
+                }
                 d.ctl.admit_call(t, *target).rejection().map(gate_rejection)
             },
         );
@@ -1734,7 +1756,9 @@ impl World {
             let deoc = if s.edge == "deoc" {
                 let cfg = s.deoc.config().map_err(err)?;
                 let probe = cfg.signal != DeocSignal::Binary;
+                let learn = s.deoc.learns_targets().map_err(err)?;
                 p.branch_events = true;
+                p.learn_edges = learn;
                 Some(Box::new(EdgeDeoc {
                     ctl: Deoc::new(cfg, Instant::ZERO).map_err(|e| err(e.to_string()))?,
                     domains: egress.clone(),
@@ -1743,6 +1767,7 @@ impl World {
                     pending: std::collections::HashMap::new(),
                     current: None,
                     probe,
+                    learn,
                 }))
             } else {
                 None
@@ -2992,6 +3017,7 @@ impl World {
                     c.forward_rejected = s.ep.stats().rejected_by_forward_gate;
                     c.failovers = s.ep.stats().failovers;
                     let st = s.ep.stats();
+                    c.edges_learned = st.edges_learned;
                     c.received = Received {
                         invite: st.requests_in.invite,
                         ack: st.requests_in.ack,

@@ -280,6 +280,44 @@ fn deoc_at_the_edge_protects_a_core_two_hops_away() {
     );
 }
 
+/// DEOC's target learned from Record-Route (`deoc = { target = "record-route" }`, the
+/// server's `[overload.deoc] target`): the proxy core at the ingress edge reads the egress
+/// edge from the answers (per callee and per domain), DEOC gates per learned edge, and the
+/// calls it carries match those of the scenario's own domain → edge map within 15% (the
+/// refusal of an unknown value is a unit test of the scenario file).
+#[test]
+fn deoc_learns_the_egress_edge_from_record_route() {
+    let base = two_hop_core(5)
+        .with_mechanism("occ+deoc")
+        .expect("mechanism");
+    let named = results(&base, 1);
+    let mut sc = base;
+    for s in sc.servers.iter_mut().filter(|s| s.edge == "deoc") {
+        s.deoc.target = Some("record-route".into());
+    }
+    let learned = results(&sc, 1);
+    let e1 = |r: &Results| r.servers.iter().find(|s| s.server == "e1").cloned();
+    let (n, l) = (e1(&named).expect("e1"), e1(&learned).expect("e1"));
+    assert_eq!(
+        n.edges_learned.mean, 0.0,
+        "nothing learned from the domain map: {n:?}"
+    );
+    assert!(
+        l.edges_learned.mean >= 2.0,
+        "callees and the domain learned: {l:?}"
+    );
+    assert!(l.forward_rejected.mean > 300.0, "DEOC gated calls: {l:?}");
+    let (a, b) = (
+        named.points[0].throughput_cps.mean,
+        learned.points[0].throughput_cps.mean,
+    );
+    eprintln!(
+        "calls set up per second: named {a:.1}, learned {b:.1}; e1 learned {} entries, gated {}",
+        l.edges_learned.mean, l.forward_rejected.mean
+    );
+    assert!((b - a).abs() <= 0.15 * a, "named {a:.1}, learned {b:.1}");
+}
+
 /// `lab/sim/seed003-mixed.toml` (one core shared by two DEOC and two non-DEOC ingress edges,
 /// 8 call flows) at 2× the core's capacity, shortened: 80 s of load, points over the last 50.
 fn mixed_short() -> Scenario {
