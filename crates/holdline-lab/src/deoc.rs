@@ -342,6 +342,25 @@ fn check_deoc_settings(settings: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The edges' DEOC settings for the simulator, as one-value sweeps over every server (DEOC
+/// runs at the ingress edges only). `target`: learning from Record-Route is the model's too
+/// (its edges learn the same way); otherwise the lab's routes name the targets, as the
+/// model's domains do.
+fn deoc_sweeps(settings: &[String]) -> Vec<String> {
+    let mut args = Vec::new();
+    for kv in settings {
+        if let Some((k, v)) = kv.split_once('=').filter(|(k, _)| k.trim() != "target") {
+            args.push("--sweep".to_string());
+            args.push(format!("servers.*.deoc.{}={}", k.trim(), v.trim()));
+        }
+    }
+    if learns_targets(settings) {
+        args.push("--sweep".to_string());
+        args.push("servers.*.deoc.target=record-route".to_string());
+    }
+    args
+}
+
 /// Whether the edges' DEOC settings make them learn their targets from Record-Route
 /// (`target = "record-route"`) rather than read them from the routes.
 fn learns_targets(settings: &[String]) -> bool {
@@ -1303,15 +1322,7 @@ fn simulate(
         "--out".to_string(),
         dir.display().to_string(),
     ];
-    // The edges' DEOC settings, as one-value sweeps over every server (DEOC runs at the
-    // ingress edges only).
-    // `target` is the server's way to find the target edge; the model's edges know it.
-    for kv in deoc_settings {
-        if let Some((k, v)) = kv.split_once('=').filter(|(k, _)| k.trim() != "target") {
-            args.push("--sweep".to_string());
-            args.push(format!("servers.*.deoc.{}={}", k.trim(), v.trim()));
-        }
-    }
+    args.extend(deoc_sweeps(deoc_settings));
     eprintln!(
         "deoc: simulating the same points ({runs} runs each; C1 {c1:.0} µs, C2 {c2:.0} µs per message as measured): holdline {}",
         args.join(" ")
@@ -1769,6 +1780,20 @@ mod tests {
             "target=next-hop".to_string(),
             "alpha=1".to_string()
         ]));
+        // The simulator's edges learn too, and take every other setting as a sweep.
+        assert_eq!(
+            deoc_sweeps(&["alpha=1".to_string(), "target=record-route".to_string()]),
+            [
+                "--sweep",
+                "servers.*.deoc.alpha=1",
+                "--sweep",
+                "servers.*.deoc.target=record-route"
+            ]
+        );
+        assert_eq!(
+            deoc_sweeps(&["target=next-hop".to_string()]),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
