@@ -3758,13 +3758,26 @@ impl Endpoint {
                 // ours); RFC 3326's Reason says what it was, so that an upstream edge doing
                 // end-to-end overload control (DEOC) still sees the overload it answers to.
                 let was_503 = matches!(other, Some((503, _)));
-                let extra: &[(&str, &[u8])] = if was_503 {
-                    &[("Reason", REASON_503)]
-                } else {
-                    &[]
+                // RFC 3261 §21.5.1: a 500 may say when to come back; the next hop's
+                // Retry-After stays with the 500 that stands for its 503, so that a caller
+                // that honours it (a phone re-registering) is not lost.
+                let retry_after: Option<Vec<u8>> = match &other {
+                    Some((503, b)) => Message::parse(b, &self.config.limits).ok().and_then(|m| {
+                        m.headers_named(b"Retry-After")
+                            .next()
+                            .map(|h| m.value(h).to_vec())
+                    }),
+                    _ => None,
                 };
+                let mut extra: Vec<(&str, &[u8])> = Vec::with_capacity(2);
+                if was_503 {
+                    extra.push(("Reason", REASON_503));
+                }
+                if let Some(v) = retry_after.as_deref() {
+                    extra.push(("Retry-After", v));
+                }
                 match Message::parse(&req, &self.config.limits) {
-                    Ok(m) => self.build(&m, code, reason, extra),
+                    Ok(m) => self.build(&m, code, reason, &extra),
                     Err(_) => return,
                 }
             }

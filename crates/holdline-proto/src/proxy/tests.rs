@@ -944,6 +944,52 @@ fn a_lone_503_goes_upstream_as_500() {
     assert_eq!(reason, ["SIP;cause=503;text=\"Service Unavailable\""]);
 }
 
+/// The 500 that stands for a lone 503 keeps the 503's Retry-After (RFC 3261 §21.5.1), so
+/// that a caller honouring it comes back (a phone re-registering behind an overloaded
+/// second stage); without one the 500 has none.
+#[test]
+fn a_lone_503s_retry_after_goes_up_with_its_500() {
+    for (extra, want) in [
+        (&[("Retry-After", &b"7"[..])][..], vec!["7".to_string()]),
+        (&[][..], Vec::new()),
+    ] {
+        let mut e = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
+        e.handle(
+            ms(0),
+            &far_invite("z9hG4bKra"),
+            udp(ua_addr(1)),
+            Transport::Udp,
+        );
+        let fwd = drain_to(&mut e, ms(0))
+            .into_iter()
+            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+            .map(|(_, b)| b)
+            .expect("forwarded");
+        let mut busy = Vec::new();
+        build_response(
+            &parse(&fwd),
+            503,
+            "Service Unavailable",
+            Some(b"t1"),
+            extra,
+            b"",
+            &mut busy,
+        );
+        e.handle(ms(10), &busy, udp(ua_addr(5)), Transport::Udp);
+        let up = drain_to(&mut e, ms(10))
+            .into_iter()
+            .find(|(p, b)| p.addr == ua_addr(1) && b.starts_with(b"SIP/2.0 500"))
+            .map(|(_, b)| b)
+            .expect("a 500 upstream");
+        let m = parse(&up);
+        let got: Vec<String> = m
+            .headers_named(b"Retry-After")
+            .map(|h| String::from_utf8_lossy(m.value(h)).into_owned())
+            .collect();
+        assert_eq!(got, want);
+    }
+}
+
 #[test]
 fn a_6xx_cancels_the_other_branches_and_is_chosen() {
     let mut net = Net::new(
