@@ -954,17 +954,7 @@ fn a_lone_503s_retry_after_goes_up_with_its_500() {
         (&[][..], Vec::new()),
     ] {
         let mut e = Endpoint::new(routed_config(), Arc::new(MemStore::default()));
-        e.handle(
-            ms(0),
-            &far_invite("z9hG4bKra"),
-            udp(ua_addr(1)),
-            Transport::Udp,
-        );
-        let fwd = drain_to(&mut e, ms(0))
-            .into_iter()
-            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
-            .map(|(_, b)| b)
-            .expect("forwarded");
+        let fwd = forward_far(&mut e, 0, "z9hG4bKra");
         let mut busy = Vec::new();
         build_response(
             &parse(&fwd),
@@ -2563,6 +2553,17 @@ fn far_invite(branch: &str) -> Vec<u8> {
     )
 }
 
+/// Hands `far_invite(branch)` from UA 1 to `e` at `at` ms; returns the INVITE it forwarded to
+/// UA 5 (the routed next hop).
+fn forward_far(e: &mut Endpoint, at: u64, branch: &str) -> Vec<u8> {
+    e.handle(ms(at), &far_invite(branch), udp(ua_addr(1)), Transport::Udp);
+    drain_to(e, ms(at))
+        .into_iter()
+        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
+        .map(|(_, b)| b)
+        .expect("forwarded")
+}
+
 fn drain_to(e: &mut Endpoint, now: Instant) -> Vec<(Peer, Vec<u8>)> {
     let mut out = Vec::new();
     let mut buf = Vec::new();
@@ -3364,17 +3365,7 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
         v
     };
     // Answered: started at 0, ended by the next hop's 486 at 30 ms.
-    e.handle(
-        ms(0),
-        &far_invite("z9hG4bKb1"),
-        udp(ua_addr(1)),
-        Transport::Udp,
-    );
-    let fwd = drain_to(&mut e, ms(0))
-        .into_iter()
-        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
-        .map(|(_, b)| b)
-        .expect("forwarded");
+    let fwd = forward_far(&mut e, 0, "z9hG4bKb1");
     assert_eq!(
         events(&mut e),
         [crate::EndpointEvent::BranchStarted {
@@ -3404,17 +3395,7 @@ fn branch_events_report_each_forwarded_invite_and_how_and_when_it_ended() {
         }]
     );
     // A 500 standing for a 503 further on (RFC 3326 Reason) ends the branch as a 503.
-    e.handle(
-        ms(40),
-        &far_invite("z9hG4bKb5"),
-        udp(ua_addr(1)),
-        Transport::Udp,
-    );
-    let fwd = drain_to(&mut e, ms(40))
-        .into_iter()
-        .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
-        .map(|(_, b)| b)
-        .expect("forwarded");
+    let fwd = forward_far(&mut e, 40, "z9hG4bKb5");
     let _ = events(&mut e);
     let mut overloaded = Vec::new();
     build_response(
@@ -5219,14 +5200,7 @@ fn a_forwarded_invite_is_answered_once_by_its_first_response_or_its_end() {
         build_response(&parse(fwd), status, "X", Some(b"t1"), &[], b"", &mut r);
         e.handle(ms(at), &r, udp(ua_addr(5)), Transport::Udp);
     };
-    let forward = |e: &mut Endpoint, at: u64, branch: &str| {
-        e.handle(ms(at), &far_invite(branch), udp(ua_addr(1)), Transport::Udp);
-        drain_to(e, ms(at))
-            .into_iter()
-            .find(|(p, b)| p.addr == ua_addr(5) && b.starts_with(b"INVITE"))
-            .map(|(_, b)| b)
-            .expect("forwarded")
-    };
+    let forward = forward_far;
     // 100, 180, then 200: answered by the 100, once.
     let fwd = forward(&mut e, 0, "z9hG4bKa1");
     assert_eq!(kinds(&mut e), ["started"]);
