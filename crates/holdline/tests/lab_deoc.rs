@@ -56,6 +56,7 @@ fn f(v: &serde_json::Value, key: &str) -> f64 {
 
 #[test]
 fn deoc_quick_carries_the_overload_that_no_control_collapses_under() {
+    let _one_run_at_a_time = common::sipp_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("deoc");
     let err = common::run_lab(&["deoc", "--quick"], &out, Duration::from_secs(420));
@@ -158,6 +159,7 @@ fn assert_png(p: &Path) {
 /// the rejections the callers see are its gaps or the cores' (per core, all four reported).
 #[test]
 fn deoc_two_domains_route_every_flow_and_gap_per_target_edge() {
+    let _one_run_at_a_time = common::sipp_lock();
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("deoc-domains");
     let err = common::run_lab(
