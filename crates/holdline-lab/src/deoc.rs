@@ -807,6 +807,18 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         .iter()
         .map(|c| scrape(server(c).metrics))
         .collect();
+    // Each server's last scrape stays beside its log (`TAG-NAME.metrics`), for diagnosis.
+    let ingress: Vec<&str> = topology.ingress().iter().map(|&i| EDGES[i]).collect();
+    let cores = topology.cores();
+    for (name, text) in ingress
+        .iter()
+        .zip(&edge_texts)
+        .chain(cores.iter().zip(&core_texts))
+    {
+        let file = runs.join(format!("{tag}-{}.metrics", name.to_lowercase()));
+        std::fs::write(&file, text)
+            .map_err(|e| LabError::io(format!("write {}", file.display()), e))?;
+    }
     for (_, u) in &uases {
         terminate(&u.0);
     }

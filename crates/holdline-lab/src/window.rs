@@ -138,8 +138,10 @@ pub fn paper() -> Vec<PaperRow> {
     about = "Seed 004's dual-proxy trapezoid: UAC -> upstream holdline -> capacity-limited downstream (holdline or Kamailio) -> UAS, no control vs the feedback-free delay window"
 )]
 pub struct Args {
-    /// The sweep's options (mechanisms: none, window; loads: factors of the downstream's
-    /// capacity, default the paper's 100-1,700 calls/s over 700, then 5 and 10 emulated).
+    /// The sweep's options (mechanisms: none, window, and window+KEY=VALUE+… with lines of
+    /// the upstream's `[overload]` section, e.g. `window+window_threshold_ms=50`; loads:
+    /// factors of the downstream's capacity, default the paper's 100-1,700 calls/s over 700,
+    /// then 5 and 10 emulated).
     #[command(flatten)]
     pub sweep: SweepArgs,
     /// Results directory.
@@ -319,16 +321,38 @@ pub fn main(args: Vec<String>) -> ExitCode {
     )
 }
 
-/// A mechanism's servers, from `lab feedback`'s table (`window` is its `delay-window`).
-fn mechanism(name: &str) -> Result<Mechanism> {
-    match name {
-        "none" => Mechanism::parse("none"),
-        "window" | "delay-window" => Mechanism::parse("delay-window"),
-        other => Err(LabError::Precondition(format!(
-            "unknown mechanism `{other}` (known: {})",
-            MECHANISMS.join(", ")
-        ))),
+/// A mechanism's servers, from `lab feedback`'s table (`window` is its `delay-window`), and
+/// the upstream's `[overload]` lines, if any: `window+KEY=VALUE+…` sets each `KEY = VALUE` in
+/// the upstream's configuration (e.g. `window+window_threshold_ms=50`, the window's `Z_th`).
+fn mechanism(name: &str) -> Result<(Mechanism, Option<String>)> {
+    let mut parts = name.split('+');
+    let base = parts.next().unwrap_or_default();
+    let m = match base {
+        "none" => Mechanism::parse("none")?,
+        "window" | "delay-window" => Mechanism::parse("delay-window")?,
+        other => {
+            return Err(LabError::Precondition(format!(
+                "unknown mechanism `{other}` (known: {})",
+                MECHANISMS.join(", ")
+            )));
+        }
+    };
+    let mut up_config: Option<String> = None;
+    for opt in parts {
+        match opt.split_once('=') {
+            Some((k, v)) if base != "none" && !k.is_empty() && !v.is_empty() => {
+                let cfg = up_config.get_or_insert_with(|| "[overload]\n".to_owned());
+                cfg.push_str(&format!("{k} = {v}\n"));
+            }
+            _ => {
+                return Err(LabError::Precondition(format!(
+                    "mechanism `{name}`: option `{opt}` is not KEY=VALUE (a line of the \
+                     upstream's [overload] section; `none` takes none)"
+                )));
+            }
+        }
     }
+    Ok((m, up_config))
 }
 
 /// The downstream's kind of server and limit.
@@ -464,7 +488,7 @@ impl Peaks {
 
 /// Runs one point with fresh processes; their reports and logs stay in `runs` (`TAG-…`).
 fn run_point_once(ctx: &Ctx, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
-    let mech = mechanism(spec.mechanism)?;
+    let (mech, up_config) = mechanism(spec.mechanism)?;
     let (exe, runs, tag) = (ctx.exe.as_path(), ctx.runs.as_path(), &spec.tag);
     let (down_port, uas_port) = (free_port()?, free_port()?);
     let (up_port, up_metrics) = (free_port()?, free_port()?);
@@ -516,6 +540,12 @@ fn run_point_once(ctx: &Ctx, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
     // Upstream (core 0).
     let mut up_args = server_args(up_port, up_metrics, down_port);
     up_args.extend(mech.se_args.iter().map(|a| a.to_string()));
+    if let Some(text) = &up_config {
+        let cfg = runs.join(format!("{tag}-up.toml"));
+        std::fs::write(&cfg, text)
+            .map_err(|e| LabError::io(format!("write {}", cfg.display()), e))?;
+        up_args.push(format!("--config={}", cfg.display()));
+    }
     let up_log = runs.join(format!("{tag}-up.log"));
     let mut up = spawn(GENERATOR_CORE, exe, &up_args, &up_log)?;
     wait_bound(
@@ -1208,15 +1238,24 @@ mod tests {
 
     #[test]
     fn mechanisms_reuse_the_feedback_labs_servers() {
-        let w = mechanism("window").expect("window");
+        let (w, cfg) = mechanism("window").expect("window");
         assert_eq!(
             (w.re_overload, w.se_args),
             ("none", &["--feedback=window"][..])
         );
-        let n = mechanism("none").expect("none");
+        assert_eq!(cfg, None);
+        let (n, _) = mechanism("none").expect("none");
         assert_eq!(n.re_overload, "none");
         assert!(n.se_args.contains(&"--overload=none"));
         assert!(mechanism("loss").is_err());
+        // Options go to the upstream's [overload] section; `none` takes none.
+        let (_, cfg) = mechanism("window+window_threshold_ms=50").expect("window+option");
+        assert_eq!(
+            cfg.as_deref(),
+            Some("[overload]\nwindow_threshold_ms = 50\n")
+        );
+        assert!(mechanism("window+oops").is_err());
+        assert!(mechanism("none+window_threshold_ms=50").is_err());
         assert!(Mode::parse("quota").is_ok() && Mode::parse("x").is_err());
     }
 
