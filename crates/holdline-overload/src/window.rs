@@ -26,7 +26,19 @@
 //! | `Z_th` | `threshold` if set, else `threshold_factor` (4) × the smallest delay seen, at least `threshold_floor` (20 ms) | never given |
 //! | initial `W`, `WIN_th` | 4 and 64 | not said |
 //! | the call that does not fit | `503` upstream, at once | not said |
+//! | a cut | `decrease` = `collapse`: `W ← 1` (the pseudo-code); `halve`: `W ← W/2` | `W = 1` |
+//! | cuts per round | every completion is judged; `once_per_round`: not those sent before the last cut | every completion |
 //! | prose vs pseudo-code | the pseudo-code (l. 65); the prose of l. 63 and l. 83 contradicts it | — |
+//!
+//! **Why the two variants** (off by default). Near the downstream's capacity the window
+//! loses calls in bursts: after a cut, the transactions sent before it keep ending with the
+//! queue's delay, so the pseudo-code cuts again at each of them (`WIN_th` falls to 1) and the
+//! window creeps back by `1/W`. TCP reduces once per window of data and halves rather than
+//! restarting at 1. In a virtual-clock model of the lab's downstream (six 1 ms messages per
+//! call, Poisson arrivals at 0.986 of its capacity) the paper's rule carried 0.905 of the
+//! capacity with a 20 ms `Z_th` and 0.935 with 50 ms; both variants together 0.922 and 0.948
+//! (`docs/overload.md`, seed 004's trapezoid). At exactly the capacity only a deeper queue
+//! admits more: Poisson arrivals fill any bounded queue now and then.
 //!
 //! `Z_avg` and `δ` are per target and move only when a transaction ends: after a collapse to
 //! `W = 1` the average comes down with the first fast completions, so the window reopens
@@ -76,8 +88,45 @@ pub struct DelayWindowConfig {
     pub max_window: f64,
     /// Most targets with state. Default 1,024.
     pub max_targets: usize,
+    /// What a cut does to `W`: the paper's collapse to 1, or halving. Default
+    /// [`WindowDecrease::Collapse`] (seed 004, l. 65).
+    pub decrease: WindowDecrease,
+    /// Cut at most once per round: a transaction sent before the last cut ends without
+    /// cutting or growing the window (its delay still enters `Z_avg` and `δ`), as TCP reduces
+    /// its window once per window of data. Default `false` (the paper's pseudo-code judges
+    /// every completion).
+    pub once_per_round: bool,
     /// `Retry-After` of the 503s. Default `None`.
     pub retry_after: Option<Duration>,
+}
+
+/// What a cut of seed 004's window does (the pseudo-code's `Window = 1`, or TCP's halving).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowDecrease {
+    /// `W ← 1` (seed 004, l. 65), `WIN_th ← W / 2`: slow start back to half the window.
+    #[default]
+    Collapse,
+    /// `W ← W / 2` (at least 1), `WIN_th ← W / 2`: congestion avoidance from there.
+    Halve,
+}
+
+impl WindowDecrease {
+    /// The setting's name in configuration files: `collapse` or `halve`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Collapse => "collapse",
+            Self::Halve => "halve",
+        }
+    }
+
+    /// The setting named `name` (`collapse` or `halve`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "collapse" => Some(Self::Collapse),
+            "halve" => Some(Self::Halve),
+            _ => None,
+        }
+    }
 }
 
 impl Default for DelayWindowConfig {
@@ -93,6 +142,8 @@ impl Default for DelayWindowConfig {
             initial_threshold: 64.0,
             max_window: 10_000.0,
             max_targets: 1024,
+            decrease: WindowDecrease::Collapse,
+            once_per_round: false,
             retry_after: None,
         }
     }
@@ -168,8 +219,10 @@ pub struct TargetWindow {
     pub deviation: f64,
     /// The smallest delay seen, seconds.
     pub min_delay: Option<f64>,
-    /// Collapses to `W = 1` so far.
+    /// Cuts of the window so far (collapses to `W = 1`, or halvings).
     pub collapses: u64,
+    /// When the window was last cut.
+    pub last_cut: Option<Instant>,
     last_used: Instant,
 }
 
@@ -183,6 +236,7 @@ impl TargetWindow {
             deviation: 0.0,
             min_delay: None,
             collapses: 0,
+            last_cut: None,
             last_used: now,
         }
     }
@@ -261,11 +315,13 @@ impl DelayWindow {
 
     fn completed(&mut self, now: Instant, target: TargetId, delay: Duration) {
         let z = secs(delay);
-        let (avg_w, dev_w, eps, max_window) = (
+        let (avg_w, dev_w, eps, max_window, decrease, once_per_round) = (
             self.config.avg_weight,
             self.config.dev_weight,
             self.config.epsilon,
             self.config.max_window,
+            self.config.decrease,
+            self.config.once_per_round,
         );
         let min_before = self.targets.get(&target).and_then(|t| t.min_delay);
         let min_delay = Some(min_before.map_or(z, |m| m.min(z)));
@@ -286,10 +342,19 @@ impl DelayWindow {
             }
         };
         t.avg_delay = Some(avg);
+        // Sent before the last cut: its delay tells of the queue that cut was for.
+        let sent = now.checked_sub(delay);
+        if once_per_round && t.last_cut.is_some_and(|cut| sent.is_none_or(|s| s < cut)) {
+            return;
+        }
         if avg >= z_th + eps * t.deviation {
             t.threshold = (t.window / 2.0).max(1.0);
-            t.window = 1.0;
+            t.window = match decrease {
+                WindowDecrease::Collapse => 1.0,
+                WindowDecrease::Halve => t.threshold,
+            };
             t.collapses += 1;
+            t.last_cut = Some(now);
         } else if t.window < t.threshold {
             t.window = (t.window + 1.0).min(max_window);
         } else {
@@ -401,6 +466,94 @@ mod tests {
         assert!(send(&mut c, A));
         assert!(send(&mut c, A));
         assert!(!send(&mut c, A));
+    }
+
+    fn complete_at(c: &mut DelayWindow, target: TargetId, at_ms: u64, delay_ms: u64) {
+        c.on_signal(
+            Instant::ZERO + Duration::from_millis(at_ms),
+            Signal::Completed {
+                target,
+                outcome: crate::signal::Outcome::Final(200),
+                delay: Duration::from_millis(delay_ms),
+            },
+        );
+    }
+
+    /// A window of 8 with 8 transactions outstanding, all sent at t = 0.
+    fn full_window_of_eight(config: DelayWindowConfig) -> DelayWindow {
+        let mut c = window(DelayWindowConfig {
+            initial_window: 8.0,
+            threshold: Some(Duration::from_millis(20)),
+            ..config
+        });
+        for _ in 0..8 {
+            assert!(send(&mut c, A));
+        }
+        c
+    }
+
+    #[test]
+    fn halving_keeps_half_the_window_where_the_paper_collapses_to_one() {
+        let mut paper = full_window_of_eight(DelayWindowConfig::default());
+        complete_at(&mut paper, A, 100, 100);
+        let t = paper.target(A).copied();
+        assert_eq!(t.map(|t| (t.window, t.threshold)), Some((1.0, 4.0)));
+
+        let mut halve = full_window_of_eight(DelayWindowConfig {
+            decrease: WindowDecrease::Halve,
+            ..DelayWindowConfig::default()
+        });
+        complete_at(&mut halve, A, 100, 100);
+        let t = halve.target(A).copied();
+        assert_eq!(t.map(|t| (t.window, t.threshold)), Some((4.0, 4.0)));
+        assert_eq!(t.map(|t| t.collapses), Some(1));
+        assert_eq!(WindowDecrease::parse("halve"), Some(WindowDecrease::Halve));
+        assert_eq!(
+            WindowDecrease::parse("collapse").map(WindowDecrease::name),
+            Some("collapse")
+        );
+        assert_eq!(WindowDecrease::parse("half"), None);
+    }
+
+    #[test]
+    fn once_per_round_ignores_what_was_sent_before_the_cut() {
+        // The paper's rule: the second slow completion cuts again and WIN_th falls to 1.
+        let mut paper = full_window_of_eight(DelayWindowConfig::default());
+        complete_at(&mut paper, A, 100, 100);
+        complete_at(&mut paper, A, 101, 101);
+        let t = paper.target(A).copied();
+        assert_eq!(
+            t.map(|t| (t.window, t.threshold, t.collapses)),
+            Some((1.0, 1.0, 2))
+        );
+
+        let mut once = full_window_of_eight(DelayWindowConfig {
+            once_per_round: true,
+            ..DelayWindowConfig::default()
+        });
+        complete_at(&mut once, A, 100, 100);
+        // Six more of the old round: no cut, no growth; the average still moves.
+        for i in 1..=6 {
+            complete_at(&mut once, A, 100 + i, 100 + i);
+        }
+        let t = once.target(A).copied();
+        assert_eq!(
+            t.map(|t| (t.window, t.threshold, t.collapses)),
+            Some((1.0, 4.0, 1))
+        );
+        assert_eq!(t.map(|t| t.outstanding), Some(1));
+        assert!(t.and_then(|t| t.avg_delay).is_some_and(|a| a > 0.1));
+        // The last of the old round, then one sent after the cut (at 110 ms, W = 1): that one
+        // is judged again and, still slow, cuts.
+        complete_at(&mut once, A, 107, 107);
+        assert_eq!(
+            once.target(A).map(|t| (t.outstanding, t.collapses)),
+            Some((0, 1))
+        );
+        assert!(send(&mut once, A));
+        assert!(!send(&mut once, A), "W = 1");
+        complete_at(&mut once, A, 200, 90);
+        assert_eq!(once.target(A).map(|t| t.collapses), Some(2));
     }
 
     #[test]

@@ -123,6 +123,8 @@
 //!                                  # unless local = "none"), or window: seed 004's window
 //!                                  # without feedback
 //! window_threshold_ms = 0          # ... its delay threshold (0: 4 x the smallest delay, >= 20 ms)
+//! window_decrease = "collapse"     # ... a cut: collapse (seed 004's W = 1) | halve
+//! window_once_per_round = false    # ... cut at most once per round of transactions
 //! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
 //!                                  # with occ)
 //! feedback_target_delay_ms = 100   # ... steering new INVITEs' queueing delay to this
@@ -819,6 +821,12 @@ pub struct OverloadSettings {
     /// With `feedback = "window"`: the window's delay threshold `Z_th`, ms; 0 (default):
     /// four times the smallest transaction delay seen to the next hop, at least 20 ms.
     pub window_threshold_ms: u64,
+    /// With `feedback = "window"`: what a cut does to the window, `"collapse"` (default: seed
+    /// 004's `W = 1`) or `"halve"` (`W / 2`).
+    pub window_decrease: String,
+    /// With `feedback = "window"`: cut at most once per round (transactions sent before the
+    /// last cut neither cut nor grow the window). Default false (seed 004: every completion).
+    pub window_once_per_round: bool,
     /// Server role: answer upstream clients that offer `oc` with this server's own load (a
     /// loss percentage, or a share of a rate, from its occupancy and the queueing delay of new
     /// INVITEs: see `holdline_overload::HopServer`), and let their new INVITEs skip the local
@@ -915,6 +923,8 @@ impl Default for OverloadSettings {
             queue_gate_ms: 20,
             occupancy_clock: "cpu".into(),
             window_threshold_ms: 0,
+            window_decrease: "collapse".to_owned(),
+            window_once_per_round: false,
             target_delay_ms: 20,
             queue_limit: 100,
             queue_resume: None,
@@ -1083,6 +1093,9 @@ impl OverloadSettings {
             holdline_overload::DelayWindowConfig {
                 threshold: (self.window_threshold_ms > 0)
                     .then(|| Duration::from_millis(self.window_threshold_ms)),
+                decrease: holdline_overload::WindowDecrease::parse(self.window_decrease.trim())
+                    .unwrap_or_default(),
+                once_per_round: self.window_once_per_round,
                 retry_after: self.retry_after(),
                 ..holdline_overload::DelayWindowConfig::default()
             }
@@ -2501,6 +2514,13 @@ impl ServerConfig {
         self.overload.controller()?;
         self.overload.forward_controller()?;
         self.overload.feedback_client()?;
+        if holdline_overload::WindowDecrease::parse(self.overload.window_decrease.trim()).is_none()
+        {
+            return err(
+                "overload.window_decrease",
+                "must be \"collapse\" (seed 004's W = 1) or \"halve\"",
+            );
+        }
         if self.overload.feedback_target_delay_ms == 0 {
             return err("overload.feedback_target_delay_ms", "must be positive");
         }
@@ -3181,6 +3201,20 @@ stateless = true
         assert_eq!(c.overload.feedback_client(), Ok(None));
         let w = c.overload.window_client().expect("on");
         assert_eq!(w.threshold, Some(Duration::from_millis(50)));
+        assert_eq!(
+            (w.decrease, w.once_per_round),
+            (holdline_overload::WindowDecrease::Collapse, false)
+        );
+        let c = ServerConfig::from_toml(
+            "w.toml",
+            "[overload]\nfeedback = \"window\"\nwindow_decrease = \"halve\"\nwindow_once_per_round = true\n",
+        )
+        .expect("ok");
+        let w = c.overload.window_client().expect("on");
+        assert_eq!(
+            (w.decrease, w.once_per_round),
+            (holdline_overload::WindowDecrease::Halve, true)
+        );
         assert!(matches!(
             c.overload.hop_controller(),
             Ok(Some(ControllerConfig::DelayWindow(_)))
@@ -3198,6 +3232,10 @@ stateless = true
             (
                 "[overload]\nfeedback_rate_tolerance = -1\n",
                 "overload.feedback_rate_tolerance",
+            ),
+            (
+                "[overload]\nfeedback = \"window\"\nwindow_decrease = \"half\"\n",
+                "overload.window_decrease",
             ),
             (
                 "[overload]\nfeedback_validity_ms = 0\n",

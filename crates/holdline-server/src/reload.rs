@@ -23,7 +23,7 @@ pub struct ReloadPlan {
 /// The overload settings that cannot change without a restart, by key.
 fn overload_restart(a: &ServerConfig, b: &ServerConfig, out: &mut Vec<String>) {
     let (x, y) = (&a.overload, &b.overload);
-    let fields: [(&str, bool); 14] = [
+    let fields: [(&str, bool); 15] = [
         (
             "overload.smart_forwarding",
             x.smart_forwarding_mode() != y.smart_forwarding_mode(),
@@ -72,6 +72,11 @@ fn overload_restart(a: &ServerConfig, b: &ServerConfig, out: &mut Vec<String>) {
         (
             "overload.window_threshold_ms",
             x.window_threshold_ms != y.window_threshold_ms,
+        ),
+        (
+            "overload.window_*",
+            x.window_decrease != y.window_decrease
+                || x.window_once_per_round != y.window_once_per_round,
         ),
         (
             "overload.feedback_*",
