@@ -388,22 +388,35 @@ impl Mechanism {
                 )));
             }
         };
-        for opt in parts {
-            match opt.split_once('=') {
-                Some((k, v)) if !k.is_empty() && !v.is_empty() => {
-                    let cfg = m.re_config.get_or_insert_with(|| "[overload]\n".to_owned());
-                    cfg.push_str(&format!("{k} = {v}\n"));
-                }
-                _ => {
-                    return Err(LabError::Precondition(format!(
-                        "mechanism `{name}`: option `{opt}` is not KEY=VALUE (a line of the \
-                         RE's [overload] section)"
-                    )));
-                }
-            }
-        }
+        overload_lines(name, parts, "the RE's", &mut m.re_config)?;
         Ok(m)
     }
+}
+
+/// Appends a mechanism's options (`KEY=VALUE`, the parts after its name in `name`) to
+/// `config` as lines of an `[overload]` section for `whose` server (e.g. "the RE's"); an
+/// option that is not `KEY=VALUE` is refused, naming the mechanism.
+pub(crate) fn overload_lines<'a>(
+    name: &str,
+    options: impl Iterator<Item = &'a str>,
+    whose: &str,
+    config: &mut Option<String>,
+) -> Result<()> {
+    for opt in options {
+        match opt.split_once('=') {
+            Some((k, v)) if !k.is_empty() && !v.is_empty() => {
+                let cfg = config.get_or_insert_with(|| "[overload]\n".to_owned());
+                cfg.push_str(&format!("{k} = {v}\n"));
+            }
+            _ => {
+                return Err(LabError::Precondition(format!(
+                    "mechanism `{name}`: option `{opt}` is not KEY=VALUE (a line of \
+                     {whose} [overload] section)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What one point is.

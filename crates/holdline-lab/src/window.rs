@@ -338,20 +338,13 @@ fn mechanism(name: &str) -> Result<(Mechanism, Option<String>)> {
         }
     };
     let mut up_config: Option<String> = None;
-    for opt in parts {
-        match opt.split_once('=') {
-            Some((k, v)) if base != "none" && !k.is_empty() && !v.is_empty() => {
-                let cfg = up_config.get_or_insert_with(|| "[overload]\n".to_owned());
-                cfg.push_str(&format!("{k} = {v}\n"));
-            }
-            _ => {
-                return Err(LabError::Precondition(format!(
-                    "mechanism `{name}`: option `{opt}` is not KEY=VALUE (a line of the \
-                     upstream's [overload] section; `none` takes none)"
-                )));
-            }
-        }
+    let mut options = parts.peekable();
+    if base == "none" && options.peek().is_some() {
+        return Err(LabError::Precondition(format!(
+            "mechanism `{name}`: `none` takes no options"
+        )));
     }
+    crate::feedback::overload_lines(name, options, "the upstream's", &mut up_config)?;
     Ok((m, up_config))
 }
 
