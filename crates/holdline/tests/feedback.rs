@@ -661,8 +661,21 @@ fn deoc_learns_each_callees_egress_edge_from_record_route() {
         "{summary}\n{}",
         t.edge
     );
+    // Every call of both flows was judged exactly once: by its learned egress edge's state,
+    // or, before an answer had taught the edge, by the next hop's.
+    let judged = |target: &str| {
+        m("holdline_deoc_target_admitted_total", target)
+            + m("holdline_deoc_target_gapped_total", target)
+    };
+    assert_eq!(
+        (judged(&e2) + judged(&e3) + judged(&hop)) as u64,
+        t.failing.0 + t.healthy.0,
+        "{summary}\n{}",
+        t.edge
+    );
     // The healthy path's egress edge saw none and gapped nothing; it judged all but the
-    // first calls to the domain (those went by the next hop's state, before an answer).
+    // first calls to the domain (those went by the next hop's state, before an answer:
+    // well under a second's worth at 100 calls/s, more on a slow host in a debug build).
     assert_eq!(
         m("holdline_deoc_target_rejections_total", &e3),
         0.0,
@@ -674,7 +687,7 @@ fn deoc_learns_each_callees_egress_edge_from_record_route() {
         "{summary}"
     );
     assert!(
-        m("holdline_deoc_target_admitted_total", &e3) >= (t.healthy.0 - 50) as f64,
+        m("holdline_deoc_target_admitted_total", &e3) >= 0.9 * t.healthy.0 as f64,
         "{summary}"
     );
     // DEOC gapped nothing there (above); a 503 from elsewhere (a core's own gate on a busy
