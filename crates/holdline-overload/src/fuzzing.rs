@@ -247,6 +247,7 @@ impl Bytes<'_> {
             },
             9 => Signal::Released {
                 target: self.target(),
+                delay: self.duration(),
             },
             10 => Signal::Completed {
                 target: self.target(),

@@ -447,7 +447,7 @@ impl Controller for HopClient {
                 self.targets.remove(&target);
             }
             Signal::Forwarded { target } => self.count(now, target, true),
-            Signal::Released { target } => self.count(now, target, false),
+            Signal::Released { target, .. } => self.count(now, target, false),
             _ => {}
         }
     }
@@ -970,7 +970,13 @@ mod tests {
         assert_eq!(c.outstanding(T), 12);
         // Three answered: three more go.
         for _ in 0..3 {
-            c.on_signal(ms(3), Signal::Released { target: T });
+            c.on_signal(
+                ms(3),
+                Signal::Released {
+                    target: T,
+                    delay: Duration::ZERO,
+                },
+            );
         }
         assert_eq!(send(&mut c, ms(3), T, 5), 3);
         // Another target is not limited by T's window.
@@ -985,7 +991,13 @@ mod tests {
         c.on_signal(ms(4), window(100, 1000, 1));
         assert_eq!(c.control(T), TargetControl::Window(5));
         for _ in 0..7 {
-            c.on_signal(ms(5), Signal::Released { target: T });
+            c.on_signal(
+                ms(5),
+                Signal::Released {
+                    target: T,
+                    delay: Duration::ZERO,
+                },
+            );
         }
         assert_eq!(c.outstanding(T), 5);
         assert_eq!(send(&mut c, ms(5), T, 3), 0);
@@ -1000,7 +1012,13 @@ mod tests {
         assert_eq!(send(&mut c, ms(107), T, 1), 1);
         // More releases than sends never underflow.
         for _ in 0..50 {
-            c.on_signal(ms(108), Signal::Released { target: T });
+            c.on_signal(
+                ms(108),
+                Signal::Released {
+                    target: T,
+                    delay: Duration::ZERO,
+                },
+            );
         }
         assert_eq!(c.outstanding(T), 0);
     }

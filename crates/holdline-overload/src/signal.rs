@@ -92,6 +92,11 @@ pub enum Signal {
     Released {
         /// Where it went.
         target: TargetId,
+        /// From sending the INVITE to its first response (or to its end without one): the
+        /// time the next hop took to read and handle it, without the callee's ringing
+        /// (seed 004's transaction delay as [`DelayWindow`](crate::DelayWindow) measures it
+        /// by default).
+        delay: Duration,
     },
     /// The client transaction of a new INVITE sent to `target` ended.
     Completed {

@@ -19,7 +19,7 @@
 //!
 //! | what | holdline | the paper |
 //! | --- | --- | --- |
-//! | transaction delay | INVITE sent → its final response; a transaction without one (Timer B) counts with the delay the driver reports | not said |
+//! | transaction delay | `delay` = `first-response`: INVITE sent → its first response (`100 Trying` of a proxy, `180`, or a final), and the transaction is no longer outstanding from then on; `final`: INVITE sent → its final response; a transaction without one (Timer B) counts with the delay the driver reports | not said |
 //! | `Z_avg` | EWMA of the delays, weight `avg_weight` = 1/8 (TCP's SRTT weight) | "average of recent delays", how many not said |
 //! | `δ` | EWMA *standard deviation* of the delays (weight `dev_weight` = 1/4): `Z_th + ε·δ` must be a delay, and a variance is in s² | "variance" (l. 67), then "1.2" (l. 73) |
 //! | `ε` | 3 | 3 (l. 67) |
@@ -29,6 +29,16 @@
 //! | a cut | `decrease` = `collapse`: `W ← 1` (the pseudo-code); `halve`: `W ← W/2` | `W = 1` |
 //! | cuts per round | every completion is judged; `once_per_round`: not those sent before the last cut | every completion |
 //! | prose vs pseudo-code | the pseudo-code (l. 65); the prose of l. 63 and l. 83 contradicts it | — |
+//!
+//! **Why the first response by default.** The final response of an INVITE comes when the
+//! callee answers: seconds of ringing that say nothing of the next hop's load. Measured to
+//! the final response, every call that rings reads as a delay far above `Z_th` and holds its
+//! slot while it rings, so the window closes on a downstream that is idle (20 calls/s
+//! ringing 3 s each through an idle holdline: 176 of 200 calls answered `503`). The first
+//! response is what the next hop sends when it has read and handled the INVITE (a proxy's
+//! `100 Trying`, a user agent's `180` or final), so its delay is the next hop's queue and
+//! work, with or without ringing. In the papers' testbeds the callee answers at once, and
+//! the two readings differ only by the answer's own trip (`final` keeps that reading).
 //!
 //! **Why the two variants** (off by default). Near the downstream's capacity the window
 //! loses calls in bursts: after a cut, the transactions sent before it keep ending with the
@@ -47,7 +57,8 @@
 //! bounded (`max_targets`): when full, the target with nothing outstanding that was used
 //! longest ago is forgotten.
 //!
-//! Inputs: [`Signal::Forwarded`], [`Signal::Completed`], [`Signal::TargetGone`]. Gate:
+//! Inputs: [`Signal::Forwarded`], [`Signal::Released`] (or [`Signal::Completed`] with
+//! `delay` = `final`), [`Signal::TargetGone`]. Gate:
 //! [`Gate::Forward`](crate::Gate::Forward).
 
 use std::collections::HashMap;
@@ -96,8 +107,43 @@ pub struct DelayWindowConfig {
     /// its window once per window of data. Default `false` (the paper's pseudo-code judges
     /// every completion).
     pub once_per_round: bool,
+    /// What a transaction's delay is measured to, and when it stops being outstanding.
+    /// Default [`WindowDelay::FirstResponse`].
+    pub delay: WindowDelay,
     /// `Retry-After` of the 503s. Default `None`.
     pub retry_after: Option<Duration>,
+}
+
+/// What the window's transaction delay is measured to (seed 004 does not say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowDelay {
+    /// INVITE sent → its first response, provisional or final ([`Signal::Released`]): the
+    /// next hop's queueing and work, without the callee's ringing; the transaction stops
+    /// counting against the window then.
+    #[default]
+    FirstResponse,
+    /// INVITE sent → its final response ([`Signal::Completed`]): right only where callees
+    /// answer at once (the papers' testbeds); a call that rings reads as overload.
+    Final,
+}
+
+impl WindowDelay {
+    /// The setting's name in configuration files: `first-response` or `final`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::FirstResponse => "first-response",
+            Self::Final => "final",
+        }
+    }
+
+    /// The setting named `name` (`first-response` or `final`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "first-response" => Some(Self::FirstResponse),
+            "final" => Some(Self::Final),
+            _ => None,
+        }
+    }
 }
 
 /// What a cut of seed 004's window does (the pseudo-code's `Window = 1`, or TCP's halving).
@@ -144,6 +190,7 @@ impl Default for DelayWindowConfig {
             max_targets: 1024,
             decrease: WindowDecrease::Collapse,
             once_per_round: false,
+            delay: WindowDelay::FirstResponse,
             retry_after: None,
         }
     }
@@ -391,7 +438,14 @@ impl Controller for DelayWindow {
                 let t = self.entry(target, now);
                 t.outstanding = t.outstanding.saturating_add(1);
             }
-            Signal::Completed { target, delay, .. } => self.completed(now, target, delay),
+            Signal::Released { target, delay }
+                if self.config.delay == WindowDelay::FirstResponse =>
+            {
+                self.completed(now, target, delay);
+            }
+            Signal::Completed { target, delay, .. } if self.config.delay == WindowDelay::Final => {
+                self.completed(now, target, delay);
+            }
             Signal::TargetGone(target) => {
                 self.targets.remove(&target);
             }
@@ -424,15 +478,10 @@ mod tests {
             .is_admit()
     }
 
+    /// A transaction answered at once, as the papers' callees do: its first response and its
+    /// final one come together, as the endpoint reports them (released, then ended).
     fn complete(c: &mut DelayWindow, target: TargetId, ms: u64) {
-        c.on_signal(
-            Instant::ZERO,
-            Signal::Completed {
-                target,
-                outcome: crate::signal::Outcome::Final(200),
-                delay: Duration::from_millis(ms),
-            },
-        );
+        complete_at(c, target, 0, ms);
     }
 
     fn send(c: &mut DelayWindow, target: TargetId) -> bool {
@@ -469,14 +518,90 @@ mod tests {
     }
 
     fn complete_at(c: &mut DelayWindow, target: TargetId, at_ms: u64, delay_ms: u64) {
-        c.on_signal(
+        let (at, delay) = (
             Instant::ZERO + Duration::from_millis(at_ms),
+            Duration::from_millis(delay_ms),
+        );
+        c.on_signal(at, Signal::Released { target, delay });
+        c.on_signal(
+            at,
             Signal::Completed {
                 target,
                 outcome: crate::signal::Outcome::Final(200),
-                delay: Duration::from_millis(delay_ms),
+                delay,
             },
         );
+    }
+
+    #[test]
+    fn ringing_is_not_load_the_first_response_is() {
+        // Calls whose next hop answers in 2 ms and whose callees ring 10 s.
+        let ring = |c: &mut DelayWindow, n: u64| {
+            for i in 0..n {
+                assert!(send(c, A), "call {i}: {:?}", c.target(A));
+                c.on_signal(
+                    Instant::ZERO,
+                    Signal::Released {
+                        target: A,
+                        delay: Duration::from_millis(2),
+                    },
+                );
+            }
+            for _ in 0..n {
+                c.on_signal(
+                    Instant::ZERO,
+                    Signal::Completed {
+                        target: A,
+                        outcome: crate::signal::Outcome::Final(200),
+                        delay: Duration::from_secs(10),
+                    },
+                );
+            }
+        };
+        // By default the window judges the first response: 40 ringing calls, one after
+        // the other, each answered at once by the next hop; the window only grows.
+        let mut c = window(DelayWindowConfig::default());
+        ring(&mut c, 40);
+        let t = c.target(A).copied();
+        assert_eq!(t.map(|t| (t.outstanding, t.collapses)), Some((0, 0)));
+        assert_eq!(t.map(|t| t.window), Some(44.0));
+        assert!(t.and_then(|t| t.avg_delay).is_some_and(|a| a < 0.003));
+        // Measured to the final response, the window holds each ringing call until it is
+        // answered: 4 calls per 10 s at first, growing by one per answer.
+        let mut f = window(DelayWindowConfig {
+            delay: WindowDelay::Final,
+            ..DelayWindowConfig::default()
+        });
+        for _ in 0..4 {
+            assert!(send(&mut f, A));
+            f.on_signal(
+                Instant::ZERO,
+                Signal::Released {
+                    target: A,
+                    delay: Duration::from_millis(2),
+                },
+            );
+        }
+        assert!(!send(&mut f, A), "the window of 4 is full while they ring");
+        // Then, answered after 10 s each: the window grows, by four.
+        for _ in 0..4 {
+            f.on_signal(
+                Instant::ZERO,
+                Signal::Completed {
+                    target: A,
+                    outcome: crate::signal::Outcome::Final(200),
+                    delay: Duration::from_secs(10),
+                },
+            );
+        }
+        let t = f.target(A).copied();
+        assert_eq!(t.map(|t| (t.window, t.collapses)), Some((8.0, 0)), "{t:?}");
+        assert_eq!(WindowDelay::parse("final"), Some(WindowDelay::Final));
+        assert_eq!(
+            WindowDelay::parse("first-response").map(WindowDelay::name),
+            Some("first-response")
+        );
+        assert_eq!(WindowDelay::parse("first"), None);
     }
 
     /// A window of 8 with 8 transactions outstanding, all sent at t = 0.
@@ -622,13 +747,16 @@ mod tests {
             ..DelayWindowConfig::default()
         });
         assert!(send(&mut c, A));
-        // A transaction that timed out (Timer B, 32 s) is as slow as it gets.
+        // A transaction that timed out (Timer B, 32 s) is as slow as it gets: released at its
+        // end, without a response.
+        let delay = Duration::from_secs(32);
+        c.on_signal(Instant::ZERO, Signal::Released { target: A, delay });
         c.on_signal(
             Instant::ZERO,
             Signal::Completed {
                 target: A,
                 outcome: crate::signal::Outcome::Timeout,
-                delay: Duration::from_secs(32),
+                delay,
             },
         );
         assert_eq!(c.target(A).map(|t| t.window), Some(1.0));

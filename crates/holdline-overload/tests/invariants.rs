@@ -92,7 +92,14 @@ fn overload_signals(r: &mut Rng, interval: Duration) -> Vec<Signal> {
                 seq: 0,
             },
         });
-        v.push(Signal::Released { target: t });
+        v.push(Signal::Released {
+            target: t,
+            delay: Duration::from_millis(3),
+        });
+        v.push(Signal::Released {
+            target: t,
+            delay: Duration::MAX,
+        });
         // More sent than completed: windows fill up.
         for _ in 0..4 {
             v.push(Signal::Forwarded { target: t });

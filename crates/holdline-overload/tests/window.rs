@@ -17,6 +17,9 @@ const SERVICE: Duration = Duration::from_millis(1);
 /// What a transaction takes besides the downstream's queue and CPU (links, the callee's
 /// answer): the window must hold about `rate × (SERVICE + EXTRA)` to carry the capacity.
 const EXTRA: Duration = Duration::from_millis(8);
+/// From the end of the downstream's work on an INVITE to its first response (`100 Trying`)
+/// reaching the upstream: the window judges that delay (its default `window_delay`).
+const HOP: Duration = Duration::from_millis(1);
 
 #[derive(Default, Debug)]
 struct Run {
@@ -40,13 +43,16 @@ fn run(window: Option<&mut DelayWindow>, rate: f64, span: Duration, seed: u64) -
     let mut in_service: Option<Instant> = None;
     let mut next_arrival = Instant::ZERO + Duration::from_secs_f64(rng.exp(1.0 / rate));
     let end = Instant::ZERO + span;
-    // Answers on their way back: (when the upstream sees the final response, sent at).
+    // Answers on their way back: (when the upstream sees the final response, sent at), and
+    // the same for the first responses.
     let mut replies: VecDeque<(Instant, Instant)> = VecDeque::new();
+    let mut firsts: VecDeque<(Instant, Instant)> = VecDeque::new();
     loop {
         // The next event: an answer back upstream, the end of a service, or an arrival.
+        let first = firsts.front().map(|&(t, _)| t);
         let reply = replies.front().map(|&(t, _)| t);
         let service_end = in_service.map(|_| busy_until);
-        let now = [reply, service_end, Some(next_arrival)]
+        let now = [first, reply, service_end, Some(next_arrival)]
             .into_iter()
             .flatten()
             .min()
@@ -54,7 +60,13 @@ fn run(window: Option<&mut DelayWindow>, rate: f64, span: Duration, seed: u64) -
         if now >= end {
             break;
         }
-        if Some(now) == reply {
+        if Some(now) == first {
+            let (_, sent) = firsts.pop_front().unwrap();
+            if let Some(c) = ctrl.as_deref_mut() {
+                let delay = now.saturating_duration_since(sent);
+                c.on_signal(now, Signal::Released { target: DOWN, delay });
+            }
+        } else if Some(now) == reply {
             let (_, sent) = replies.pop_front().unwrap();
             let delay = now.saturating_duration_since(sent);
             r.completed += 1;
@@ -74,6 +86,7 @@ fn run(window: Option<&mut DelayWindow>, rate: f64, span: Duration, seed: u64) -
             }
         } else if Some(now) == service_end {
             let sent = in_service.take().unwrap();
+            firsts.push_back((now + HOP, sent));
             replies.push_back((now + EXTRA, sent));
         } else {
             r.offered += 1;

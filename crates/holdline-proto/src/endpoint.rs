@@ -247,6 +247,8 @@ pub enum EndpointEvent {
         to: Peer,
         /// The target edge its route named for end-to-end overload control, if any.
         edge: Option<EdgeId>,
+        /// From sending the INVITE to this first response (or to the transaction's end).
+        delay: Duration,
     },
     /// The client transaction of an INVITE forwarded to `to` ended (with a final response,
     /// or without one). Only with [`ProxyConfig::branch_events`](crate::ProxyConfig::branch_events).
@@ -3553,7 +3555,7 @@ impl Endpoint {
         if status < 200 {
             let first = (b.state == BranchState::Calling).then(|| {
                 b.state = BranchState::Proceeding;
-                (b.dest, b.edge)
+                (b.dest, b.edge, now.saturating_duration_since(b.sent))
             });
             let invite = b.invite;
             // §16.7 step 2: any provisional but 100 resets Timer C.
@@ -3563,8 +3565,8 @@ impl Endpoint {
                 self.timers.push(Reverse((at, cid)));
             }
             let cancel = b.cancel_wanted && !b.cancel_sent;
-            if let Some((to, edge)) = first.filter(|_| invite && self.config.branch_events) {
-                self.push_event(EndpointEvent::BranchAnswered { to, edge });
+            if let Some((to, edge, delay)) = first.filter(|_| invite && self.config.branch_events) {
+                self.push_event(EndpointEvent::BranchAnswered { to, edge, delay });
             }
             if cancel {
                 self.cancel_branch(now, cid);
@@ -3615,6 +3617,7 @@ impl Endpoint {
                 self.push_event(EndpointEvent::BranchAnswered {
                     to: b.dest,
                     edge: b.edge,
+                    delay: now.saturating_duration_since(b.sent),
                 });
             }
             // A 500 that stands for a 503 further on (RFC 3326 Reason, as this proxy sends

@@ -125,6 +125,8 @@
 //! window_threshold_ms = 0          # ... its delay threshold (0: 4 x the smallest delay, >= 20 ms)
 //! window_decrease = "collapse"     # ... a cut: collapse (seed 004's W = 1) | halve
 //! window_once_per_round = false    # ... cut at most once per round of transactions
+//! window_delay = "first-response"  # ... a transaction's delay: to its first response
+//!                                  # (a callee's ringing is not load) | final
 //! # feedback_answer = true         # server role: answer clients offering `oc` (default: on
 //!                                  # with occ)
 //! feedback_target_delay_ms = 100   # ... steering new INVITEs' queueing delay to this
@@ -827,6 +829,11 @@ pub struct OverloadSettings {
     /// With `feedback = "window"`: cut at most once per round (transactions sent before the
     /// last cut neither cut nor grow the window). Default false (seed 004: every completion).
     pub window_once_per_round: bool,
+    /// With `feedback = "window"`: what a transaction's delay is measured to, and when it
+    /// stops counting against the window: `"first-response"` (default: the next hop's
+    /// `100 Trying`, `180` or final; a callee's ringing is not the next hop's load) or
+    /// `"final"` (its final response: right only where callees answer at once).
+    pub window_delay: String,
     /// Server role: answer upstream clients that offer `oc` with this server's own load (a
     /// loss percentage, or a share of a rate, from its occupancy and the queueing delay of new
     /// INVITEs: see `holdline_overload::HopServer`), and let their new INVITEs skip the local
@@ -925,6 +932,7 @@ impl Default for OverloadSettings {
             window_threshold_ms: 0,
             window_decrease: "collapse".to_owned(),
             window_once_per_round: false,
+            window_delay: "first-response".to_owned(),
             target_delay_ms: 20,
             queue_limit: 100,
             queue_resume: None,
@@ -1096,6 +1104,8 @@ impl OverloadSettings {
                 decrease: holdline_overload::WindowDecrease::parse(self.window_decrease.trim())
                     .unwrap_or_default(),
                 once_per_round: self.window_once_per_round,
+                delay: holdline_overload::WindowDelay::parse(self.window_delay.trim())
+                    .unwrap_or_default(),
                 retry_after: self.retry_after(),
                 ..holdline_overload::DelayWindowConfig::default()
             }
@@ -2521,6 +2531,12 @@ impl ServerConfig {
                 "must be \"collapse\" (seed 004's W = 1) or \"halve\"",
             );
         }
+        if holdline_overload::WindowDelay::parse(self.overload.window_delay.trim()).is_none() {
+            return err(
+                "overload.window_delay",
+                "must be \"first-response\" (the next hop's first answer) or \"final\"",
+            );
+        }
         if self.overload.feedback_target_delay_ms == 0 {
             return err("overload.feedback_target_delay_ms", "must be positive");
         }
@@ -3202,18 +3218,26 @@ stateless = true
         let w = c.overload.window_client().expect("on");
         assert_eq!(w.threshold, Some(Duration::from_millis(50)));
         assert_eq!(
-            (w.decrease, w.once_per_round),
-            (holdline_overload::WindowDecrease::Collapse, false)
+            (w.decrease, w.once_per_round, w.delay),
+            (
+                holdline_overload::WindowDecrease::Collapse,
+                false,
+                holdline_overload::WindowDelay::FirstResponse
+            )
         );
         let c = ServerConfig::from_toml(
             "w.toml",
-            "[overload]\nfeedback = \"window\"\nwindow_decrease = \"halve\"\nwindow_once_per_round = true\n",
+            "[overload]\nfeedback = \"window\"\nwindow_decrease = \"halve\"\nwindow_once_per_round = true\nwindow_delay = \"final\"\n",
         )
         .expect("ok");
         let w = c.overload.window_client().expect("on");
         assert_eq!(
-            (w.decrease, w.once_per_round),
-            (holdline_overload::WindowDecrease::Halve, true)
+            (w.decrease, w.once_per_round, w.delay),
+            (
+                holdline_overload::WindowDecrease::Halve,
+                true,
+                holdline_overload::WindowDelay::Final
+            )
         );
         assert!(matches!(
             c.overload.hop_controller(),
@@ -3236,6 +3260,10 @@ stateless = true
             (
                 "[overload]\nfeedback = \"window\"\nwindow_decrease = \"half\"\n",
                 "overload.window_decrease",
+            ),
+            (
+                "[overload]\nfeedback = \"window\"\nwindow_delay = \"first\"\n",
+                "overload.window_delay",
             ),
             (
                 "[overload]\nfeedback_validity_ms = 0\n",

@@ -213,8 +213,9 @@ pub enum HopEvent {
     Feedback(Peer, holdline_sip::OcReport),
     /// An INVITE was forwarded to this next hop, on a route naming this target edge (if any).
     Started(Peer, Option<holdline_proto::EdgeId>),
-    /// That INVITE got its first response (or ended without one): no longer unanswered.
-    Answered(Peer, Option<holdline_proto::EdgeId>),
+    /// That INVITE got its first response (or ended without one), this long after it was
+    /// sent: no longer unanswered.
+    Answered(Peer, Option<holdline_proto::EdgeId>, std::time::Duration),
     /// The client transaction of an INVITE forwarded to `to` ended.
     Ended {
         /// The next hop.

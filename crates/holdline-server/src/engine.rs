@@ -387,10 +387,10 @@ impl Engine {
                 EndpointEvent::BranchStarted { to, edge } if self.feedback.len() < MAX_FEEDBACK => {
                     self.feedback.push_back(HopEvent::Started(to, edge));
                 }
-                EndpointEvent::BranchAnswered { to, edge }
+                EndpointEvent::BranchAnswered { to, edge, delay }
                     if self.feedback.len() < MAX_FEEDBACK =>
                 {
-                    self.feedback.push_back(HopEvent::Answered(to, edge));
+                    self.feedback.push_back(HopEvent::Answered(to, edge, delay));
                 }
                 EndpointEvent::BranchEnded {
                     to,

@@ -76,7 +76,8 @@ fn overload_restart(a: &ServerConfig, b: &ServerConfig, out: &mut Vec<String>) {
         (
             "overload.window_*",
             x.window_decrease != y.window_decrease
-                || x.window_once_per_round != y.window_once_per_round,
+                || x.window_once_per_round != y.window_once_per_round
+                || x.window_delay != y.window_delay,
         ),
         (
             "overload.feedback_*",

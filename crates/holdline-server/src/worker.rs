@@ -1335,8 +1335,9 @@ impl Worker {
                 HopEvent::Started(to, edge) => Signal::Forwarded {
                     target: hop_target(deoc, to.addr, edge),
                 },
-                HopEvent::Answered(to, edge) => Signal::Released {
+                HopEvent::Answered(to, edge, delay) => Signal::Released {
                     target: hop_target(deoc, to.addr, edge),
+                    delay,
                 },
                 HopEvent::Ended {
                     to,

@@ -701,3 +701,129 @@ fn deoc_learns_each_callees_egress_edge_from_record_route() {
         "the healthy path's calls complete: {summary}"
     );
 }
+
+/// Seed 004's window at an upstream in front of an idle downstream whose callees ring for
+/// 2 s: `window_delay` as given (`None`: the default). Returns the upstream's scrape and
+/// the caller's (attempted, ok, 503).
+fn ringing_through_the_window(window_delay: Option<&str>) -> (String, (u64, u64, u64)) {
+    let (up, down, uas) = (free_port(), free_port(), free_port());
+    let up_metrics = free_port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _down = Holdline::start(&[
+        s("--listen"),
+        format!("udp:127.0.0.1:{down}"),
+        s("--route"),
+        format!("*=udp:127.0.0.1:{uas}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("1"),
+        s("--overload"),
+        s("none"),
+    ]);
+    let mut up_args = vec![
+        s("--listen"),
+        format!("udp:127.0.0.1:{up}"),
+        s("--route"),
+        format!("*=udp:127.0.0.1:{down}"),
+        s("--store"),
+        s("memory"),
+        s("--workers"),
+        s("1"),
+        s("--metrics"),
+        format!("127.0.0.1:{up_metrics}"),
+        s("--feedback"),
+        s("window"),
+    ];
+    if let Some(d) = window_delay {
+        let file = dir.path().join("up.toml");
+        std::fs::write(&file, format!("[overload]\nwindow_delay = \"{d}\"\n")).expect("write");
+        up_args.extend([s("--config"), file.display().to_string()]);
+    }
+    let up_server = Holdline::start(&up_args);
+    let _uas = Guard(
+        load(&[
+            s("uas"),
+            s("--listen"),
+            format!("127.0.0.1:{uas}"),
+            s("--answer-delay-ms"),
+            s("2000"),
+            s("--max-time"),
+            s("40"),
+            s("--progress"),
+            s("off"),
+        ])
+        .spawn()
+        .expect("spawn uas"),
+    );
+    common::wait_udp_bound(uas, Duration::from_secs(10));
+    let json = dir.path().join("uac.json");
+    let mut uac = Guard(
+        load(&[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{up}"),
+            s("--rate"),
+            s("20"),
+            s("--duration"),
+            s("4"),
+            s("--drain"),
+            s("6"),
+            s("--max-time"),
+            s("30"),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            json.display().to_string(),
+        ])
+        .spawn()
+        .expect("spawn uac"),
+    );
+    let status = uac
+        .wait_for(Duration::from_secs(45))
+        .expect("the UAC stops by itself");
+    assert!(status.success(), "uac: {status:?}");
+    let scraped = scrape(SocketAddr::from(([127, 0, 0, 1], up_metrics)));
+    drop(up_server);
+    (
+        scraped,
+        (
+            total(&json, "attempted"),
+            total(&json, "calls_ok"),
+            total(&json, "r503"),
+        ),
+    )
+}
+
+#[test]
+fn seed_004s_window_lets_calls_ring() {
+    // 20 calls/s whose callees ring 2 s, through an idle downstream: the window judges the
+    // downstream's first answer (its 100 Trying), so ringing is not load and no call is
+    // turned away.
+    let (up, (attempted, ok, r503)) = ringing_through_the_window(None);
+    let full = |text: &str| {
+        metric(
+            text,
+            "holdline_feedback_rejected_total",
+            &["reason=\"window_full\""],
+        )
+    };
+    let summary = format!(
+        "first-response: attempted {attempted} ok {ok} 503 {r503}, window_full {}",
+        full(&up)
+    );
+    eprintln!("{summary}");
+    assert!(attempted >= 60, "{summary}");
+    assert_eq!(full(&up), 0.0, "{summary}\n{up}");
+    assert_eq!((ok, r503), (attempted, 0), "{summary}");
+    // Control: measured to the final response (`window_delay = "final"`), each ringing call
+    // holds its place in the window for its 2 s of ringing, and most calls are turned away.
+    let (up, (attempted, ok, r503)) = ringing_through_the_window(Some("final"));
+    let summary = format!(
+        "final: attempted {attempted} ok {ok} 503 {r503}, window_full {}",
+        full(&up)
+    );
+    eprintln!("{summary}");
+    assert!(full(&up) * 2.0 > attempted as f64, "{summary}\n{up}");
+    assert!(r503 as f64 <= full(&up), "{summary}");
+}
