@@ -98,8 +98,8 @@ impl Snapshot {
     }
 }
 
-/// One target's state in a controller that keeps state per target (DEOC), for per-target
-/// metrics ([`Controller::target_snapshots`](crate::Controller::target_snapshots)).
+/// One target's state in a controller that keeps state per target (DEOC, seed 004's
+/// window), for per-target metrics ([`Controller::target_snapshots`](crate::Controller::target_snapshots)).
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TargetSnapshot {
@@ -119,6 +119,14 @@ pub struct TargetSnapshot {
     pub rejections: u64,
     /// Timeouts received from it in all.
     pub timeouts: u64,
+    /// A window's size (seed 004's `W`), if the controller keeps one.
+    pub window: Option<f64>,
+    /// New INVITEs sent to it and not yet answered there, if counted.
+    pub outstanding: Option<u32>,
+    /// The average transaction delay the controller judges (seconds), once measured.
+    pub delay: Option<f64>,
+    /// Cuts of its window (or rate) in all.
+    pub cuts: u64,
 }
 
 impl TargetSnapshot {
@@ -133,6 +141,10 @@ impl TargetSnapshot {
             restricted: 0,
             rejections: 0,
             timeouts: 0,
+            window: None,
+            outstanding: None,
+            delay: None,
+            cuts: 0,
         }
     }
 }

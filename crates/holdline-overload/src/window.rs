@@ -70,7 +70,7 @@ use crate::algorithm::{Algorithm, ConfigError, check_nonzero, check_range};
 use crate::common::{Counters, decides, secs};
 use crate::controller::{Controller, ControllerFactory};
 use crate::signal::Signal;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, TargetSnapshot};
 
 /// The configuration of a [`DelayWindow`].
 #[derive(Clone, Debug, PartialEq)]
@@ -270,6 +270,10 @@ pub struct TargetWindow {
     pub collapses: u64,
     /// When the window was last cut.
     pub last_cut: Option<Instant>,
+    /// New INVITEs admitted towards the target in all.
+    pub admitted: u64,
+    /// New INVITEs turned away because the window was full, in all.
+    pub rejected: u64,
     last_used: Instant,
 }
 
@@ -284,6 +288,8 @@ impl TargetWindow {
             min_delay: None,
             collapses: 0,
             last_cut: None,
+            admitted: 0,
+            rejected: 0,
             last_used: now,
         }
     }
@@ -423,7 +429,14 @@ impl Controller for DelayWindow {
             return Decision::Admit;
         };
         let now = self.clock(now);
-        if self.entry(target, now).has_room() {
+        let t = self.entry(target, now);
+        let room = t.has_room();
+        if room {
+            t.admitted += 1;
+        } else {
+            t.rejected += 1;
+        }
+        if room {
             self.counters.admit()
         } else {
             self.counters
@@ -459,6 +472,20 @@ impl Controller for DelayWindow {
         s.admitted = self.counters.admitted;
         s.rejected = self.counters.rejected;
         s
+    }
+
+    fn target_snapshots(&self, out: &mut Vec<TargetSnapshot>) {
+        out.extend(self.targets.iter().map(|(&id, t)| {
+            let state = if t.has_room() { "open" } else { "full" };
+            let mut s = TargetSnapshot::new(id, state);
+            s.admitted = t.admitted;
+            s.restricted = t.rejected;
+            s.window = Some(t.window);
+            s.outstanding = Some(t.outstanding);
+            s.delay = t.avg_delay;
+            s.cuts = t.collapses;
+            s
+        }));
     }
 }
 
@@ -762,6 +789,28 @@ mod tests {
         assert_eq!(c.target(A).map(|t| t.window), Some(1.0));
         assert!(send(&mut c, A));
         assert!(!send(&mut c, A));
+    }
+
+    #[test]
+    fn each_target_reports_its_window_for_metrics() {
+        let mut c = window(DelayWindowConfig::default());
+        for _ in 0..5 {
+            send(&mut c, A);
+        }
+        complete(&mut c, A, 4);
+        let mut snaps = Vec::new();
+        c.target_snapshots(&mut snaps);
+        assert_eq!(snaps.len(), 1);
+        let s = snaps[0];
+        assert_eq!((s.target, s.state), (A, "open"));
+        assert_eq!((s.admitted, s.restricted, s.cuts), (4, 1, 0));
+        assert_eq!((s.window, s.outstanding), (Some(5.0), Some(3)));
+        assert!(s.delay.is_some_and(|d| (d - 0.004).abs() < 1e-9), "{s:?}");
+        send(&mut c, A);
+        send(&mut c, A);
+        snaps.clear();
+        c.target_snapshots(&mut snaps);
+        assert_eq!(snaps[0].state, "full");
     }
 
     #[test]

@@ -64,7 +64,13 @@ fn run(window: Option<&mut DelayWindow>, rate: f64, span: Duration, seed: u64) -
             let (_, sent) = firsts.pop_front().unwrap();
             if let Some(c) = ctrl.as_deref_mut() {
                 let delay = now.saturating_duration_since(sent);
-                c.on_signal(now, Signal::Released { target: DOWN, delay });
+                c.on_signal(
+                    now,
+                    Signal::Released {
+                        target: DOWN,
+                        delay,
+                    },
+                );
             }
         } else if Some(now) == reply {
             let (_, sent) = replies.pop_front().unwrap();

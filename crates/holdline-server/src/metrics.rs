@@ -679,17 +679,7 @@ pub(crate) fn render_deoc_targets(
     names: &std::collections::HashMap<holdline_overload::TargetId, String>,
     out: &mut String,
 ) {
-    let mut rows: Vec<(String, bool, &holdline_overload::TargetSnapshot)> = targets
-        .iter()
-        .map(|t| match names.get(&t.target) {
-            Some(n) => (n.clone(), true, t),
-            None => (target_label(t.target), false, t),
-        })
-        .collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.admitted.cmp(&a.2.admitted)));
-    rows.truncate(MAX_TARGET_SERIES);
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, _, t) in rows {
+    for (name, t) in target_rows(targets, names) {
         let l = format!("target=\"{name}\"");
         let _ = writeln!(
             out,
@@ -721,6 +711,58 @@ pub(crate) fn render_deoc_targets(
             out,
             "holdline_deoc_target_timeouts_total{{{l}}} {}",
             t.timeouts
+        );
+    }
+}
+
+/// The targets that get series, with their labels: named edges first, then the most
+/// admitted calls, at most [`MAX_TARGET_SERIES`], in label order.
+fn target_rows<'a>(
+    targets: &'a [holdline_overload::TargetSnapshot],
+    names: &std::collections::HashMap<holdline_overload::TargetId, String>,
+) -> Vec<(String, &'a holdline_overload::TargetSnapshot)> {
+    let mut rows: Vec<(String, bool, &holdline_overload::TargetSnapshot)> = targets
+        .iter()
+        .map(|t| match names.get(&t.target) {
+            Some(n) => (n.clone(), true, t),
+            None => (target_label(t.target), false, t),
+        })
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.admitted.cmp(&a.2.admitted)));
+    rows.truncate(MAX_TARGET_SERIES);
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows.into_iter().map(|(name, _, t)| (name, t)).collect()
+}
+
+/// Per-next-hop state of seed 004's window (`feedback = "window"`): the window `W`, the
+/// INVITEs outstanding there, the average delay it judges, its cuts, and the new INVITEs it
+/// admitted and turned away; at most [`MAX_TARGET_SERIES`] next hops, the busiest.
+pub(crate) fn render_window_targets(
+    targets: &[holdline_overload::TargetSnapshot],
+    out: &mut String,
+) {
+    for (name, t) in target_rows(targets, &std::collections::HashMap::new()) {
+        let l = format!("target=\"{name}\"");
+        let _ = writeln!(
+            out,
+            "holdline_window_target_full{{{l}}} {}",
+            u8::from(t.state == "full")
+        );
+        if let Some(w) = t.window {
+            let _ = writeln!(out, "holdline_window_target_window{{{l}}} {w}");
+        }
+        if let Some(n) = t.outstanding {
+            let _ = writeln!(out, "holdline_window_target_outstanding{{{l}}} {n}");
+        }
+        if let Some(d) = t.delay {
+            let _ = writeln!(out, "holdline_window_target_delay_seconds{{{l}}} {d:.6}");
+        }
+        let _ = writeln!(
+            out,
+            "holdline_window_target_cuts_total{{{l}}} {}\n\
+             holdline_window_target_admitted_total{{{l}}} {}\n\
+             holdline_window_target_rejected_total{{{l}}} {}",
+            t.cuts, t.admitted, t.restricted
         );
     }
 }

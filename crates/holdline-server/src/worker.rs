@@ -958,7 +958,11 @@ impl Worker {
             );
             let mut targets = Vec::new();
             h.target_snapshots(&mut targets);
-            crate::metrics::render_deoc_targets(&targets, &self.settings.deoc_names, &mut text);
+            if h.algorithm() == holdline_overload::Algorithm::DelayWindow {
+                crate::metrics::render_window_targets(&targets, &mut text);
+            } else {
+                crate::metrics::render_deoc_targets(&targets, &self.settings.deoc_names, &mut text);
+            }
         }
         if self.settings.defer.is_some() {
             crate::metrics::render_defer(

@@ -703,9 +703,9 @@ fn deoc_learns_each_callees_egress_edge_from_record_route() {
 }
 
 /// Seed 004's window at an upstream in front of an idle downstream whose callees ring for
-/// 2 s: `window_delay` as given (`None`: the default). Returns the upstream's scrape and
-/// the caller's (attempted, ok, 503).
-fn ringing_through_the_window(window_delay: Option<&str>) -> (String, (u64, u64, u64)) {
+/// 2 s: `window_delay` as given (`None`: the default). Returns the upstream's scrape, the
+/// downstream's address and the caller's (attempted, ok, 503).
+fn ringing_through_the_window(window_delay: Option<&str>) -> (String, String, (u64, u64, u64)) {
     let (up, down, uas) = (free_port(), free_port(), free_port());
     let up_metrics = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -787,6 +787,7 @@ fn ringing_through_the_window(window_delay: Option<&str>) -> (String, (u64, u64,
     drop(up_server);
     (
         scraped,
+        format!("127.0.0.1:{down}"),
         (
             total(&json, "attempted"),
             total(&json, "calls_ok"),
@@ -800,7 +801,8 @@ fn seed_004s_window_lets_calls_ring() {
     // 20 calls/s whose callees ring 2 s, through an idle downstream: the window judges the
     // downstream's first answer (its 100 Trying), so ringing is not load and no call is
     // turned away.
-    let (up, (attempted, ok, r503)) = ringing_through_the_window(None);
+    let (up, down, (attempted, ok, r503)) = ringing_through_the_window(None);
+    let hop = |text: &str, name: &str| metric(text, name, &[&format!("target=\"{down}\"")]);
     let full = |text: &str| {
         metric(
             text,
@@ -816,9 +818,23 @@ fn seed_004s_window_lets_calls_ring() {
     assert!(attempted >= 60, "{summary}");
     assert_eq!(full(&up), 0.0, "{summary}\n{up}");
     assert_eq!((ok, r503), (attempted, 0), "{summary}");
+    // The next hop's window, in the metrics: every call admitted there, none outstanding
+    // once all were answered, no cut.
+    assert_eq!(
+        (
+            hop(&up, "holdline_window_target_admitted_total"),
+            hop(&up, "holdline_window_target_rejected_total"),
+            hop(&up, "holdline_window_target_outstanding"),
+            hop(&up, "holdline_window_target_cuts_total"),
+        ),
+        (attempted as f64, 0.0, 0.0, 0.0),
+        "{up}"
+    );
+    assert!(hop(&up, "holdline_window_target_window") > 4.0, "{up}");
     // Control: measured to the final response (`window_delay = "final"`), each ringing call
     // holds its place in the window for its 2 s of ringing, and most calls are turned away.
-    let (up, (attempted, ok, r503)) = ringing_through_the_window(Some("final"));
+    let (up, down, (attempted, ok, r503)) = ringing_through_the_window(Some("final"));
+    let hop = |text: &str, name: &str| metric(text, name, &[&format!("target=\"{down}\"")]);
     let summary = format!(
         "final: attempted {attempted} ok {ok} 503 {r503}, window_full {}",
         full(&up)
@@ -826,4 +842,9 @@ fn seed_004s_window_lets_calls_ring() {
     eprintln!("{summary}");
     assert!(full(&up) * 2.0 > attempted as f64, "{summary}\n{up}");
     assert!(r503 as f64 <= full(&up), "{summary}");
+    assert_eq!(
+        hop(&up, "holdline_window_target_rejected_total"),
+        full(&up),
+        "{up}"
+    );
 }
