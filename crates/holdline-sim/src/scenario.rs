@@ -466,7 +466,10 @@ pub struct ServerSpec {
     /// hops and applies their loss answers at its forward gate, and answers its upstream
     /// clients from its local controller's occupancy — OCC-Hop) or `rate` (RFC 7415: the
     /// same with `oc-algo="rate"`, each client held to its share of the rate the server
-    /// answers). Every server answers both. Default `none`.
+    /// answers). Every server answers both. Or `window`: seed 004's window without feedback
+    /// (`holdline_overload::DelayWindow` with its defaults, the server's `feedback =
+    /// "window"`): a window of new INVITEs outstanding per next hop, judged by their delays,
+    /// what does not fit answered 503. Default `none`.
     #[serde(default = "none_str")]
     pub feedback: String,
     /// `oc-validity` of this server's loss answers, milliseconds (the server's
@@ -1319,10 +1322,10 @@ impl Scenario {
                     "needs local = \"occ\" (the reported headroom is OCC's)",
                 );
             }
-            if !matches!(s.feedback.as_str(), "none" | "loss" | "rate") {
+            if !matches!(s.feedback.as_str(), "none" | "loss" | "rate" | "window") {
                 return bad(
                     format!("servers[{i}].feedback"),
-                    "must be none, loss or rate",
+                    "must be none, loss, rate or window",
                 );
             }
             if s.feedback_validity_ms == 0 {
@@ -1903,7 +1906,7 @@ to = "uas"
 
         let text = GOOD.replace(
             "service_us = 100",
-            "service_us = 100\nfeedback = \"window\"",
+            "service_us = 100\nfeedback = \"windows\"",
         );
         let e = Scenario::from_toml("s.toml", &text).expect_err("bad feedback");
         assert_eq!((e.line, e.key.as_str()), (9, "servers[0].feedback"));

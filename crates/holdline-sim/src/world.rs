@@ -11,10 +11,10 @@ use holdline_agent::{
 use holdline_base::{Duration, Instant, Peer, Rng, Transport};
 use holdline_netmodel::{Fate, Link};
 use holdline_overload::{
-    Accept, Admission, BudgetConfig, Class, Controller, ControllerConfig, ControllerFactory,
-    Decision, Deoc, DeocReply, DeocSignal, FairShare, FairShareConfig, Feedback, HopClientConfig,
-    HopMeasure, HopServer, HopServerConfig, LoadReport, RejectReason, Rejection, RejectionBudget,
-    Signal, TargetId, Work,
+    Accept, Admission, Algorithm, BudgetConfig, Class, Controller, ControllerConfig,
+    ControllerFactory, Decision, DelayWindowConfig, Deoc, DeocReply, DeocSignal, FairShare,
+    FairShareConfig, Feedback, HopClientConfig, HopMeasure, HopServer, HopServerConfig, LoadReport,
+    Outcome, RejectReason, Rejection, RejectionBudget, Signal, TargetId, Work,
 };
 use holdline_proto::dns::{DnsAnswer, DnsRecords, QueryKind, SrvRecord};
 use holdline_proto::{
@@ -1192,10 +1192,20 @@ impl Server {
                     }
                 }
                 EndpointEvent::BranchStarted { to, .. } => {
+                    if let Some(h) = self.window_client() {
+                        let target = target_of(to.addr);
+                        h.on_signal(t, Signal::Forwarded { target });
+                    }
                     if let Some(d) = self.deoc.as_mut()
                         && let Some((target, id)) = d.current.as_ref()
                     {
                         d.pending.insert(id.clone(), (*target, to.addr, t0));
+                    }
+                }
+                EndpointEvent::BranchAnswered { to, delay, .. } => {
+                    if let Some(h) = self.window_client() {
+                        let target = target_of(to.addr);
+                        h.on_signal(t, Signal::Released { target, delay });
                     }
                 }
                 EndpointEvent::BranchEnded {
@@ -1205,6 +1215,22 @@ impl Server {
                     delay,
                     ..
                 } => {
+                    if let Some(h) = self.window_client() {
+                        let outcome = if timed_out {
+                            Outcome::Timeout
+                        } else {
+                            Outcome::Final(status)
+                        };
+                        let target = target_of(to.addr);
+                        h.on_signal(
+                            t,
+                            Signal::Completed {
+                                target,
+                                outcome,
+                                delay,
+                            },
+                        );
+                    }
                     let Some(d) = self.deoc.as_mut() else {
                         continue;
                     };
@@ -1237,6 +1263,14 @@ impl Server {
                 _ => {}
             }
         }
+    }
+
+    /// The forward gate's controller if it is seed 004's window (`feedback = "window"`),
+    /// which counts the branches itself; the hop-by-hop clients take only answers.
+    fn window_client(&mut self) -> Option<&mut Box<dyn Controller>> {
+        self.hop
+            .as_mut()
+            .filter(|h| h.algorithm() == Algorithm::DelayWindow)
     }
 
     /// The next time `poll` returns by itself: the endpoint's timers (the controller's
@@ -1798,6 +1832,14 @@ impl World {
                         exempt: true,
                     }),
                 )
+            } else if s.feedback == "window" {
+                // Seed 004's window at the forward gate, fed by the branches' starts, first
+                // responses and ends, as the worker feeds it.
+                p.branch_events = true;
+                let window = DelayWindowConfig::default()
+                    .build(Instant::ZERO, Rng::seed_from_u64(master.next_u64()))
+                    .map_err(|e| err(e.to_string()))?;
+                (Some(window), None)
             } else {
                 (None, None)
             };
@@ -3164,7 +3206,7 @@ mod tests {
 
     #[test]
     fn controller_outputs_out_of_bounds_are_recognised() {
-        let mut snap = holdline_overload::Snapshot::new(holdline_overload::Algorithm::Occupancy);
+        let mut snap = holdline_overload::Snapshot::new(Algorithm::Occupancy);
         assert!(controller_in_bounds(&snap), "nothing measured yet");
         snap.acceptance = Some(0.4);
         snap.occupancy = Some(1.0);
