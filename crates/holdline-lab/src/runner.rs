@@ -206,10 +206,12 @@ pub(crate) fn start_uas(
         transport,
         csv,
         max_time_s,
+        &[],
     )
 }
 
-/// [`start_uas`] at `site`: in its namespace, listening on its address.
+/// [`start_uas`] at `site`: in its namespace, listening on its address, with `extra`
+/// arguments for `holdline load uas` (e.g. `--answer-delay-ms=3000`: callees that ring).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start_uas_at(
     site: &Site,
@@ -220,6 +222,7 @@ pub(crate) fn start_uas_at(
     transport: Transport,
     csv: bool,
     max_time_s: f64,
+    extra: &[String],
 ) -> Result<Proc> {
     let log = runs.join(format!("{tag}-uas.log"));
     let mut args = vec![
@@ -231,6 +234,7 @@ pub(crate) fn start_uas_at(
         format!("--max-time={max_time_s}"),
         "--progress=off".to_owned(),
     ];
+    args.extend(extra.iter().cloned());
     if csv {
         args.push(format!(
             "--csv={}",

@@ -764,6 +764,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         Transport::Tcp,
         true,
         limit + 3.0,
+        &[],
     )?;
 
     // RE (core 1).

@@ -53,7 +53,7 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     Proc, SweepArgs, UacLoad, check_tools, holdline_exe, lab_main, machine, metric_where, scrape,
-    spawn, spawn_in, start_uacs, start_uas, steady, window_sum,
+    spawn, spawn_in, start_uacs, steady, window_sum,
 };
 use crate::server::{self, Kind, SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -171,6 +171,12 @@ pub struct Args {
     /// the source tree).
     #[arg(long, value_name = "DIR")]
     pub kamailio_dir: Option<PathBuf>,
+    /// Milliseconds the callees ring before they answer (`holdline load uas
+    /// --answer-delay-ms`; each point's drain grows by as much): real calls ring, and a window
+    /// that judged the final response would read the ringing as the downstream's load.
+    #[arg(long, value_name = "MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub answer_delay_ms: u64,
 }
 
 /// One measured point (one row of `points.csv`).
@@ -308,6 +314,9 @@ pub struct Results {
     pub paper: Vec<PaperRow>,
     /// Wall time of the run, s.
     pub elapsed_s: f64,
+    /// How long the callees rang before they answered, ms (`--answer-delay-ms`).
+    #[serde(default)]
+    pub answer_delay_ms: u64,
 }
 
 /// Entry point of `holdline lab window ARGS`.
@@ -452,6 +461,8 @@ struct Ctx {
     runs: PathBuf,
     /// Set for mode `kamailio`.
     kamailio: Option<server::Env>,
+    /// `--answer-delay-ms` of the UAS.
+    answer_delay_ms: u64,
 }
 
 /// [`run_point_once`], again with fresh ports when a process could not bind its port.
@@ -485,13 +496,25 @@ fn run_point_once(ctx: &Ctx, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
     let (exe, runs, tag) = (ctx.exe.as_path(), ctx.runs.as_path(), &spec.tag);
     let (down_port, uas_port) = (free_port()?, free_port()?);
     let (up_port, up_metrics) = (free_port()?, free_port()?);
-    let limit = spec.duration_s + spec.drain_s + 5.0;
+    let ring_s = ctx.answer_delay_ms as f64 / 1e3;
+    let limit = spec.duration_s + spec.drain_s + ring_s + 5.0;
 
     // UAS (core 0).
     let uas_json = runs.join(format!("{tag}-uas.json"));
     let uas_csv = runs.join(format!("{tag}-uas.csv"));
     let uas_started = Instant::now();
-    let mut uas = start_uas(exe, runs, tag, uas_port, Transport::Udp, true, limit + 3.0)?;
+    let ring = [format!("--answer-delay-ms={}", ctx.answer_delay_ms)];
+    let mut uas = crate::runner::start_uas_at(
+        &crate::wan::Site::loopback(),
+        exe,
+        runs,
+        tag,
+        uas_port,
+        Transport::Udp,
+        true,
+        limit + 3.0,
+        if ctx.answer_delay_ms > 0 { &ring } else { &[] },
+    )?;
 
     // Downstream (core 1, in the CPU group if any).
     let down = match (spec.mode, &ctx.kamailio) {
@@ -557,7 +580,7 @@ fn run_point_once(ctx: &Ctx, spec: &Spec<'_>, capacity: f64) -> Result<Point> {
     let load = UacLoad {
         rate: spec.rate,
         duration_s: spec.duration_s,
-        drain_s: spec.drain_s,
+        drain_s: spec.drain_s + ring_s,
         goodput_window_s: GOODPUT_WINDOW_S,
         max_time_s: limit,
         shares: Vec::new(),
@@ -792,6 +815,7 @@ pub fn run(args: &Args) -> Result<Results> {
         exe,
         runs,
         kamailio,
+        answer_delay_ms: args.answer_delay_ms,
     };
     let loads_of = |mode: Mode| {
         if args.sweep.loads.is_empty() {
@@ -983,6 +1007,7 @@ pub fn run(args: &Args) -> Result<Results> {
         points,
         paper: paper(),
         elapsed_s: started.elapsed().as_secs_f64(),
+        answer_delay_ms: args.answer_delay_ms,
     };
     write(&args.out, &results)?;
     let _ = std::fs::remove_file(args.out.join("results.partial.json"));
@@ -1250,6 +1275,23 @@ mod tests {
         assert!(mechanism("window+oops").is_err());
         assert!(mechanism("none+window_threshold_ms=50").is_err());
         assert!(Mode::parse("quota").is_ok() && Mode::parse("x").is_err());
+    }
+
+    #[test]
+    fn callees_may_ring() {
+        use clap::Parser;
+        let ring = |v: &[&str]| {
+            Args::try_parse_from(std::iter::once("x").chain(v.iter().copied()))
+                .map(|a| a.answer_delay_ms)
+        };
+        assert_eq!(ring(&[]).ok(), Some(0));
+        assert_eq!(ring(&["--answer-delay-ms", "3000"]).ok(), Some(3000));
+        assert!(ring(&["--answer-delay-ms", "70000"]).is_err());
+        // Results written before the option read as callees answering at once.
+        let old = r#"{"experiment":"window","command":"x","started_unix_s":0,"quick":true,
+            "machine":{},"duration_s":1,"modes":[],"points":[],"paper":[],"elapsed_s":1}"#;
+        let r: Results = serde_json::from_str(old).expect("old results.json");
+        assert_eq!(r.answer_delay_ms, 0);
     }
 
     #[test]
