@@ -34,7 +34,7 @@
 //! callee answers: seconds of ringing that say nothing of the next hop's load. Measured to
 //! the final response, every call that rings reads as a delay far above `Z_th` and holds its
 //! slot while it rings, so the window closes on a downstream that is idle (20 calls/s
-//! ringing 3 s each through an idle holdline: 176 of 200 calls answered `503`). The first
+//! ringing 3 s each through an idle holdline: 176 of 220 calls answered `503`). The first
 //! response is what the next hop sends when it has read and handled the INVITE (a proxy's
 //! `100 Trying`, a user agent's `180` or final), so its delay is the next hop's queue and
 //! work, with or without ringing. In the papers' testbeds the callee answers at once, and
