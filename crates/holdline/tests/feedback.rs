@@ -90,6 +90,9 @@ fn chain(se_feedback: &str) -> Run {
 /// [`chain`] with extra arguments for the RE (its defaults when empty) and `load_s` seconds
 /// of load.
 fn chain_with(se_feedback: &str, re_extra: &[String], load_s: u32) -> Run {
+    // One run of this file at a time: two would compete for the CPU (each is a few servers
+    // and generators on two cores), and a stalled proxy answers 503s of its own.
+    let _one_at_a_time = common::sipp_lock();
     let (se, re, uas) = (free_port(), free_port(), free_port());
     let (se_metrics, re_metrics) = (free_port(), free_port());
     let re_server = Holdline::start(
@@ -366,6 +369,7 @@ enum TargetBy {
 /// (`[overload.deoc]`, from a configuration file); with [`TargetBy::NextHop`] a gapped call
 /// is answered the paper's `503`.
 fn two_targets(by: TargetBy) -> Targets {
+    let _one_at_a_time = common::sipp_lock();
     let named = by == TargetBy::Route;
     let learned = by == TargetBy::RecordRoute;
     let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
@@ -442,6 +446,10 @@ fn two_targets(by: TargetBy) -> Targets {
         format!("127.0.0.1:{edge_metrics}"),
         s("--feedback"),
         s("deoc"),
+        // DEOC decides at the forward gate; the edge's own local gate is not under test
+        // (a 503 of its own, on a stalled host, would turn away a call of the healthy flow).
+        s("--overload"),
+        s("none"),
     ]);
     let dir = tempfile::tempdir().expect("tempdir");
     if named || learned {
@@ -728,6 +736,7 @@ fn deoc_learns_each_callees_egress_edge_from_record_route() {
 /// 2 s: `window_delay` as given (`None`: the default). Returns the upstream's scrape, the
 /// downstream's address and the caller's (attempted, ok, 503).
 fn ringing_through_the_window(window_delay: Option<&str>) -> (String, String, (u64, u64, u64)) {
+    let _one_at_a_time = common::sipp_lock();
     let (up, down, uas) = (free_port(), free_port(), free_port());
     let up_metrics = free_port();
     let dir = tempfile::tempdir().expect("tempdir");
