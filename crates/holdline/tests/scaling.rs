@@ -440,6 +440,8 @@ fn a_stateless_first_stage_carries_registrations_and_calls_without_transactions(
             "--domain=example.com".into(),
             "--store=memory".into(),
             "--workers=1".into(),
+            // Not under test: see the first test.
+            "--overload=none".into(),
         ]);
         seconds.push((h, port, SocketAddr::from(([127, 0, 0, 1], metrics))));
     }
