@@ -143,6 +143,9 @@ impl Topology {
     }
 }
 
+/// Packets the kernel queues for the emulator's reader per device.
+const DEVICE_QUEUE: u32 = 10_000;
+
 /// Creates `nt0` in `ns` with `local`, a route to `peer` through it, and brings it up.
 fn side(ns: &str, local: Ipv4Addr, peer: Ipv4Addr) -> Result<Tun> {
     // No IPv6 on the device: its router solicitations and MLD reports would cross the
@@ -158,7 +161,19 @@ fn side(ns: &str, local: Ipv4Addr, peer: Ipv4Addr) -> Result<Tun> {
     netns::ip(&[
         "-n", ns, "addr", "add", &local, "peer", &peer, "dev", DEVICE,
     ])?;
-    netns::ip(&["-n", ns, "link", "set", DEVICE, "up"])?;
+    // The kernel's queue into the emulator (500 packets by default) only fills when the
+    // reader is descheduled; the link's queue is the emulator's own model, so this one must
+    // never be the one that drops (a second of a busy link).
+    netns::ip(&[
+        "-n",
+        ns,
+        "link",
+        "set",
+        DEVICE,
+        "txqueuelen",
+        &DEVICE_QUEUE.to_string(),
+        "up",
+    ])?;
     Ok(tun)
 }
 

@@ -19,6 +19,7 @@
 
 mod emulator;
 mod error;
+mod host;
 pub mod netns;
 pub mod probe;
 pub mod traffic;
@@ -28,4 +29,5 @@ pub use emulator::{
     ADDR_A, ADDR_B, Clock, DEVICE, DirectionStats, Emulator, EmulatorConfig, MAX_HELD, Topology,
 };
 pub use error::{NetemError, Result};
+pub use host::HostDrops;
 pub use tun::Tun;

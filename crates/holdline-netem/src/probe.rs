@@ -7,8 +7,10 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::emulator::DEVICE;
 use crate::emulator::{Clock, Topology};
 use crate::error::{NetemError, Result};
+use crate::host::HostDrops;
 use crate::netns;
 
 /// The UDP port probes are sent to.
@@ -44,6 +46,9 @@ pub struct ProbeReport {
     pub receive_span_s: f64,
     /// Sequence numbers of the probes that did not arrive, ascending.
     pub lost_seqs: Vec<u64>,
+    /// What the host's kernels dropped in both namespaces during the measurement (not the
+    /// link's doing: a sender's device queue or the receiver's socket buffer was full).
+    pub host: HostDrops,
 }
 
 impl ProbeReport {
@@ -113,6 +118,7 @@ pub fn measure(topology: &Topology, config: &ProbeConfig, clock: Clock) -> Resul
     let (done_tx, done_rx) = mpsc::channel::<(u64, f64)>();
     let ns_b = topology.ns_b.clone();
     let drain = config.drain;
+    let before = host_drops(topology)?;
     let receiver = std::thread::spawn(move || -> std::io::Result<ProbeReport> {
         netns::enter(&ns_b)?;
         let sock = match UdpSocket::bind(dst) {
@@ -123,6 +129,9 @@ pub fn measure(topology: &Topology, config: &ProbeConfig, clock: Clock) -> Resul
             }
         };
         sock.set_read_timeout(Some(Duration::from_millis(20)))?;
+        // Room for a second of probes: a receiver descheduled for a moment on a busy host
+        // must not read as a lossy link (what it still drops is counted in `host`).
+        force_recv_buffer(&sock, RECEIVE_BUFFER);
         let _ = ready_tx.send(Ok(()));
         receive(&sock, &done_rx, drain, clock)
     });
@@ -149,12 +158,55 @@ pub fn measure(topology: &Topology, config: &ProbeConfig, clock: Clock) -> Resul
         .map_err(|_| NetemError::io("probe sender", std::io::Error::other("panicked")))?
         .map_err(|e| NetemError::io("send probes", e))?;
     let _ = done_tx.send(sent);
-    match receiver.join() {
-        Ok(r) => r.map_err(|e| NetemError::io("receive probes", e)),
-        Err(_) => Err(NetemError::io(
-            "probe receiver",
-            std::io::Error::other("panicked"),
-        )),
+    let mut report = match receiver.join() {
+        Ok(r) => r.map_err(|e| NetemError::io("receive probes", e))?,
+        Err(_) => {
+            return Err(NetemError::io(
+                "probe receiver",
+                std::io::Error::other("panicked"),
+            ));
+        }
+    };
+    report.host = host_drops(topology)?.since(&before);
+    Ok(report)
+}
+
+/// The receive buffer asked for the probe socket, bytes.
+const RECEIVE_BUFFER: usize = 8 << 20;
+
+/// The drop counters of both namespaces, summed.
+fn host_drops(topology: &Topology) -> Result<HostDrops> {
+    let a = HostDrops::read(&topology.ns_a, DEVICE)?;
+    let b = HostDrops::read(&topology.ns_b, DEVICE)?;
+    Ok(HostDrops {
+        device_tx_dropped: a.device_tx_dropped + b.device_tx_dropped,
+        device_rx_dropped: a.device_rx_dropped + b.device_rx_dropped,
+        udp_rcvbuf_errors: a.udp_rcvbuf_errors + b.udp_rcvbuf_errors,
+    })
+}
+
+/// Sets the receive buffer to `bytes`, past `net.core.rmem_max` when the process may
+/// (`SO_RCVBUFFORCE`, root), else as far as the limit allows. Best effort: a smaller buffer
+/// only makes host drops likelier, and those are counted.
+#[allow(unsafe_code)]
+fn force_recv_buffer(sock: &UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt(2) with a pointer to a live c_int and its size, on an open
+        // socket this function borrows.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            return;
+        }
     }
 }
 

@@ -75,16 +75,23 @@ fn check_measures_delay_loss_and_the_bottleneck_as_configured() {
         assert!(f(c, "delay_error_pct").abs() <= 5.0, "{c}");
         assert!(f(c, "measured_p50_ms") >= f(c, "delay_ms"), "{c}");
     }
-    // Loss: every missing probe was lost by the link's model (nothing else loses), and the
-    // rate is the configured one within three of its 95% intervals.
+    // Loss: every missing probe is accounted for, by the link's model or by the host's
+    // kernel counters (a busy machine's full socket buffer is not the link); the emulator
+    // itself lost none; and the link's rate is the configured one within three of its 95%
+    // intervals.
     for name in ["loss 1%", "loss 4%", "loss 2% correlation"] {
         let c = case(cases, name);
+        assert_eq!(
+            f(c, "missing_probes"),
+            f(c, "link_lost") + f(c, "host_drops"),
+            "{c}"
+        );
+        assert_eq!(f(c, "overflow") + f(c, "write_errors"), 0.0, "{c}");
         let (want, got, ci) = (
             f(c, "loss_pct"),
             f(c, "measured_loss_pct"),
             f(c, "measured_loss_ci95_pct"),
         );
-        assert!((got - f(c, "link_loss_pct")).abs() < 1e-9, "{c}");
         assert!((got - want).abs() <= 3.0 * ci.max(0.1), "{c}");
     }
     let corr = f(case(cases, "loss 2% correlation"), "measured_correlation");
@@ -104,7 +111,7 @@ fn check_measures_delay_loss_and_the_bottleneck_as_configured() {
     assert!(f(b, "random_drops") > 0.0, "DRD dropped nothing: {b}");
     assert_eq!(
         f(b, "missing_probes"),
-        f(b, "queue_drops") + f(b, "random_drops"),
+        f(b, "queue_drops") + f(b, "random_drops") + f(b, "host_drops"),
         "{b}"
     );
 }
