@@ -279,6 +279,44 @@ fn link_color(n: &str) -> Option<RGBColor> {
     Some(RGBColor(light(r), light(g), light(b)))
 }
 
+/// Each series' colour ([`color_for`] its name), except that a series whose colour an
+/// earlier one of the chart already has takes the first of a fixed palette no series has (a
+/// `sim run --sweep` draws one line per point of one mechanism: same name prefix, same hue).
+fn distinct_colors(series: &[Series]) -> Vec<RGBColor> {
+    const PALETTE: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    // Too alike to tell apart on a line: within this sum of channel differences.
+    let near = |a: &RGBColor, b: &RGBColor| {
+        u32::from(a.0.abs_diff(b.0)) + u32::from(a.1.abs_diff(b.1)) + u32::from(a.2.abs_diff(b.2))
+            < 90
+    };
+    let own: Vec<RGBColor> = series.iter().map(|(n, _)| color_for(n)).collect();
+    let mut out: Vec<RGBColor> = Vec::with_capacity(own.len());
+    for &c in &own {
+        let pick = if out.contains(&c) {
+            PALETTE
+                .iter()
+                .copied()
+                .find(|p| !out.iter().chain(&own).any(|u| near(p, u)))
+                .unwrap_or(c)
+        } else {
+            c
+        };
+        out.push(pick);
+    }
+    out
+}
+
 /// One named line of a chart: `(name, [(x, y)])`.
 pub type Series = (String, Vec<(f64, f64)>);
 
@@ -328,11 +366,11 @@ fn draw<DB: DrawingBackend>(
         })
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, (name, p)) in series.iter().enumerate() {
+    let colors = distinct_colors(series);
+    for (i, ((name, p), &color)) in series.iter().zip(&colors).enumerate() {
         if p.is_empty() {
             continue;
         }
-        let color = color_for(name);
         chart
             .draw_series(LineSeries::new(p.iter().copied(), color.stroke_width(2)))
             .map_err(|e| e.to_string())?
@@ -451,6 +489,31 @@ mod tests {
         for (i, a) in colours.iter().enumerate() {
             for b in &colours[i + 1..] {
                 assert_ne!(a, b, "{sweep:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn series_of_one_hue_get_distinct_colours_in_one_chart() {
+        let line = |n: &str| (n.to_string(), vec![(1.0, 1.0)]);
+        let series = [
+            line("occ+deoc,min_rejections=1"),
+            line("occ+deoc,min_rejections=2"),
+            line("occ+deoc,min_rejections=3"),
+            line("none"),
+        ];
+        let c = distinct_colors(&series);
+        assert_eq!(c[0], color_for("occ+deoc,min_rejections=1"));
+        assert_eq!(c[3], color_for("none"), "a colour of its own is kept");
+        let apart = |a: &RGBColor, b: &RGBColor| {
+            u32::from(a.0.abs_diff(b.0))
+                + u32::from(a.1.abs_diff(b.1))
+                + u32::from(a.2.abs_diff(b.2))
+                >= 90
+        };
+        for (i, a) in c.iter().enumerate() {
+            for b in &c[i + 1..] {
+                assert!(apart(a, b), "{a:?} ~ {b:?} in {c:?}");
             }
         }
     }

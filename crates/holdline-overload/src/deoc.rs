@@ -40,6 +40,7 @@
 //! | `beta` (`β`) | 1/8 | eq. 4 (l. 174), l. 307 ("as used by" its ref. 41) |
 //! | `overload_factor` | on | l. 151, l. 156 |
 //! | `quiet_period` | 100 s | l. 307 ("terminated if there is no call rejection received within 100 s") |
+//! | `min_rejections`, `min_rejection_share` | 1, 0 | Fig. 4, l. 307 (any rejection in `T` counts, the next one restarts); holdline: more, or a share of the calls |
 //! | `increase` | [`IncreaseLaw::ClosedForm`] | **gap**, see below |
 //! | `factor_resets_when_quiet` | on | **gap**: what "the latest" overload factor is (l. 151) |
 //! | `start_terminated` | on | **gap**: whether DEOC runs before its first rejection |
@@ -76,7 +77,14 @@
 //! old at the end of a period terminates: it admits everything and stops adapting, but keeps
 //! measuring `λ`. The next counted rejection restarts it at once in underload with `r = λ` (the
 //! underload rule's value: every call was being admitted), and that rejection counts in the
-//! restarted period, so the period's end decreases `r`. The paper says underload is the
+//! restarted period, so the period's end decreases `r`. With `min_rejections` = `n` > 1
+//! (holdline), a period is one with rejections only when `n` came in it: a terminated
+//! controller restarts at the `n`-th (all `n` count in the restarted period), a running one
+//! enters overload recovery only then, and fewer neither keep it from terminating nor count
+//! as overload (the state machine reads them as none); with `min_rejection_share` = `f`,
+//! fewer also count when they are at least `f` of the calls admitted in the period (or the
+//! one before, whichever is more), so that a target of a few calls per period still reacts
+//! to one. The paper says underload is the
 //! initial state (l. 145) but not whether DEOC runs before any rejection: with
 //! `start_terminated` (default) a new target starts terminated, since it has had no rejection
 //! "within 100 s", and the literal reading (`false`) costs 100 s of restrictor rejections
@@ -207,6 +215,20 @@ pub struct DeocConfig {
     pub factor_resets_when_quiet: bool,
     /// Terminate after this long without a rejection; `None` never terminates. l. 307: 100 s.
     pub quiet_period: Option<Duration>,
+    /// The binary signal's threshold, ≥ 1: a period is one "with rejections" (overload
+    /// recovery, eq. 4) when at least this many counted rejections came in it, and a
+    /// terminated controller restarts at the this-many-th within a period. The paper's is 1
+    /// (Fig. 4: "rejections in T > 0"; l. 307: restart on the next one), the default.
+    /// holdline: a larger value keeps stray 503s (a healthy path's occasional busy callee,
+    /// one server's hiccup) from restarting the controller at `r = λ`, cutting it by `β`
+    /// and keeping it from terminating; fewer rejections in a period count as none.
+    pub min_rejections: u32,
+    /// With `min_rejections` > 1: a period with fewer rejections still counts when they are
+    /// at least this share of the calls admitted for the target in it (or in the period
+    /// before, whichever is more), in `[0, 1]`; 0 (default): only the count. holdline: a
+    /// target of a few calls per period is then still controlled on one rejection (1 of 2
+    /// calls is 50%) while one of tens of calls is not.
+    pub min_rejection_share: f64,
     /// Gap (l. 145 vs l. 307): a target seen for the first time starts terminated (`true`,
     /// default: it has had no rejection) or running in underload (`false`).
     pub start_terminated: bool,
@@ -302,6 +324,8 @@ impl Default for DeocConfig {
             overload_factor: true,
             factor_resets_when_quiet: true,
             quiet_period: Some(Duration::from_secs(100)),
+            min_rejections: 1,
+            min_rejection_share: 0.0,
             start_terminated: true,
             open_gap: true,
             min_rate: 0.1,
@@ -356,6 +380,14 @@ impl ControllerFactory for DeocConfig {
             check_positive("quiet_period", q)?;
         }
         check_positive("forget_after", self.forget_after)?;
+        check_nonzero("min_rejections", self.min_rejections as usize)?;
+        check_range(
+            "min_rejection_share",
+            self.min_rejection_share,
+            0.0,
+            1.0,
+            "between 0 and 1",
+        )?;
         if !RESTRICTOR_STATUSES.contains(&self.status) {
             return Err(ConfigError::OutOfRange {
                 field: "status",
@@ -747,9 +779,21 @@ impl Target {
 
     /// The end of a period: the rate-adaptation controller of Fig. 4.
     fn adapt(&mut self, c: &DeocConfig, lambda: Option<f64>) {
+        let prev_admitted = self.prev_admitted;
         let v = &mut self.view;
         v.arrival_rate = lambda;
-        let rejections = v.period_rejections;
+        // Below the threshold a period's rejections are read as none.
+        let threshold = (c.min_rejections, c.min_rejection_share);
+        let rejections = if signals(
+            threshold,
+            v.period_rejections,
+            v.period_admitted,
+            prev_admitted,
+        ) {
+            v.period_rejections
+        } else {
+            0
+        };
         let factor = if rejections == 0 {
             0.0
         } else if v.period_admitted == 0 {
@@ -809,6 +853,15 @@ impl Target {
         v.period_admitted = 0;
         v.period_rejections = 0;
     }
+}
+
+/// Whether a period's `rejections` are the binary signal ("rejections in this T"), given the
+/// calls admitted in it and in the period before: the paper's any one, or holdline's
+/// `min_rejections`, or `min_rejection_share` of the admitted calls.
+fn signals((n, share): (u32, f64), rejections: u64, admitted: u64, prev_admitted: u64) -> bool {
+    rejections > 0
+        && (rejections >= u64::from(n)
+            || (share > 0.0 && rejections as f64 >= share * admitted.max(prev_admitted) as f64))
 }
 
 /// The `n`-th increase (n ≥ 1) of an epoch that began at `r0`, from the current `r`.
@@ -982,6 +1035,7 @@ impl Deoc {
             c.min_rate,
             c.timeouts_count,
         );
+        let threshold = (c.min_rejections, c.min_rejection_share);
         let t = self.entry(target, now);
         let counted = match reply {
             DeocReply::Final(503) => {
@@ -1001,13 +1055,19 @@ impl Deoc {
         if !counted {
             return;
         }
-        if !t.running() {
+        let pending = t.view.period_rejections.saturating_add(1);
+        let signal = signals(threshold, pending, t.view.period_admitted, t.prev_admitted);
+        if !t.running() && signal {
             let lambda = t.lambda(now, w, open_gap);
             t.restart(now, lambda, min_rate);
         }
-        t.view.period_rejections = t.view.period_rejections.saturating_add(1);
+        // While terminated, the period's rejections accumulate towards the restart (the
+        // period's end clears them); after it they all count in the restarted period.
+        t.view.period_rejections = pending;
         t.view.last_rejection = Some(now);
-        t.quiet_since = now;
+        if signal {
+            t.quiet_since = now;
+        }
     }
 
     /// A load report read from a response of a call admitted for `target`

@@ -97,4 +97,6 @@ pub use queue_limit::{QueueLimit, QueueLimitConfig};
 pub use signal::{Feedback, Lane, Outcome, Signal};
 pub use smart_forwarding::{SmartForwarding, SmartForwardingConfig, Split};
 pub use snapshot::{RejectCounts, Snapshot, TargetSnapshot};
-pub use window::{DelayWindow, DelayWindowConfig, TargetWindow, WindowDecrease, WindowDelay};
+pub use window::{
+    DelayWindow, DelayWindowConfig, TargetWindow, WINDOW_FULL, WindowDecrease, WindowDelay,
+};

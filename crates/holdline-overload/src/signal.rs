@@ -169,3 +169,16 @@ pub enum Outcome {
     /// Timer B (or C) fired: no final response. DEOC and seed 004 treat it as overload.
     Timeout,
 }
+
+impl Outcome {
+    /// The outcome of a branch that ended with `status`, or by a timer when `timed_out` (the
+    /// status is then the one the proxy made up, and not the next hop's): how every driver
+    /// reads the end of a forwarded INVITE's transaction.
+    pub fn of_branch(status: u16, timed_out: bool) -> Self {
+        if timed_out {
+            Self::Timeout
+        } else {
+            Self::Final(status)
+        }
+    }
+}

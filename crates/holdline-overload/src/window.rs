@@ -72,6 +72,10 @@ use crate::controller::{Controller, ControllerFactory};
 use crate::signal::Signal;
 use crate::snapshot::{Snapshot, TargetSnapshot};
 
+/// [`TargetSnapshot::state`] of a next hop whose window is full (new
+/// INVITEs for it are turned away); `"open"` otherwise.
+pub const WINDOW_FULL: &str = "full";
+
 /// The configuration of a [`DelayWindow`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct DelayWindowConfig {
@@ -430,15 +434,11 @@ impl Controller for DelayWindow {
         };
         let now = self.clock(now);
         let t = self.entry(target, now);
-        let room = t.has_room();
-        if room {
+        if t.has_room() {
             t.admitted += 1;
-        } else {
-            t.rejected += 1;
-        }
-        if room {
             self.counters.admit()
         } else {
+            t.rejected += 1;
             self.counters
                 .reject(RejectReason::WindowFull, self.config.retry_after)
         }
@@ -476,7 +476,7 @@ impl Controller for DelayWindow {
 
     fn target_snapshots(&self, out: &mut Vec<TargetSnapshot>) {
         out.extend(self.targets.iter().map(|(&id, t)| {
-            let state = if t.has_room() { "open" } else { "full" };
+            let state = if t.has_room() { "open" } else { WINDOW_FULL };
             let mut s = TargetSnapshot::new(id, state);
             s.admitted = t.admitted;
             s.restricted = t.rejected;

@@ -460,6 +460,121 @@ fn termination_after_100_s_quiet() {
     assert_eq!(view(&x.d, A).state, DeocState::Terminated);
 }
 
+/// holdline's `min_rejections`: a period counts as one with rejections only when `n` came in
+/// it. A terminated controller restarts only at the `n`-th within one period, so a stray 503
+/// on a healthy path admits on (the paper's rule, `n` = 1, restarts and cuts at once); the
+/// `n` rejections all count in the restarted period; a running one decreases only on `n`, and
+/// fewer do not keep it from terminating; with a share, fewer count when they are that share
+/// of the period's calls; `0` is refused.
+#[test]
+fn the_binary_signal_can_ask_for_more_than_one_rejection_in_a_period() {
+    let every = || Arrivals::Every(Duration::from_millis(100));
+    // The paper's rule: one 503 restarts, the period's end cuts r = λ = 10 by β.
+    let mut x = Drive::new(DeocConfig::default());
+    x.run(A, at(5.0), every(), |_, _| {});
+    x.reply(at(5.3), A, DeocReply::Final(503));
+    x.run(A, at(6.0), every(), |_, _| {});
+    let v = view(&x.d, A);
+    assert_eq!((v.state, v.restarts), (DeocState::OverloadRecovery, 1));
+    assert!(close(v.rate.unwrap(), 10.0 * 7.0 / 8.0, 1e-6), "{v:?}");
+
+    let mut x = Drive::new(DeocConfig {
+        min_rejections: 3,
+        ..DeocConfig::default()
+    });
+    x.run(A, at(5.0), every(), |_, _| {});
+    // Two in one period, one in the next: never three within a period.
+    x.reply(at(5.3), A, DeocReply::Final(503));
+    x.reply(at(5.6), A, DeocReply::Final(503));
+    x.run(A, at(6.2), every(), |_, _| {});
+    x.reply(at(6.4), A, DeocReply::Timeout);
+    x.run(A, at(8.0), every(), |_, _| {});
+    let v = view(&x.d, A);
+    assert_eq!((v.state, v.restarts), (DeocState::Terminated, 0), "{v:?}");
+    assert_eq!((v.rejections, v.timeouts), (2, 1));
+    assert_eq!(x.admitted, x.offered, "terminated: every call admitted");
+    // Three in one period restart it; all three count there, and its end cuts r.
+    x.reply(at(8.1), A, DeocReply::Final(503));
+    x.reply(at(8.2), A, DeocReply::Final(503));
+    assert_eq!(view(&x.d, A).state, DeocState::Terminated);
+    x.reply(at(8.3), A, DeocReply::Final(503));
+    let v = view(&x.d, A);
+    assert_eq!(
+        (v.state, v.restarts, v.period_rejections),
+        (DeocState::Underload, 1, 3)
+    );
+    let restarted_at = v.rate.unwrap();
+    assert!(close(restarted_at, 10.0, 0.05), "r = λ: {v:?}");
+    x.run(A, at(9.0), every(), |_, _| {});
+    let v = view(&x.d, A);
+    assert_eq!(v.state, DeocState::OverloadRecovery);
+    assert!(
+        close(v.rate.unwrap(), restarted_at * 7.0 / 8.0, 1e-6),
+        "{v:?}"
+    );
+    // Running, fewer than three in a period are read as none: no decrease, and they do not
+    // keep it from terminating; three decrease.
+    x.run(A, at(20.0), every(), |_, _| {});
+    let before = view(&x.d, A).decreases;
+    x.reply(at(20.5), A, DeocReply::Final(503));
+    x.reply(at(20.6), A, DeocReply::Final(503));
+    x.run(A, at(21.0), every(), |_, _| {});
+    let v = view(&x.d, A);
+    assert_eq!(v.decreases, before, "{v:?}");
+    assert_ne!(v.state, DeocState::OverloadRecovery, "{v:?}");
+    for t in [21.1, 21.2, 21.3] {
+        x.reply(at(t), A, DeocReply::Final(503));
+    }
+    x.run(A, at(22.0), every(), |_, _| {});
+    let v = view(&x.d, A);
+    assert_eq!(
+        (v.state, v.decreases),
+        (DeocState::OverloadRecovery, before + 1)
+    );
+    // 100 s after those three, with single 503s every 10 s in between: terminated.
+    for i in 0..10 {
+        let t = 25.0 + 10.0 * f64::from(i);
+        x.run(A, at(t), every(), |_, _| {});
+        x.reply(at(t), A, DeocReply::Final(503));
+    }
+    x.run(A, at(123.0), every(), |_, _| {});
+    assert_eq!(view(&x.d, A).state, DeocState::Terminated);
+
+    // With a share as well: one 503 restarts a target of 2 calls per period (one of two is
+    // 50%), not one of 10 (10%).
+    let shared = DeocConfig {
+        min_rejections: 4,
+        min_rejection_share: 0.25,
+        ..DeocConfig::default()
+    };
+    for (every_ms, restarts) in [(500, 1), (100, 0)] {
+        let mut x = Drive::new(shared.clone());
+        let every = || Arrivals::Every(Duration::from_millis(every_ms));
+        x.run(A, at(5.0), every(), |_, _| {});
+        x.reply(at(5.3), A, DeocReply::Final(503));
+        x.run(A, at(6.0), every(), |_, _| {});
+        let v = view(&x.d, A);
+        assert_eq!(v.restarts, restarts, "a call every {every_ms} ms: {v:?}");
+    }
+    for bad in [-0.1, 1.5, f64::NAN] {
+        let c = DeocConfig {
+            min_rejection_share: bad,
+            ..DeocConfig::default()
+        };
+        assert!(Deoc::new(c, Instant::ZERO).is_err(), "{bad}");
+    }
+    assert!(
+        Deoc::new(
+            DeocConfig {
+                min_rejections: 0,
+                ..DeocConfig::default()
+            },
+            Instant::ZERO
+        )
+        .is_err()
+    );
+}
+
 /// Beyond the paper: timeouts (408, no final response) count as rejections unless disabled; a
 /// maintenance 503 and other final responses never do.
 #[test]

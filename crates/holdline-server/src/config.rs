@@ -143,6 +143,8 @@
 //! k = 0.5                          # ... and its exponent
 //! beta = 0.125                     # the multiplicative decrease (eq. 4)
 //! quiet_s = 100                    # control ends this long after the last rejection (0: never)
+//! min_rejections = 1               # rejections in a period that signal overload (and restart)
+//! min_rejection_share = 0.0        # ... or fewer, when this share of the period's calls
 //! timeouts_count = true            # a 408 or no answer counts as a rejection
 //! min_rate = 0.1                   # the lowest admission rate, calls/s
 //! max_targets = 1024               # targets with state at most
@@ -884,6 +886,14 @@ pub struct DeocSettings {
     /// A target's control ends after this many seconds without a rejection (it admits
     /// everything until the next one); 0: never. Default 100.
     pub quiet_s: u64,
+    /// Rejections within one period that signal overload (≥ 1): fewer are read as none, and
+    /// a target's ended control restarts at this many. Default 1, the paper's; more keeps
+    /// stray 503s from restarting and cutting it.
+    pub min_rejections: u32,
+    /// With `min_rejections` > 1: fewer rejections still signal overload when they are at
+    /// least this share of the calls admitted for the target in the period (or the one
+    /// before), in `[0, 1]`. Default 0: the count only.
+    pub min_rejection_share: f64,
     /// Timeouts (a 408, or no final response) count as rejections. Default true.
     pub timeouts_count: bool,
     /// The smallest admission rate, calls/s. Default 0.1.
@@ -910,6 +920,8 @@ impl Default for DeocSettings {
             k: d.k,
             beta: d.beta,
             quiet_s: d.quiet_period.map_or(0, |q| q.as_secs()),
+            min_rejections: d.min_rejections,
+            min_rejection_share: d.min_rejection_share,
             timeouts_count: d.timeouts_count,
             min_rate: d.min_rate,
             max_targets: d.max_targets,
@@ -1131,6 +1143,8 @@ impl OverloadSettings {
             k: d.k,
             beta: d.beta,
             quiet_period: (d.quiet_s > 0).then(|| Duration::from_secs(d.quiet_s)),
+            min_rejections: d.min_rejections,
+            min_rejection_share: d.min_rejection_share,
             timeouts_count: d.timeouts_count,
             min_rate: d.min_rate,
             max_targets: d.max_targets,
@@ -3776,11 +3790,13 @@ send_buffer = 16384
         let c = ServerConfig::from_toml(
             "e.toml",
             "[overload]\nfeedback = \"deoc\"\nretry_after_s = 7\n\
-             [overload.deoc]\nalpha = 0.5\nbeta = 0.25\nquiet_s = 0\nstatus = 480\n",
+             [overload.deoc]\nalpha = 0.5\nbeta = 0.25\nquiet_s = 0\nstatus = 480\n\
+             min_rejections = 3\nmin_rejection_share = 0.25\n",
         )
         .expect("valid");
         let d = c.overload.deoc_client().expect("deoc on");
         assert_eq!((d.alpha, d.beta, d.status), (0.5, 0.25, 480));
+        assert_eq!((d.min_rejections, d.min_rejection_share), (3, 0.25));
         assert_eq!(d.quiet_period, None, "0: never terminates");
         assert_eq!(d.retry_after, Some(Duration::from_secs(7)), "[overload]'s");
         assert_eq!(d.k, holdline_overload::DeocConfig::default().k);
@@ -3803,6 +3819,16 @@ send_buffer = 16384
                 "overload.deoc.period_ms",
             ),
             ("[overload.deoc]\ngamma = 1\n", 2, "overload.deoc.gamma"),
+            (
+                "[overload.deoc]\nmin_rejections = 0\n",
+                2,
+                "overload.deoc.min_rejections",
+            ),
+            (
+                "[overload.deoc]\nmin_rejection_share = 2\n",
+                2,
+                "overload.deoc.min_rejection_share",
+            ),
             (
                 "[overload.deoc]\n\ntarget = \"via\"\n",
                 3,

@@ -746,7 +746,7 @@ pub(crate) fn render_window_targets(
         let _ = writeln!(
             out,
             "holdline_window_target_full{{{l}}} {}",
-            u8::from(t.state == "full")
+            u8::from(t.state == holdline_overload::WINDOW_FULL)
         );
         if let Some(w) = t.window {
             let _ = writeln!(out, "holdline_window_target_window{{{l}}} {w}");

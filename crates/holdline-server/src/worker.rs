@@ -1351,11 +1351,7 @@ impl Worker {
                     delay,
                 } => Signal::Completed {
                     target: hop_target(deoc, to.addr, edge),
-                    outcome: if timed_out {
-                        Outcome::Timeout
-                    } else {
-                        Outcome::Final(status)
-                    },
+                    outcome: Outcome::of_branch(status, timed_out),
                     delay,
                 },
             };

@@ -514,6 +514,13 @@ pub struct DeocSpec {
     /// Seconds without a rejection after which a target's DEOC terminates (100).
     #[serde(default)]
     pub quiet_s: Option<f64>,
+    /// Rejections within one period that signal overload and restart a terminated target
+    /// (1, the paper's).
+    #[serde(default)]
+    pub min_rejections: Option<u32>,
+    /// ... or fewer when they are this share of the period's calls (0: the count only).
+    #[serde(default)]
+    pub min_rejection_share: Option<f64>,
     /// Timeouts (408, no final response) count as rejections (true).
     #[serde(default)]
     pub timeouts_count: Option<bool>,
@@ -576,6 +583,12 @@ impl DeocSpec {
         }
         if let Some(v) = self.timeouts_count {
             c.timeouts_count = v;
+        }
+        if let Some(v) = self.min_rejections {
+            c.min_rejections = v;
+        }
+        if let Some(v) = self.min_rejection_share {
+            c.min_rejection_share = v;
         }
         self.learns_targets()?;
         match self.signal.as_deref() {

@@ -1216,17 +1216,11 @@ impl Server {
                     ..
                 } => {
                     if let Some(h) = self.window_client() {
-                        let outcome = if timed_out {
-                            Outcome::Timeout
-                        } else {
-                            Outcome::Final(status)
-                        };
-                        let target = target_of(to.addr);
                         h.on_signal(
                             t,
                             Signal::Completed {
-                                target,
-                                outcome,
+                                target: target_of(to.addr),
+                                outcome: Outcome::of_branch(status, timed_out),
                                 delay,
                             },
                         );

@@ -730,10 +730,22 @@ delay_ms = 2
 /// the RE's hop-by-hop answers (`feedback`: `loss` or `rate`).
 fn se_re(feedback: &str) -> Scenario {
     // The RE answers only with `feedback` set too (its own next hop, the UAS, never answers).
+    se_re_scenario(
+        "se-re",
+        11,
+        "occ",
+        &format!("reject_us = 15\nqueue = 512\nfeedback = \"{feedback}\"\n"),
+        feedback,
+    )
+}
+
+/// Three SEs (each with `local` control and the client role `feedback`) in front of an RE
+/// of 200 calls/s (`local`, plus `re`'s lines), offered 5× its capacity.
+fn se_re_scenario(name: &str, seed: u64, local: &str, re: &str, feedback: &str) -> Scenario {
     let mut text = format!(
         r#"
-name = "se-re"
-seed = 11
+name = "{name}"
+seed = {seed}
 duration_s = 20
 drain_s = 5
 settle_s = 5
@@ -741,12 +753,9 @@ capacity_cps = 200
 
 [[servers]]
 name = "re"
-local = "occ"
+local = "{local}"
 service_us = 833.333
-reject_us = 15
-queue = 512
-feedback = "{feedback}"
-
+{re}
 [[uas]]
 name = "uas"
 
@@ -761,12 +770,12 @@ jitter_ms = 0.2
     );
     for i in 0..3 {
         text += &format!(
-            "\n[[servers]]\nname = \"se{i}\"\nlocal = \"occ\"\nservice_us = 20\nfeedback = \"{feedback}\"\n\
+            "\n[[servers]]\nname = \"se{i}\"\nlocal = \"{local}\"\nservice_us = 20\nfeedback = \"{feedback}\"\n\
              \n[[uac]]\nname = \"uac{i}\"\ntarget = \"se{i}\"\nsteps = [{{ at_s = 0, factor = 1.6667 }}]\n\
              \n[[routes]]\nserver = \"se{i}\"\nto = \"re\"\n"
         );
     }
-    Scenario::from_toml("se-re.toml", &text).expect("valid scenario")
+    Scenario::from_toml(&format!("{name}.toml"), &text).expect("valid scenario")
 }
 
 #[test]
@@ -802,41 +811,7 @@ fn rate_and_loss_feedback_move_the_rejections_upstream() {
 /// that reads all it is sent, as seed 004's Asterisk), offered 5× its capacity; the SEs run
 /// `feedback` (`window`: seed 004's window, the server's own controller; `none`).
 fn se_re_window(feedback: &str) -> Scenario {
-    let mut text = String::from(
-        r#"
-name = "se-re-window"
-seed = 12
-duration_s = 20
-drain_s = 5
-settle_s = 5
-capacity_cps = 200
-
-[[servers]]
-name = "re"
-local = "none"
-service_us = 833.333
-queue = 20000
-
-[[uas]]
-name = "uas"
-
-[[routes]]
-server = "re"
-to = "uas"
-
-[default_link]
-delay_ms = 0.5
-jitter_ms = 0.2
-"#,
-    );
-    for i in 0..3 {
-        text += &format!(
-            "\n[[servers]]\nname = \"se{i}\"\nlocal = \"none\"\nservice_us = 20\nfeedback = \"{feedback}\"\n\
-             \n[[uac]]\nname = \"uac{i}\"\ntarget = \"se{i}\"\nsteps = [{{ at_s = 0, factor = 1.6667 }}]\n\
-             \n[[routes]]\nserver = \"se{i}\"\nto = \"re\"\n"
-        );
-    }
-    Scenario::from_toml("se-re-window.toml", &text).expect("valid scenario")
+    se_re_scenario("se-re-window", 12, "none", "queue = 20000\n", feedback)
 }
 
 #[test]

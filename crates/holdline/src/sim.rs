@@ -1563,10 +1563,15 @@ fn sweep(a: &RunArgs, file: &str, text: &str) -> anyhow::Result<()> {
         if !a.local.is_empty() || !a.mechanism.is_empty() || p.settings.is_empty() {
             label.push(name.clone());
         }
+        // A key swept over one value is the same on every line: the title's, not a label's.
+        let constant = |k: &str| sweeps.iter().any(|s| s.key == k && s.values.len() == 1);
         for (i, (k, v)) in p.settings.iter().enumerate() {
-            if Some(i) != x_key {
+            if Some(i) != x_key && !constant(k) {
                 label.push(format!("{k}={v}"));
             }
+        }
+        if label.is_empty() {
+            label.push(name.clone());
         }
         let label = label.join(",");
         for (series, y) in [(&mut good, goodput.mean), (&mut pdd, p50.mean)] {
