@@ -75,6 +75,22 @@ fn run_uac(port: u16, rate: u32, duration_s: u32, drain_s: u32, max_time_s: u32,
     assert!(status.success(), "uac: {status:?}");
 }
 
+/// A `holdline load uas` on `port` (`extra`: its options beyond the defaults), bound before
+/// this returns, stopping by itself after `max_time_s`.
+fn run_uas(port: u16, extra: &[&str], max_time_s: u32) -> Guard {
+    let mut args = vec![s("uas"), s("--listen"), format!("127.0.0.1:{port}")];
+    args.extend(extra.iter().map(|a| s(a)));
+    args.extend([
+        s("--max-time"),
+        max_time_s.to_string(),
+        s("--progress"),
+        s("off"),
+    ]);
+    let g = Guard(load(&args).spawn().expect("spawn uas"));
+    common::wait_udp_bound(port, Duration::from_secs(10));
+    g
+}
+
 struct Run {
     se: String,
     re: String,
@@ -144,20 +160,7 @@ fn chain_with(se_feedback: &str, re_extra: &[String], load_s: u32) -> Run {
         s("--feedback"),
         s(se_feedback),
     ]);
-    let _uas = Guard(
-        load(&[
-            s("uas"),
-            s("--listen"),
-            format!("127.0.0.1:{uas}"),
-            s("--max-time"),
-            s("60"),
-            s("--progress"),
-            s("off"),
-        ])
-        .spawn()
-        .expect("spawn uas"),
-    );
-    common::wait_udp_bound(uas, Duration::from_secs(10));
+    let _uas = run_uas(uas, &[], 60);
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("uac.json");
     run_uac(se, 560, load_s, 15, 40, &json);
@@ -375,25 +378,7 @@ fn two_targets(by: TargetBy) -> Targets {
     let (edge, core, bad, good) = (free_port(), free_port(), free_port(), free_port());
     let (e2, e3) = (free_port(), free_port());
     let edge_metrics = free_port();
-    let uas = |port: u16, responses: &str| {
-        let g = Guard(
-            load(&[
-                s("uas"),
-                s("--listen"),
-                format!("127.0.0.1:{port}"),
-                s("--responses"),
-                s(responses),
-                s("--max-time"),
-                s("60"),
-                s("--progress"),
-                s("off"),
-            ])
-            .spawn()
-            .expect("spawn uas"),
-        );
-        common::wait_udp_bound(port, Duration::from_secs(10));
-        g
-    };
+    let uas = |port: u16, responses: &str| run_uas(port, &["--responses", responses], 60);
     let _bad = uas(bad, if learned { "200:1,503:3" } else { "503:1" });
     let _good = uas(good, "200:1");
     let common_args = |port: u16| {
@@ -772,22 +757,7 @@ fn ringing_through_the_window(window_delay: Option<&str>) -> (String, String, (u
         up_args.extend([s("--config"), file.display().to_string()]);
     }
     let up_server = Holdline::start(&up_args);
-    let _uas = Guard(
-        load(&[
-            s("uas"),
-            s("--listen"),
-            format!("127.0.0.1:{uas}"),
-            s("--answer-delay-ms"),
-            s("2000"),
-            s("--max-time"),
-            s("40"),
-            s("--progress"),
-            s("off"),
-        ])
-        .spawn()
-        .expect("spawn uas"),
-    );
-    common::wait_udp_bound(uas, Duration::from_secs(10));
+    let _uas = run_uas(uas, &["--answer-delay-ms", "2000"], 40);
     let json = dir.path().join("uac.json");
     run_uac(up, 20, 4, 6, 30, &json);
     let scraped = scrape(SocketAddr::from(([127, 0, 0, 1], up_metrics)));
@@ -864,24 +834,11 @@ fn stray_503s(min_rejections: Option<u32>) -> (f64, f64, u64, u64, u64) {
     let _one_at_a_time = common::sipp_lock();
     let (edge, callee, edge_metrics) = (free_port(), free_port(), free_port());
     // Seeded: the same calls get the 503s in every run.
-    let _uas = Guard(
-        load(&[
-            s("uas"),
-            s("--listen"),
-            format!("127.0.0.1:{callee}"),
-            s("--responses"),
-            s("200:0.98,503:0.02"),
-            s("--seed"),
-            s("1"),
-            s("--max-time"),
-            s("60"),
-            s("--progress"),
-            s("off"),
-        ])
-        .spawn()
-        .expect("spawn uas"),
+    let _uas = run_uas(
+        callee,
+        &["--responses", "200:0.98,503:0.02", "--seed", "1"],
+        60,
     );
-    common::wait_udp_bound(callee, Duration::from_secs(10));
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("edge.toml");
     std::fs::write(
