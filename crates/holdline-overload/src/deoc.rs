@@ -92,7 +92,10 @@
 //! coefficient of variation of about 0.23).
 //!
 //! **The measurer** sees every new INVITE for the target, before the restrictor (Fig. 3). The
-//! first gap seeds the average; before two arrivals there is no `λ` (treated as "unknown": the
+//! first gap seeds the average, and until `1/w` gaps were seen each weighs `1/n` (the plain
+//! mean of the first `n`; gap: eq. 1 does not say how the average starts, and one tiny first
+//! gap would otherwise read as a huge `λ` for tens of arrivals — a restart then set `r`
+//! there and gapped nothing for seconds, seen in a CI run); before two arrivals there is no `λ` (treated as "unknown": the
 //! gap is then `1/r`). With `open_gap` (default), at the end of a period in which no call
 //! arrived and whose open gap since the last arrival exceeds the average, `λ_t` is read as if a
 //! call arrived now (`(1−w)ΔI + w·open`); the stored average is not changed. Without it, `λ`
@@ -521,6 +524,8 @@ struct Target {
     /// Measurer: the last arrival and the mean gap ΔI_avg (seconds).
     last_arrival: Option<Instant>,
     mean_gap: Option<f64>,
+    /// Gaps measured so far (the average's warm-up).
+    gaps: u32,
     /// Restrictor: the last admitted call.
     last_admit: Option<Instant>,
     /// The factor of the previous period (what "the latest" compares with).
@@ -579,6 +584,7 @@ impl Target {
             },
             last_arrival: None,
             mean_gap: None,
+            gaps: 0,
             last_admit: None,
             latest_factor: 0.0,
             quiet_since: now,
@@ -710,9 +716,14 @@ impl Target {
     fn arrival(&mut self, now: Instant, w: f64) {
         if let Some(last) = self.last_arrival {
             let sample = secs(now - last);
+            self.gaps = self.gaps.saturating_add(1);
+            // Until `1/w` gaps were seen the weight is `1/n` (their plain mean): seeded by
+            // the first gap alone, two calls a microsecond apart would read as a million
+            // calls/s for tens of arrivals, and a restart in that time set `r` there.
+            let weight = w.max(1.0 / f64::from(self.gaps));
             self.mean_gap = Some(match self.mean_gap {
                 None => sample,
-                Some(avg) => (1.0 - w) * avg + w * sample,
+                Some(avg) => (1.0 - weight) * avg + weight * sample,
             });
         }
         self.last_arrival = Some(now);

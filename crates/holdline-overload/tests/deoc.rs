@@ -575,6 +575,26 @@ fn the_binary_signal_can_ask_for_more_than_one_rejection_in_a_period() {
     );
 }
 
+/// The measurer's warm-up: two calls a microsecond apart, then one every 100 ms. A 503 after
+/// the fifth call restarts DEOC at the plain mean of the gaps so far (≈ 13.3 calls/s), not at
+/// an average seeded by the first gap alone (≈ 37 calls/s here, and a million with fewer
+/// calls): a restart at such a rate would gap nothing for seconds.
+#[test]
+fn a_restart_reads_the_arrival_rate_from_the_mean_of_its_first_gaps() {
+    let mut d = deoc(DeocConfig::default());
+    let mut t = 1.0;
+    assert!(d.admit_call(at(t), A).is_admit());
+    t += 1e-6;
+    for _ in 0..4 {
+        assert!(d.admit_call(at(t), A).is_admit());
+        t += 0.1;
+    }
+    d.on_response(at(t), A, DeocReply::Final(503));
+    let r = view(&d, A).rate.unwrap();
+    // Gaps: 1 µs, 100 ms, 100 ms, 100 ms: mean 75 ms, 13.3 calls/s.
+    assert!(close(r, 1.0 / 0.075_000_25, 1e-3), "r = {r}");
+}
+
 /// Beyond the paper: timeouts (408, no final response) count as rejections unless disabled; a
 /// maintenance 503 and other final responses never do.
 #[test]
