@@ -295,11 +295,7 @@ fn distinct_colors(series: &[Series]) -> Vec<RGBColor> {
         RGBColor(188, 189, 34),
         RGBColor(23, 190, 207),
     ];
-    // Too alike to tell apart on a line: within this sum of channel differences.
-    let near = |a: &RGBColor, b: &RGBColor| {
-        u32::from(a.0.abs_diff(b.0)) + u32::from(a.1.abs_diff(b.1)) + u32::from(a.2.abs_diff(b.2))
-            < 90
-    };
+    let near = |a: &RGBColor, b: &RGBColor| color_distance(a, b) < DISTINCT;
     let own: Vec<RGBColor> = series.iter().map(|(n, _)| color_for(n)).collect();
     let mut out: Vec<RGBColor> = Vec::with_capacity(own.len());
     for &c in &own {
@@ -315,6 +311,14 @@ fn distinct_colors(series: &[Series]) -> Vec<RGBColor> {
         out.push(pick);
     }
     out
+}
+
+/// Two colours closer than this ([`color_distance`]) are too alike to tell apart on a line.
+const DISTINCT: u32 = 90;
+
+/// The sum of the channel differences of two colours.
+fn color_distance(a: &RGBColor, b: &RGBColor) -> u32 {
+    u32::from(a.0.abs_diff(b.0)) + u32::from(a.1.abs_diff(b.1)) + u32::from(a.2.abs_diff(b.2))
 }
 
 /// One named line of a chart: `(name, [(x, y)])`.
@@ -505,12 +509,7 @@ mod tests {
         let c = distinct_colors(&series);
         assert_eq!(c[0], color_for("occ+deoc,min_rejections=1"));
         assert_eq!(c[3], color_for("none"), "a colour of its own is kept");
-        let apart = |a: &RGBColor, b: &RGBColor| {
-            u32::from(a.0.abs_diff(b.0))
-                + u32::from(a.1.abs_diff(b.1))
-                + u32::from(a.2.abs_diff(b.2))
-                >= 90
-        };
+        let apart = |a: &RGBColor, b: &RGBColor| color_distance(a, b) >= DISTINCT;
         for (i, a) in c.iter().enumerate() {
             for b in &c[i + 1..] {
                 assert!(apart(a, b), "{a:?} ~ {b:?} in {c:?}");

@@ -39,7 +39,21 @@ impl HostDrops {
 
     /// All three counters summed.
     pub fn total(&self) -> u64 {
-        self.device_tx_dropped + self.device_rx_dropped + self.udp_rcvbuf_errors
+        self.device_drops() + self.udp_rcvbuf_errors
+    }
+
+    /// Drops at the device, on transmit and on receive.
+    pub fn device_drops(&self) -> u64 {
+        self.device_tx_dropped + self.device_rx_dropped
+    }
+
+    /// The counters of `self` and `other` added (two namespaces' together).
+    pub fn plus(&self, other: &Self) -> Self {
+        Self {
+            device_tx_dropped: self.device_tx_dropped + other.device_tx_dropped,
+            device_rx_dropped: self.device_rx_dropped + other.device_rx_dropped,
+            udp_rcvbuf_errors: self.udp_rcvbuf_errors + other.udp_rcvbuf_errors,
+        }
     }
 
     /// The counts between `earlier` and `self`.
@@ -114,5 +128,7 @@ mod tests {
             udp_rcvbuf_errors: 70,
         };
         assert_eq!(b.since(&a).total(), 2 + 1 + 60);
+        assert_eq!(a.plus(&b).device_drops(), 3 + 5 + 1);
+        assert_eq!(a.plus(&b).total(), a.total() + b.total());
     }
 }

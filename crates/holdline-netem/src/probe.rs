@@ -52,13 +52,21 @@ pub struct ProbeReport {
 }
 
 impl ProbeReport {
-    /// The fraction of probes that did not arrive.
+    /// The link's loss as seen end to end: the fraction of probes that did not arrive, less
+    /// those the host's kernels dropped (`host`), which are the machine's, not the link's.
     pub fn loss(&self) -> f64 {
         if self.sent == 0 {
             0.0
         } else {
-            1.0 - self.received as f64 / self.sent as f64
+            self.link_missing() as f64 / self.sent as f64
         }
+    }
+
+    /// Probes that did not arrive and that the host did not drop: the link's.
+    pub fn link_missing(&self) -> u64 {
+        self.sent
+            .saturating_sub(self.received)
+            .saturating_sub(self.host.total())
     }
 
     /// Mean one-way delay, ms.
@@ -177,12 +185,7 @@ const RECEIVE_BUFFER: usize = 8 << 20;
 /// The drop counters of both namespaces, summed.
 fn host_drops(topology: &Topology) -> Result<HostDrops> {
     let a = HostDrops::read(&topology.ns_a, DEVICE)?;
-    let b = HostDrops::read(&topology.ns_b, DEVICE)?;
-    Ok(HostDrops {
-        device_tx_dropped: a.device_tx_dropped + b.device_tx_dropped,
-        device_rx_dropped: a.device_rx_dropped + b.device_rx_dropped,
-        udp_rcvbuf_errors: a.udp_rcvbuf_errors + b.udp_rcvbuf_errors,
-    })
+    Ok(a.plus(&HostDrops::read(&topology.ns_b, DEVICE)?))
 }
 
 /// Sets the receive buffer to `bytes`, past `net.core.rmem_max` when the process may

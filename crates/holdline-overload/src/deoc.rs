@@ -794,17 +794,12 @@ impl Target {
         let v = &mut self.view;
         v.arrival_rate = lambda;
         // Below the threshold a period's rejections are read as none.
-        let threshold = (c.min_rejections, c.min_rejection_share);
-        let rejections = if signals(
-            threshold,
-            v.period_rejections,
-            v.period_admitted,
-            prev_admitted,
-        ) {
-            v.period_rejections
-        } else {
-            0
-        };
+        let rejections =
+            if Threshold::of(c).signals(v.period_rejections, v.period_admitted, prev_admitted) {
+                v.period_rejections
+            } else {
+                0
+            };
         let factor = if rejections == 0 {
             0.0
         } else if v.period_admitted == 0 {
@@ -866,13 +861,30 @@ impl Target {
     }
 }
 
-/// Whether a period's `rejections` are the binary signal ("rejections in this T"), given the
-/// calls admitted in it and in the period before: the paper's any one, or holdline's
-/// `min_rejections`, or `min_rejection_share` of the admitted calls.
-fn signals((n, share): (u32, f64), rejections: u64, admitted: u64, prev_admitted: u64) -> bool {
-    rejections > 0
-        && (rejections >= u64::from(n)
-            || (share > 0.0 && rejections as f64 >= share * admitted.max(prev_admitted) as f64))
+/// When a period's rejections are the binary signal ("rejections in this T"): the paper's
+/// any one, or holdline's `min_rejections`, or `min_rejection_share` of the admitted calls.
+#[derive(Clone, Copy, Debug)]
+struct Threshold {
+    count: u32,
+    share: f64,
+}
+
+impl Threshold {
+    fn of(c: &DeocConfig) -> Self {
+        Self {
+            count: c.min_rejections,
+            share: c.min_rejection_share,
+        }
+    }
+
+    /// Whether `rejections` signal overload, given the calls admitted in the period and in
+    /// the period before.
+    fn signals(self, rejections: u64, admitted: u64, prev_admitted: u64) -> bool {
+        rejections > 0
+            && (rejections >= u64::from(self.count)
+                || (self.share > 0.0
+                    && rejections as f64 >= self.share * admitted.max(prev_admitted) as f64))
+    }
 }
 
 /// The `n`-th increase (n ≥ 1) of an epoch that began at `r0`, from the current `r`.
@@ -1046,7 +1058,7 @@ impl Deoc {
             c.min_rate,
             c.timeouts_count,
         );
-        let threshold = (c.min_rejections, c.min_rejection_share);
+        let threshold = Threshold::of(c);
         let t = self.entry(target, now);
         let counted = match reply {
             DeocReply::Final(503) => {
@@ -1067,7 +1079,7 @@ impl Deoc {
             return;
         }
         let pending = t.view.period_rejections.saturating_add(1);
-        let signal = signals(threshold, pending, t.view.period_admitted, t.prev_admitted);
+        let signal = threshold.signals(pending, t.view.period_admitted, t.prev_admitted);
         if !t.running() && signal {
             let lambda = t.lambda(now, w, open_gap);
             t.restart(now, lambda, min_rate);

@@ -365,6 +365,8 @@ struct Row {
     measured_loss_ci95_pct: f64,
     link_loss_pct: f64,
     correlation: f64,
+    /// Lag-1 autocorrelation of the probes that did not arrive, the host's drops among them
+    /// (which probes the host dropped is not known: a case with host drops is measured again).
     measured_correlation: f64,
     rate_kbit: f64,
     measured_kbit: f64,
@@ -458,8 +460,7 @@ fn row(case: &Case, r: &ProbeReport, ab: &DirectionStats, attempt: u32) -> Row {
     let mean = r.mean_ms();
     let host_drops = r.host.total();
     let n = r.sent.max(1) as f64;
-    // The link's loss as seen end to end: what did not arrive, less what the host dropped.
-    let loss = r.sent.saturating_sub(r.received).saturating_sub(host_drops) as f64 / n;
+    let loss = r.loss();
     let measured_kbit = r.received_bps(case.probes.size) / 1e3;
     Row {
         case: case.name.to_owned(),
@@ -497,7 +498,7 @@ fn row(case: &Case, r: &ProbeReport, ab: &DirectionStats, attempt: u32) -> Row {
         overflow: ab.overflow,
         write_errors: ab.write_errors,
         host_drops,
-        host_device_drops: r.host.device_tx_dropped + r.host.device_rx_dropped,
+        host_device_drops: r.host.device_drops(),
         host_socket_drops: r.host.udp_rcvbuf_errors,
         attempts: attempt,
         reordered: r.reordered,
