@@ -41,6 +41,7 @@
 //! | `overload_factor` | on | l. 151, l. 156 |
 //! | `quiet_period` | 100 s | l. 307 ("terminated if there is no call rejection received within 100 s") |
 //! | `min_rejections`, `min_rejection_share` | 1, 0 | Fig. 4, l. 307 (any rejection in `T` counts, the next one restarts); holdline: more, or a share of the calls |
+//! | `max_decrease` | 0 (off: `β`) | eq. 4 (l. 174: `β`); holdline: a target of many calls per period is cut by its overload factor, up to this |
 //! | `increase` | [`IncreaseLaw::ClosedForm`] | **gap**, see below |
 //! | `factor_resets_when_quiet` | on | **gap**: what "the latest" overload factor is (l. 151) |
 //! | `start_terminated` | on | **gap**: whether DEOC runs before its first rejection |
@@ -232,6 +233,15 @@ pub struct DeocConfig {
     /// target of a few calls per period is then still controlled on one rejection (1 of 2
     /// calls is 50%) while one of tens of calls is not.
     pub min_rejection_share: f64,
+    /// holdline (eq. 4 cuts by `β` alone): the largest share of `r` one decrease may cut, in
+    /// `[0, 0.9]`. A decrease in a period with at least [`FACTOR_CUT_MIN_CALLS`] admitted
+    /// calls cuts `r` by the period's overload factor `f` (rejections / admitted) when `f`
+    /// exceeds `β`, up to this: `r ← r·(1 − min(f, max_decrease))`. At or below `β` (the
+    /// default, 0) every decrease is eq. 4's. A flash crowd at 5× a target's share otherwise
+    /// takes tens of periods of `β` cuts (most skipped by the overload-factor rule while the
+    /// factor falls) to come down from the restart's `r = λ`, with the cores spending their
+    /// time on the rejections meanwhile.
+    pub max_decrease: f64,
     /// Gap (l. 145 vs l. 307): a target seen for the first time starts terminated (`true`,
     /// default: it has had no rejection) or running in underload (`false`).
     pub start_terminated: bool,
@@ -329,6 +339,7 @@ impl Default for DeocConfig {
             quiet_period: Some(Duration::from_secs(100)),
             min_rejections: 1,
             min_rejection_share: 0.0,
+            max_decrease: 0.0,
             start_terminated: true,
             open_gap: true,
             min_rate: 0.1,
@@ -390,6 +401,13 @@ impl ControllerFactory for DeocConfig {
             0.0,
             1.0,
             "between 0 and 1",
+        )?;
+        check_range(
+            "max_decrease",
+            self.max_decrease,
+            0.0,
+            0.9,
+            "between 0 (off) and 0.9",
         )?;
         if !RESTRICTOR_STATUSES.contains(&self.status) {
             return Err(ConfigError::OutOfRange {
@@ -817,8 +835,9 @@ impl Target {
             v.epoch_steps = 0;
             let decrease = !c.overload_factor || factor >= self.latest_factor;
             if decrease && let Some(r) = r_t.or(lambda) {
-                // Eq. 4: r_{t+1} = r_t − β·r_t.
-                v.rate = Some((r - c.beta * r).max(c.min_rate));
+                // Eq. 4: r_{t+1} = r_t − β·r_t (holdline: by the factor, see `max_decrease`).
+                let cut = c.cut(factor, v.period_admitted);
+                v.rate = Some((r - cut * r).max(c.min_rate));
                 v.decreases = v.decreases.saturating_add(1);
             }
             self.latest_factor = factor;
@@ -858,6 +877,24 @@ impl Target {
         };
         v.period_admitted = 0;
         v.period_rejections = 0;
+    }
+}
+
+/// The fewest calls admitted in a period for its overload factor to set the decrease
+/// ([`DeocConfig::max_decrease`]): with fewer, one rejection more or less moves the factor by
+/// a tenth or more, and the decrease is eq. 4's `β`.
+pub const FACTOR_CUT_MIN_CALLS: u64 = 10;
+
+impl DeocConfig {
+    /// The share of `r` a decrease cuts: `β` (eq. 4), or with `max_decrease` above `β` and
+    /// at least [`FACTOR_CUT_MIN_CALLS`] admitted, the period's overload factor between the
+    /// two.
+    fn cut(&self, factor: f64, admitted: u64) -> f64 {
+        if self.max_decrease > self.beta && admitted >= FACTOR_CUT_MIN_CALLS && factor.is_finite() {
+            factor.clamp(self.beta, self.max_decrease)
+        } else {
+            self.beta
+        }
     }
 }
 

@@ -579,6 +579,68 @@ fn the_binary_signal_can_ask_for_more_than_one_rejection_in_a_period() {
 /// the fifth call restarts DEOC at the plain mean of the gaps so far (≈ 13.3 calls/s), not at
 /// an average seeded by the first gap alone (≈ 37 calls/s here, and a million with fewer
 /// calls): a restart at such a rate would gap nothing for seconds.
+/// holdline's `max_decrease`: a target of many calls per period whose calls are mostly
+/// rejected (a flash crowd) is cut by its overload factor, up to the setting; a target of a
+/// few calls per period keeps eq. 4's `β` (its factor is one rejection more or less).
+#[test]
+fn a_flash_crowd_is_cut_by_its_overload_factor_with_max_decrease() {
+    // 100 calls/s; from 5 s, six 503s come back every 100 ms (60 in the period [5 s, 6 s)),
+    // the first restarting the terminated controller at r = λ = 100.
+    let crowd = |max_decrease: f64| {
+        let mut x = Drive::new(DeocConfig {
+            max_decrease,
+            ..DeocConfig::default()
+        });
+        let every = || Arrivals::Every(Duration::from_millis(10));
+        x.run(A, at(5.0), every(), |_, _| {});
+        for i in 1..=10 {
+            let t = 5.0 + 0.1 * f64::from(i) - 0.05;
+            x.run(A, at(t), every(), |_, _| {});
+            for _ in 0..6 {
+                x.reply(at(t), A, DeocReply::Final(503));
+            }
+        }
+        x.run(A, at(6.0), every(), |_, _| {});
+        let v = view(&x.d, A);
+        assert_eq!((v.state, v.restarts), (DeocState::OverloadRecovery, 1));
+        v.rate.unwrap()
+    };
+    let paper = crowd(0.0);
+    assert!(close(paper, 100.0 * 7.0 / 8.0, 0.02), "eq. 4: {paper}");
+    let half = crowd(0.5);
+    assert!(
+        close(half, 50.0, 0.02),
+        "the factor (≈ 0.6) capped at 0.5: {half}"
+    );
+    let deep = crowd(0.9);
+    assert!(
+        (30.0..=42.0).contains(&deep),
+        "r·(1 − f), f = 60 of ≈ 95: {deep}"
+    );
+
+    // 2 calls/s, one of the two rejected (f = 0.5): too few calls for the factor, eq. 4.
+    let mut x = Drive::new(DeocConfig {
+        max_decrease: 0.9,
+        ..DeocConfig::default()
+    });
+    let every = || Arrivals::Every(Duration::from_millis(500));
+    x.run(A, at(5.0), every(), |_, _| {});
+    x.reply(at(5.3), A, DeocReply::Final(503));
+    x.run(A, at(6.0), every(), |_, _| {});
+    let v = view(&x.d, A);
+    assert_eq!(v.state, DeocState::OverloadRecovery);
+    assert!(close(v.rate.unwrap(), 2.0 * 7.0 / 8.0, 0.05), "{v:?}");
+
+    // Outside [0, 0.9] refused.
+    for bad in [-0.1, 0.95, f64::NAN] {
+        let c = DeocConfig {
+            max_decrease: bad,
+            ..DeocConfig::default()
+        };
+        assert!(Deoc::new(c, Instant::ZERO).is_err(), "{bad}");
+    }
+}
+
 #[test]
 fn a_restart_reads_the_arrival_rate_from_the_mean_of_its_first_gaps() {
     let mut d = deoc(DeocConfig::default());

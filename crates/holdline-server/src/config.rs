@@ -145,6 +145,7 @@
 //! quiet_s = 100                    # control ends this long after the last rejection (0: never)
 //! min_rejections = 1               # rejections in a period that signal overload (and restart)
 //! min_rejection_share = 0.0        # ... or fewer, when this share of the period's calls
+//! max_decrease = 0.0               # holdline: cut by the overload factor up to this (0: β)
 //! timeouts_count = true            # a 408 or no answer counts as a rejection
 //! min_rate = 0.1                   # the lowest admission rate, calls/s
 //! max_targets = 1024               # targets with state at most
@@ -894,6 +895,10 @@ pub struct DeocSettings {
     /// least this share of the calls admitted for the target in the period (or the one
     /// before), in `[0, 1]`. Default 0: the count only.
     pub min_rejection_share: f64,
+    /// A decrease in a period with at least 10 admitted calls cuts the rate by the period's
+    /// overload factor (rejections / admitted) when it exceeds `beta`, up to this share, in
+    /// `[0, 0.9]`. Default 0: every decrease is `beta` (the paper's).
+    pub max_decrease: f64,
     /// Timeouts (a 408, or no final response) count as rejections. Default true.
     pub timeouts_count: bool,
     /// The smallest admission rate, calls/s. Default 0.1.
@@ -922,6 +927,7 @@ impl Default for DeocSettings {
             quiet_s: d.quiet_period.map_or(0, |q| q.as_secs()),
             min_rejections: d.min_rejections,
             min_rejection_share: d.min_rejection_share,
+            max_decrease: d.max_decrease,
             timeouts_count: d.timeouts_count,
             min_rate: d.min_rate,
             max_targets: d.max_targets,
@@ -1145,6 +1151,7 @@ impl OverloadSettings {
             quiet_period: (d.quiet_s > 0).then(|| Duration::from_secs(d.quiet_s)),
             min_rejections: d.min_rejections,
             min_rejection_share: d.min_rejection_share,
+            max_decrease: d.max_decrease,
             timeouts_count: d.timeouts_count,
             min_rate: d.min_rate,
             max_targets: d.max_targets,
@@ -3791,12 +3798,13 @@ send_buffer = 16384
             "e.toml",
             "[overload]\nfeedback = \"deoc\"\nretry_after_s = 7\n\
              [overload.deoc]\nalpha = 0.5\nbeta = 0.25\nquiet_s = 0\nstatus = 480\n\
-             min_rejections = 3\nmin_rejection_share = 0.25\n",
+             min_rejections = 3\nmin_rejection_share = 0.25\nmax_decrease = 0.5\n",
         )
         .expect("valid");
         let d = c.overload.deoc_client().expect("deoc on");
         assert_eq!((d.alpha, d.beta, d.status), (0.5, 0.25, 480));
         assert_eq!((d.min_rejections, d.min_rejection_share), (3, 0.25));
+        assert_eq!(d.max_decrease, 0.5);
         assert_eq!(d.quiet_period, None, "0: never terminates");
         assert_eq!(d.retry_after, Some(Duration::from_secs(7)), "[overload]'s");
         assert_eq!(d.k, holdline_overload::DeocConfig::default().k);
@@ -3823,6 +3831,11 @@ send_buffer = 16384
                 "[overload.deoc]\nmin_rejections = 0\n",
                 2,
                 "overload.deoc.min_rejections",
+            ),
+            (
+                "[overload.deoc]\nmax_decrease = 0.95\n",
+                2,
+                "overload.deoc.max_decrease",
             ),
             (
                 "[overload.deoc]\nmin_rejection_share = 2\n",

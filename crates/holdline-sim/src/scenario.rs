@@ -398,6 +398,11 @@ pub struct ServerSpec {
     /// default: 100; seed 003's OCC-Local and OCC-Hop: 1,000). Default: the controller's.
     #[serde(default)]
     pub local_interval_ms: Option<f64>,
+    /// OCC's queue gate, milliseconds (the server's `[overload] queue_gate_ms`: an interval
+    /// is cut only when its queueing delay exceeds this; 0 turns the gate off, the paper's
+    /// rule). Default: the controller's (20 ms).
+    #[serde(default)]
+    pub local_queue_gate_ms: Option<f64>,
     /// CPU time per message handled, microseconds (the server's `emulate_cost_us`).
     pub service_us: f64,
     /// CPU time per INVITE handled, microseconds. Default: `service_us`.
@@ -521,6 +526,9 @@ pub struct DeocSpec {
     /// ... or fewer when they are this share of the period's calls (0: the count only).
     #[serde(default)]
     pub min_rejection_share: Option<f64>,
+    /// A decrease cuts by the period's overload factor, up to this share (0: `β` only).
+    #[serde(default)]
+    pub max_decrease: Option<f64>,
     /// Timeouts (408, no final response) count as rejections (true).
     #[serde(default)]
     pub timeouts_count: Option<bool>,
@@ -589,6 +597,9 @@ impl DeocSpec {
         }
         if let Some(v) = self.min_rejection_share {
             c.min_rejection_share = v;
+        }
+        if let Some(v) = self.max_decrease {
+            c.max_decrease = v;
         }
         self.learns_targets()?;
         match self.signal.as_deref() {
@@ -700,6 +711,16 @@ impl ServerSpec {
             // Only OCC's interval is set here; the other controllers keep theirs.
             if let ControllerConfig::Occupancy(c) = &mut cfg {
                 c.interval = Duration::from_secs_f64(ms / 1000.0);
+            }
+        }
+        if let Some(ms) = self.local_queue_gate_ms {
+            if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
+                return Err(format!(
+                    "local_queue_gate_ms must be 0 (off) to 60000 milliseconds, got {ms}"
+                ));
+            }
+            if let ControllerConfig::Occupancy(c) = &mut cfg {
+                c.queue_gate = (ms > 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
             }
         }
         Ok(cfg)
@@ -1273,6 +1294,14 @@ impl Scenario {
                     "must be a positive number of milliseconds (at most an hour)",
                 );
             }
+            if s.local_queue_gate_ms
+                .is_some_and(|ms| !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)))
+            {
+                return bad(
+                    format!("servers[{i}].local_queue_gate_ms"),
+                    "must be 0 (off) to 60000 milliseconds",
+                );
+            }
             if let Err(m) = s.controller() {
                 return bad(format!("servers[{i}].local"), &m);
             }
@@ -1828,6 +1857,31 @@ to = "uas"
         let text = GOOD.replace("target = \"proxy\"", "target = \"nowhere\"");
         let e = Scenario::from_toml("s.toml", &text).expect_err("unknown node");
         assert_eq!((e.line, e.key.as_str()), (15, "uac[0].target"));
+    }
+
+    #[test]
+    fn occs_queue_gate_can_be_set_or_turned_off() {
+        let gate = |text: &str| match Scenario::from_toml("s.toml", text).expect("valid").servers[0]
+            .controller()
+            .expect("controller")
+        {
+            ControllerConfig::Occupancy(c) => c.queue_gate,
+            other => panic!("not OCC: {other:?}"),
+        };
+        assert_eq!(gate(GOOD), Some(Duration::from_millis(20)), "the default");
+        let set = |v: &str| {
+            GOOD.replace(
+                "service_us = 100",
+                &format!("service_us = 100\nlocal_queue_gate_ms = {v}"),
+            )
+        };
+        assert_eq!(gate(&set("150")), Some(Duration::from_millis(150)));
+        assert_eq!(gate(&set("0")), None, "0 is the paper's rule");
+        let e = Scenario::from_toml("s.toml", &set("-1")).expect_err("negative");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (9, "servers[0].local_queue_gate_ms")
+        );
     }
 
     #[test]
