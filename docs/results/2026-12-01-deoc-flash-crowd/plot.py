@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """persecond.csv -> persecond-5x.svg: calls set up per second in the two-domain lab at 5x,
-DEOC with min_rejections 4 / share 0.25 with and without max_decrease 0.5, and OCC-Hop."""
+DEOC with min_rejections 4 / share 0.25 with max_decrease 0, 0.5 and 0.25, and OCC-Hop."""
 import csv
 
 rows = list(csv.DictReader(open("persecond.csv")))
@@ -9,9 +9,11 @@ series = {
     "DEOC, max_decrease 0 (r2)": ("r2", "occ+deoc-5x", "#1f77b4", "4 3"),
     "DEOC, max_decrease 0.5 (md1)": ("md1", "occ+deoc-5x", "#d62728", ""),
     "DEOC, max_decrease 0.5 (md2)": ("md2", "occ+deoc-5x", "#d62728", "4 3"),
+    "DEOC, max_decrease 0.25 (mq1)": ("mq1", "occ+deoc-5x", "#ff7f0e", ""),
+    "DEOC, max_decrease 0.25 (mq2)": ("mq2", "occ+deoc-5x", "#ff7f0e", "4 3"),
     "OCC-Hop (r1)": ("r1", "occ+hop-5x", "#7f7f7f", ""),
 }
-W, H, left, right, bottom, top = 720, 380, 60, 220, 50, 40
+W, H, left, right, bottom, top = 800, 380, 60, 250, 50, 40
 pw, ph = W - left - right, H - bottom - top
 tmax, ymax = 60, 200
 X = lambda t: left + pw * t / tmax
