@@ -651,10 +651,32 @@ fn a_restart_reads_the_arrival_rate_from_the_mean_of_its_first_gaps() {
         assert!(d.admit_call(at(t), A).is_admit());
         t += 0.1;
     }
+    // Gaps: 1 µs, 100 ms, 100 ms, 100 ms (four of the 1/w = 10 a λ needs to be taken as r).
+    d.on_response(at(t), A, DeocReply::Final(503));
+    let v = view(&d, A);
+    assert_eq!((v.state, v.rate), (DeocState::Underload, None), "{v:?}");
+    // Calls every 100 ms to the period's end: it decreases from the λ measured by then,
+    // the plain mean of the first ten gaps (one of 1 µs, nine of 100 ms: 90 ms).
+    while t < 2.0 {
+        assert!(d.admit_call(at(t), A).is_admit());
+        t += 0.1;
+    }
+    d.handle_timeout(at(2.0));
+    let v = view(&d, A);
+    assert_eq!(v.state, DeocState::OverloadRecovery, "{v:?}");
+    let r = v.rate.unwrap();
+    assert!(close(r, 1.0 / 0.09 * 7.0 / 8.0, 0.05), "r = {r}");
+
+    // With ten gaps or more before the rejection, λ is r at once (the paper's restart).
+    let mut d = deoc(DeocConfig::default());
+    let mut t = 1.0;
+    for _ in 0..11 {
+        assert!(d.admit_call(at(t), A).is_admit());
+        t += 0.1;
+    }
     d.on_response(at(t), A, DeocReply::Final(503));
     let r = view(&d, A).rate.unwrap();
-    // Gaps: 1 µs, 100 ms, 100 ms, 100 ms: mean 75 ms, 13.3 calls/s.
-    assert!(close(r, 1.0 / 0.075_000_25, 1e-3), "r = {r}");
+    assert!(close(r, 10.0, 1e-6), "r = {r}");
 }
 
 /// Beyond the paper: timeouts (408, no final response) count as rejections unless disabled; a
