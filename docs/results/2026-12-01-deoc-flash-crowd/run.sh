@@ -13,3 +13,4 @@ holdline "${common[@]}" --loads 2,5 --mechanisms occ+deoc --deoc max_decrease=0.
 holdline "${common[@]}" --loads 2,5,8 --mechanisms occ+deoc --deoc max_decrease=0.5 --out "$out/md2"
 holdline "${common[@]}" --loads 2,5 --mechanisms occ+deoc --deoc max_decrease=0.25 --out "$out/mq1"
 holdline "${common[@]}" --loads 2,5,8 --mechanisms occ+deoc --deoc max_decrease=0.25 --out "$out/mq2"
+holdline "${common[@]}" --loads 5,8 --mechanisms occ+deoc --deoc max_decrease=0.9 --out "$out/m9"
