@@ -740,13 +740,23 @@ impl Target {
             // Until `1/w` gaps were seen the weight is `1/n` (their plain mean): seeded by
             // the first gap alone, two calls a microsecond apart would read as a million
             // calls/s for tens of arrivals, and a restart in that time set `r` there.
-            let weight = w.max(1.0 / f64::from(self.gaps));
+            let weight = if self.warmed_up(w) {
+                w
+            } else {
+                1.0 / f64::from(self.gaps)
+            };
             self.mean_gap = Some(match self.mean_gap {
                 None => sample,
                 Some(avg) => (1.0 - weight) * avg + weight * sample,
             });
         }
         self.last_arrival = Some(now);
+    }
+
+    /// Whether the measurer has seen `1/w` gaps: before, its average is their plain mean and
+    /// a restart does not take its `λ` as `r`.
+    fn warmed_up(&self, w: f64) -> bool {
+        f64::from(self.gaps) * w >= 1.0
     }
 
     /// `λ = 1/ΔI_avg` at `now`, with the open gap read as a sample when it exceeds both the
@@ -774,7 +784,7 @@ impl Target {
         // A target learned at its first answer and rejected at once (a callee that fails
         // every call) restarts after a gap or two, perhaps of a burst: a clean-clone CI run
         // set r = 1,909 calls/s against 70 arriving that way, and the cuts did not reach it.
-        let measured = f64::from(self.gaps) * w >= 1.0;
+        let measured = self.warmed_up(w);
         let v = &mut self.view;
         v.state = DeocState::Underload;
         v.rate = lambda.filter(|_| measured).map(|l| l.max(min_rate));
