@@ -4,7 +4,6 @@
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -239,7 +238,7 @@ struct Shared {
     /// A checkpoint is running (the writer starts no other).
     checkpointing: AtomicBool,
     /// The addresses-of-record of a checkpoint that failed, for the next one.
-    checkpoint_retry: Mutex<Option<HashSet<Box<[u8]>>>>,
+    checkpoint_retry: Mutex<Option<journal::AorLog>>,
     checkpoints: AtomicU64,
     checkpoint_errors: AtomicU64,
 }
@@ -631,7 +630,7 @@ fn recover(
         txn.commit()?;
         g.unwrap_or(0)
     };
-    let mut replayed: HashSet<Box<[u8]>> = HashSet::new();
+    let mut replayed = journal::AorLog::default();
     let mut newest = checkpointed;
     let mut stored = Vec::new();
     for (generation, file) in journal::files(&shared.path)? {
@@ -650,9 +649,7 @@ fn recover(
                 },
             };
             shared.mem.insert_loaded(aor, live);
-            if !replayed.contains(aor) {
-                replayed.insert(aor.into());
-            }
+            replayed.push(aor);
         })?;
         report.replayed += r.records;
         report.journal_cut_bytes += r.cut;
@@ -680,15 +677,14 @@ const CHECKPOINT_CHUNK: usize = 1_000;
 fn checkpoint(
     db: &Database,
     shared: &Shared,
-    aors: &HashSet<Box<[u8]>>,
+    aors: &journal::AorLog,
     generation: u64,
     paced: bool,
 ) -> Result<(), Recover> {
     let mut buf = Vec::new();
     // In key order: each B-tree page is then copied and written once, its neighbours next
     // (in hash order every insert lands on another page).
-    let mut sorted: Vec<&[u8]> = aors.iter().map(|a| &**a).collect();
-    sorted.sort_unstable();
+    let sorted = aors.sorted_unique();
     // Paced, in several transactions: one commit of every change would hand the disk
     // hundreds of MB at once, and the journal's syncs wait behind it. A transaction of a
     // part is safe on its own: what it writes is the memory store's state, never older
@@ -751,11 +747,7 @@ fn checkpoint(
 }
 
 /// The checkpointer thread: writes each full journal it is handed into the database.
-fn run_checkpointer(
-    shared: &Shared,
-    db: &Database,
-    work: &mpsc::Receiver<(u64, HashSet<Box<[u8]>>)>,
-) {
+fn run_checkpointer(shared: &Shared, db: &Database, work: &mpsc::Receiver<(u64, journal::AorLog)>) {
     while let Ok((generation, aors)) = work.recv() {
         match checkpoint(db, shared, &aors, generation, true) {
             Ok(()) => {
@@ -767,7 +759,7 @@ fn run_checkpointer(
                 shared.checkpoint_errors.fetch_add(1, Ordering::Relaxed);
                 let mut retry = shared.checkpoint_retry.lock();
                 match retry.as_mut() {
-                    Some(r) => r.extend(aors),
+                    Some(r) => r.append(aors),
                     None => *retry = Some(aors),
                 }
             }
@@ -780,7 +772,7 @@ fn run_checkpointer(
 fn run_writer(
     shared: &Shared,
     mut journal: journal::Journal,
-    checkpointer: &mpsc::Sender<(u64, HashSet<Box<[u8]>>)>,
+    checkpointer: &mpsc::Sender<(u64, journal::AorLog)>,
 ) {
     /// Marks the writer stopped however the thread ends, so that `flush` cannot wait forever.
     struct Stopped<'a>(&'a Tracker);
@@ -901,7 +893,7 @@ fn run_writer(
 fn hand_over(
     shared: &Shared,
     journal: &mut journal::Journal,
-    checkpointer: &mpsc::Sender<(u64, HashSet<Box<[u8]>>)>,
+    checkpointer: &mpsc::Sender<(u64, journal::AorLog)>,
     last: bool,
 ) {
     if !last && shared.checkpointing.load(Ordering::Acquire) {
@@ -930,9 +922,9 @@ fn hand_over(
 /// Hands the addresses-of-record of the journal of `generation` to the checkpointer.
 fn hand(
     shared: &Shared,
-    checkpointer: &mpsc::Sender<(u64, HashSet<Box<[u8]>>)>,
+    checkpointer: &mpsc::Sender<(u64, journal::AorLog)>,
     generation: u64,
-    aors: HashSet<Box<[u8]>>,
+    aors: journal::AorLog,
 ) {
     shared.checkpointing.store(true, Ordering::Release);
     if checkpointer.send((generation, aors)).is_err() {

@@ -34,7 +34,6 @@
 //! newer journal entries then overwrite again; an address-of-record with no entry after the
 //! checkpoint keeps the checkpoint's state, which was the memory store's.
 
-use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
@@ -184,6 +183,67 @@ fn parse_payload(p: &[u8]) -> Option<Vec<Record<'_>>> {
     (at == p.len()).then_some(out)
 }
 
+/// The bytes of one chunk of an [`AorLog`].
+const AOR_CHUNK: usize = 1 << 20;
+
+/// The addresses-of-record written to a journal file (what its checkpoint must write), in
+/// the order written, repeats kept: an append-only log in chunks of a MiB, so that adding
+/// one never moves what is there. A hash set of them rehashed everything it held each time
+/// it grew, on the writer's path: 26-156 ms at a few hundred thousand addresses, and every
+/// REGISTER waiting for that commit waited as long (`holdline lab storm`, 2026-12-01). Its
+/// size is bounded by the journal file's (each record there holds the address too);
+/// [`AorLog::sorted_unique`] drops the repeats, on the checkpointer's thread.
+#[derive(Debug, Default)]
+pub(crate) struct AorLog {
+    /// Each address as its length (8 bytes, little-endian) and its bytes.
+    chunks: Vec<Vec<u8>>,
+}
+
+impl AorLog {
+    /// Appends `aor`.
+    pub(crate) fn push(&mut self, aor: &[u8]) {
+        let need = 8 + aor.len();
+        if self
+            .chunks
+            .last()
+            .is_none_or(|c| c.capacity() - c.len() < need)
+        {
+            self.chunks.push(Vec::with_capacity(AOR_CHUNK.max(need)));
+        }
+        if let Some(c) = self.chunks.last_mut() {
+            c.extend_from_slice(&(aor.len() as u64).to_le_bytes());
+            c.extend_from_slice(aor);
+        }
+    }
+
+    /// Appends every address of `other`.
+    pub(crate) fn append(&mut self, other: Self) {
+        self.chunks.extend(other.chunks);
+    }
+
+    /// Every address appended, in order, repeats included.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.chunks.iter().flat_map(|c| {
+            let mut at = 0usize;
+            std::iter::from_fn(move || {
+                let n = c.get(at..at + 8)?;
+                let n = usize::try_from(u64::from_le_bytes(n.try_into().ok()?)).ok()?;
+                let aor = c.get(at + 8..at + 8 + n)?;
+                at += 8 + n;
+                Some(aor)
+            })
+        })
+    }
+
+    /// Every distinct address, in byte order.
+    pub(crate) fn sorted_unique(&self) -> Vec<&[u8]> {
+        let mut v: Vec<&[u8]> = self.iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
 /// The journal file being appended to, and the addresses-of-record it holds.
 pub(crate) struct Journal {
     file: File,
@@ -195,7 +255,7 @@ pub(crate) struct Journal {
     entry: Vec<u8>,
     count: u32,
     /// Addresses-of-record with an entry in this file (what its checkpoint must write).
-    aors: HashSet<Box<[u8]>>,
+    aors: AorLog,
 }
 
 impl Journal {
@@ -219,7 +279,7 @@ impl Journal {
             zeroed: HEADER,
             entry: Vec::new(),
             count: 0,
-            aors: HashSet::new(),
+            aors: AorLog::default(),
         };
         j.extend_zeros(HEADER + ZEROED_AHEAD)?;
         j.file.sync_all()?;
@@ -276,9 +336,7 @@ impl Journal {
             None => self.entry.extend_from_slice(&REMOVED.to_le_bytes()),
         }
         self.count += 1;
-        if !self.aors.contains(aor) {
-            self.aors.insert(aor.into());
-        }
+        self.aors.push(aor);
     }
 
     /// Writes the entry and syncs the file: the entry is durable when this returns `Ok`. On
@@ -315,18 +373,14 @@ impl Journal {
     }
 
     /// The addresses-of-record of this file, leaving it with none (for its checkpoint).
-    pub(crate) fn take_aors(&mut self) -> HashSet<Box<[u8]>> {
+    pub(crate) fn take_aors(&mut self) -> AorLog {
         std::mem::take(&mut self.aors)
     }
 
     /// Adds addresses-of-record that this file's checkpoint must also write (a checkpoint
     /// that failed, or entries replayed at open).
-    pub(crate) fn add_aors(&mut self, aors: HashSet<Box<[u8]>>) {
-        if self.aors.is_empty() {
-            self.aors = aors;
-        } else {
-            self.aors.extend(aors);
-        }
+    pub(crate) fn add_aors(&mut self, aors: AorLog) {
+        self.aors.append(aors);
     }
 }
 
@@ -342,6 +396,37 @@ pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_aor_log_keeps_every_address_across_chunks_and_sorts_out_the_repeats() {
+        let mut log = AorLog::default();
+        // Enough addresses to fill several chunks, one of them longer than a chunk, each
+        // written twice.
+        let names: Vec<Vec<u8>> = (0..120_000u32)
+            .map(|i| format!("sip:u{:06}@example.test", 119_999 - i).into_bytes())
+            .chain(std::iter::once(vec![b'x'; AOR_CHUNK + 5]))
+            .collect();
+        for n in names.iter().chain(&names) {
+            log.push(n);
+        }
+        assert!(log.chunks.len() > 2, "{} chunks", log.chunks.len());
+        let written: Vec<&[u8]> = log.iter().collect();
+        assert_eq!(written.len(), 2 * names.len());
+        assert!(
+            written
+                .iter()
+                .zip(names.iter().chain(&names))
+                .all(|(a, b)| *a == b.as_slice())
+        );
+        let mut other = AorLog::default();
+        other.push(b"sip:a@example.test");
+        log.append(other);
+        let unique = log.sorted_unique();
+        assert_eq!(unique.len(), names.len() + 1);
+        assert_eq!(unique[0], b"sip:a@example.test");
+        assert!(unique.windows(2).all(|w| w[0] < w[1]));
+        assert!(AorLog::default().sorted_unique().is_empty());
+    }
 
     #[test]
     fn entries_replay_in_order_and_a_torn_end_is_cut() {
