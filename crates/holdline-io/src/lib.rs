@@ -17,7 +17,8 @@
 //!   bytes the kernel has not sent yet. [`tcp::TcpConn::start_tls`] puts a rustls session
 //!   (client or server) inside a connection, driven sans-IO style by the same reads and
 //!   flushes; the queue then holds TLS records.
-//! - [`raise_open_files`]: the open-file limit a server with many connections needs.
+//! - [`raise_open_files`]: the open-file limit a server with many connections needs;
+//!   [`set_transparent_huge_pages`]: whether the kernel backs memory with huge pages.
 //! - [`pem`]: certificate chains and private keys from PEM files, for TLS.
 //! - [`Clock`]: maps the operating system's monotonic clock onto [`holdline_base::Instant`];
 //!   [`thread_cpu_time`]: the CPU time the calling thread has used.
@@ -33,4 +34,6 @@ pub mod tcp;
 pub mod udp;
 
 pub use clock::{Clock, set_thread_background, thread_cpu_time};
-pub use limits::{OpenFiles, raise_open_files};
+pub use limits::{
+    OpenFiles, raise_open_files, set_transparent_huge_pages, transparent_huge_pages_disabled,
+};

@@ -66,6 +66,7 @@
 //! max_transactions = 4000000       # per worker, lingering ones included
 //! transaction_memory_mb = 1024     # per worker; absent: RAM / 4 / workers
 //! udp_recv_buffer = 8388608        # default 8 MiB (0: the kernel's default, 208 KiB)
+//! transparent_huge_pages = false   # default: the process asks for none (Linux)
 //!
 //! [timers]
 //! t1_ms = 500
@@ -668,6 +669,13 @@ pub struct LimitsConfig {
     pub tcp_read_buffer: Option<usize>,
     /// Use recvmmsg/sendmmsg where available.
     pub batched_udp: bool,
+    /// Let the kernel back the process's memory with transparent huge pages (Linux; default
+    /// off). Off, `holdline serve` asks the kernel for none (`PR_SET_THP_DISABLE`): the
+    /// allocator advises huge pages for its regions, and each first touch of one zeroes
+    /// 2 MiB inside the worker's step — in a registration storm 300-400 steps of 2-20 ms,
+    /// which set the REGISTER latency's p99, and more CPU than 4 KiB pages
+    /// (docs/registrar.md, 2026-12-01).
+    pub transparent_huge_pages: bool,
 }
 
 impl Default for LimitsConfig {
@@ -687,6 +695,7 @@ impl Default for LimitsConfig {
             tcp_recv_buffer: None,
             tcp_read_buffer: None,
             batched_udp: true,
+            transparent_huge_pages: false,
         }
     }
 }

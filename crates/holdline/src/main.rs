@@ -442,6 +442,11 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let log_handle = init_logging(filter, &config.log_format);
     let file_max_connections = config.limits.max_connections;
     let files = open_files(&mut config);
+    // Before the store loads and the workers start: huge pages, if allowed, back what they
+    // touch from here on.
+    if let Err(e) = holdline_io::set_transparent_huge_pages(config.limits.transparent_huge_pages) {
+        tracing::warn!(error = %e, "limits.transparent_huge_pages: cannot set it (prctl)");
+    }
     let max_connections = config.limits.max_connections;
     let auth = holdline_server::load_auth(&config)?;
     let clock = holdline_io::Clock::new();

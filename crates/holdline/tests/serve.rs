@@ -258,3 +258,48 @@ fn logs_are_json_lines_when_asked() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("log_format"), "{err}");
 }
+
+/// The kernel's `THP_enabled` flag of process `pid` (`/proc/PID/status`, Linux ≥ 5.0).
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let v = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))?;
+    Some(v.trim() == "1")
+}
+
+/// `holdline serve` asks the kernel for no transparent huge pages unless
+/// `limits.transparent_huge_pages` is on (a first touch of a huge page zeroes 2 MiB inside a
+/// worker's step: docs/registrar.md).
+#[test]
+fn serve_turns_transparent_huge_pages_off_unless_configured() {
+    if thp_enabled(std::process::id()).is_none() {
+        eprintln!("skipped: this kernel has no THP_enabled in /proc/PID/status");
+        return;
+    }
+    let args = |extra: &[&str]| {
+        [
+            "--listen",
+            "udp:127.0.0.1:0",
+            "--store",
+            "memory",
+            "--workers",
+            "1",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_string())
+        .collect::<Vec<_>>()
+    };
+    let server = common::Holdline::start(&args(&[]));
+    assert_eq!(thp_enabled(server.pid()), Some(false), "default: off");
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit status {status:?}\n{rest}");
+
+    let config = temp_file("thp-on.toml", "[limits]\ntransparent_huge_pages = true\n");
+    let config = config.display().to_string();
+    let server = common::Holdline::start(&args(&["--config", &config]));
+    assert_eq!(thp_enabled(server.pid()), Some(true), "configured on");
+    let (status, rest) = server.terminate();
+    assert!(status.success(), "exit status {status:?}\n{rest}");
+}
