@@ -98,8 +98,9 @@
 //! first gap seeds the average, and until `1/w` gaps were seen each weighs `1/n` (the plain
 //! mean of the first `n`; gap: eq. 1 does not say how the average starts, and one tiny first
 //! gap would otherwise read as a huge `λ` for tens of arrivals — a restart then set `r`
-//! there and gapped nothing for seconds, seen in a CI run); before two arrivals there is no `λ` (treated as "unknown": the
-//! gap is then `1/r`). With `open_gap` (default), at the end of a period in which no call
+//! there and gapped nothing for seconds, seen in a CI run); before two arrivals there is no
+//! `λ` (treated as "unknown": the gap is then `1/r`). With `open_gap` (default), at the end
+//! of a period in which no call
 //! arrived and whose open gap since the last arrival exceeds the average, `λ_t` is read as if a
 //! call arrived now (`(1−w)ΔI + w·open`); the stored average is not changed. Without it, `λ`
 //! stays at its last value while calls stop — and in overload prevention `r` then keeps

@@ -702,28 +702,43 @@ impl ServerSpec {
             ));
         }
         let mut cfg = ControllerConfig::default_for(alg).map_err(|e| e.to_string())?;
-        if let Some(ms) = self.local_interval_ms {
-            if !(ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0) {
-                return Err(format!(
-                    "local_interval_ms must be a positive number of milliseconds, got {ms}"
-                ));
-            }
-            // Only OCC's interval is set here; the other controllers keep theirs.
-            if let ControllerConfig::Occupancy(c) = &mut cfg {
+        if let Some((key, why)) = self.local_setting_error() {
+            return Err(format!("{key} {why}"));
+        }
+        // Only OCC's settings are set here; the other controllers keep theirs.
+        if let ControllerConfig::Occupancy(c) = &mut cfg {
+            if let Some(ms) = self.local_interval_ms {
                 c.interval = Duration::from_secs_f64(ms / 1000.0);
             }
-        }
-        if let Some(ms) = self.local_queue_gate_ms {
-            if !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)) {
-                return Err(format!(
-                    "local_queue_gate_ms must be 0 (off) to 60000 milliseconds, got {ms}"
-                ));
-            }
-            if let ControllerConfig::Occupancy(c) = &mut cfg {
+            if let Some(ms) = self.local_queue_gate_ms {
                 c.queue_gate = (ms > 0.0).then(|| Duration::from_secs_f64(ms / 1000.0));
             }
         }
         Ok(cfg)
+    }
+
+    /// The first of the local controller's numeric settings out of its range: its key and
+    /// why (one check for the scenario file's errors and for [`Self::controller`]).
+    fn local_setting_error(&self) -> Option<(&'static str, &'static str)> {
+        if self
+            .local_interval_ms
+            .is_some_and(|ms| !(ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0))
+        {
+            return Some((
+                "local_interval_ms",
+                "must be a positive number of milliseconds (at most an hour)",
+            ));
+        }
+        if self
+            .local_queue_gate_ms
+            .is_some_and(|ms| !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)))
+        {
+            return Some((
+                "local_queue_gate_ms",
+                "must be 0 (off) to 60000 milliseconds",
+            ));
+        }
+        None
     }
 
     /// Whether new INVITEs have a queue of their own.
@@ -1286,21 +1301,8 @@ impl Scenario {
         }
         let known = |n: &str| names.contains(&n);
         for (i, s) in self.servers.iter().enumerate() {
-            if s.local_interval_ms
-                .is_some_and(|ms| !(ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0))
-            {
-                return bad(
-                    format!("servers[{i}].local_interval_ms"),
-                    "must be a positive number of milliseconds (at most an hour)",
-                );
-            }
-            if s.local_queue_gate_ms
-                .is_some_and(|ms| !(ms.is_finite() && (0.0..=60_000.0).contains(&ms)))
-            {
-                return bad(
-                    format!("servers[{i}].local_queue_gate_ms"),
-                    "must be 0 (off) to 60000 milliseconds",
-                );
+            if let Some((key, why)) = s.local_setting_error() {
+                return bad(format!("servers[{i}].{key}"), why);
             }
             if let Err(m) = s.controller() {
                 return bad(format!("servers[{i}].local"), &m);
