@@ -34,8 +34,8 @@ use crate::dns::{DnsCache, DnsQuery, DnsResponse, DnsStats, DnsTarget, Resolutio
 use crate::location::{Binding, LocationStore};
 use crate::proxy::learn::{self, LearnKeys, LearnedEdges};
 use crate::proxy::{
-    EdgeId, ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri, is_our_via,
-    is_own_socket, record_route_value, resolve_uri, response_rank, stateless_branch,
+    EdgeId, Pick, ProxyConfig, ProxyMode, RoutePlan, branch_loop_hash, host_port, is_me_uri,
+    is_our_via, is_own_socket, record_route_value, resolve_uri, response_rank, stateless_branch,
     via_destination,
 };
 use crate::registrar::Registrar;
@@ -677,6 +677,9 @@ pub struct Endpoint {
     parked_names: BTreeMap<DnsTarget, usize>,
     /// Whether the targets [`all_targets`](Self::all_targets) found came from DNS.
     targets_from_dns: bool,
+    /// Per `hash_routes` entry with [`Pick::RoundRobin`]: each target's current weight of
+    /// the smooth weighted round-robin.
+    round_robin: Vec<Vec<f64>>,
     /// The target edge of the route [`all_targets`](Self::all_targets) took, if it names one.
     route_edge: Option<EdgeId>,
     /// Callees' egress edges learned from Record-Route ([`ProxyConfig::learn_edges`]).
@@ -813,6 +816,7 @@ impl Endpoint {
             parked: Vec::new(),
             parked_names: BTreeMap::new(),
             targets_from_dns: false,
+            round_robin: Vec::new(),
             route_edge: None,
             learned_edges: LearnedEdges::default(),
             lc: lc::LcState::default(),
@@ -839,6 +843,7 @@ impl Endpoint {
         c.static_routes.clone_from(&new.static_routes);
         c.hash_routes.clone_from(&new.hash_routes);
         c.dns_routes.clone_from(&new.dns_routes);
+        self.round_robin.clear();
         c.probe = new.probe;
         c.learn_edges = new.learn_edges;
         // The routes may lead elsewhere now: learn the egress edges again.
@@ -2739,7 +2744,8 @@ impl Endpoint {
                 return Err((404, "Not Found").into());
             }
             self.route_edge = self.config.hash_routes.get(index).and_then(|r| r.edge);
-            return self.hash_targets(now, index, &key, ruri);
+            let turn = self.round_robin_turn(index);
+            return self.hash_targets(now, index, &key, turn, ruri);
         }
         if let Some(route) = self.config.dns_route(host) {
             let target = route.target.clone();
@@ -2773,22 +2779,61 @@ impl Endpoint {
         Ok((vec![Target { uri: ruri, dest }], found_by))
     }
 
+    /// The next turn of load-sharing route `index` when it picks by round-robin: the index
+    /// of its target whose turn it is (smooth weighted round-robin: every target's current
+    /// weight grows by its weight, the largest is picked and loses the total). `None` for a
+    /// route that hashes.
+    fn round_robin_turn(&mut self, index: usize) -> Option<usize> {
+        let route = self.config.hash_routes.get(index)?;
+        if route.pick != Pick::RoundRobin {
+            return None;
+        }
+        if self.round_robin.len() < self.config.hash_routes.len() {
+            self.round_robin
+                .resize(self.config.hash_routes.len(), Vec::new());
+        }
+        let current = self.round_robin.get_mut(index)?;
+        current.resize(route.targets.len(), 0.0);
+        let weight = |w: f64| if w.is_finite() && w > 0.0 { w } else { 1.0 };
+        let total: f64 = route.targets.iter().map(|t| weight(t.node.weight)).sum();
+        let mut best: Option<(usize, f64)> = None;
+        for (i, (c, t)) in current.iter_mut().zip(&route.targets).enumerate() {
+            *c += weight(t.node.weight);
+            if best.is_none_or(|(_, b)| *c > b) {
+                best = Some((i, *c));
+            }
+        }
+        let (b, _) = best?;
+        if let Some(c) = current.get_mut(b) {
+            *c -= total;
+        }
+        Some(b)
+    }
+
     /// The targets of load-sharing route `index` (in [`ProxyConfig::hash_routes`]) for hash
-    /// key `key`: the highest-ranked target not down, the others (named ones standing for
-    /// the targets their names resolve to) its failover order; or park the request while a
-    /// name is being resolved.
+    /// key `key`, or from target `turn` on (round-robin): the first target not down, the
+    /// others (named ones standing for the targets their names resolve to) its failover
+    /// order; or park the request while a name is being resolved.
     fn hash_targets(
         &mut self,
         now: Instant,
         index: usize,
         key: &[u8],
+        turn: Option<usize>,
         ruri: Vec<u8>,
     ) -> Result<(Vec<Target>, FoundBy), NoTargets> {
         let Some(route) = self.config.hash_routes.get(index) else {
             return Err((404, "Not Found").into());
         };
         let mut order = Vec::with_capacity(route.targets.len());
-        crate::hrw::rank_by(key, route.targets.iter().map(|t| &t.node), &mut order);
+        match turn {
+            // The target whose turn it is, then the others after it in turn.
+            Some(first) => {
+                let n = route.targets.len();
+                order.extend((0..n).map(|i| (first + i) % n));
+            }
+            None => crate::hrw::rank_by(key, route.targets.iter().map(|t| &t.node), &mut order),
+        }
         // A named target stands for the targets its name resolves to, in their order.
         let mut ranked = Vec::with_capacity(order.len());
         let (mut resolving, mut unresolved, mut from_dns) = (None, false, false);
@@ -2859,7 +2904,7 @@ impl Endpoint {
         let name = route.host()?.name()?;
         if let Some(index) = self.config.hash_route_index(name, false) {
             let key = plan.call_id.unwrap_or_default();
-            return Some(self.hash_targets(now, index, key, ruri.to_vec()));
+            return Some(self.hash_targets(now, index, key, None, ruri.to_vec()));
         }
         let exact = |d: &str| {
             let d = d.as_bytes();

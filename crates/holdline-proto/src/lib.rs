@@ -66,7 +66,7 @@ pub use endpoint::{
 pub use location::{Binding, LocationStore};
 pub use memstore::MemoryLocationStore;
 pub use proxy::{
-    DnsRoute, EdgeId, HashRoute, HashTarget, HostPortError, IpNet, ListenAddr, ProbeConfig,
+    DnsRoute, EdgeId, HashRoute, HashTarget, HostPortError, IpNet, ListenAddr, Pick, ProbeConfig,
     ProxyConfig, ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
 };
 pub use registrar::{Registered, Registrar, RegistrarConfig};

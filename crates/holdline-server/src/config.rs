@@ -193,6 +193,8 @@
 //! # failover = true                # on 503/timeout, the user's next target (RFC 3263
 //!                                  # §4.3); false when targets do not share registrations
 //! # deoc_target = "E2"             # as in [[routes]]
+//! # pick = "hash"                  # or "round-robin": each request to the next target in
+//!                                  # turn, by weight (any target serves any user)
 //!
 //! [dns]                            # resolution of sip: route targets (docs/scaling.md)
 //! servers = ["127.0.0.1:53"]       # name servers; default: the system's (/etc/resolv.conf)
@@ -559,6 +561,23 @@ pub struct HashRouteSettings {
     /// [`Route::deoc_target`]). Default: the next hop.
     #[serde(default)]
     pub deoc_target: Option<String>,
+    /// How an initial request's target is picked: `"hash"` (default) or `"round-robin"`.
+    #[serde(default)]
+    pub pick: RoutePick,
+}
+
+/// `[[hash_routes]] pick`: how a load-sharing route picks an initial request's target.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RoutePick {
+    /// Rendezvous hashing of the user's address-of-record: a user's REGISTERs and calls
+    /// reach the same target from every server configured alike.
+    #[default]
+    Hash,
+    /// Each request to the next target in turn, by weight (smooth weighted round-robin):
+    /// the most even spread when every target serves every user; each worker keeps its
+    /// own turn.
+    RoundRobin,
 }
 
 /// TLS settings (`[tls]`): the certificate of `tls:` listeners, the CAs next hops' (and
@@ -3174,6 +3193,14 @@ stateless = true
         let c = ServerConfig::from_toml("h.toml", &format!("{hashed}failover = false\n"))
             .expect("failover off");
         assert!(!c.hash_routes[0].failover);
+        assert_eq!(c.hash_routes[0].pick, RoutePick::Hash, "hashes by default");
+        let c = ServerConfig::from_toml("h.toml", &format!("{hashed}pick = \"round-robin\"\n"))
+            .expect("round-robin");
+        assert_eq!(c.hash_routes[0].pick, RoutePick::RoundRobin);
+        let e = ServerConfig::from_toml("h.toml", &format!("{hashed}pick = \"random\"\n"))
+            .expect_err("unknown pick");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.key.ends_with("pick"), "{e}");
         let e = ServerConfig::from_toml("h.toml", &format!("{hashed}weights = [1.0]\n"))
             .expect_err("one weight for two targets");
         assert_eq!(

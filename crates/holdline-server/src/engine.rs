@@ -259,6 +259,10 @@ pub(crate) fn live_routing(config: &ServerConfig, p: &mut ProxyConfig) {
             domain: r.domain.clone(),
             failover: r.failover,
             edge: r.deoc_target.as_deref().map(holdline_proto::EdgeId::of),
+            pick: match r.pick {
+                crate::config::RoutePick::Hash => holdline_proto::Pick::Hash,
+                crate::config::RoutePick::RoundRobin => holdline_proto::Pick::RoundRobin,
+            },
             targets: r
                 .targets
                 .iter()

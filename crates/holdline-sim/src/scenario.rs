@@ -1110,11 +1110,15 @@ pub struct RouteSpec {
     /// The next hop node (give this or `to_any`).
     #[serde(default)]
     pub to: String,
-    /// Several next hops: each call goes to one of them, chosen by rendezvous hashing of the
-    /// callee's address-of-record (`holdline-proto`'s hash routes): the users of a domain
-    /// spread evenly over them, the stand-in for seed 003's round-robin (l. 301).
+    /// Several next hops: each call goes to one of them, chosen as `pick` says
+    /// (`holdline-proto`'s hash routes).
     #[serde(default)]
     pub to_any: Vec<String>,
+    /// With `to_any`: `"hash"` (default), rendezvous hashing of the callee's
+    /// address-of-record, so that a user's calls take one next hop; or `"round-robin"`, each
+    /// call to the next of them in turn (seed 003's load balancing, l. 301), per server.
+    #[serde(default = "hash")]
+    pub pick: String,
     /// With `to_any`: a call whose next hop answers 503 or times out goes on to the user's
     /// next target in the same transaction (RFC 3263 §4.3; holdline's `[[hash_routes]]
     /// failover`, on by default there and here). Seed 003's servers forward a 503 upstream
@@ -1144,6 +1148,11 @@ pub struct SrvSpec {
 }
 
 impl RouteSpec {
+    /// Whether `to_any` picks by round-robin (`pick = "round-robin"`).
+    pub fn round_robin(&self) -> bool {
+        self.pick == "round-robin"
+    }
+
     /// The next hops of this route (`to`, `to_any`, or the `srv` targets).
     pub fn next_hops(&self) -> Vec<&str> {
         if !self.srv.is_empty() {
@@ -1154,6 +1163,10 @@ impl RouteSpec {
             self.to_any.iter().map(String::as_str).collect()
         }
     }
+}
+
+fn hash() -> String {
+    "hash".into()
 }
 
 fn star() -> String {
@@ -1539,6 +1552,18 @@ impl Scenario {
                         "must name 1 to 64 other nodes",
                     );
                 }
+            }
+            if !matches!(r.pick.as_str(), "hash" | "round-robin") {
+                return bad(
+                    format!("routes[{i}].pick"),
+                    "expected \"hash\" or \"round-robin\"",
+                );
+            }
+            if r.round_robin() && r.to_any.is_empty() {
+                return bad(
+                    format!("routes[{i}].pick"),
+                    "\"round-robin\" needs `to_any`",
+                );
             }
         }
         self.validate_registrations()
@@ -2140,6 +2165,19 @@ to = "ua2"
         let bad = text.replace("to_any = [\"c1\", \"c2\"]", "to_any = [\"c1\", \"c9\"]");
         let e = Scenario::from_toml("t.toml", &bad).expect_err("unknown");
         assert_eq!((e.line, e.key.as_str()), (25, "routes[0].to_any"));
+        assert!(!s.routes[0].round_robin(), "hashes by default");
+        let rr = text.replace(
+            "to_any = [\"c1\", \"c2\"]",
+            "to_any = [\"c1\", \"c2\"]\npick = \"round-robin\"",
+        );
+        let r = Scenario::from_toml("t.toml", &rr).expect("round-robin");
+        assert!(r.routes[0].round_robin());
+        let bad = text.replace(
+            "to_any = [\"c1\", \"c2\"]",
+            "to_any = [\"c1\", \"c2\"]\npick = \"random\"",
+        );
+        let e = Scenario::from_toml("t.toml", &bad).expect_err("unknown pick");
+        assert_eq!(e.key, "routes[0].pick");
     }
 
     #[test]

@@ -1778,6 +1778,11 @@ impl World {
                         failover: r.failover,
                         targets,
                         edge: None,
+                        pick: if r.round_robin() {
+                            holdline_proto::Pick::RoundRobin
+                        } else {
+                            holdline_proto::Pick::Hash
+                        },
                     });
                 }
             }

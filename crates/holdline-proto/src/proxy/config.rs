@@ -119,6 +119,22 @@ pub struct HashRoute {
     /// The target edge of its calls for end-to-end overload control (`None`: the next hop
     /// is the target).
     pub edge: Option<EdgeId>,
+    /// How an initial request's target is picked (default [`Pick::Hash`]).
+    pub pick: Pick,
+}
+
+/// How a [`HashRoute`] picks the target of an initial request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pick {
+    /// Rendezvous hashing of the user's address-of-record: a user's requests reach the same
+    /// target from every server configured alike (seed 001's identifier-based sharing).
+    #[default]
+    Hash,
+    /// Each request to the next target in turn, by weight (smooth weighted round-robin):
+    /// the most even spread of the load when any target can serve any user (seed 003's
+    /// load balancing, l. 301; Kamailio dispatcher's algorithm 4). A dialog's later
+    /// requests follow Record-Route, or the Call-ID's hash through a cluster's name.
+    RoundRobin,
 }
 
 /// One destination of a [`HashRoute`].

@@ -30,7 +30,7 @@ use holdline_base::{Peer, Transport};
 use holdline_sip::{HeaderName, Host, Message, NameAddr, ParseError, Scheme, Span, Uri, Via};
 
 pub use config::{
-    DnsRoute, EdgeId, HashRoute, HashTarget, HostPortError, IpNet, IpNetError, ListenAddr,
+    DnsRoute, EdgeId, HashRoute, HashTarget, HostPortError, IpNet, IpNetError, ListenAddr, Pick,
     ProbeConfig, ProxyConfig, ProxyMode, ProxyModeError, RelayPolicy, StaticRoute, check_host_port,
 };
 use config::{split_host_port, trim_dot};

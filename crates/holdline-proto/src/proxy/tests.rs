@@ -3594,6 +3594,7 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
         failover: true,
         targets: targets.clone(),
         edge: None,
+        pick: Pick::Hash,
     }];
     let mut net = Net::new(
         c,
@@ -3671,6 +3672,54 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
     );
 }
 
+#[test]
+fn a_round_robin_route_spreads_one_users_calls_over_its_targets_by_weight() {
+    // Seed 003's load balancing: every call to the next target in turn, whoever the callee.
+    // Eight calls to one user over weights 1, 1, 2: hashing would send all eight to one.
+    let mut c = config();
+    let weights = [1.0, 1.0, 2.0];
+    let targets: Vec<HashTarget> = [5, 6, 7]
+        .iter()
+        .zip(weights)
+        .map(|(&n, w)| HashTarget::new(ua_addr(n), Transport::Udp, w))
+        .collect();
+    c.hash_routes = vec![HashRoute {
+        domain: "example.net".into(),
+        failover: false,
+        targets,
+        edge: None,
+        pick: Pick::RoundRobin,
+    }];
+    let mut net = Net::new(
+        c,
+        vec![
+            alice(),
+            Ua::new(5, Script::answers(1, 2, 200)),
+            Ua::new(6, Script::answers(1, 2, 200)),
+            Ua::new(7, Script::answers(1, 2, 200)),
+        ],
+    );
+    for i in 0..8 {
+        net.send(
+            1,
+            request(
+                "INVITE",
+                "sip:ann@example.net",
+                ua_addr(1),
+                &format!("z9hG4bKrr{i}"),
+                1,
+                &[("Call-ID", &format!("rr-inv-{i}"))],
+            ),
+        );
+    }
+    net.run_until(ms(500));
+    let counts: Vec<usize> = [5u8, 6, 7]
+        .iter()
+        .map(|&n| net.ua(n).requests("INVITE").len())
+        .collect();
+    assert_eq!(counts, [2, 2, 4], "two rounds of weights 1, 1, 2");
+}
+
 /// A hash route over UAs 5 and 6 for `user`, with `first` the script of the target the
 /// user hashes to and the other answering 200; returns the net after the call and which UA
 /// was first.
@@ -3694,6 +3743,7 @@ fn failover_net_with(user: &str, first: Script, run_ms: u64, failover: bool) -> 
         failover,
         targets,
         edge: None,
+        pick: Pick::Hash,
     }];
     let mut net = Net::new(
         c,
@@ -3777,6 +3827,7 @@ fn probing_takes_a_dead_target_out_of_its_users_way() {
         failover: true,
         targets,
         edge: None,
+        pick: Pick::Hash,
     }];
     c.probe = Some(ProbeConfig::default());
     let silent = Script {
@@ -3830,6 +3881,7 @@ fn probes_carry_a_call_id_their_worker_owns() {
             HashTarget::new(ua_addr(6), Transport::Udp, 1.0),
         ],
         edge: None,
+        pick: Pick::Hash,
     }];
     c.probe = Some(ProbeConfig::default());
     let shard = crate::shard::Shard {
@@ -4120,6 +4172,7 @@ fn hash_route_targets_may_be_names_resolved_with_dns() {
         failover: true,
         targets,
         edge: None,
+        pick: Pick::Hash,
     }];
     c.probe = Some(ProbeConfig::default());
     let mut net = Net::new(
@@ -4350,6 +4403,7 @@ fn cluster_net(dead: u8, probe: bool) -> (Net, String) {
         failover: true,
         targets,
         edge: None,
+        pick: Pick::Hash,
     }];
     c.probe = probe.then(ProbeConfig::default);
     let live = if dead == 5 { 6 } else { 5 };
@@ -4497,6 +4551,7 @@ fn stateless_net(user: &str, first: Script, second: Script, probe: bool) -> (Net
         failover: true,
         targets,
         edge: None,
+        pick: Pick::Hash,
     }];
     c.probe = probe.then(ProbeConfig::default);
     let net = Net::new(c, vec![alice(), Ua::new(a, first), Ua::new(b, second)]);
@@ -4890,6 +4945,7 @@ fn redirect_mode_on_a_first_stage_sends_the_caller_to_the_hashed_cluster_then_it
         failover: true,
         targets,
         edge: None,
+        pick: Pick::Hash,
     }];
     let mut net = Net::new(
         c,
