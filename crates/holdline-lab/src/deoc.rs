@@ -297,7 +297,11 @@ fn nodes(
 
 /// A server's configuration file: its DEOC settings (`[overload.deoc]`, `KEY=VALUE` each)
 /// and its hashed routes.
-fn server_config(hashed: &[(String, Vec<u16>, Option<&str>)], deoc: &[String]) -> String {
+fn server_config(
+    hashed: &[(String, Vec<u16>, Option<&str>)],
+    deoc: &[String],
+    pick: Pick,
+) -> String {
     let mut s = String::new();
     if !deoc.is_empty() {
         s.push_str(
@@ -310,7 +314,7 @@ fn server_config(hashed: &[(String, Vec<u16>, Option<&str>)], deoc: &[String]) -
         }
         s.push('\n');
     }
-    s.push_str(&hash_routes_config(hashed));
+    s.push_str(&hash_routes_config(hashed, pick));
     s
 }
 
@@ -371,12 +375,12 @@ fn learns_targets(settings: &[String]) -> bool {
     })
 }
 
-/// A server's configuration file of hashed routes (`[[hash_routes]]`, rendezvous hashing
-/// of the callee, `failover = false`: a core's 503 goes back upstream, as in the paper).
-fn hash_routes_config(hashed: &[(String, Vec<u16>, Option<&str>)]) -> String {
+/// A server's configuration file of load-sharing routes (`[[hash_routes]]`, picking as
+/// `pick` says, `failover = false`: a core's 503 goes back upstream, as in the paper).
+fn hash_routes_config(hashed: &[(String, Vec<u16>, Option<&str>)], pick: Pick) -> String {
     let mut s = String::from(
-        "# holdline lab deoc: hashed next hops (rendezvous hashing of the callee); a 503 goes\n\
-         # back upstream rather than to the other next hop, as seed 003's servers do.\n",
+        "# holdline lab deoc: load-shared next hops; a 503 goes back upstream rather than to\n\
+         # the other next hop, as seed 003's servers do.\n",
     );
     for (domain, targets, deoc) in hashed {
         let list = targets
@@ -385,7 +389,9 @@ fn hash_routes_config(hashed: &[(String, Vec<u16>, Option<&str>)]) -> String {
             .collect::<Vec<_>>()
             .join(", ");
         s.push_str(&format!(
-            "\n[[hash_routes]]\ndomain = \"{domain}\"\ntargets = [{list}]\nfailover = false\n"
+            "\n[[hash_routes]]\ndomain = \"{domain}\"\ntargets = [{list}]\nfailover = false\n\
+             pick = \"{}\"\n",
+            pick.as_str()
         ));
         if let Some(t) = deoc {
             s.push_str(&format!("deoc_target = \"{t}\"\n"));
@@ -432,6 +438,32 @@ pub struct Args {
     /// given to the simulator's edges alike. Default: the paper's values.
     #[arg(long = "deoc", value_name = "KEY=VALUE")]
     pub deoc: Vec<String>,
+    /// How a server with two next hops picks one: `hash` (rendezvous hashing of the
+    /// callee) or `round-robin` (each call to the next in turn: seed 003's load balancing,
+    /// l. 301); the simulator's routes alike.
+    #[arg(long, value_enum, default_value_t = Pick::Hash)]
+    pub pick: Pick,
+}
+
+/// How a server with two next hops picks one (`[[hash_routes]] pick`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pick {
+    /// Rendezvous hashing of the callee.
+    #[default]
+    Hash,
+    /// Each call to the next in turn.
+    RoundRobin,
+}
+
+impl Pick {
+    /// The value of `pick` in a configuration or scenario file.
+    fn as_str(self) -> &'static str {
+        match self {
+            Pick::Hash => "hash",
+            Pick::RoundRobin => "round-robin",
+        }
+    }
 }
 
 /// One measured point (one row of `points.csv`).
@@ -541,6 +573,9 @@ pub struct Results {
     /// The ingress edges' DEOC settings (`--deoc KEY=VALUE`; empty: the paper's values).
     #[serde(default)]
     pub deoc_settings: Vec<String>,
+    /// How the servers pick one of two next hops (`--pick`).
+    #[serde(default)]
+    pub pick: Pick,
     /// The command line.
     pub command: String,
     /// Start time, seconds since the Unix epoch.
@@ -613,6 +648,7 @@ struct Spec<'a> {
     c2_cost_us: u64,
     topology: Topology,
     deoc_settings: &'a [String],
+    pick: Pick,
     tag: String,
 }
 
@@ -728,7 +764,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         };
         if !node.hashed.is_empty() || !settings.is_empty() {
             let conf = runs.join(format!("{tag}-{lower}.toml"));
-            std::fs::write(&conf, server_config(&node.hashed, settings))
+            std::fs::write(&conf, server_config(&node.hashed, settings, spec.pick))
                 .map_err(|e| LabError::io(format!("write {}", conf.display()), e))?;
             args.push(format!("--config={}", conf.display()));
         }
@@ -1142,6 +1178,7 @@ pub fn run(args: &Args) -> Result<Results> {
             c2_cost_us: c2_cost,
             topology,
             deoc_settings: &args.deoc,
+            pick: args.pick,
             tag: format!("capacity-{rate}"),
         };
         let mut p = run_point(&exe, &runs, &spec, 0.0)?;
@@ -1178,6 +1215,7 @@ pub fn run(args: &Args) -> Result<Results> {
                 c2_cost_us: c2_cost,
                 topology,
                 deoc_settings: &args.deoc,
+                pick: args.pick,
                 tag: format!("{m}-{f}x"),
             };
             let mut p = run_point(&exe, &runs, &spec, capacity)?;
@@ -1203,6 +1241,7 @@ pub fn run(args: &Args) -> Result<Results> {
             &exe,
             topology,
             &args.deoc,
+            args.pick,
             &args.out,
             &points,
             &mechanisms,
@@ -1220,6 +1259,7 @@ pub fn run(args: &Args) -> Result<Results> {
         experiment: "deoc".into(),
         topology,
         deoc_settings: args.deoc.clone(),
+        pick: args.pick,
         command: crate::runner::command_line(),
         started_unix_s: crate::runner::started_unix_s(started),
         quick,
@@ -1250,6 +1290,7 @@ fn measured(points: &[Point], f: fn(&Point) -> Option<f64>) -> Option<f64> {
 /// The scenario text for this run: the topology's file, with the run's capacity, durations
 /// and the cores' cost per message (measured where the run measured it; in the two domains
 /// every core at the mean of C1's and C2's).
+#[allow(clippy::too_many_arguments)]
 fn scenario_text(
     topology: Topology,
     capacity: f64,
@@ -1258,6 +1299,7 @@ fn scenario_text(
     runs: u32,
     c1_us: f64,
     c2_us: f64,
+    pick: Pick,
 ) -> String {
     let mut server = String::new();
     let mut out = String::new();
@@ -1279,6 +1321,7 @@ fn scenario_text(
             "drain_s" => Some(format!("drain_s = {drain}")),
             "settle_s" => Some(format!("settle_s = {}", duration / 2.0)),
             "runs" => Some(format!("runs = {runs}")),
+            "to_any" => Some(format!("{line}\npick = \"{}\"", pick.as_str())),
             "service_us" | "reject_us" if server == "c1" => Some(format!("{key} = {c1_us:.1}")),
             "service_us" | "reject_us" if server.starts_with('c') && server != "c1" => {
                 Some(format!("{key} = {c2_us:.1}"))
@@ -1298,6 +1341,7 @@ fn simulate(
     exe: &Path,
     topology: Topology,
     deoc_settings: &[String],
+    pick: Pick,
     out: &Path,
     points: &[Point],
     mechanisms: &[String],
@@ -1315,7 +1359,7 @@ fn simulate(
     let scenario = dir.join("scenario.toml");
     std::fs::write(
         &scenario,
-        scenario_text(topology, capacity, duration, drain, runs, c1, c2),
+        scenario_text(topology, capacity, duration, drain, runs, c1, c2, pick),
     )
     .map_err(|e| LabError::io(format!("write {}", scenario.display()), e))?;
     let list = |v: Vec<String>| v.join(",");
@@ -1660,7 +1704,16 @@ mod tests {
 
     #[test]
     fn the_scenario_copy_takes_the_runs_values_and_parses() {
-        let text = scenario_text(Topology::Chain, 80.0, 6.0, 4.0, 2, 1700.0, 2100.0);
+        let text = scenario_text(
+            Topology::Chain,
+            80.0,
+            6.0,
+            4.0,
+            2,
+            1700.0,
+            2100.0,
+            Pick::Hash,
+        );
         assert!(text.contains("capacity_cps = 80\n"), "{text}");
         assert!(text.contains("settle_s = 3\n"));
         assert!(text.contains("service_us = 2100.0"));
@@ -1675,13 +1728,24 @@ mod tests {
 
     #[test]
     fn the_two_domain_scenario_copy_gives_every_core_the_measured_cost() {
-        let text = scenario_text(Topology::Domains, 120.0, 6.0, 4.0, 2, 1900.0, 2100.0);
+        let text = scenario_text(
+            Topology::Domains,
+            120.0,
+            6.0,
+            4.0,
+            2,
+            1900.0,
+            2100.0,
+            Pick::RoundRobin,
+        );
         assert!(text.contains("capacity_cps = 120\n"), "{text}");
         assert_eq!(text.matches("service_us = 2000.0").count(), 4, "{text}");
         assert_eq!(text.matches("service_us = 20\n").count(), 4, "{text}");
         let sc = holdline_sim::Scenario::from_toml("scenario.toml", &text).expect("valid");
         assert_eq!(sc.ingress_edges().len(), 4);
         assert_eq!(sc.egress_edges().len(), 4);
+        let spread: Vec<_> = sc.routes.iter().filter(|r| !r.to_any.is_empty()).collect();
+        assert!(!spread.is_empty() && spread.iter().all(|r| r.round_robin()));
         assert_eq!(Topology::Domains.flows().len(), 12);
         assert!((Topology::Domains.nominal(2000) - 171.43).abs() < 0.01);
     }
@@ -1751,10 +1815,13 @@ mod tests {
                 ("e2.lab".to_string(), vec![c1, c2], None),
             ]
         );
-        let conf = hash_routes_config(&e1.hashed);
+        let conf = hash_routes_config(&e1.hashed, Pick::Hash);
         assert_eq!(conf.matches("[[hash_routes]]").count(), 3, "{conf}");
         assert_eq!(conf.matches("failover = false").count(), 3, "{conf}");
         assert!(conf.contains("deoc_target = \"E3\""), "{conf}");
+        assert_eq!(conf.matches("pick = \"hash\"").count(), 3, "{conf}");
+        let rr = hash_routes_config(&e1.hashed, Pick::RoundRobin);
+        assert_eq!(rr.matches("pick = \"round-robin\"").count(), 3, "{rr}");
         // Without DEOC no route names a target.
         let plain = nodes(Topology::Domains, &port, &uas, false, 1600, 2000);
         assert!(plain.iter().all(|n| n.hashed.iter().all(|h| h.2.is_none())));
@@ -1769,20 +1836,24 @@ mod tests {
     #[test]
     fn deoc_settings_go_to_the_edges_table_and_are_checked() {
         let hashed = [("e3.lab".to_string(), vec![5001, 5002], Some("E3"))];
-        let conf = server_config(&hashed, &["alpha=1".to_string(), " k = 0.75".to_string()]);
+        let conf = server_config(
+            &hashed,
+            &["alpha=1".to_string(), " k = 0.75".to_string()],
+            Pick::Hash,
+        );
         assert!(
             conf.contains("[overload.deoc]\nalpha = 1\nk = 0.75\n"),
             "{conf}"
         );
         assert!(conf.contains("[[hash_routes]]"), "{conf}");
-        assert!(!server_config(&[], &[]).contains("overload"));
+        assert!(!server_config(&[], &[], Pick::Hash).contains("overload"));
         assert!(check_deoc_settings(&["alpha=0.5".to_string(), "beta=0.25".to_string()]).is_ok());
         for bad in ["alpha", "=1", "alpha=", "Alpha=1", "a.b=1"] {
             assert!(check_deoc_settings(&[bad.to_string()]).is_err(), "{bad}");
         }
         // A word is quoted for TOML; learning the targets takes them out of the routes.
         let learn = ["target=record-route".to_string()];
-        let conf = server_config(&[], &learn);
+        let conf = server_config(&[], &learn, Pick::Hash);
         assert!(conf.contains("target = \"record-route\"\n"), "{conf}");
         let parsed = holdline_server::ServerConfig::from_toml("e1.toml", &conf).expect("valid");
         assert_eq!(parsed.overload.deoc.target, "record-route");
