@@ -460,8 +460,8 @@ impl Pick {
     /// The value of `pick` in a configuration or scenario file.
     fn as_str(self) -> &'static str {
         match self {
-            Pick::Hash => "hash",
-            Pick::RoundRobin => "round-robin",
+            Self::Hash => "hash",
+            Self::RoundRobin => "round-robin",
         }
     }
 }
