@@ -3580,23 +3580,12 @@ fn credentials_for_this_server_are_removed_even_when_not_checked() {
     assert_eq!(net.proxy.stats().auth.ok, 0, "nothing was checked");
 }
 
-#[test]
-fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
-    // A first-stage proxy: example.net is not served here, its users are shared among three
-    // second-stage servers (UAs 5, 6, 7) by rendezvous hashing of their AOR.
+/// A proxy whose one load-sharing route is `route` (over UAs 5, 6 and 7, each answering
+/// 200), with alice as UA 1.
+fn three_target_net(route: HashRoute) -> Net {
     let mut c = config();
-    let targets: Vec<HashTarget> = [5, 6, 7]
-        .iter()
-        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
-        .collect();
-    c.hash_routes = vec![HashRoute {
-        domain: "example.net".into(),
-        failover: true,
-        targets: targets.clone(),
-        edge: None,
-        pick: Pick::Hash,
-    }];
-    let mut net = Net::new(
+    c.hash_routes = vec![route];
+    Net::new(
         c,
         vec![
             alice(),
@@ -3604,7 +3593,24 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
             Ua::new(6, Script::answers(1, 2, 200)),
             Ua::new(7, Script::answers(1, 2, 200)),
         ],
-    );
+    )
+}
+
+#[test]
+fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
+    // A first-stage proxy: example.net is not served here, its users are shared among three
+    // second-stage servers (UAs 5, 6, 7) by rendezvous hashing of their AOR.
+    let targets: Vec<HashTarget> = [5, 6, 7]
+        .iter()
+        .map(|&n| HashTarget::new(ua_addr(n), Transport::Udp, 1.0))
+        .collect();
+    let mut net = three_target_net(HashRoute {
+        domain: "example.net".into(),
+        failover: true,
+        targets: targets.clone(),
+        edge: None,
+        pick: Pick::Hash,
+    });
     let users = [
         "ann", "ben", "cid", "dee", "eve", "fay", "gus", "hal", "ivy", "joe",
     ];
@@ -3676,29 +3682,19 @@ fn a_hash_route_sends_a_users_registers_and_calls_to_the_same_target() {
 fn a_round_robin_route_spreads_one_users_calls_over_its_targets_by_weight() {
     // Seed 003's load balancing: every call to the next target in turn, whoever the callee.
     // Eight calls to one user over weights 1, 1, 2: hashing would send all eight to one.
-    let mut c = config();
     let weights = [1.0, 1.0, 2.0];
     let targets: Vec<HashTarget> = [5, 6, 7]
         .iter()
         .zip(weights)
         .map(|(&n, w)| HashTarget::new(ua_addr(n), Transport::Udp, w))
         .collect();
-    c.hash_routes = vec![HashRoute {
+    let mut net = three_target_net(HashRoute {
         domain: "example.net".into(),
         failover: false,
         targets,
         edge: None,
         pick: Pick::RoundRobin,
-    }];
-    let mut net = Net::new(
-        c,
-        vec![
-            alice(),
-            Ua::new(5, Script::answers(1, 2, 200)),
-            Ua::new(6, Script::answers(1, 2, 200)),
-            Ua::new(7, Script::answers(1, 2, 200)),
-        ],
-    );
+    });
     for i in 0..8 {
         net.send(
             1,
