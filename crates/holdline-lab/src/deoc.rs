@@ -51,11 +51,13 @@
 //!
 //! Measured per point: offered load, steady goodput (200 OK within 10 s, over the second half
 //! of the load window: DEOC with the paper's β = 1/8 per 1 s period needs about 12 periods to
-//! cut a flow from 5× to its share, so the points are 30 s long, with `--quick` too), PDD, who rejected what (the edges' DEOC gaps and loss
+//! cut a flow from 5× to its share, so the points are 30 s long, with `--quick` too), calls set
+//! up end to end over the same window (the ACK reached the callee: a 200 OK within 10 s whose
+//! ACK then dies in a congested core counts as goodput, not here), PDD, who rejected what (the edges' DEOC gaps and loss
 //! throttling, the cores' own and forwarded rejections, from their metrics), Jain's index
 //! over the four flows, the servers' CPU. Output in `--out DIR`: `results.json`, `points.csv`,
-//! `agreement.csv` (real vs simulated goodput), `summary.md`, plots `goodput` and `pdd` (SVG
-//! and PNG; the simulated curves beside the real ones), the simulator's files under `sim/`,
+//! `agreement.csv` (real vs simulated goodput), `summary.md`, plots `goodput`, `setup` and `pdd`
+//! (SVG and PNG; the simulated curves beside the real ones), the simulator's files under `sim/`,
 //! every process's report and log under `runs/`; `index.html` is written after the run.
 
 use std::path::{Path, PathBuf};
@@ -485,6 +487,13 @@ pub struct Point {
     pub goodput_steady_cps: f64,
     /// `goodput_steady_cps / capacity_cps`.
     pub goodput_of_capacity: f64,
+    /// Calls set up end to end (their ACK reached the UAS) over the second half of the load
+    /// window, per second: the steady form of `throughput_cps`. A 200 OK within 10 s counts
+    /// as goodput even when its ACK is lost in a congested core and the call then fails, so
+    /// this is the figure that shows a collapse of No Control (zero in results written
+    /// before it existed).
+    #[serde(default)]
+    pub setup_steady_cps: f64,
     /// Steady goodput per flow (E1→E3, E1→E4, E2→E3, E2→E4).
     pub per_flow_goodput_cps: Vec<f64>,
     /// Jain's index over the flows' steady goodput.
@@ -560,6 +569,13 @@ pub struct Agreement {
     pub real_pdd_p50_ms: f64,
     /// Simulated PDD p50, ms.
     pub sim_pdd_p50_ms: f64,
+    /// Real calls set up end to end per second (`Point::setup_steady_cps`).
+    #[serde(default)]
+    pub real_setup_cps: f64,
+    /// Simulated calls set up end to end per second (the simulator's `throughput_cps`: ACKs
+    /// at a UAS over the point's window), mean of the runs.
+    #[serde(default)]
+    pub sim_setup_cps: f64,
 }
 
 /// Everything a run measured (`results.json`).
@@ -904,6 +920,18 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         })
         .collect();
     let goodput_steady: f64 = per_flow.iter().sum();
+    let setup_steady: f64 = uas_names
+        .iter()
+        .map(|u| {
+            window_sum(
+                &runs.join(format!("{tag}-{u}.csv")),
+                "completed",
+                offset + half,
+                offset + spec.duration_s,
+            )
+        })
+        .sum::<f64>()
+        / half.max(1e-3);
     let edges = |name: &str, label: &str| -> u64 {
         edge_texts
             .iter()
@@ -955,6 +983,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         } else {
             0.0
         },
+        setup_steady_cps: setup_steady,
         fairness: holdline_metrics::jain_index(&per_flow),
         per_flow_goodput_cps: per_flow,
         pdd_p50_ms: weighted(&["pdd_p50_ms"]),
@@ -1433,6 +1462,8 @@ fn simulate(
             agrees: (ratio - 1.0).abs() <= AGREEMENT,
             real_pdd_p50_ms: p.pdd_p50_ms,
             sim_pdd_p50_ms: num(s, &["pdd_p50_ms", "mean"]),
+            real_setup_cps: p.setup_steady_cps,
+            sim_setup_cps: num(s, &["throughput_cps", "mean"]),
         });
     }
     Ok(rows)
@@ -1457,13 +1488,13 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::io("write results.json", e))?;
     let mut csv = String::from(
-        "mechanism,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,fairness,pdd_p50_ms,pdd_mean_ms,pdd_p99_ms,calls_attempted,calls_ok,r503,r_other,timeouts,retrans_invite,edge_gapped,edge_throttled,edge_local_rejected,c1_rejected,c1_throttled,c2_rejected,servers_cpu_share,c1_service_us,c2_service_us,cores_rejected,cores_throttled,per_flow_goodput_cps\n",
+        "mechanism,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,goodput_steady_cps,goodput_of_capacity,setup_steady_cps,fairness,pdd_p50_ms,pdd_mean_ms,pdd_p99_ms,calls_attempted,calls_ok,r503,r_other,timeouts,retrans_invite,edge_gapped,edge_throttled,edge_local_rejected,c1_rejected,c1_throttled,c2_rejected,servers_cpu_share,c1_service_us,c2_service_us,cores_rejected,cores_throttled,per_flow_goodput_cps\n",
     );
     let opt = |x: Option<f64>| x.map_or_else(String::new, |v| format!("{v:.0}"));
     let join = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(";");
     for p in r.capacity_steps.iter().chain(&r.points) {
         csv.push_str(&format!(
-            "{},{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.4},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}\n",
+            "{},{:.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:.3},{:.1},{:.4},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{},{}\n",
             p.mechanism,
             p.load_factor,
             p.offered_cps,
@@ -1472,6 +1503,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             p.goodput_cps,
             p.goodput_steady_cps,
             p.goodput_of_capacity,
+            p.setup_steady_cps,
             p.fairness,
             p.pdd_p50_ms,
             p.pdd_mean_ms,
@@ -1577,6 +1609,36 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         "calls/s (200 OK within 10 s)",
         &goodput,
     )?;
+    // Calls set up end to end: the figure where No Control's collapse shows (its 200 OKs
+    // still come within 10 s, its ACKs die in the cores).
+    let mut setup = series_of(|p| p.setup_steady_cps);
+    for m in &mechanisms {
+        let mut pts: Vec<(f64, f64)> = r
+            .agreement
+            .iter()
+            .filter(|a| a.mechanism == *m && a.sim_setup_cps > 0.0)
+            .map(|a| (a.load_factor, a.sim_setup_cps))
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if !pts.is_empty() {
+            setup.push((format!("{} (simulated)", label(m)), pts));
+        }
+    }
+    setup.push((
+        "capacity".to_string(),
+        xs.iter().map(|x| (*x, r.capacity_cps)).collect(),
+    ));
+    plot::chart(
+        out,
+        "setup",
+        &format!(
+            "calls set up end to end (ACK at the callee), capacity {:.0} calls/s",
+            r.capacity_cps
+        ),
+        "offered load / capacity",
+        "calls/s (ACK reached the callee)",
+        &setup,
+    )?;
     plot::chart(
         out,
         "pdd",
@@ -1589,6 +1651,42 @@ fn write(out: &Path, r: &Results) -> Result<()> {
         &series_of(|p| p.pdd_p50_ms),
     )?;
     Ok(())
+}
+
+/// `x / of`, 0 when `of` is 0.
+fn ratio_of(x: f64, of: f64) -> f64 {
+    if of > 0.0 { x / of } else { 0.0 }
+}
+
+/// One line per load above capacity (`- 2.0×: DEOC 150.1 > …`): the mechanisms by `key`,
+/// highest first.
+fn ordering(points: &[Point], key: impl Fn(&Point) -> f64) -> String {
+    let rows: Vec<(&str, f64, f64)> = points
+        .iter()
+        .map(|p| (p.mechanism.as_str(), p.load_factor, key(p)))
+        .collect();
+    ordering_of(&rows)
+}
+
+/// [`ordering`] over `(mechanism, load factor, value)` rows.
+fn ordering_of(rows: &[(&str, f64, f64)]) -> String {
+    let mut loads: Vec<f64> = rows.iter().map(|r| r.1).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
+    let mut s = String::new();
+    for &l in loads.iter().filter(|&&l| l > 1.0 + 1e-9) {
+        let mut at: Vec<&(&str, f64, f64)> =
+            rows.iter().filter(|r| (r.1 - l).abs() < 1e-9).collect();
+        at.sort_by(|a, b| b.2.total_cmp(&a.2));
+        s.push_str(&format!(
+            "- {l:.1}×: {}\n",
+            at.iter()
+                .map(|r| format!("{} {:.1}", label(r.0), r.2))
+                .collect::<Vec<_>>()
+                .join(" > ")
+        ));
+    }
+    s
 }
 
 /// `summary.md`: the curve per mechanism, the criteria of issue 17, the simulator beside it.
@@ -1609,15 +1707,17 @@ fn summary(r: &Results) -> String {
             r.deoc_settings.join("`, `")
         ));
     }
-    s.push_str("| mechanism | load | offered/s | goodput/s (÷ capacity) | setup delay p50 / p99 ms | 503 / 500 at the callers | DEOC gaps / loss throttles at the ingress edges | cores rejected / throttled | Jain | servers' CPU |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    s.push_str("| mechanism | load | offered/s | goodput/s (÷ capacity) | set up end to end/s (÷ capacity) | setup delay p50 / p99 ms | 503 / 500 at the callers | DEOC gaps / loss throttles at the ingress edges | cores rejected / throttled | Jain | servers' CPU |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for p in &r.points {
         s.push_str(&format!(
-            "| {} | {:.1}× | {:.0} | {:.1} ({:.2}) | {:.0} / {:.0} | {} / {} | {} / {} | {} | {:.3} | {:.0}% |\n",
+            "| {} | {:.1}× | {:.0} | {:.1} ({:.2}) | {:.1} ({:.2}) | {:.0} / {:.0} | {} / {} | {} / {} | {} | {:.3} | {:.0}% |\n",
             label(&p.mechanism),
             p.load_factor,
             p.offered_cps,
             p.goodput_steady_cps,
             p.goodput_of_capacity,
+            p.setup_steady_cps,
+            ratio_of(p.setup_steady_cps, p.capacity_cps),
             p.pdd_p50_ms,
             p.pdd_p99_ms,
             p.r503,
@@ -1629,26 +1729,10 @@ fn summary(r: &Results) -> String {
             p.servers_cpu_share * 100.0
         ));
     }
-    // The ordering at each load above capacity.
-    let mut loads: Vec<f64> = r.points.iter().map(|p| p.load_factor).collect();
-    loads.sort_by(f64::total_cmp);
-    loads.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
     s.push_str("\n## Ordering above capacity (goodput, highest first)\n\n");
-    for &l in loads.iter().filter(|&&l| l > 1.0 + 1e-9) {
-        let mut at: Vec<&Point> = r
-            .points
-            .iter()
-            .filter(|p| (p.load_factor - l).abs() < 1e-9)
-            .collect();
-        at.sort_by(|a, b| b.goodput_steady_cps.total_cmp(&a.goodput_steady_cps));
-        s.push_str(&format!(
-            "- {l:.1}×: {}\n",
-            at.iter()
-                .map(|p| format!("{} {:.1}", label(&p.mechanism), p.goodput_steady_cps))
-                .collect::<Vec<_>>()
-                .join(" > ")
-        ));
-    }
+    s.push_str(&ordering(&r.points, |p| p.goodput_steady_cps));
+    s.push_str("\n## Ordering above capacity (calls set up end to end, highest first)\n\nThe ACK reached the callee, second half of the load. A call whose 200 OK came within 10 s counts as goodput even when its ACK is then lost in a congested core and the call fails; this ordering does not count it.\n\n");
+    s.push_str(&ordering(&r.points, |p| p.setup_steady_cps));
     if let Some(p) = r
         .points
         .iter()
@@ -1663,14 +1747,14 @@ fn summary(r: &Results) -> String {
     if !r.agreement.is_empty() {
         let agree = r.agreement.iter().filter(|a| a.agrees).count();
         s.push_str(&format!(
-            "\n## The simulator's prediction ({} runs per point; `sim/`)\n\n**{agree} of {} points within {:.0}%** of the real goodput.\n\n| mechanism | load | goodput real | simulated (± 95% CI) | sim / real | setup delay p50 ms real / sim |\n| --- | ---: | ---: | ---: | ---: | ---: |\n",
+            "\n## The simulator's prediction ({} runs per point; `sim/`)\n\n**{agree} of {} points within {:.0}%** of the real goodput.\n\n| mechanism | load | goodput real | simulated (± 95% CI) | sim / real | setup delay p50 ms real / sim | set up end to end/s real / sim |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
             r.sim_runs,
             r.agreement.len(),
             AGREEMENT * 100.0
         ));
         for a in &r.agreement {
             s.push_str(&format!(
-                "| {} | {:.1}× | {:.1} | {:.1} ± {:.1} | {}{:.2}{} | {:.0} / {:.0} |\n",
+                "| {} | {:.1}× | {:.1} | {:.1} ± {:.1} | {}{:.2}{} | {:.0} / {:.0} | {:.1} / {:.1} |\n",
                 label(&a.mechanism),
                 a.load_factor,
                 a.real_goodput_cps,
@@ -1680,7 +1764,9 @@ fn summary(r: &Results) -> String {
                 a.ratio,
                 if a.agrees { "" } else { "**" },
                 a.real_pdd_p50_ms,
-                a.sim_pdd_p50_ms
+                a.sim_pdd_p50_ms,
+                a.real_setup_cps,
+                a.sim_setup_cps
             ));
         }
     }
@@ -1690,6 +1776,22 @@ fn summary(r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ordering_lists_each_load_above_capacity_highest_first() {
+        let rows = [
+            ("none", 1.0, 130.0),
+            ("none", 2.0, 50.0),
+            ("occ+deoc", 2.0, 150.0),
+            ("occ", 2.0, 80.0),
+            ("occ+deoc", 5.0, 140.0),
+            ("none", 5.0, 160.0),
+        ];
+        assert_eq!(
+            ordering_of(&rows),
+            "- 2.0×: DEOC 150.0 > OCC-Local 80.0 > No Control 50.0\n- 5.0×: No Control 160.0 > DEOC 140.0\n"
+        );
+    }
 
     #[test]
     fn mechanisms_name_their_servers() {

@@ -110,6 +110,18 @@ fn deoc_quick_carries_the_overload_that_no_control_collapses_under() {
         "{summary}"
     );
     assert!(f(deoc5, "goodput_of_capacity") > 0.4, "{summary}");
+    // Calls set up end to end (the ACK reached the callee): DEOC's calls that get a 200 OK
+    // are set up; No Control's 200 OKs get through on retransmissions, but their ACKs die
+    // in the cores' full buffers, so fewer calls are set up than got a 200 OK.
+    let summary = format!(
+        "{summary}; set up end to end: no control {} calls/s, DEOC {} calls/s",
+        none5["setup_steady_cps"], deoc5["setup_steady_cps"]
+    );
+    assert!(f(deoc5, "setup_steady_cps") > 0.0, "{summary}");
+    assert!(
+        f(none5, "setup_steady_cps") < f(none5, "goodput_steady_cps"),
+        "{summary}"
+    );
 
     // The simulator's prediction, beside each real point.
     let agreement = v["agreement"].as_array().expect("agreement");
@@ -127,6 +139,8 @@ fn deoc_quick_carries_the_overload_that_no_control_collapses_under() {
         "goodput.png",
         "pdd.svg",
         "pdd.png",
+        "setup.svg",
+        "setup.png",
         "index.html",
     ] {
         let p = out.join(file);
