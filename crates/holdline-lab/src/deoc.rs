@@ -920,18 +920,22 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         })
         .collect();
     let goodput_steady: f64 = per_flow.iter().sum();
-    let setup_steady: f64 = uas_names
-        .iter()
-        .map(|u| {
-            window_sum(
-                &runs.join(format!("{tag}-{u}.csv")),
-                "completed",
-                offset + half,
-                offset + spec.duration_s,
-            )
-        })
-        .sum::<f64>()
-        / half.max(1e-3);
+    // Calls whose ACK reached a UAS from `from` to `to` seconds of load, per second.
+    let set_up = |from: f64, to: f64| -> f64 {
+        uas_names
+            .iter()
+            .map(|u| {
+                window_sum(
+                    &runs.join(format!("{tag}-{u}.csv")),
+                    "completed",
+                    offset + from,
+                    offset + to,
+                )
+            })
+            .sum::<f64>()
+            / (to - from).max(1e-3)
+    };
+    let setup_steady = set_up(half, spec.duration_s);
     let edges = |name: &str, label: &str| -> u64 {
         edge_texts
             .iter()
@@ -953,18 +957,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         })
         .collect();
     let (c1, c2) = (&core_texts[0], &core_texts[1]);
-    let throughput: f64 = uas_names
-        .iter()
-        .map(|u| {
-            window_sum(
-                &runs.join(format!("{tag}-{u}.csv")),
-                "completed",
-                offset,
-                offset + spec.duration_s,
-            )
-        })
-        .sum::<f64>()
-        / spec.duration_s.max(1e-3);
+    let throughput = set_up(0.0, spec.duration_s);
     let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
     Ok(Point {
         mechanism: spec.mechanism.to_string(),
