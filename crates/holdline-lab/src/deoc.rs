@@ -573,9 +573,10 @@ pub struct Agreement {
     #[serde(default)]
     pub real_setup_cps: f64,
     /// Simulated calls set up end to end per second (the simulator's `throughput_cps`: ACKs
-    /// at a UAS over the point's window), mean of the runs.
+    /// at a UAS over the point's window), mean of the runs (absent in results written
+    /// before it existed).
     #[serde(default)]
-    pub sim_setup_cps: f64,
+    pub sim_setup_cps: Option<f64>,
 }
 
 /// Everything a run measured (`results.json`).
@@ -961,21 +962,13 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     let cpu_s = cpu1.saturating_sub(cpu0) as f64 / 1e6;
     Ok(Point {
         mechanism: spec.mechanism.to_string(),
-        load_factor: if capacity > 0.0 {
-            spec.rate / capacity
-        } else {
-            0.0
-        },
+        load_factor: ratio_of(spec.rate, capacity),
         offered_cps: reports.iter().map(|r| num(r, &["offered_cps"])).sum(),
         capacity_cps: capacity,
         throughput_cps: throughput,
         goodput_cps: reports.iter().map(|r| num(r, &["goodput_cps"])).sum(),
         goodput_steady_cps: goodput_steady,
-        goodput_of_capacity: if capacity > 0.0 {
-            goodput_steady / capacity
-        } else {
-            0.0
-        },
+        goodput_of_capacity: ratio_of(goodput_steady, capacity),
         setup_steady_cps: setup_steady,
         fairness: holdline_metrics::jain_index(&per_flow),
         per_flow_goodput_cps: per_flow,
@@ -1456,7 +1449,7 @@ fn simulate(
             real_pdd_p50_ms: p.pdd_p50_ms,
             sim_pdd_p50_ms: num(s, &["pdd_p50_ms", "mean"]),
             real_setup_cps: p.setup_steady_cps,
-            sim_setup_cps: num(s, &["throughput_cps", "mean"]),
+            sim_setup_cps: Some(num(s, &["throughput_cps", "mean"])),
         });
     }
     Ok(rows)
@@ -1569,26 +1562,31 @@ fn write(out: &Path, r: &Results) -> Result<()> {
             })
             .collect::<Vec<_>>()
     };
-    let mut goodput = series_of(|p| p.goodput_steady_cps);
-    for m in &mechanisms {
-        let mut pts: Vec<(f64, f64)> = r
-            .agreement
-            .iter()
-            .filter(|a| a.mechanism == *m)
-            .map(|a| (a.load_factor, a.sim_goodput_cps))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if !pts.is_empty() {
-            goodput.push((format!("{} (simulated)", label(m)), pts));
-        }
-    }
     let mut xs: Vec<f64> = r.points.iter().map(|p| p.load_factor).collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
-    goodput.push((
-        "capacity".to_string(),
-        xs.iter().map(|x| (*x, r.capacity_cps)).collect(),
-    ));
+    // The real series of `real`, the simulated ones of `sim` beside them, and the capacity.
+    let chart_series = |real: fn(&Point) -> f64, sim: fn(&Agreement) -> Option<f64>| {
+        let mut series = series_of(real);
+        for m in &mechanisms {
+            let mut pts: Vec<(f64, f64)> = r
+                .agreement
+                .iter()
+                .filter(|a| a.mechanism == *m)
+                .filter_map(|a| Some((a.load_factor, sim(a)?)))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if !pts.is_empty() {
+                series.push((format!("{} (simulated)", label(m)), pts));
+            }
+        }
+        series.push((
+            "capacity".to_string(),
+            xs.iter().map(|x| (*x, r.capacity_cps)).collect(),
+        ));
+        series
+    };
+    let goodput = chart_series(|p| p.goodput_steady_cps, |a| Some(a.sim_goodput_cps));
     plot::chart(
         out,
         "goodput",
@@ -1604,23 +1602,7 @@ fn write(out: &Path, r: &Results) -> Result<()> {
     )?;
     // Calls set up end to end: the figure where No Control's collapse shows (its 200 OKs
     // still come within 10 s, its ACKs die in the cores).
-    let mut setup = series_of(|p| p.setup_steady_cps);
-    for m in &mechanisms {
-        let mut pts: Vec<(f64, f64)> = r
-            .agreement
-            .iter()
-            .filter(|a| a.mechanism == *m && a.sim_setup_cps > 0.0)
-            .map(|a| (a.load_factor, a.sim_setup_cps))
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        if !pts.is_empty() {
-            setup.push((format!("{} (simulated)", label(m)), pts));
-        }
-    }
-    setup.push((
-        "capacity".to_string(),
-        xs.iter().map(|x| (*x, r.capacity_cps)).collect(),
-    ));
+    let setup = chart_series(|p| p.setup_steady_cps, |a| a.sim_setup_cps);
     plot::chart(
         out,
         "setup",
@@ -1747,7 +1729,7 @@ fn summary(r: &Results) -> String {
         ));
         for a in &r.agreement {
             s.push_str(&format!(
-                "| {} | {:.1}× | {:.1} | {:.1} ± {:.1} | {}{:.2}{} | {:.0} / {:.0} | {:.1} / {:.1} |\n",
+                "| {} | {:.1}× | {:.1} | {:.1} ± {:.1} | {}{:.2}{} | {:.0} / {:.0} | {:.1} / {} |\n",
                 label(&a.mechanism),
                 a.load_factor,
                 a.real_goodput_cps,
@@ -1760,6 +1742,7 @@ fn summary(r: &Results) -> String {
                 a.sim_pdd_p50_ms,
                 a.real_setup_cps,
                 a.sim_setup_cps
+                    .map_or_else(|| "–".to_string(), |v| format!("{v:.1}"))
             ));
         }
     }
