@@ -707,7 +707,13 @@ impl Worker {
             }
             // Sources with more to read: served after this poll's new events, so that what
             // arrived meanwhile (responses of admitted calls, above all) is not held up.
-            let carried = std::mem::take(&mut self.pending);
+            // One entry per source: a source read both for a new event and as carried
+            // pushes itself twice, and without this the list (and with it a saturated
+            // worker's iteration, its timers waiting behind it) would grow by one read per
+            // iteration.
+            let mut carried = std::mem::take(&mut self.pending);
+            carried.sort_unstable_by_key(|t| t.0);
+            carried.dedup();
             if !carried.is_empty()
                 || self.more_handoffs
                 || self.deferred.has_ready()

@@ -167,6 +167,11 @@ pub struct ServerCounters {
     /// Requests of admitted calls (class `InDialog`: ACK, BYE, CANCEL, retransmissions of
     /// admitted INVITEs) the local gate rejected: an invariant says there are none.
     pub in_dialog_rejected: u64,
+    /// Worker loop iterations (the real server's `holdline_loop_busy_seconds_count`).
+    pub iterations: u64,
+    /// The longest of them, nanoseconds: its timers wait that long (the real
+    /// `holdline_loop_busy_seconds` histogram's top).
+    pub longest_iteration_ns: u64,
     /// What the endpoint received, as the real server exports it
     /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
     /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
@@ -281,7 +286,7 @@ struct Server {
     /// worker's `now` is read once per poll) and its stage; `None`: waiting in `poll`.
     iter: Option<(Instant, Stage)>,
     /// Reads of the main queue that ended with datagrams left (the worker's `pending`
-    /// tokens): each is read again in the next iteration.
+    /// tokens, deduplicated there): the queue is read once more in the next iteration.
     pending_reads: usize,
     /// The last batch read from the main queue was short (fewer than `batch`): the worker
     /// takes its socket as drained and ends this read (`holdline-server`'s `read_socket`:
@@ -773,7 +778,9 @@ impl Server {
         }
         self.busy_mark = now;
         self.close_interval(now);
-        let reads = usize::from(self.main_event) + self.pending_reads;
+        // The worker keeps one carried entry per source (`holdline-server` dedupes its
+        // `pending` tokens): a new event and the carried read make at most two reads.
+        let reads = usize::from(self.main_event) + self.pending_reads.min(1);
         self.main_event = false;
         self.pending_reads = 0;
         self.invite_ready |= std::mem::take(&mut self.invite_event);
@@ -870,6 +877,9 @@ impl Server {
                     self.flush(now, releases);
                     let busy = self.busy_since(now);
                     self.ctl.on_signal(now, Signal::Busy(busy));
+                    self.c.iterations += 1;
+                    let took = now.saturating_duration_since(t0).as_nanos() as u64;
+                    self.c.longest_iteration_ns = self.c.longest_iteration_ns.max(took);
                     self.iter = None;
                     if !self.ready(now) {
                         return None;

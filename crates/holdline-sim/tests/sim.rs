@@ -844,3 +844,49 @@ fn seed_004s_window_holds_an_uncontrolled_downstream_at_its_capacity() {
         "window {window:.1}/s against none {none:.1}/s"
     );
 }
+
+/// A worker whose main socket never empties (no control at 10x, 1 ms per message) still
+/// runs its timers every few hundred milliseconds: each iteration reads the socket at most
+/// twice (the new readiness event and the one carried over), 8 batches of 32 datagrams
+/// each, as `holdline-server` does with its deduplicated `pending` sources. Counting every
+/// carried-over read again made iteration k read k times: seconds between timer runs.
+#[test]
+fn a_saturated_worker_keeps_its_iterations_bounded() {
+    let text = r#"
+seed = 5
+duration_s = 30
+drain_s = 2
+settle_s = 0
+[[servers]]
+name = "proxy"
+local = "none"
+service_us = 1000
+recv_buffer = 425984
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{ at_s = 0, rate_cps = 1500 }]
+[[routes]]
+server = "proxy"
+to = "uas"
+"#;
+    let sc = Scenario::from_toml("saturated.toml", text).expect("valid scenario");
+    let out = run_scenario(&sc, 1, |_, _| {}).expect("runs");
+    let (_, c) = &out[0].servers[0];
+    assert!(c.queue_drops > 10_000, "not saturated: {c:?}");
+    // Two reads of 8 × 32 datagrams at 1 ms each, and what the iteration's timers and
+    // sends cost on top.
+    let bound_ns = 2 * 8 * 32 * 1_000_000 + 100_000_000;
+    assert!(
+        c.longest_iteration_ns <= bound_ns,
+        "longest iteration {} ms: {c:?}",
+        c.longest_iteration_ns / 1_000_000
+    );
+    assert!(
+        c.iterations >= 30 * 1000 / 612,
+        "{} iterations",
+        c.iterations
+    );
+}
