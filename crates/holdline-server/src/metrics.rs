@@ -128,8 +128,9 @@ pub(crate) struct WorkerStats {
     pub(crate) invite_queue_delay: Histogram,
     /// The busy part of one event-loop iteration: what everything waiting behind it waits.
     pub(crate) loop_busy: Histogram,
-    /// The core's own lines, rendered by the worker on request.
-    pub(crate) core_text: Mutex<(u64, String)>,
+    /// The core's own lines, rendered by the worker on request: their generation, the text,
+    /// and when they were rendered.
+    pub(crate) core_text: Mutex<(u64, String, Option<std::time::Instant>)>,
     pub(crate) core_ready: Condvar,
     pub(crate) core_wanted: AtomicBool,
     /// The configuration generation the worker runs (a reload waits for every worker's).
@@ -528,6 +529,7 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
         });
     }
     let deadline = std::time::Instant::now() + wait;
+    let mut ages = Vec::with_capacity(shared.stats.len());
     for (i, (s, g0)) in shared.stats.iter().zip(gens).enumerate() {
         let Ok(mut guard) = s.core_text.lock() else {
             continue;
@@ -543,6 +545,30 @@ pub(crate) fn render(shared: &Shared, wait: Duration) -> String {
             }
         }
         label_core_lines(i, &guard.1, &mut out);
+        ages.push((i, guard.2.map(|t| t.elapsed().as_secs_f64())));
+    }
+    // A worker busy past the wait answers with the lines it rendered last: say how old.
+    let _ = writeln!(
+        out,
+        "# HELP holdline_core_metrics_age_seconds How old each worker's protocol-core lines \
+         in this answer are (0 when rendered for it; a worker busy longer than the wait answers \
+         with its last lines).\n# TYPE holdline_core_metrics_age_seconds gauge"
+    );
+    for (i, age) in ages {
+        match age {
+            Some(a) => {
+                let _ = writeln!(
+                    out,
+                    "holdline_core_metrics_age_seconds{{worker=\"{i}\"}} {a:.3}"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "holdline_core_metrics_age_seconds{{worker=\"{i}\"}} NaN"
+                );
+            }
+        }
     }
     out
 }

@@ -996,6 +996,7 @@ impl Worker {
         if let Ok(mut g) = s.core_text.lock() {
             g.0 += 1;
             g.1 = text;
+            g.2 = Some(StdInstant::now());
         }
         s.core_ready.notify_all();
     }

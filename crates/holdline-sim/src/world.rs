@@ -196,12 +196,24 @@ pub struct Received {
 }
 
 /// A receive queue: a FIFO bounded in messages or, as a kernel socket buffer, in bytes.
+///
+/// In bytes it also frees space as Linux's UDP socket does (`udp_rmem_release`): a datagram
+/// read is not given back to the buffer at once but added to a deficit, returned when the
+/// deficit reaches a quarter of the buffer or when the reader has taken every datagram of
+/// its last splice (the kernel's `reader_queue`, refilled from the receive queue when
+/// empty). A full socket thus takes new datagrams in bursts of a quarter of its size.
+/// Measured here on loopback (a 212,992-byte `SO_RCVBUF`, 700-byte datagrams): full at 184,
+/// nothing fits after 36 reads, 47 fit once 47 are read.
 struct RecvQueue {
     q: VecDeque<Queued>,
     /// Bound in messages, or in bytes of `truesize` when `bytes` is set.
     bound: usize,
     bytes: bool,
     used: usize,
+    /// Bytes read but not yet given back (`forward_deficit`).
+    deficit: usize,
+    /// Datagrams at the front of `q` in the reader's splice (`reader_queue`).
+    reader: usize,
 }
 
 impl RecvQueue {
@@ -211,7 +223,17 @@ impl RecvQueue {
             bound,
             bytes,
             used: 0,
+            deficit: 0,
+            reader: 0,
         }
+    }
+
+    /// Empties the queue (a crash).
+    fn clear(&mut self) {
+        self.q.clear();
+        self.used = 0;
+        self.deficit = 0;
+        self.reader = 0;
     }
 
     fn cost(&self, m: &[u8]) -> usize {
@@ -230,8 +252,23 @@ impl RecvQueue {
     }
 
     fn pop(&mut self) -> Option<Queued> {
+        if self.reader == 0 {
+            self.reader = self.q.len();
+        }
         let m = self.q.pop_front()?;
-        self.used -= self.cost(&m.bytes);
+        let c = self.cost(&m.bytes);
+        if !self.bytes {
+            self.used -= c;
+            return Some(m);
+        }
+        self.reader -= 1;
+        self.deficit += c;
+        if self.deficit >= self.bound / 4 || self.reader == 0 {
+            self.used -= self.deficit;
+            self.deficit = 0;
+            // The release splices what arrived meanwhile onto the reader's queue.
+            self.reader = self.q.len();
+        }
         Some(m)
     }
 
@@ -396,8 +433,7 @@ impl Server {
         self.down = true;
         self.epoch += 1;
         for q in [&mut self.main, &mut self.invites, &mut self.early] {
-            q.q.clear();
-            q.used = 0;
+            q.clear();
         }
         self.iter = None;
         self.waking = false;
@@ -3148,9 +3184,58 @@ mod tests {
                 assert!(n <= 1000, "unbounded");
             }
             assert_eq!(n, holds, "{len}-byte datagrams");
+            // One read gives nothing back yet (the kernel's deferred release).
             assert!(q.pop().is_some());
-            assert_eq!(q.used, (holds - 1) * truesize(len));
+            assert_eq!(q.used, holds * truesize(len));
         }
+    }
+
+    /// Measured on loopback (`SO_RCVBUF` 212,992, doubled by Linux to 425,984; 700-byte
+    /// datagrams, drops read from `/proc/net/udp`): a full socket holds 184; after 36 reads
+    /// not one more fits; after 47 reads (a quarter of the buffer in truesize) 47 fit, and
+    /// from then on 47 at a time. Freeing each datagram as it is read would let 36 in.
+    #[test]
+    fn a_full_socket_gives_space_back_a_quarter_at_a_time() {
+        let from = node_addr(0, 0);
+        let mut q = RecvQueue::new(425_984, true);
+        let fill = |q: &mut RecvQueue| {
+            let mut n = 0;
+            while q
+                .push(Queued {
+                    at: Instant::ZERO,
+                    from,
+                    bytes: vec![b'x'; 700],
+                    forced: None,
+                })
+                .is_ok()
+            {
+                n += 1;
+                assert!(n <= 1000, "unbounded");
+            }
+            n
+        };
+        assert_eq!(fill(&mut q), 184);
+        let read = |q: &mut RecvQueue, k: usize| {
+            for _ in 0..k {
+                assert!(q.pop().is_some());
+            }
+        };
+        for (k, fits) in [
+            (1, 0),
+            (5, 0),
+            (10, 0),
+            (20, 0),
+            (30, 47),
+            (40, 47),
+            (50, 47),
+        ] {
+            read(&mut q, k);
+            assert_eq!(fill(&mut q), fits, "after reading {k} more");
+        }
+        // Read to the end: the last datagram of the splice gives everything back.
+        while q.pop().is_some() {}
+        assert_eq!(q.used, 0);
+        assert_eq!(fill(&mut q), 184);
     }
 
     #[test]

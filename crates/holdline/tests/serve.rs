@@ -170,6 +170,61 @@ fn datagrams_the_kernel_drops_on_our_sockets_are_counted() {
     drop(server);
 }
 
+/// A scrape while a worker is busy past the wait (250 ms) gets that worker's protocol-core
+/// lines as they were last rendered, and says how old they are: an emulated 1 s per message
+/// keeps the worker on one OPTIONS while the scrape waits.
+#[test]
+fn a_busy_workers_core_lines_come_with_their_age() {
+    let metrics = common::free_port();
+    let server = common::Holdline::start(&[
+        "--listen=udp:127.0.0.1:0".into(),
+        format!("--metrics=127.0.0.1:{metrics}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+        "--emulate-cost-us=1000000".into(),
+    ]);
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics));
+    let age = |text: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("holdline_core_metrics_age_seconds{worker=\"0\"}"))
+            .unwrap_or_else(|| panic!("no age line:\n{text}"));
+        line.rsplit_once(' ')
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    let options = |m: &str| common::metric(m, "holdline_sip_requests_in_total", &["OPTIONS"]);
+    // Idle: rendered for this answer.
+    let idle = common::scrape(metrics);
+    assert!(age(&idle) < 0.2, "{}", age(&idle));
+    assert_eq!(options(&idle), 0.0);
+
+    let udp = server.udp_addr();
+    let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let req = format!(
+        "OPTIONS sip:x@127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bKage\r\n\
+         Max-Forwards: 70\r\nTo: <sip:x@127.0.0.1>\r\nFrom: <sip:y@127.0.0.1>;tag=1\r\n\
+         Call-ID: age@t\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+        port = udp.port()
+    );
+    client.send_to(req.as_bytes(), udp).expect("send");
+    // The first answer that counts the datagram read started after the read: the worker is
+    // on it for 1 s, so its core lines are the old ones, at least the wait old.
+    let busy = common::wait_metrics(metrics, Duration::from_secs(10), |m| {
+        common::metric(m, "holdline_messages_in_total", &["transport=\"udp\""]) >= 1.0
+    });
+    assert_eq!(
+        options(&busy),
+        0.0,
+        "stale lines: the OPTIONS not yet counted"
+    );
+    assert!(age(&busy) >= 0.25, "age {}", age(&busy));
+    // Done with it: fresh lines again, the OPTIONS counted.
+    let after = common::wait_metrics(metrics, Duration::from_secs(10), |m| options(m) >= 1.0);
+    assert!(age(&after) < 0.2, "{}", age(&after));
+    drop(server);
+}
+
 /// The ready-made configurations shipped in `ops/` (the S_n P_m files of docs/scaling.md)
 /// are valid: a key renamed in the server without updating them fails here.
 #[test]
