@@ -123,32 +123,46 @@ fn serve_answers_and_exits_zero_on_sigterm() {
     assert!(status.success(), "exit status {status:?}\n{rest}");
 }
 
+/// One UDP worker with `/metrics` and an emulated cost per message (`extra` flags added):
+/// the server and its metrics address.
+fn emulated_server(cost_us: u32, extra: &[&str]) -> (common::Holdline, std::net::SocketAddr) {
+    let metrics = common::free_port();
+    let mut args = vec![
+        "--listen=udp:127.0.0.1:0".to_string(),
+        format!("--metrics=127.0.0.1:{metrics}"),
+        "--store=memory".into(),
+        "--workers=1".into(),
+        format!("--emulate-cost-us={cost_us}"),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let server = common::Holdline::start(&args);
+    (
+        server,
+        std::net::SocketAddr::from(([127, 0, 0, 1], metrics)),
+    )
+}
+
+/// An OPTIONS to `port`, its branch, tag and Call-ID made from `id`.
+fn options_request(port: u16, id: &str) -> String {
+    format!(
+        "OPTIONS sip:x@127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bKd{id}\r\n\
+         Max-Forwards: 70\r\nTo: <sip:x@127.0.0.1>\r\nFrom: <sip:y@127.0.0.1>;tag={id}\r\n\
+         Call-ID: drop{id}@t\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+    )
+}
+
 /// What the kernel sheds is counted: a server with a tiny UDP receive buffer and an
 /// emulated 20 ms per message gets 2,000 OPTIONS at once; most never reach it, and every
 /// one is accounted for, read (`holdline_messages_in_total`) or dropped by the kernel on the
 /// server's socket (`holdline_udp_kernel_drops_total`, from /proc/net/udp).
 #[test]
 fn datagrams_the_kernel_drops_on_our_sockets_are_counted() {
-    let metrics = common::free_port();
-    let server = common::Holdline::start(&[
-        "--listen=udp:127.0.0.1:0".into(),
-        format!("--metrics=127.0.0.1:{metrics}"),
-        "--store=memory".into(),
-        "--workers=1".into(),
-        "--udp-recv-buffer=4096".into(),
-        "--emulate-cost-us=20000".into(),
-    ]);
-    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics));
+    let (server, metrics) = emulated_server(20_000, &["--udp-recv-buffer=4096"]);
     let udp = server.udp_addr();
     let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let sent = 2_000u32;
     for i in 0..sent {
-        let req = format!(
-            "OPTIONS sip:x@127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bKd{i}\r\n\
-             Max-Forwards: 70\r\nTo: <sip:x@127.0.0.1>\r\nFrom: <sip:y@127.0.0.1>;tag={i}\r\n\
-             Call-ID: drop{i}@t\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
-            port = udp.port()
-        );
+        let req = options_request(udp.port(), &i.to_string());
         client.send_to(req.as_bytes(), udp).expect("send");
     }
     let text = common::wait_metrics(metrics, Duration::from_secs(30), |m| {
@@ -175,15 +189,7 @@ fn datagrams_the_kernel_drops_on_our_sockets_are_counted() {
 /// keeps the worker on one OPTIONS while the scrape waits.
 #[test]
 fn a_busy_workers_core_lines_come_with_their_age() {
-    let metrics = common::free_port();
-    let server = common::Holdline::start(&[
-        "--listen=udp:127.0.0.1:0".into(),
-        format!("--metrics=127.0.0.1:{metrics}"),
-        "--store=memory".into(),
-        "--workers=1".into(),
-        "--emulate-cost-us=1000000".into(),
-    ]);
-    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], metrics));
+    let (server, metrics) = emulated_server(1_000_000, &[]);
     let age = |text: &str| -> f64 {
         let line = text
             .lines()
@@ -201,12 +207,7 @@ fn a_busy_workers_core_lines_come_with_their_age() {
 
     let udp = server.udp_addr();
     let client = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let req = format!(
-        "OPTIONS sip:x@127.0.0.1:{port} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:1;rport;branch=z9hG4bKage\r\n\
-         Max-Forwards: 70\r\nTo: <sip:x@127.0.0.1>\r\nFrom: <sip:y@127.0.0.1>;tag=1\r\n\
-         Call-ID: age@t\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
-        port = udp.port()
-    );
+    let req = options_request(udp.port(), "age");
     client.send_to(req.as_bytes(), udp).expect("send");
     // The first answer that counts the datagram read started after the read: the worker is
     // on it for 1 s, so its core lines are the old ones, at least the wait old.
