@@ -53,8 +53,8 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     Proc, SweepArgs, UacLoad, check_tools, column, holdline_exe, lab_main, machine, median, metric,
-    metric_where, processing_us_above, scrape, spawn, spawn_in, start_uacs, start_uas, sum_in,
-    uacs_steady_goodput, window_sum,
+    metric_where, processing_us_above, scrape, scrape_fresh, spawn, spawn_in, start_uacs,
+    start_uas, sum_in, uacs_steady_goodput, window_sum,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -559,6 +559,18 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
     // The UAS writes its report on SIGTERM.
     terminate(&uas.0);
     wait_bounded(&mut uas.0, Duration::from_secs(5));
+    // Each server's metrics once its worker is done (what it read, by kind: the core's
+    // lines), beside its log for diagnosis; a few seconds at most each.
+    let settled = std::iter::once((format!("{tag}-re.metrics"), re_metrics)).chain(
+        ses.iter()
+            .enumerate()
+            .map(|(i, (_, _, port))| (format!("{tag}-se{i}.metrics"), *port)),
+    );
+    for (name, port) in settled {
+        let file = runs.join(name);
+        std::fs::write(&file, scrape_fresh(port, Duration::from_secs(5)))
+            .map_err(|e| LabError::io(format!("write {}", file.display()), e))?;
+    }
     drop(ses);
     drop(re);
     // Every UAC's file stem: the first `m` from the start, the step's after them.

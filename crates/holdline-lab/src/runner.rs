@@ -344,6 +344,28 @@ pub(crate) fn scrape(port: u16) -> String {
     text
 }
 
+/// `GET /metrics` until every worker's protocol-core lines are fresh
+/// (`holdline_core_metrics_age_seconds` under the server's 250 ms wait: a worker busy past
+/// it answers with old lines), at most until `limit`; the last answer either way (its age
+/// lines say whether it is fresh).
+pub(crate) fn scrape_fresh(port: u16, limit: Duration) -> String {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let text = scrape(port);
+        let fresh = text
+            .lines()
+            .filter(|l| l.starts_with("holdline_core_metrics_age_seconds{"))
+            .all(|l| {
+                l.rsplit_once(' ')
+                    .and_then(|(_, v)| v.parse::<f64>().ok())
+                    .is_some_and(|age| age < 0.25)
+            });
+        if (fresh && !text.is_empty()) || std::time::Instant::now() >= deadline {
+            return text;
+        }
+    }
+}
+
 /// Sum of the samples of `name` (all labels).
 pub(crate) fn metric(text: &str, name: &str) -> f64 {
     text.lines()

@@ -33,7 +33,7 @@ use crate::plot;
 use crate::procfs;
 use crate::runner::{
     SweepArgs, cdf_points, check_tools, holdline_exe, lab_main, machine, median, metric,
-    processing_us_above, scrape, spawn, spawn_in, start_uas, steady,
+    processing_us_above, scrape, scrape_fresh, spawn, spawn_in, start_uas, steady,
 };
 use crate::server::{SERVER_CORE, Transport, free_port, tail, wait_bound};
 
@@ -434,6 +434,12 @@ fn run_point_once(
     // The UAS writes its report on SIGTERM.
     terminate(&uas.0);
     wait_bounded(&mut uas.0, Duration::from_secs(5));
+    // The server's metrics once its worker is done (what it read, by kind: the core's
+    // lines), beside its log for diagnosis; a few seconds at most.
+    let settled = scrape_fresh(metrics_port, Duration::from_secs(5));
+    let file = runs.join(format!("{}-serve.metrics", spec.tag));
+    std::fs::write(&file, settled)
+        .map_err(|e| LabError::io(format!("write {}", file.display()), e))?;
     drop(server);
     if !exited {
         return Err(LabError::Process(format!(

@@ -15,6 +15,33 @@ fn run_lab(args: &[&str], out: &Path) -> String {
     common::run_lab(args, out, Duration::from_secs(240))
 }
 
+/// The servers' metrics a lab kept beside their logs (`runs/*SUFFIX`), read once their worker
+/// was done: every file counts INVITEs read by the core (its lines fresh, not the ones
+/// rendered before the load). Returns how many files there are.
+fn settled_metrics(runs: &Path, suffix: &str) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(runs).expect("runs") {
+        let path = entry.expect("entry").path();
+        if !path.to_string_lossy().ends_with(suffix) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("metrics");
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit_once(' '))
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {prefix} in {}", path.display()))
+        };
+        let invites = value("holdline_sip_requests_in_total{worker=\"0\",method=\"INVITE\"}");
+        let age = value("holdline_core_metrics_age_seconds{worker=\"0\"}");
+        assert!(invites > 0.0, "{}: {invites} INVITEs", path.display());
+        assert!(age < 0.25, "{}: lines {age} s old", path.display());
+        n += 1;
+    }
+    n
+}
+
 #[test]
 fn udp_overload_writes_results_csv_and_plots() {
     let _one_run_at_a_time = common::sipp_lock();
@@ -96,6 +123,10 @@ fn udp_overload_writes_results_csv_and_plots() {
         "experiment,mechanism,ses,load_factor,offered_cps,capacity_cps,throughput_cps,goodput_cps,"
     ));
     assert_eq!(csv.lines().count(), 5, "header + 4 points");
+    assert!(
+        settled_metrics(&out.join("runs"), "-serve.metrics") >= 4,
+        "a metrics file per point"
+    );
     for plot in ["throughput", "pdd"] {
         let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
         assert!(svg.contains("<svg"));
@@ -493,6 +524,14 @@ fn feedback_quick_moves_the_rejections_to_the_se() {
     let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
     assert!(csv.starts_with("experiment,mechanism,ses,load_factor,run,offered_cps,"));
     assert_eq!(csv.lines().count(), 5, "header + 4 points");
+    assert!(
+        settled_metrics(&out.join("runs"), "-re.metrics") >= 4,
+        "the RE's metrics per point"
+    );
+    assert!(
+        settled_metrics(&out.join("runs"), "-se0.metrics") >= 4,
+        "the SE's metrics per point"
+    );
     for plot in ["goodput", "pdd"] {
         let svg = std::fs::read_to_string(out.join(format!("{plot}.svg"))).expect("svg");
         assert!(svg.contains("<svg"));
