@@ -253,6 +253,10 @@ pub struct Point {
     /// it). `None` under a CPU quota or an emulated cost below 0.5 ms.
     #[serde(default)]
     pub re_service_us_measured: Option<f64>,
+    /// The run's files in `runs/` start with this (`TAG-re.metrics`: the RE's metrics, read
+    /// once its worker was done; `holdline sim agree` compares what it read by kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
     /// With `--step-from`: when the load stepped, seconds into it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_at_s: Option<f64>,
@@ -766,6 +770,7 @@ fn run_point_once(exe: &Path, runs: &Path, spec: &Spec<'_>, capacity: f64) -> Re
         re_service_us_measured: (spec.cost_us >= 500)
             .then(|| processing_us_above(&re_text, 0.0005))
             .flatten(),
+        tag: Some(tag.clone()),
         step_at_s: spec.step.map(|s| s.at_s),
         settle_s: spec
             .step
@@ -1537,6 +1542,7 @@ mod tests {
             re_busy: 0.5,
             run,
             re_service_us_measured: None,
+            tag: None,
             step_at_s: None,
             settle_s: None,
             series: Vec::new(),

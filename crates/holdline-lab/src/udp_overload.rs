@@ -146,6 +146,10 @@ pub struct Point {
     /// an emulated cost of at least 0.5 ms.
     #[serde(default)]
     pub service_us_measured: Option<f64>,
+    /// The run's files in `runs/` start with this (`TAG-serve.metrics`: the server's metrics,
+    /// read once its worker was done; `holdline sim agree` compares what it read by kind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// Server CPU per completed call and per rejected INVITE at one offered rate.
@@ -487,6 +491,7 @@ fn run_point_once(
         service_us_measured: (spec.cost_us >= 500)
             .then(|| processing_us_above(&metrics, 0.0005))
             .flatten(),
+        tag: Some(spec.tag.clone()),
     };
     Ok((point, uac_r))
 }

@@ -419,6 +419,158 @@ struct RealPoint {
     /// The mean wall µs the measured server spent per message at full emulated cost (median
     /// over the repeats), when the lab recorded it.
     service_us: Option<f64>,
+    /// What the measured server read, by kind (median over the runs whose metrics file is
+    /// in the lab's `runs/`): a diagnostic of where a point's throughput differs.
+    received: Option<Kinds>,
+}
+
+/// What the measured server read over a run, by kind (retransmissions included), and the
+/// datagrams its kernel dropped at full receive buffers: the real server's
+/// `holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}` and
+/// `holdline_udp_kernel_drops_total`; the simulator's `ServerCounters`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Kinds {
+    invites: f64,
+    acks: f64,
+    byes: f64,
+    r1xx: f64,
+    r2xx: f64,
+    r3xx_6xx: f64,
+    drops: f64,
+}
+
+impl Kinds {
+    /// The column names, in the order of [`Kinds::values`].
+    const NAMES: [&'static str; 7] = [
+        "invites", "acks", "byes", "r1xx", "r2xx", "r3xx_6xx", "drops",
+    ];
+
+    fn values(&self) -> [f64; 7] {
+        [
+            self.invites,
+            self.acks,
+            self.byes,
+            self.r1xx,
+            self.r2xx,
+            self.r3xx_6xx,
+            self.drops,
+        ]
+    }
+
+    fn from_values(v: [f64; 7]) -> Self {
+        let [invites, acks, byes, r1xx, r2xx, r3xx_6xx, drops] = v;
+        Self {
+            invites,
+            acks,
+            byes,
+            r1xx,
+            r2xx,
+            r3xx_6xx,
+            drops,
+        }
+    }
+
+    /// Kind by kind, `f` of the values of `all` (`None` when `all` is empty).
+    fn combine(all: &[Self], f: fn(Vec<f64>) -> f64) -> Option<Self> {
+        if all.is_empty() {
+            return None;
+        }
+        let mut out = [0.0; 7];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = f(all.iter().map(|k| k.values()[i]).collect());
+        }
+        Some(Self::from_values(out))
+    }
+
+    /// Parses a server's Prometheus text (every worker and socket summed).
+    fn of_metrics(text: &str) -> Self {
+        let mut k = Self::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((head, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            let (name, labels) = head.split_once('{').unwrap_or((head, ""));
+            let label = |key: &str| {
+                labels.split(',').find_map(|kv| {
+                    kv.trim_end_matches('}')
+                        .strip_prefix(key)?
+                        .strip_prefix("=\"")?
+                        .strip_suffix('"')
+                })
+            };
+            match (name, label("method"), label("class")) {
+                ("holdline_sip_requests_in_total", Some("INVITE"), _) => k.invites += v,
+                ("holdline_sip_requests_in_total", Some("ACK"), _) => k.acks += v,
+                ("holdline_sip_requests_in_total", Some("BYE"), _) => k.byes += v,
+                ("holdline_sip_responses_in_total", _, Some("1xx")) => k.r1xx += v,
+                ("holdline_sip_responses_in_total", _, Some("2xx")) => k.r2xx += v,
+                ("holdline_sip_responses_in_total", _, Some(_)) => k.r3xx_6xx += v,
+                ("holdline_udp_kernel_drops_total", _, _) => k.drops += v,
+                _ => {}
+            }
+        }
+        k
+    }
+
+    /// The simulator's counters of one server.
+    fn of_counters(c: &holdline_sim::world::ServerCounters) -> Self {
+        let r = &c.received;
+        Self {
+            invites: r.invite as f64,
+            acks: r.ack as f64,
+            byes: r.bye as f64,
+            r1xx: r.r1xx as f64,
+            r2xx: r.r2xx as f64,
+            r3xx_6xx: r.r3xx_6xx as f64,
+            drops: (c.queue_drops + c.invite_queue_drops) as f64,
+        }
+    }
+}
+
+/// The mean of `v` (0 when empty).
+fn mean_of(v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// The file-name tag of a lab run (the `tag` the lab records; files written before it did
+/// are named by the labs' rule: `MECH-Fx`, `MECH-Nse-Fx`, `-rK` for repeat K > 0).
+fn run_tag(p: &serde_json::Value, kind: LabKind) -> String {
+    if let Some(t) = p["tag"].as_str() {
+        return t.to_owned();
+    }
+    let m = p["mechanism"].as_str().unwrap_or_default();
+    let f = (p["load_factor"].as_f64().unwrap_or(0.0) * 1000.0).round() / 1000.0;
+    let base = match kind {
+        LabKind::UdpOverload => format!("{m}-{f}x"),
+        LabKind::Feedback => format!("{m}-{}se-{f}x", p["ses"].as_u64().unwrap_or(1)),
+    };
+    match p["run"].as_u64().unwrap_or(0) {
+        0 => base,
+        k => format!("{base}-r{k}"),
+    }
+}
+
+/// What the lab's measured server read in run `p`, from `runs/TAG-serve.metrics`
+/// (udp-overload) or `runs/TAG-re.metrics` (feedback) beside `results` (`None` without it).
+fn real_kinds(results: &Path, p: &serde_json::Value, kind: LabKind) -> Option<Kinds> {
+    let server = match kind {
+        LabKind::UdpOverload => "serve",
+        LabKind::Feedback => "re",
+    };
+    let file = results
+        .parent()?
+        .join("runs")
+        .join(format!("{}-{server}.metrics", run_tag(p, kind)));
+    let text = std::fs::read_to_string(file).ok()?;
+    let k = Kinds::of_metrics(&text);
+    (k != Kinds::default()).then_some(k)
 }
 
 /// The lowest and highest of `v` ((0, 0) when empty).
@@ -498,7 +650,12 @@ fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64, LabKind)> {
                 .collect();
             let thr: Vec<f64> = runs.iter().map(|p| f(p, "throughput_cps")).collect();
             let pdd: Vec<f64> = runs.iter().map(|p| f(p, "pdd_p50_ms")).collect();
+            let kinds: Vec<Kinds> = runs
+                .iter()
+                .filter_map(|p| real_kinds(path, p, kind))
+                .collect();
             RealPoint {
+                received: Kinds::combine(&kinds, median),
                 runs: runs.len(),
                 pdd_mean: (!means.is_empty()).then(|| median(means)),
                 throughput_range: range(&thr),
@@ -637,6 +794,8 @@ struct SimPoint {
     throughput: holdline_sim::Estimate,
     pdd_p50: holdline_sim::Estimate,
     pdd_mean: holdline_sim::Estimate,
+    /// What the measured server read, by kind (mean over the runs).
+    received: Option<Kinds>,
 }
 
 /// What one simulated run of a task measured.
@@ -647,6 +806,8 @@ struct RunFigures {
     throughput: f64,
     pdd_p50: f64,
     pdd_mean: f64,
+    /// What the measured server read (udp-overload's server, feedback's `re`).
+    received: Option<Kinds>,
 }
 
 fn simulate(
@@ -691,12 +852,17 @@ fn simulate(
                                 out.steps.first().map_or(0.0, |s| s.throughput_cps)
                             }
                         };
+                        let measured = match kind {
+                            LabKind::UdpOverload => out.servers.first(),
+                            LabKind::Feedback => out.servers.iter().find(|(n, _)| n == "re"),
+                        };
                         mine.push(RunFigures {
                             task: i,
                             run: r,
                             throughput: thr,
                             pdd_p50: pdd,
                             pdd_mean: mean,
+                            received: measured.map(|(_, c)| Kinds::of_counters(c)),
                         });
                     }
                 })
@@ -726,6 +892,10 @@ fn simulate(
                 throughput: of(|x| x.throughput),
                 pdd_p50: of(|x| x.pdd_p50),
                 pdd_mean: of(|x| x.pdd_mean),
+                received: Kinds::combine(
+                    &mine.iter().filter_map(|x| x.received).collect::<Vec<_>>(),
+                    mean_of,
+                ),
             }
         })
         .collect())
@@ -882,8 +1052,14 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     let sim = simulate(&tasks, &base, kind, duration, a.runs.max(1), a.jobs)?;
     let rel = |s: f64, r: f64| if r > 0.0 { (s - r) / r } else { 0.0 };
     let mut csv = String::from(
-        "mechanism,ses,load_factor,rate_cps,service_us,real_runs,real_throughput_cps,real_throughput_min,real_throughput_max,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,real_pdd_p50_min,real_pdd_p50_max,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,real_pdd_mean_ms,sim_pdd_mean_ms,pdd_mean_error,throughput_ok,pdd_ok,within_real_range\n",
+        "mechanism,ses,load_factor,rate_cps,service_us,real_runs,real_throughput_cps,real_throughput_min,real_throughput_max,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,real_pdd_p50_min,real_pdd_p50_max,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,real_pdd_mean_ms,sim_pdd_mean_ms,pdd_mean_error,throughput_ok,pdd_ok,within_real_range",
     );
+    // What the measured server read, by kind, real (median of the runs) beside simulated
+    // (mean of the runs): where a throughput differs, which messages made the difference.
+    for k in Kinds::NAMES {
+        csv.push_str(&format!(",real_{k},sim_{k}"));
+    }
+    csv.push('\n');
     let mut rows = Vec::new();
     let (mut n_ok, mut n, mut n_in_range) = (0, 0, 0);
     for (r, s) in real.iter().zip(&sim) {
@@ -902,8 +1078,23 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         let mean_error = r.pdd_mean.map(|m| rel(s.pdd_mean.mean, m));
         let real_mean = r.pdd_mean.map_or_else(String::new, |m| format!("{m:.1}"));
         let mean_err = mean_error.map_or_else(String::new, |e| format!("{e:+.3}"));
+        let cell = |k: Option<Kinds>, i: usize| {
+            k.map_or_else(String::new, |k| format!("{:.0}", k.values()[i]))
+        };
+        let kinds: String = (0..Kinds::NAMES.len())
+            .map(|i| format!(",{},{}", cell(r.received, i), cell(s.received, i)))
+            .collect();
+        let kinds_json = |k: Option<Kinds>| {
+            k.map(|k| {
+                Kinds::NAMES
+                    .iter()
+                    .zip(k.values())
+                    .map(|(n, v)| ((*n).to_owned(), serde_json::json!(v)))
+                    .collect::<serde_json::Map<_, _>>()
+            })
+        };
         csv.push_str(&format!(
-            "{},{},{},{},{cost},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{real_mean},{:.1},{mean_err},{tok},{pok},{in_range}\n",
+            "{},{},{},{},{cost},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{real_mean},{:.1},{mean_err},{tok},{pok},{in_range}{kinds}\n",
             r.mechanism,
             r.ses,
             r.load_factor,
@@ -971,6 +1162,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             "throughput_error": te, "pdd_p50_error": pe,
             "pdd_mean": {"real": r.pdd_mean, "sim": s.pdd_mean, "error": mean_error},
             "throughput_ok": tok, "pdd_ok": pok,
+            "received": {"real": kinds_json(r.received), "sim": kinds_json(s.received)},
         }));
     }
     let curve: Vec<serde_json::Value> = sim
@@ -1647,7 +1839,7 @@ fn sweep(a: &RunArgs, file: &str, text: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{LabKind, Task, point_scenario, real_points};
+    use super::{Kinds, LabKind, Task, point_scenario, real_points};
     use holdline_sim::{Scenario, World};
 
     fn scenario(file: &str) -> Scenario {
@@ -1771,5 +1963,63 @@ mod tests {
         );
         let three = pts.iter().find(|p| p.ses == 3).expect("3 SEs");
         assert_eq!((three.throughput, three.service_us), (130.0, Some(1100.0)));
+    }
+
+    /// The real server's reads by kind come from each run's metrics file in `runs/`, named
+    /// by the run's `tag` or, in files written before the lab recorded it, by the lab's rule;
+    /// every worker and socket summed, the median over the runs that have a file.
+    #[test]
+    fn real_points_read_what_the_server_read_by_kind_from_the_runs_metrics() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = dir.path().join("runs");
+        std::fs::create_dir(&runs).expect("runs");
+        let metrics = |acks: u32| {
+            format!(
+                "# HELP holdline_sip_requests_in_total Requests.\n\
+                 holdline_sip_requests_in_total{{worker=\"0\",method=\"INVITE\"}} 100\n\
+                 holdline_sip_requests_in_total{{worker=\"0\",method=\"ACK\"}} {acks}\n\
+                 holdline_sip_requests_in_total{{worker=\"1\",method=\"ACK\"}} 1\n\
+                 holdline_sip_requests_in_total{{worker=\"0\",method=\"BYE\"}} 7\n\
+                 holdline_sip_responses_in_total{{worker=\"0\",class=\"2xx\"}} 50\n\
+                 holdline_sip_responses_out_total{{worker=\"0\",class=\"2xx\"}} 999\n\
+                 holdline_sip_responses_in_total{{worker=\"0\",class=\"5xx\"}} 3\n\
+                 holdline_udp_kernel_drops_total{{socket=\"shared\"}} 40\n\
+                 holdline_udp_kernel_drops_total{{socket=\"invite\"}} 2\n"
+            )
+        };
+        std::fs::write(runs.join("none-2x-serve.metrics"), metrics(9)).expect("write");
+        std::fs::write(runs.join("none-2x-r1-serve.metrics"), metrics(29)).expect("write");
+        std::fs::write(runs.join("custom-serve.metrics"), metrics(19)).expect("write");
+        let point = |run: u32, tag: Option<&str>| {
+            serde_json::json!({"experiment": "udp-overload", "mechanism": "none", "ses": null,
+                "load_factor": 2.0, "capacity_cps": 150.0, "offered_cps": 300.0,
+                "calls_attempted": 3000.0, "throughput_cps": 140.0, "pdd_p50_ms": 10.0,
+                "run": run, "tag": tag})
+        };
+        let path = dir.path().join("results.json");
+        // Run 3 has no file: it counts for throughput but not for the kinds.
+        let json = serde_json::json!({"points": [
+            point(0, None), point(1, None), point(2, Some("custom")), point(3, None),
+        ]});
+        std::fs::write(&path, json.to_string()).expect("write");
+        let (pts, _, _) = real_points(&path).expect("points");
+        let k = pts[0].received.expect("kinds read");
+        assert_eq!(pts[0].runs, 4);
+        assert_eq!(
+            k,
+            Kinds {
+                invites: 100.0,
+                acks: 20.0,
+                byes: 7.0,
+                r1xx: 0.0,
+                r2xx: 50.0,
+                r3xx_6xx: 3.0,
+                drops: 42.0,
+            }
+        );
+        // Without the files, no kinds (and no error).
+        std::fs::remove_dir_all(&runs).expect("rm");
+        let (pts, _, _) = real_points(&path).expect("points");
+        assert_eq!(pts[0].received, None);
     }
 }

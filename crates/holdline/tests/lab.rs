@@ -87,6 +87,12 @@ fn udp_overload_writes_results_csv_and_plots() {
         assert_eq!(p["experiment"], "udp-overload");
         assert!(p["ses"].is_null() && p["fairness"].is_null(), "{p}");
         assert!(p["calls_attempted"].as_u64().is_some_and(|n| n > 0), "{p}");
+        // `holdline sim agree` finds the run's server metrics by its tag.
+        let tag = p["tag"].as_str().unwrap_or_else(|| panic!("no tag in {p}"));
+        assert!(
+            out.join("runs").join(format!("{tag}-serve.metrics")).is_file(),
+            "{tag}-serve.metrics"
+        );
     }
     let at = |m: &str, f: f64| {
         points
@@ -521,6 +527,14 @@ fn feedback_quick_moves_the_rejections_to_the_se() {
         "{loss}"
     );
 
+    for p in v["points"].as_array().expect("points") {
+        // `holdline sim agree` finds the run's RE metrics by its tag.
+        let tag = p["tag"].as_str().unwrap_or_else(|| panic!("no tag in {p}"));
+        assert!(
+            out.join("runs").join(format!("{tag}-re.metrics")).is_file(),
+            "{tag}-re.metrics"
+        );
+    }
     let csv = std::fs::read_to_string(out.join("points.csv")).expect("points.csv");
     assert!(csv.starts_with("experiment,mechanism,ses,load_factor,run,offered_cps,"));
     assert_eq!(csv.lines().count(), 5, "header + 4 points");
