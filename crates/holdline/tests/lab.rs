@@ -90,7 +90,9 @@ fn udp_overload_writes_results_csv_and_plots() {
         // `holdline sim agree` finds the run's server metrics by its tag.
         let tag = p["tag"].as_str().unwrap_or_else(|| panic!("no tag in {p}"));
         assert!(
-            out.join("runs").join(format!("{tag}-serve.metrics")).is_file(),
+            out.join("runs")
+                .join(format!("{tag}-serve.metrics"))
+                .is_file(),
             "{tag}-serve.metrics"
         );
     }
