@@ -1533,6 +1533,18 @@ pub struct StepOutcome {
     pub pdd_mean_ms: f64,
 }
 
+/// Retransmissions by every user agent over the whole run, as `holdline load` reports them
+/// (`retrans_invite`, `retrans_200`, `retrans_bye`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retransmitted {
+    /// INVITEs sent again by callers (Timer A).
+    pub invite: u64,
+    /// 2xx responses to INVITEs sent again by callees until their ACK came.
+    pub r200: u64,
+    /// BYEs sent again by callers (Timer E).
+    pub bye: u64,
+}
+
 /// Everything one run measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunOutput {
@@ -1573,6 +1585,8 @@ pub struct RunOutput {
     /// Acknowledged bindings whose durability check was suspended by a restart without
     /// its store (`new_disk`).
     pub forgiven_bindings: u64,
+    /// Retransmissions by the user agents (callers, callees, phones) over the whole run.
+    pub retransmitted: Retransmitted,
 }
 
 /// The seed of run `run` of a scenario seeded `seed` (SplitMix64 of both).
@@ -3132,7 +3146,18 @@ impl World {
                 }
             }
         }
+        let mut retransmitted = Retransmitted::default();
+        for n in &self.nodes {
+            let Node::Agents(v) = n else { continue };
+            for a in v {
+                let c = &a.agent.recorder().c;
+                retransmitted.invite += c.retrans_invite;
+                retransmitted.r200 += c.retrans_200;
+                retransmitted.bye += c.retrans_bye;
+            }
+        }
         RunOutput {
+            retransmitted,
             seed: self.seed,
             steps,
             series: self.series,

@@ -166,6 +166,22 @@ gilbert_elliott = { p_good_to_bad = 0.02, p_bad_to_good = 0.4, loss_bad = 1.0 }
     );
     // PDD p99 shows the retransmission timer (T1 = 500 ms).
     assert!(p.pdd_p99_ms.mean > 400.0, "{p:?}");
+    // The run's totals count the callers' INVITEs (at least those of the window) and the
+    // callees' 200 OKs sent again for lost ACKs.
+    for o in &out {
+        let window = o.steps[0].window_s;
+        let windowed = o.steps[0].retrans_invite_cps * window;
+        assert!(
+            o.retransmitted.invite as f64 >= windowed.round(),
+            "{:?}",
+            o.retransmitted
+        );
+        assert!(
+            o.retransmitted.invite > 0 && o.retransmitted.r200 > 0,
+            "{:?}",
+            o.retransmitted
+        );
+    }
 }
 
 /// uac → e1 → c1 → c2 → e2 → uas, the paper's server discipline and OCC interval (1 s);

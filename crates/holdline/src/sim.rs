@@ -422,6 +422,9 @@ struct RealPoint {
     /// What the measured server read, by kind (median over the runs whose metrics file is
     /// in the lab's `runs/`): a diagnostic of where a point's throughput differs.
     received: Option<Kinds>,
+    /// INVITEs the callers sent again and 200 OKs the callees sent again, over the run
+    /// (medians over the runs; `retrans_invite`, `retrans_200` of the lab's points).
+    retransmitted: Option<[f64; 2]>,
 }
 
 /// What the measured server read over a run, by kind (retransmissions included), and the
@@ -654,8 +657,18 @@ fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64, LabKind)> {
                 .iter()
                 .filter_map(|p| real_kinds(path, p, kind))
                 .collect();
+            let retrans: Vec<[f64; 2]> = runs
+                .iter()
+                .filter_map(|p| Some([p["retrans_invite"].as_f64()?, p["retrans_200"].as_f64()?]))
+                .collect();
             RealPoint {
                 received: Kinds::combine(&kinds, median),
+                retransmitted: (!retrans.is_empty()).then(|| {
+                    [
+                        median(retrans.iter().map(|r| r[0]).collect()),
+                        median(retrans.iter().map(|r| r[1]).collect()),
+                    ]
+                }),
                 runs: runs.len(),
                 pdd_mean: (!means.is_empty()).then(|| median(means)),
                 throughput_range: range(&thr),
@@ -796,6 +809,8 @@ struct SimPoint {
     pdd_mean: holdline_sim::Estimate,
     /// What the measured server read, by kind (mean over the runs).
     received: Option<Kinds>,
+    /// INVITE and 200 OK retransmissions by the user agents (mean over the runs).
+    retransmitted: [f64; 2],
 }
 
 /// What one simulated run of a task measured.
@@ -808,6 +823,8 @@ struct RunFigures {
     pdd_mean: f64,
     /// What the measured server read (udp-overload's server, feedback's `re`).
     received: Option<Kinds>,
+    /// INVITE and 200 OK retransmissions by the user agents.
+    retransmitted: [f64; 2],
 }
 
 fn simulate(
@@ -863,6 +880,10 @@ fn simulate(
                             pdd_p50: pdd,
                             pdd_mean: mean,
                             received: measured.map(|(_, c)| Kinds::of_counters(c)),
+                            retransmitted: [
+                                out.retransmitted.invite as f64,
+                                out.retransmitted.r200 as f64,
+                            ],
                         });
                     }
                 })
@@ -896,6 +917,10 @@ fn simulate(
                     &mine.iter().filter_map(|x| x.received).collect::<Vec<_>>(),
                     mean_of,
                 ),
+                retransmitted: [
+                    mean_of(mine.iter().map(|x| x.retransmitted[0]).collect()),
+                    mean_of(mine.iter().map(|x| x.retransmitted[1]).collect()),
+                ],
             }
         })
         .collect())
@@ -1059,7 +1084,8 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     for k in Kinds::NAMES {
         csv.push_str(&format!(",real_{k},sim_{k}"));
     }
-    csv.push('\n');
+    // The user agents' retransmissions over the run, real (median) beside simulated (mean).
+    csv.push_str(",real_retrans_invite,sim_retrans_invite,real_retrans_200,sim_retrans_200\n");
     let mut rows = Vec::new();
     let (mut n_ok, mut n, mut n_in_range) = (0, 0, 0);
     for (r, s) in real.iter().zip(&sim) {
@@ -1081,9 +1107,15 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         let cell = |k: Option<Kinds>, i: usize| {
             k.map_or_else(String::new, |k| format!("{:.0}", k.values()[i]))
         };
-        let kinds: String = (0..Kinds::NAMES.len())
+        let mut kinds: String = (0..Kinds::NAMES.len())
             .map(|i| format!(",{},{}", cell(r.received, i), cell(s.received, i)))
             .collect();
+        for i in 0..2 {
+            let real = r
+                .retransmitted
+                .map_or_else(String::new, |v| format!("{:.0}", v[i]));
+            kinds.push_str(&format!(",{real},{:.0}", s.retransmitted[i]));
+        }
         let kinds_json = |k: Option<Kinds>| {
             k.map(|k| {
                 Kinds::NAMES
@@ -1163,6 +1195,9 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             "pdd_mean": {"real": r.pdd_mean, "sim": s.pdd_mean, "error": mean_error},
             "throughput_ok": tok, "pdd_ok": pok,
             "received": {"real": kinds_json(r.received), "sim": kinds_json(s.received)},
+            "retransmitted": {
+                "real": r.retransmitted.map(|[invite, r200]| serde_json::json!({"invite": invite, "r200": r200})),
+                "sim": {"invite": s.retransmitted[0], "r200": s.retransmitted[1]}},
         }));
     }
     let curve: Vec<serde_json::Value> = sim
@@ -1945,7 +1980,8 @@ mod tests {
             serde_json::json!({"experiment": "feedback", "mechanism": "occ", "ses": ses,
                 "load_factor": lf, "capacity_cps": 150.0, "offered_cps": 150.0 * lf,
                 "calls_attempted": 1500.0 * lf, "throughput_cps": thr, "pdd_p50_ms": 10.0,
-                "re_service_us_measured": cost})
+                "re_service_us_measured": cost,
+                "retrans_invite": thr * 10.0, "retrans_200": cost})
         };
         let json = serde_json::json!({"points": [
             point(1, 2.0, 140.0, 1000.0), point(3, 2.0, 130.0, 1100.0),
@@ -1961,13 +1997,15 @@ mod tests {
             (one.throughput, one.service_us, one.rate),
             (150.0, Some(1200.0), 300.0)
         );
+        assert_eq!(one.retransmitted, Some([1500.0, 1200.0]));
         let three = pts.iter().find(|p| p.ses == 3).expect("3 SEs");
         assert_eq!((three.throughput, three.service_us), (130.0, Some(1100.0)));
     }
 
     /// The real server's reads by kind come from each run's metrics file in `runs/`, named
     /// by the run's `tag` or, in files written before the lab recorded it, by the lab's rule;
-    /// every worker and socket summed, the median over the runs that have a file.
+    /// every worker and socket summed, the median over the runs that have a file. Points
+    /// without retransmission counts give none.
     #[test]
     fn real_points_read_what_the_server_read_by_kind_from_the_runs_metrics() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -2003,6 +2041,7 @@ mod tests {
         ]});
         std::fs::write(&path, json.to_string()).expect("write");
         let (pts, _, _) = real_points(&path).expect("points");
+        assert_eq!(pts[0].retransmitted, None);
         let k = pts[0].received.expect("kinds read");
         assert_eq!(pts[0].runs, 4);
         assert_eq!(
