@@ -41,6 +41,7 @@ mod wan;
 pub mod window;
 
 pub use error::LabError;
+pub use runner::{metric, metric_where};
 
 /// Linux's default `SO_RCVBUF` (`net.core.rmem_default`, 212,992 bytes): the papers'
 /// experiments give the server this receive buffer (`--udp-recv-buffer`), as their servers

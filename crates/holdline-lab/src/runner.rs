@@ -366,8 +366,8 @@ pub(crate) fn scrape_fresh(port: u16, limit: Duration) -> String {
     }
 }
 
-/// Sum of the samples of `name` (all labels).
-pub(crate) fn metric(text: &str, name: &str) -> f64 {
+/// Sum of the samples of `name` (all labels) in a server's Prometheus text.
+pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
@@ -381,7 +381,7 @@ pub(crate) fn metric(text: &str, name: &str) -> f64 {
 
 /// Sum of the samples of `name` whose labels contain every one of `labels` (each written as
 /// in the exposition, e.g. `reason="occupancy"`), over all other labels (the workers).
-pub(crate) fn metric_where(text: &str, name: &str, labels: &[&str]) -> f64 {
+pub fn metric_where(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;

@@ -428,118 +428,69 @@ struct RealPoint {
 }
 
 /// What the measured server read over a run, by kind (retransmissions included), and the
-/// datagrams its kernel dropped at full receive buffers: the real server's
-/// `holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}` and
-/// `holdline_udp_kernel_drops_total`; the simulator's `ServerCounters`.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Kinds {
-    invites: f64,
-    acks: f64,
-    byes: f64,
-    r1xx: f64,
-    r2xx: f64,
-    r3xx_6xx: f64,
-    drops: f64,
+/// datagrams its kernel dropped at full receive buffers, in the order of [`KINDS`]: the real
+/// server's `holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`
+/// and `holdline_udp_kernel_drops_total`; the simulator's `ServerCounters`.
+type Kinds = [f64; 7];
+
+/// The columns of [`Kinds`].
+const KINDS: [&str; 7] = [
+    "invites", "acks", "byes", "r1xx", "r2xx", "r3xx_6xx", "drops",
+];
+
+/// The columns of a point's retransmission counts (`[INVITE, 200 OK]`).
+const RETRANSMITTED: [&str; 2] = ["retrans_invite", "retrans_200"];
+
+/// [`Kinds`] from a server's Prometheus text (every worker and socket summed).
+fn kinds_of_metrics(text: &str) -> Kinds {
+    let req = |m: &str| {
+        holdline_lab::metric_where(
+            text,
+            "holdline_sip_requests_in_total",
+            &[&format!("method=\"{m}\"")],
+        )
+    };
+    let resp = |c: &str| {
+        holdline_lab::metric_where(
+            text,
+            "holdline_sip_responses_in_total",
+            &[&format!("class=\"{c}\"")],
+        )
+    };
+    [
+        req("INVITE"),
+        req("ACK"),
+        req("BYE"),
+        resp("1xx"),
+        resp("2xx"),
+        ["3xx", "4xx", "5xx", "6xx"].into_iter().map(resp).sum(),
+        holdline_lab::metric(text, "holdline_udp_kernel_drops_total"),
+    ]
 }
 
-impl Kinds {
-    /// The column names, in the order of [`Kinds::values`].
-    const NAMES: [&'static str; 7] = [
-        "invites", "acks", "byes", "r1xx", "r2xx", "r3xx_6xx", "drops",
-    ];
-
-    fn values(&self) -> [f64; 7] {
-        [
-            self.invites,
-            self.acks,
-            self.byes,
-            self.r1xx,
-            self.r2xx,
-            self.r3xx_6xx,
-            self.drops,
-        ]
-    }
-
-    fn from_values(v: [f64; 7]) -> Self {
-        let [invites, acks, byes, r1xx, r2xx, r3xx_6xx, drops] = v;
-        Self {
-            invites,
-            acks,
-            byes,
-            r1xx,
-            r2xx,
-            r3xx_6xx,
-            drops,
-        }
-    }
-
-    /// Kind by kind, `f` of the values of `all` (`None` when `all` is empty).
-    fn combine(all: &[Self], f: fn(Vec<f64>) -> f64) -> Option<Self> {
-        if all.is_empty() {
-            return None;
-        }
-        let mut out = [0.0; 7];
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = f(all.iter().map(|k| k.values()[i]).collect());
-        }
-        Some(Self::from_values(out))
-    }
-
-    /// Parses a server's Prometheus text (every worker and socket summed).
-    fn of_metrics(text: &str) -> Self {
-        let mut k = Self::default();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((head, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(v) = value.trim().parse::<f64>() else {
-                continue;
-            };
-            let (name, labels) = head.split_once('{').unwrap_or((head, ""));
-            let label = |key: &str| {
-                labels.split(',').find_map(|kv| {
-                    kv.trim_end_matches('}')
-                        .strip_prefix(key)?
-                        .strip_prefix("=\"")?
-                        .strip_suffix('"')
-                })
-            };
-            match (name, label("method"), label("class")) {
-                ("holdline_sip_requests_in_total", Some("INVITE"), _) => k.invites += v,
-                ("holdline_sip_requests_in_total", Some("ACK"), _) => k.acks += v,
-                ("holdline_sip_requests_in_total", Some("BYE"), _) => k.byes += v,
-                ("holdline_sip_responses_in_total", _, Some("1xx")) => k.r1xx += v,
-                ("holdline_sip_responses_in_total", _, Some("2xx")) => k.r2xx += v,
-                ("holdline_sip_responses_in_total", _, Some(_)) => k.r3xx_6xx += v,
-                ("holdline_udp_kernel_drops_total", _, _) => k.drops += v,
-                _ => {}
-            }
-        }
-        k
-    }
-
-    /// The simulator's counters of one server.
-    fn of_counters(c: &holdline_sim::world::ServerCounters) -> Self {
-        let r = &c.received;
-        Self {
-            invites: r.invite as f64,
-            acks: r.ack as f64,
-            byes: r.bye as f64,
-            r1xx: r.r1xx as f64,
-            r2xx: r.r2xx as f64,
-            r3xx_6xx: r.r3xx_6xx as f64,
-            drops: (c.queue_drops + c.invite_queue_drops) as f64,
-        }
-    }
+/// [`Kinds`] from the simulator's counters of one server.
+fn kinds_of_counters(c: &holdline_sim::world::ServerCounters) -> Kinds {
+    let r = &c.received;
+    [
+        r.invite,
+        r.ack,
+        r.bye,
+        r.r1xx,
+        r.r2xx,
+        r.r3xx_6xx,
+        c.queue_drops + c.invite_queue_drops,
+    ]
+    .map(|n| n as f64)
 }
 
-/// The mean of `v` (0 when empty).
+/// Column by column, `f` of the rows (`None` without rows): medians or means over runs.
+fn per_column<const N: usize>(rows: &[[f64; N]], f: fn(Vec<f64>) -> f64) -> Option<[f64; N]> {
+    (!rows.is_empty()).then(|| std::array::from_fn(|i| f(rows.iter().map(|r| r[i]).collect())))
+}
+
+/// The mean of `v`.
 fn mean_of(v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
+    holdline_sim::Estimate::of(&v).mean
 }
 
 /// The file-name tag of a lab run (the `tag` the lab records; files written before it did
@@ -572,8 +523,8 @@ fn real_kinds(results: &Path, p: &serde_json::Value, kind: LabKind) -> Option<Ki
         .join("runs")
         .join(format!("{}-{server}.metrics", run_tag(p, kind)));
     let text = std::fs::read_to_string(file).ok()?;
-    let k = Kinds::of_metrics(&text);
-    (k != Kinds::default()).then_some(k)
+    let k = kinds_of_metrics(&text);
+    k.iter().any(|&x| x > 0.0).then_some(k)
 }
 
 /// The lowest and highest of `v` ((0, 0) when empty).
@@ -662,13 +613,8 @@ fn real_points(path: &Path) -> anyhow::Result<(Vec<RealPoint>, f64, LabKind)> {
                 .filter_map(|p| Some([p["retrans_invite"].as_f64()?, p["retrans_200"].as_f64()?]))
                 .collect();
             RealPoint {
-                received: Kinds::combine(&kinds, median),
-                retransmitted: (!retrans.is_empty()).then(|| {
-                    [
-                        median(retrans.iter().map(|r| r[0]).collect()),
-                        median(retrans.iter().map(|r| r[1]).collect()),
-                    ]
-                }),
+                received: per_column(&kinds, median),
+                retransmitted: per_column(&retrans, median),
                 runs: runs.len(),
                 pdd_mean: (!means.is_empty()).then(|| median(means)),
                 throughput_range: range(&thr),
@@ -810,7 +756,7 @@ struct SimPoint {
     /// What the measured server read, by kind (mean over the runs).
     received: Option<Kinds>,
     /// INVITE and 200 OK retransmissions by the user agents (mean over the runs).
-    retransmitted: [f64; 2],
+    retransmitted: Option<[f64; 2]>,
 }
 
 /// What one simulated run of a task measured.
@@ -879,7 +825,7 @@ fn simulate(
                             throughput: thr,
                             pdd_p50: pdd,
                             pdd_mean: mean,
-                            received: measured.map(|(_, c)| Kinds::of_counters(c)),
+                            received: measured.map(|(_, c)| kinds_of_counters(c)),
                             retransmitted: [
                                 out.retransmitted.invite as f64,
                                 out.retransmitted.r200 as f64,
@@ -913,14 +859,14 @@ fn simulate(
                 throughput: of(|x| x.throughput),
                 pdd_p50: of(|x| x.pdd_p50),
                 pdd_mean: of(|x| x.pdd_mean),
-                received: Kinds::combine(
+                received: per_column(
                     &mine.iter().filter_map(|x| x.received).collect::<Vec<_>>(),
                     mean_of,
                 ),
-                retransmitted: [
-                    mean_of(mine.iter().map(|x| x.retransmitted[0]).collect()),
-                    mean_of(mine.iter().map(|x| x.retransmitted[1]).collect()),
-                ],
+                retransmitted: per_column(
+                    &mine.iter().map(|x| x.retransmitted).collect::<Vec<_>>(),
+                    mean_of,
+                ),
             }
         })
         .collect())
@@ -1081,11 +1027,12 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     );
     // What the measured server read, by kind, real (median of the runs) beside simulated
     // (mean of the runs): where a throughput differs, which messages made the difference.
-    for k in Kinds::NAMES {
+    // Then the user agents' retransmissions over the run, real (median) beside simulated
+    // (mean).
+    for k in KINDS.iter().chain(&RETRANSMITTED) {
         csv.push_str(&format!(",real_{k},sim_{k}"));
     }
-    // The user agents' retransmissions over the run, real (median) beside simulated (mean).
-    csv.push_str(",real_retrans_invite,sim_retrans_invite,real_retrans_200,sim_retrans_200\n");
+    csv.push('\n');
     let mut rows = Vec::new();
     let (mut n_ok, mut n, mut n_in_range) = (0, 0, 0);
     for (r, s) in real.iter().zip(&sim) {
@@ -1104,24 +1051,22 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         let mean_error = r.pdd_mean.map(|m| rel(s.pdd_mean.mean, m));
         let real_mean = r.pdd_mean.map_or_else(String::new, |m| format!("{m:.1}"));
         let mean_err = mean_error.map_or_else(String::new, |e| format!("{e:+.3}"));
-        let cell = |k: Option<Kinds>, i: usize| {
-            k.map_or_else(String::new, |k| format!("{:.0}", k.values()[i]))
-        };
-        let mut kinds: String = (0..Kinds::NAMES.len())
-            .map(|i| format!(",{},{}", cell(r.received, i), cell(s.received, i)))
-            .collect();
-        for i in 0..2 {
-            let real = r
-                .retransmitted
-                .map_or_else(String::new, |v| format!("{:.0}", v[i]));
-            kinds.push_str(&format!(",{real},{:.0}", s.retransmitted[i]));
+        // Real and simulated side by side, column by column (empty where a side has none).
+        fn pairs<const N: usize>(real: Option<[f64; N]>, sim: Option<[f64; N]>) -> String {
+            let cell = |v: Option<[f64; N]>, i: usize| {
+                v.map_or_else(String::new, |v| format!("{:.0}", v[i]))
+            };
+            (0..N)
+                .map(|i| format!(",{},{}", cell(real, i), cell(sim, i)))
+                .collect()
         }
-        let kinds_json = |k: Option<Kinds>| {
-            k.map(|k| {
-                Kinds::NAMES
+        let kinds = pairs(r.received, s.received) + &pairs(r.retransmitted, s.retransmitted);
+        let named = |names: &[&str], v: Option<&[f64]>| {
+            v.map(|v| {
+                names
                     .iter()
-                    .zip(k.values())
-                    .map(|(n, v)| ((*n).to_owned(), serde_json::json!(v)))
+                    .zip(v)
+                    .map(|(n, x)| ((*n).to_owned(), serde_json::json!(x)))
                     .collect::<serde_json::Map<_, _>>()
             })
         };
@@ -1194,10 +1139,10 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             "throughput_error": te, "pdd_p50_error": pe,
             "pdd_mean": {"real": r.pdd_mean, "sim": s.pdd_mean, "error": mean_error},
             "throughput_ok": tok, "pdd_ok": pok,
-            "received": {"real": kinds_json(r.received), "sim": kinds_json(s.received)},
-            "retransmitted": {
-                "real": r.retransmitted.map(|[invite, r200]| serde_json::json!({"invite": invite, "r200": r200})),
-                "sim": {"invite": s.retransmitted[0], "r200": s.retransmitted[1]}},
+            "received": {"real": named(&KINDS, r.received.as_ref().map(|v| &v[..])),
+                "sim": named(&KINDS, s.received.as_ref().map(|v| &v[..]))},
+            "retransmitted": {"real": named(&RETRANSMITTED, r.retransmitted.as_ref().map(|v| &v[..])),
+                "sim": named(&RETRANSMITTED, s.retransmitted.as_ref().map(|v| &v[..]))},
         }));
     }
     let curve: Vec<serde_json::Value> = sim
@@ -1874,7 +1819,7 @@ fn sweep(a: &RunArgs, file: &str, text: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Kinds, LabKind, Task, point_scenario, real_points};
+    use super::{LabKind, Task, point_scenario, real_points};
     use holdline_sim::{Scenario, World};
 
     fn scenario(file: &str) -> Scenario {
@@ -2044,18 +1989,8 @@ mod tests {
         assert_eq!(pts[0].retransmitted, None);
         let k = pts[0].received.expect("kinds read");
         assert_eq!(pts[0].runs, 4);
-        assert_eq!(
-            k,
-            Kinds {
-                invites: 100.0,
-                acks: 20.0,
-                byes: 7.0,
-                r1xx: 0.0,
-                r2xx: 50.0,
-                r3xx_6xx: 3.0,
-                drops: 42.0,
-            }
-        );
+        // invites, acks, byes, 1xx, 2xx, 3xx-6xx, drops.
+        assert_eq!(k, [100.0, 20.0, 7.0, 0.0, 50.0, 3.0, 42.0]);
         // Without the files, no kinds (and no error).
         std::fs::remove_dir_all(&runs).expect("rm");
         let (pts, _, _) = real_points(&path).expect("points");
