@@ -128,6 +128,12 @@ pub struct ServerTotals {
     pub responses_2xx_in: Estimate,
     /// 3xx-6xx responses it received.
     pub responses_3xx_6xx_in: Estimate,
+    /// Its worker loop's iterations.
+    pub iterations: Estimate,
+    /// Receive calls on its main queue that returned datagrams.
+    pub main_reads: Estimate,
+    /// Receive calls on its INVITE queue that returned datagrams.
+    pub invite_reads: Estimate,
 }
 
 /// Jain's fairness index of `xs`: `(Σx)² / (n·Σx²)`, 1 when all are equal; `None` when
@@ -229,6 +235,9 @@ impl Results {
                     responses_1xx_in: col(&|c| c.received.r1xx as f64),
                     responses_2xx_in: col(&|c| c.received.r2xx as f64),
                     responses_3xx_6xx_in: col(&|c| c.received.r3xx_6xx as f64),
+                    iterations: col(&|c| c.iterations as f64),
+                    main_reads: col(&|c| c.main_reads as f64),
+                    invite_reads: col(&|c| c.invite_reads as f64),
                 });
             }
         }
@@ -276,7 +285,7 @@ impl Results {
 /// The per-second time series of every run as CSV.
 pub fn series_csv(runs: &[RunOutput]) -> String {
     let mut s = String::from(
-        "run,t_s,server,offered,goodput,completed,calls_ok,r503,pdd_mean_ms,admitted,rejected,queue,invite_queue,queue_drops,busy,occupancy,acceptance\n",
+        "run,t_s,server,offered,goodput,completed,calls_ok,r503,pdd_mean_ms,admitted,rejected,queue,invite_queue,queue_drops,busy,occupancy,acceptance,iterations,main_reads,invite_reads\n",
     );
     for (i, r) in runs.iter().enumerate() {
         for row in &r.series {
@@ -291,7 +300,7 @@ fn push_row(s: &mut String, run: usize, r: &SeriesRow) {
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.4}"));
     let _ = writeln!(
         s,
-        "{run},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{},{}",
+        "{run},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4},{},{},{},{},{}",
         r.t_s,
         r.server,
         r.offered,
@@ -308,6 +317,9 @@ fn push_row(s: &mut String, run: usize, r: &SeriesRow) {
         r.busy,
         opt(r.occupancy),
         opt(r.acceptance),
+        r.iterations,
+        r.main_reads,
+        r.invite_reads,
     );
 }
 

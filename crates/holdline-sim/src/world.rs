@@ -172,6 +172,12 @@ pub struct ServerCounters {
     /// The longest of them, nanoseconds: its timers wait that long (the real
     /// `holdline_loop_busy_seconds` histogram's top).
     pub longest_iteration_ns: u64,
+    /// Receive calls on the main queue that returned datagrams (the real server's
+    /// `holdline_queue_delay_seconds_count`: one per batch read).
+    pub main_reads: u64,
+    /// Receive calls on the INVITE queue that returned datagrams (the real server's
+    /// `holdline_invite_queue_delay_seconds_count`).
+    pub invite_reads: u64,
     /// What the endpoint received, as the real server exports it
     /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
     /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
@@ -957,12 +963,14 @@ impl Server {
         if let Some(first) = batch.first() {
             let wait = now.saturating_duration_since(first.at);
             if invites {
+                self.c.invite_reads += 1;
                 self.ctl.on_signal(now, Signal::NewRequestDelay(wait));
                 if let Some(role) = self.role.as_mut() {
                     role.invite_delay.0 += wait.as_secs_f64();
                     role.invite_delay.1 += 1;
                 }
             } else {
+                self.c.main_reads += 1;
                 // As the worker: the queueing delay of the batch's first datagram, and the
                 // queue length it implies.
                 self.ctl.on_signal(now, Signal::QueueDelay(wait));
@@ -976,10 +984,12 @@ impl Server {
         let mut t = now;
         for mut m in batch {
             self.datagrams += 1;
+            // Judged when its turn comes, as the worker does (`age_of` of each datagram as
+            // it is dispatched): the INVITEs admitted before it in the batch age it too.
             if invites
                 && self
                     .invite_max_wait
-                    .is_some_and(|w| now.saturating_duration_since(m.at) > w)
+                    .is_some_and(|w| t.saturating_duration_since(m.at) > w)
             {
                 m.forced = Some(gate_rejection(Rejection::service_unavailable(
                     RejectReason::DeferTimeout,
@@ -1492,6 +1502,12 @@ pub struct SeriesRow {
     pub occupancy: Option<f64>,
     /// Its controller's acceptance fraction, if it has one.
     pub acceptance: Option<f64>,
+    /// Its worker loop's iterations in this second.
+    pub iterations: u64,
+    /// Receive calls on its main queue that returned datagrams, in this second.
+    pub main_reads: u64,
+    /// Receive calls on its INVITE queue that returned datagrams, in this second.
+    pub invite_reads: u64,
 }
 
 /// What one step of one UAC population measured.
@@ -2979,6 +2995,9 @@ impl World {
                 busy: (c.busy_ns.saturating_sub(prev.busy_ns)) as f64 / 1e9,
                 occupancy: snap.occupancy,
                 acceptance: snap.acceptance,
+                iterations: c.iterations - prev.iterations,
+                main_reads: c.main_reads - prev.main_reads,
+                invite_reads: c.invite_reads - prev.invite_reads,
             });
             self.last_servers[k] = c;
             k += 1;
@@ -3390,6 +3409,65 @@ mod agent_loop_tests {
              Content-Length: 0\r\n\r\n"
         )
         .into_bytes()
+    }
+
+    /// A new INVITE is judged stale when its turn in the batch comes, as the worker judges
+    /// it (`age_of` at dispatch): ten INVITEs that arrived together, read at once by an idle
+    /// server whose INVITEs cost 10 ms each, with a 25 ms limit: the first three start
+    /// within 25 ms of their arrival and are admitted, the rest have waited 30 ms by their
+    /// turn and are answered 503. Judged at the read, all ten would be admitted.
+    #[test]
+    fn an_invite_is_stale_by_its_own_turn_in_the_batch() {
+        let text = r#"
+name = "stale"
+seed = 1
+duration_s = 1
+[[servers]]
+name = "proxy"
+local = "queue-limit"
+service_us = 10000
+invite_max_wait_ms = 25
+[[uas]]
+name = "uas"
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{ at_s = 0, rate_cps = 1 }]
+[[routes]]
+server = "proxy"
+domain = "*"
+to = "uas"
+"#;
+        let sc = Scenario::from_toml("stale.toml", text).expect("scenario loads");
+        let mut world = World::new(&sc, 0).expect("world builds");
+        let from = node_addr(2, 0);
+        let Some(Node::Server(s)) = world.nodes.get_mut(0) else {
+            panic!("node 0 is the server");
+        };
+        let t = Instant::ZERO + Duration::from_millis(1);
+        for k in 0..10 {
+            assert!(
+                s.invites
+                    .push(Queued {
+                        at: t,
+                        from,
+                        bytes: invite(k),
+                        forced: None,
+                    })
+                    .is_ok()
+            );
+        }
+        s.invite_event = true;
+        let mut releases = Vec::new();
+        let mut now = t;
+        let mut steps = 0;
+        while let Some(next) = s.step(now, &mut releases) {
+            now = next;
+            steps += 1;
+            assert!(steps < 100, "the worker settles");
+        }
+        assert_eq!(s.c.invite_reads, 1, "one receive call reads all ten");
+        assert_eq!((s.c.admitted, s.ep.stats().rejected_by_gate), (3, 7));
     }
 
     /// `holdline load`'s loop: a wake-up that reads 16 messages or more pauses for

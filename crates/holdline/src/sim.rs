@@ -427,15 +427,27 @@ struct RealPoint {
     retransmitted: Option<[f64; 2]>,
 }
 
-/// What the measured server read over a run, by kind (retransmissions included), and the
-/// datagrams its kernel dropped at full receive buffers, in the order of [`KINDS`]: the real
-/// server's `holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`
-/// and `holdline_udp_kernel_drops_total`; the simulator's `ServerCounters`.
-type Kinds = [f64; 7];
+/// What the measured server read over a run, by kind (retransmissions included), the
+/// datagrams its kernel dropped at full receive buffers, and how its worker loop read them
+/// (iterations; receive calls that returned datagrams on the main and on the INVITE socket),
+/// in the order of [`KINDS`]: the real server's `holdline_sip_requests_in_total{method}`,
+/// `holdline_sip_responses_in_total{class}`, `holdline_udp_kernel_drops_total`, and the
+/// counts of `holdline_loop_busy_seconds`, `holdline_queue_delay_seconds` and
+/// `holdline_invite_queue_delay_seconds`; the simulator's `ServerCounters`.
+type Kinds = [f64; 10];
 
 /// The columns of [`Kinds`].
-const KINDS: [&str; 7] = [
-    "invites", "acks", "byes", "r1xx", "r2xx", "r3xx_6xx", "drops",
+const KINDS: [&str; 10] = [
+    "invites",
+    "acks",
+    "byes",
+    "r1xx",
+    "r2xx",
+    "r3xx_6xx",
+    "drops",
+    "iterations",
+    "main_reads",
+    "invite_reads",
 ];
 
 /// The columns of a point's retransmission counts (`[INVITE, 200 OK]`).
@@ -465,6 +477,9 @@ fn kinds_of_metrics(text: &str) -> Kinds {
         resp("2xx"),
         ["3xx", "4xx", "5xx", "6xx"].into_iter().map(resp).sum(),
         holdline_lab::metric(text, "holdline_udp_kernel_drops_total"),
+        holdline_lab::metric(text, "holdline_loop_busy_seconds_count"),
+        holdline_lab::metric(text, "holdline_queue_delay_seconds_count"),
+        holdline_lab::metric(text, "holdline_invite_queue_delay_seconds_count"),
     ]
 }
 
@@ -479,6 +494,9 @@ fn kinds_of_counters(c: &holdline_sim::world::ServerCounters) -> Kinds {
         r.r2xx,
         r.r3xx_6xx,
         c.queue_drops + c.invite_queue_drops,
+        c.iterations,
+        c.main_reads,
+        c.invite_reads,
     ]
     .map(|n| n as f64)
 }
@@ -1967,7 +1985,12 @@ mod tests {
                  holdline_sip_responses_out_total{{worker=\"0\",class=\"2xx\"}} 999\n\
                  holdline_sip_responses_in_total{{worker=\"0\",class=\"5xx\"}} 3\n\
                  holdline_udp_kernel_drops_total{{socket=\"shared\"}} 40\n\
-                 holdline_udp_kernel_drops_total{{socket=\"invite\"}} 2\n"
+                 holdline_udp_kernel_drops_total{{socket=\"invite\"}} 2\n\
+                 holdline_loop_busy_seconds_bucket{{worker=\"0\",le=\"+Inf\"}} 600\n\
+                 holdline_loop_busy_seconds_count{{worker=\"0\"}} 600\n\
+                 holdline_queue_delay_seconds_count{{worker=\"0\"}} 994\n\
+                 holdline_invite_queue_delay_seconds_sum{{worker=\"0\"}} 122.7\n\
+                 holdline_invite_queue_delay_seconds_count{{worker=\"0\"}} 480\n"
             )
         };
         std::fs::write(runs.join("none-2x-serve.metrics"), metrics(9)).expect("write");
@@ -1989,8 +2012,12 @@ mod tests {
         assert_eq!(pts[0].retransmitted, None);
         let k = pts[0].received.expect("kinds read");
         assert_eq!(pts[0].runs, 4);
-        // invites, acks, byes, 1xx, 2xx, 3xx-6xx, drops.
-        assert_eq!(k, [100.0, 20.0, 7.0, 0.0, 50.0, 3.0, 42.0]);
+        // invites, acks, byes, 1xx, 2xx, 3xx-6xx, drops; loop iterations, main and INVITE
+        // socket reads (histogram counts, not their buckets or sums).
+        assert_eq!(
+            k,
+            [100.0, 20.0, 7.0, 0.0, 50.0, 3.0, 42.0, 600.0, 994.0, 480.0]
+        );
         // Without the files, no kinds (and no error).
         std::fs::remove_dir_all(&runs).expect("rm");
         let (pts, _, _) = real_points(&path).expect("points");
