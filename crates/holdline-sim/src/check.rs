@@ -778,14 +778,15 @@ mod tests {
         // faults.) Measured again on 2026-11-30 after the worker model's short-batch rule
         // (a short batch ends the read, as the server's drained socket does; before it:
         // 2,705 / 53,235 / 74,641, 305 / 4,898 / 8,373, 440 / 5,933 / 9,356, 234 / 24,620 /
-        // 40,836, those of `results/2026-11-29-sim-check/check-0-999.json`). Seed 53 again on
-        // 2026-12-03, when a new INVITE became stale by its own turn in the batch, as in the
-        // worker (before: 295 / 24,733 / 42,048).
+        // 40,836, those of `results/2026-11-29-sim-check/check-0-999.json`). Again on
+        // 2026-12-03, when a new INVITE became stale by its own turn in the batch and a short
+        // batch drained the INVITE queue too, as in the worker (before: 2,694 / 53,254 /
+        // 81,863, 303 / 4,951 / 9,287, 456 / 6,093 / 10,203, 295 / 24,733 / 42,048).
         for (seed, completed, messages, events) in [
-            (12, 2_694, 53_254, 81_863),
-            (25, 303, 4_951, 9_287),
-            (46, 456, 6_093, 10_203),
-            (53, 281, 24_521, 43_135),
+            (12, 2_678, 53_447, 79_540),
+            (25, 306, 4_993, 9_435),
+            (46, 466, 6_193, 10_208),
+            (53, 305, 24_721, 43_383),
         ] {
             let text = random_scenario(seed);
             let sc = Scenario::from_toml("check.toml", &text).expect("loads");

@@ -959,6 +959,11 @@ impl Server {
         }
         if !invites {
             self.short_batch = batch.len() < self.batch;
+        } else if batch.len() < self.batch {
+            // A short batch drained the INVITE socket (the worker's `read_socket` returns
+            // drained and `read_invites` clears its readiness): the next datagram raises a
+            // new event, and no iteration is spent finding the socket empty.
+            self.invite_ready = false;
         }
         if let Some(first) = batch.first() {
             let wait = now.saturating_duration_since(first.at);
@@ -3411,6 +3416,51 @@ mod agent_loop_tests {
         .into_bytes()
     }
 
+    /// A world whose server (node 0: `queue-limit`, `service_us` per message, new INVITEs
+    /// stale after `max_wait_ms`) is idle with `n` new INVITEs in its INVITE queue, all
+    /// arrived at `at`.
+    fn idle_server_with_invites(service_us: u32, max_wait_ms: u32, n: usize, at: Instant) -> World {
+        let text = format!(
+            "name = \"invites\"\nseed = 1\nduration_s = 1\n\
+             [[servers]]\nname = \"proxy\"\nlocal = \"queue-limit\"\n\
+             service_us = {service_us}\ninvite_max_wait_ms = {max_wait_ms}\n\
+             [[uas]]\nname = \"uas\"\n\
+             [[uac]]\nname = \"uac\"\ntarget = \"proxy\"\nsteps = [{{ at_s = 0, rate_cps = 1 }}]\n\
+             [[routes]]\nserver = \"proxy\"\ndomain = \"*\"\nto = \"uas\"\n"
+        );
+        let sc = Scenario::from_toml("invites.toml", &text).expect("scenario loads");
+        let mut world = World::new(&sc, 0).expect("world builds");
+        let Some(Node::Server(s)) = world.nodes.get_mut(0) else {
+            panic!("node 0 is the server");
+        };
+        for k in 0..n {
+            let m = Queued {
+                at,
+                from: node_addr(2, 0),
+                bytes: invite(k),
+                forced: None,
+            };
+            assert!(s.invites.push(m).is_ok());
+        }
+        s.invite_event = true;
+        world
+    }
+
+    /// Runs the server's worker from `now` until it waits in `poll` again.
+    fn run_until_idle(world: &mut World, mut now: Instant) -> &mut Server {
+        let Some(Node::Server(s)) = world.nodes.get_mut(0) else {
+            panic!("node 0 is the server");
+        };
+        let mut releases = Vec::new();
+        let mut steps = 0;
+        while let Some(next) = s.step(now, &mut releases) {
+            now = next;
+            steps += 1;
+            assert!(steps < 100, "the worker settles");
+        }
+        s
+    }
+
     /// A new INVITE is judged stale when its turn in the batch comes, as the worker judges
     /// it (`age_of` at dispatch): ten INVITEs that arrived together, read at once by an idle
     /// server whose INVITEs cost 10 ms each, with a 25 ms limit: the first three start
@@ -3418,56 +3468,27 @@ mod agent_loop_tests {
     /// turn and are answered 503. Judged at the read, all ten would be admitted.
     #[test]
     fn an_invite_is_stale_by_its_own_turn_in_the_batch() {
-        let text = r#"
-name = "stale"
-seed = 1
-duration_s = 1
-[[servers]]
-name = "proxy"
-local = "queue-limit"
-service_us = 10000
-invite_max_wait_ms = 25
-[[uas]]
-name = "uas"
-[[uac]]
-name = "uac"
-target = "proxy"
-steps = [{ at_s = 0, rate_cps = 1 }]
-[[routes]]
-server = "proxy"
-domain = "*"
-to = "uas"
-"#;
-        let sc = Scenario::from_toml("stale.toml", text).expect("scenario loads");
-        let mut world = World::new(&sc, 0).expect("world builds");
-        let from = node_addr(2, 0);
-        let Some(Node::Server(s)) = world.nodes.get_mut(0) else {
-            panic!("node 0 is the server");
-        };
         let t = Instant::ZERO + Duration::from_millis(1);
-        for k in 0..10 {
-            assert!(
-                s.invites
-                    .push(Queued {
-                        at: t,
-                        from,
-                        bytes: invite(k),
-                        forced: None,
-                    })
-                    .is_ok()
-            );
-        }
-        s.invite_event = true;
-        let mut releases = Vec::new();
-        let mut now = t;
-        let mut steps = 0;
-        while let Some(next) = s.step(now, &mut releases) {
-            now = next;
-            steps += 1;
-            assert!(steps < 100, "the worker settles");
-        }
+        let mut world = idle_server_with_invites(10_000, 25, 10, t);
+        let s = run_until_idle(&mut world, t);
         assert_eq!(s.c.invite_reads, 1, "one receive call reads all ten");
         assert_eq!((s.c.admitted, s.ep.stats().rejected_by_gate), (3, 7));
+    }
+
+    /// A short batch drains the INVITE socket, as in the worker (`read_socket` returns
+    /// drained, `read_invites` clears the socket's readiness): five INVITEs take one
+    /// receive call and one loop iteration; no second iteration finds the socket empty.
+    /// Thirty-two (a full batch) leave the socket readable: a second iteration looks again.
+    #[test]
+    fn a_short_invite_batch_drains_the_invite_socket() {
+        let t = Instant::ZERO + Duration::from_millis(1);
+        for (n, iterations) in [(5, 1), (32, 2)] {
+            let mut world = idle_server_with_invites(10, 250, n, t);
+            let s = run_until_idle(&mut world, t);
+            assert_eq!(s.c.invite_reads, 1, "{n} INVITEs");
+            assert_eq!(s.c.admitted, n as u64, "{n} INVITEs");
+            assert_eq!(s.c.iterations, iterations, "{n} INVITEs");
+        }
     }
 
     /// `holdline load`'s loop: a wake-up that reads 16 messages or more pauses for
