@@ -34,9 +34,9 @@ pub mod shrink;
 pub mod store;
 pub mod world;
 
-pub use report::{Estimate, Point, Results, jain_index, series_csv};
+pub use report::{Estimate, Point, Results, agents_csv, jain_index, pcap, pdd_cdf_csv, series_csv};
 pub use scenario::{Scenario, ScenarioError, Sweep, sweep_points};
-pub use world::{RunOutput, SimError, World, run_seed};
+pub use world::{Captured, RunOutput, SimError, World, run_seed};
 
 /// Runs `runs` runs of `sc` one after the other; `progress(run, simulated_second)` is called
 /// once per simulated second.

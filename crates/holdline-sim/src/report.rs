@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::scenario::Scenario;
-use crate::world::{RunOutput, SeriesRow, ServerCounters};
+use crate::world::{Captured, RunOutput, SeriesRow, ServerCounters};
 
 /// Mean and 95% confidence interval (Student's t) of one measure over runs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -87,6 +87,8 @@ pub struct Point {
     pub retrans_invite_cps: Estimate,
     /// Median post-dial delay (first INVITE to 200 OK), milliseconds.
     pub pdd_p50_ms: Estimate,
+    /// 90th percentile of the post-dial delay, milliseconds.
+    pub pdd_p90_ms: Estimate,
     /// 99th percentile of the post-dial delay, milliseconds.
     pub pdd_p99_ms: Estimate,
     /// Mean post-dial delay, milliseconds.
@@ -134,6 +136,11 @@ pub struct ServerTotals {
     pub main_reads: Estimate,
     /// Receive calls on its INVITE queue that returned datagrams.
     pub invite_reads: Estimate,
+    /// The mean wait of the first datagram of a main-queue read, milliseconds (the real
+    /// server's `holdline_queue_delay_seconds` sum over count).
+    pub queue_delay_ms: Estimate,
+    /// The same for the INVITE queue (`holdline_invite_queue_delay_seconds`).
+    pub invite_queue_delay_ms: Estimate,
 }
 
 /// Jain's fairness index of `xs`: `(Σx)² / (n·Σx²)`, 1 when all are equal; `None` when
@@ -171,6 +178,20 @@ pub struct Results {
     pub messages_per_run: f64,
     /// Messages lost or dropped by links per run (mean).
     pub link_drops_per_run: f64,
+    /// Retransmissions by the user agents per run (callers' INVITEs and BYEs, callees'
+    /// 2xx): where a server's load differs from the real one's, which timers made it.
+    pub retransmitted: RetransmittedTotals,
+}
+
+/// Retransmissions by the user agents over the runs (`results.json`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RetransmittedTotals {
+    /// INVITEs sent again by callers (Timer A).
+    pub invite: Estimate,
+    /// 2xx responses to INVITEs sent again by callees until their ACK came.
+    pub r200: Estimate,
+    /// BYEs sent again by callers (Timer E).
+    pub bye: Estimate,
 }
 
 impl Results {
@@ -203,6 +224,7 @@ impl Results {
                     failed_other_cps: col(&|p| p.failed_other_cps),
                     retrans_invite_cps: col(&|p| p.retrans_invite_cps),
                     pdd_p50_ms: col(&|p| p.pdd_p50_ms),
+                    pdd_p90_ms: col(&|p| p.pdd_p90_ms),
                     pdd_p99_ms: col(&|p| p.pdd_p99_ms),
                     pdd_mean_ms: col(&|p| p.pdd_mean_ms),
                 });
@@ -238,6 +260,8 @@ impl Results {
                     iterations: col(&|c| c.iterations as f64),
                     main_reads: col(&|c| c.main_reads as f64),
                     invite_reads: col(&|c| c.invite_reads as f64),
+                    queue_delay_ms: col(&|c| mean_ms(c.main_wait_ns, c.main_reads)),
+                    invite_queue_delay_ms: col(&|c| mean_ms(c.invite_wait_ns, c.invite_reads)),
                 });
             }
         }
@@ -273,6 +297,16 @@ impl Results {
             servers,
             messages_per_run: mean(&|r| r.messages as f64),
             link_drops_per_run: mean(&|r| r.link_drops as f64),
+            retransmitted: {
+                let est = |f: &dyn Fn(&RunOutput) -> u64| {
+                    Estimate::of(&runs.iter().map(|r| f(r) as f64).collect::<Vec<_>>())
+                };
+                RetransmittedTotals {
+                    invite: est(&|r| r.retransmitted.invite),
+                    r200: est(&|r| r.retransmitted.r200),
+                    bye: est(&|r| r.retransmitted.bye),
+                }
+            },
         }
     }
 
@@ -280,6 +314,158 @@ impl Results {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
+}
+
+/// A libpcap file (nanosecond timestamps, link type RAW: IPv4 or IPv6 packets) of the
+/// datagrams of a captured run ([`crate::World::capture`]), each in an IP and UDP header
+/// with valid checksums, stamped with its simulated time: Wireshark, tshark or a script
+/// reads a simulated run as it reads a capture of the real lab (`dumpcap -i lo`).
+pub fn pcap(capture: &[Captured]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(24 + capture.iter().map(|c| c.bytes.len() + 64).sum::<usize>());
+    f.extend_from_slice(&0xa1b2_3c4d_u32.to_le_bytes()); // nanosecond resolution
+    f.extend_from_slice(&2u16.to_le_bytes());
+    f.extend_from_slice(&4u16.to_le_bytes());
+    f.extend_from_slice(&0i32.to_le_bytes());
+    f.extend_from_slice(&0u32.to_le_bytes());
+    f.extend_from_slice(&262_144u32.to_le_bytes()); // snapshot length
+    f.extend_from_slice(&101u32.to_le_bytes()); // LINKTYPE_RAW
+    for c in capture {
+        let packet = ip_udp(c);
+        let ns = c.at.as_nanos();
+        f.extend_from_slice(
+            &u32::try_from(ns / 1_000_000_000)
+                .unwrap_or(u32::MAX)
+                .to_le_bytes(),
+        );
+        f.extend_from_slice(&((ns % 1_000_000_000) as u32).to_le_bytes());
+        let len = u32::try_from(packet.len()).unwrap_or(u32::MAX);
+        f.extend_from_slice(&len.to_le_bytes());
+        f.extend_from_slice(&len.to_le_bytes());
+        f.extend_from_slice(&packet);
+    }
+    f
+}
+
+/// The Internet checksum (RFC 1071) of `data` added to `sum`, not yet folded.
+fn sum16(mut sum: u32, data: &[u8]) -> u32 {
+    for pair in data.chunks(2) {
+        let hi = u32::from(pair[0]) << 8;
+        let lo = pair.get(1).map_or(0, |b| u32::from(*b));
+        sum += hi | lo;
+    }
+    sum
+}
+
+fn fold(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// `c` as an IP packet with its UDP header (checksums computed; a zero UDP checksum is sent
+/// as 0xffff, RFC 768).
+fn ip_udp(c: &Captured) -> Vec<u8> {
+    use std::net::IpAddr;
+    let udp_len = 8 + c.bytes.len();
+    let mut udp = Vec::with_capacity(udp_len);
+    udp.extend_from_slice(&c.from.port().to_be_bytes());
+    udp.extend_from_slice(&c.to.port().to_be_bytes());
+    udp.extend_from_slice(&(udp_len.min(0xffff) as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(&c.bytes);
+    let pseudo = |src: &[u8], dst: &[u8]| {
+        let mut p = sum16(0, src);
+        p = sum16(p, dst);
+        p + 17 + udp_len as u32
+    };
+    match (c.from.ip(), c.to.ip()) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mut ck = fold(sum16(pseudo(&a.octets(), &b.octets()), &udp));
+            if ck == 0 {
+                ck = 0xffff;
+            }
+            udp[6..8].copy_from_slice(&ck.to_be_bytes());
+            let total = (20 + udp_len).min(0xffff) as u16;
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&total.to_be_bytes());
+            ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+            ip.extend_from_slice(&a.octets());
+            ip.extend_from_slice(&b.octets());
+            let hk = fold(sum16(0, &ip));
+            ip[10..12].copy_from_slice(&hk.to_be_bytes());
+            ip.extend_from_slice(&udp);
+            ip
+        }
+        (from, to) => {
+            let v6 = |ip: IpAddr| match ip {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            let (a, b) = (v6(from), v6(to));
+            let mut ck = fold(sum16(pseudo(&a.octets(), &b.octets()), &udp));
+            if ck == 0 {
+                ck = 0xffff;
+            }
+            udp[6..8].copy_from_slice(&ck.to_be_bytes());
+            let mut ip = vec![0x60, 0, 0, 0];
+            ip.extend_from_slice(&(udp_len.min(0xffff) as u16).to_be_bytes());
+            ip.extend_from_slice(&[17, 64]);
+            ip.extend_from_slice(&a.octets());
+            ip.extend_from_slice(&b.octets());
+            ip.extend_from_slice(&udp);
+            ip
+        }
+    }
+}
+
+/// `sum_ns / n` in milliseconds (0 when `n` is 0).
+fn mean_ms(sum_ns: u64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        sum_ns as f64 / n as f64 / 1e6
+    }
+}
+
+/// The PDD distribution of every UAC step of every run as CSV (`pdd_cdf.csv`): `run,
+/// population, step, pdd_ms, share` with the share of the step's answered calls whose PDD
+/// is at most `pdd_ms`.
+pub fn pdd_cdf_csv(runs: &[RunOutput]) -> String {
+    let mut s = String::from("run,population,step,pdd_ms,share\n");
+    for (i, r) in runs.iter().enumerate() {
+        for st in &r.steps {
+            for (ms, share) in &st.pdd_cdf {
+                s.push_str(&format!(
+                    "{i},{},{},{ms:.3},{share:.6}\n",
+                    st.population, st.step
+                ));
+            }
+        }
+    }
+    s
+}
+
+/// The user agents' per-second rows of every run as CSV (`agents.csv`): the columns of
+/// `holdline load`'s per-second CSV, so a simulated caller or callee compares with a real one
+/// row by row.
+pub fn agents_csv(runs: &[RunOutput]) -> String {
+    let names = holdline_metrics::Counters::NAMES;
+    let mut s = format!("run,agent,t_s,active,{}\n", names.join(","));
+    for (i, r) in runs.iter().enumerate() {
+        for (agent, rows) in &r.agent_series {
+            for row in rows {
+                let values: Vec<String> = row.counts.values().iter().map(u64::to_string).collect();
+                s.push_str(&format!(
+                    "{i},{agent},{:.3},{},{}\n",
+                    row.t_ms as f64 / 1e3,
+                    row.active,
+                    values.join(",")
+                ));
+            }
+        }
+    }
+    s
 }
 
 /// The per-second time series of every run as CSV.
@@ -335,5 +521,31 @@ mod tests {
         assert!((e.ci95 - 4.303 / 3f64.sqrt()).abs() < 1e-9);
         assert_eq!(Estimate::of(&[5.0]).ci95, 0.0);
         assert_eq!((e.min, e.max), (1.0, 3.0));
+    }
+
+    /// An IPv6 datagram gets a 40-byte header and a UDP checksum over the IPv6 pseudo-header
+    /// (mandatory there); an odd-length payload is padded for the sum only.
+    #[test]
+    fn an_ipv6_datagram_has_a_valid_udp_checksum() {
+        let c = Captured {
+            at: holdline_base::Instant::ZERO,
+            from: "[2001:db8::1]:5060".parse().expect("address"),
+            to: "[2001:db8::2]:5070".parse().expect("address"),
+            bytes: b"OPTIONS sip:x SIP/2.0\r\n\r\nodd".to_vec(),
+        };
+        let ip = ip_udp(&c);
+        assert_eq!(ip[0] >> 4, 6);
+        assert_eq!(ip[6], 17);
+        let udp = &ip[40..];
+        assert_eq!(usize::from(u16::from_be_bytes([ip[4], ip[5]])), udp.len());
+        assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), 5060);
+        assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), 5070);
+        let pseudo = sum16(sum16(0, &ip[8..40]), &[]) + 17 + udp.len() as u32;
+        assert_eq!(
+            fold(sum16(pseudo, udp)),
+            0,
+            "the sum over a valid checksum folds to 0"
+        );
+        assert_eq!(&udp[8..], c.bytes.as_slice());
     }
 }

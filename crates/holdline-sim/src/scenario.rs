@@ -412,6 +412,16 @@ pub struct ServerSpec {
     /// microseconds (the server's `emulate_reject_cost_us` plus its real work). Default 15.
     #[serde(default = "fifteen")]
     pub reject_us: f64,
+    /// CPU time per datagram received, microseconds, besides the handling above: the
+    /// receive system call's share (the real worker spends it outside its per-message
+    /// handling, in `recvmmsg`). Default 0 (the service times include everything).
+    #[serde(default)]
+    pub recv_us: f64,
+    /// CPU time per datagram sent, microseconds, besides the handling (`sendmmsg` and, on
+    /// loopback, the delivery into the receiver's socket, which the sender's CPU does).
+    /// Charged to the message whose handling queued the datagram. Default 0.
+    #[serde(default)]
+    pub send_us: f64,
     /// Receive queue bound, messages (the socket's receive buffer). Default 256.
     #[serde(default = "queue_default")]
     pub queue: usize,
@@ -1331,6 +1341,14 @@ impl Scenario {
                     "service times must be 0 to 1000000 µs",
                 );
             }
+            for (key, v) in [("recv_us", s.recv_us), ("send_us", s.send_us)] {
+                if !us(v) {
+                    return bad(
+                        format!("servers[{i}].{key}"),
+                        "must be 0 to 1000000 µs per datagram",
+                    );
+                }
+            }
             if !(s.invite_max_wait_ms.is_finite() && s.invite_max_wait_ms >= 0.0) {
                 return bad(
                     format!("servers[{i}].invite_max_wait_ms"),
@@ -1884,6 +1902,11 @@ to = "uas"
         let text = GOOD.replace("target = \"proxy\"", "target = \"nowhere\"");
         let e = Scenario::from_toml("s.toml", &text).expect_err("unknown node");
         assert_eq!((e.line, e.key.as_str()), (15, "uac[0].target"));
+        for key in ["recv_us", "send_us"] {
+            let text = GOOD.replace("local = \"occ\"", &format!("local = \"occ\"\n{key} = -1"));
+            let e = Scenario::from_toml("s.toml", &text).expect_err("negative cost");
+            assert_eq!(e.key, format!("servers[0].{key}"));
+        }
     }
 
     #[test]

@@ -178,6 +178,11 @@ pub struct ServerCounters {
     /// Receive calls on the INVITE queue that returned datagrams (the real server's
     /// `holdline_invite_queue_delay_seconds_count`).
     pub invite_reads: u64,
+    /// The waits of the first datagram of each main-queue read, summed, nanoseconds (the
+    /// real server's `holdline_queue_delay_seconds_sum`).
+    pub main_wait_ns: u64,
+    /// The same for the INVITE queue (`holdline_invite_queue_delay_seconds_sum`).
+    pub invite_wait_ns: u64,
     /// What the endpoint received, as the real server exports it
     /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
     /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
@@ -323,6 +328,10 @@ struct Server {
     service: Duration,
     invite_cost: Duration,
     reject_cost: Duration,
+    /// CPU per datagram received and per datagram sent, outside the handling
+    /// (`recv_us`, `send_us`).
+    recv_cost: Duration,
+    send_cost: Duration,
     batch: usize,
     read_batches: usize,
     /// The iteration in progress: its start (the time the endpoint is given, as the
@@ -967,8 +976,10 @@ impl Server {
         }
         if let Some(first) = batch.first() {
             let wait = now.saturating_duration_since(first.at);
+            let wait_ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
             if invites {
                 self.c.invite_reads += 1;
+                self.c.invite_wait_ns = self.c.invite_wait_ns.saturating_add(wait_ns);
                 self.ctl.on_signal(now, Signal::NewRequestDelay(wait));
                 if let Some(role) = self.role.as_mut() {
                     role.invite_delay.0 += wait.as_secs_f64();
@@ -976,6 +987,7 @@ impl Server {
                 }
             } else {
                 self.c.main_reads += 1;
+                self.c.main_wait_ns = self.c.main_wait_ns.saturating_add(wait_ns);
                 // As the worker: the queueing delay of the batch's first datagram, and the
                 // queue length it implies.
                 self.ctl.on_signal(now, Signal::QueueDelay(wait));
@@ -1118,9 +1130,15 @@ impl Server {
             0.99 * self.service_ns + 0.01 * ns
         };
         let mut sends = std::mem::take(&mut self.sends);
+        let before = sends.len();
         self.drain(t0, &mut sends);
+        let sent = sends.len().saturating_sub(before);
         self.sends = sends;
-        cost
+        // The system calls' share: busy time of the loop, not of the handling (the worker's
+        // `holdline_processing_seconds` leaves it out; its loop's busy time does not).
+        let calls = self.recv_cost + self.send_cost * u32::try_from(sent).unwrap_or(u32::MAX);
+        self.c.busy_ns += u64::try_from(calls.as_nanos()).unwrap_or(u64::MAX);
+        cost + calls
     }
 
     /// Sends what is queued, at `t`.
@@ -1547,6 +1565,15 @@ pub struct StepOutcome {
     pub retrans_invite_cps: f64,
     /// PDD median of the step's calls, milliseconds.
     pub pdd_p50_ms: f64,
+    /// PDD 90th percentile, milliseconds.
+    pub pdd_p90_ms: f64,
+    /// The PDD distribution: `(pdd_ms, share of the step's answered calls at or below
+    /// it)`, one point per distinct histogram bucket (what [`Latency::cdf`] gives). Where
+    /// the distribution has plateaus (calls answered on the steps of the retransmission
+    /// schedule) a quantile jumps between steps; comparing shares at a given delay does not.
+    ///
+    /// [`Latency::cdf`]: holdline_metrics::Latency::cdf
+    pub pdd_cdf: Vec<(f64, f64)>,
     /// PDD 99th percentile, milliseconds.
     pub pdd_p99_ms: f64,
     /// PDD mean, milliseconds: unlike a quantile it does not jump from one step of the
@@ -1608,6 +1635,26 @@ pub struct RunOutput {
     pub forgiven_bindings: u64,
     /// Retransmissions by the user agents (callers, callees, phones) over the whole run.
     pub retransmitted: Retransmitted,
+    /// Per node of user agents (its name): the per-second rows of its agents summed (what
+    /// `holdline load` writes per second), each row's `t_ms` the end of its second since
+    /// the start of the run.
+    pub agent_series: Vec<(String, Vec<holdline_metrics::Row>)>,
+    /// Every datagram sent, in order, when the world captured ([`World::capture`]); empty
+    /// otherwise.
+    pub capture: Vec<Captured>,
+}
+
+/// One datagram as a node sent it (see [`World::capture`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Captured {
+    /// When it was sent.
+    pub at: Instant,
+    /// The sender's address.
+    pub from: SocketAddr,
+    /// Where it was sent.
+    pub to: SocketAddr,
+    /// The datagram.
+    pub bytes: Vec<u8>,
 }
 
 /// The seed of run `run` of a scenario seeded `seed` (SplitMix64 of both).
@@ -1647,6 +1694,8 @@ pub struct World {
     last_servers: Vec<ServerCounters>,
     /// Check the invariants ([`World::check_invariants`]).
     check: bool,
+    /// Every datagram sent, when capturing ([`World::capture`]).
+    capture: Option<Vec<Captured>>,
     /// How far past the run's end the endpoints are taken before the leak check.
     leak_horizon: Duration,
     violations: Vec<String>,
@@ -2015,6 +2064,8 @@ impl World {
                 service: us(s.service_us),
                 invite_cost: us(s.invite_us.unwrap_or(s.service_us)),
                 reject_cost: us(s.reject_us),
+                recv_cost: us(s.recv_us),
+                send_cost: us(s.send_us),
                 batch: s.batch,
                 read_batches: s.read_batches,
                 iter: None,
@@ -2214,6 +2265,7 @@ impl World {
             last_net: [0; 7],
             last_servers: vec![ServerCounters::default(); servers],
             check: false,
+            capture: None,
             leak_horizon: Duration::from_secs(400),
             violations: Vec::new(),
             phone_first,
@@ -2330,6 +2382,14 @@ impl World {
         let mut out = std::mem::take(&mut self.out);
         for (_src, dst, bytes) in out.drain(..) {
             self.messages += 1;
+            if let Some(c) = self.capture.as_mut() {
+                c.push(Captured {
+                    at: self.now,
+                    from: _src,
+                    to: dst,
+                    bytes: bytes.clone(),
+                });
+            }
             if from >= self.phone_first {
                 self.phone_sent(from, &bytes);
             }
@@ -2427,6 +2487,16 @@ impl World {
     #[must_use]
     pub fn check_invariants(mut self) -> Self {
         self.check = true;
+        self
+    }
+
+    /// Records every datagram a node sends (its time, addresses and bytes) in
+    /// [`RunOutput::capture`], as a packet capture on the sender's interface would: before
+    /// the link and the receiver's queues decide whether it arrives. `holdline sim run
+    /// --pcap` writes it as a libpcap file ([`crate::report::pcap`]).
+    #[must_use]
+    pub fn capture(mut self) -> Self {
+        self.capture = Some(Vec::new());
         self
     }
 
@@ -3127,6 +3197,8 @@ impl World {
                     failed_other_cps: per_s(sums.r_fail_other + sums.timeouts),
                     retrans_invite_cps: per_s(sums.retrans_invite),
                     pdd_p50_ms: pdd.quantile_ms(0.5),
+                    pdd_p90_ms: pdd.quantile_ms(0.9),
+                    pdd_cdf: pdd.cdf(),
                     pdd_p99_ms: pdd.quantile_ms(0.99),
                     pdd_mean_ms: pdd.summary().mean_ms,
                 });
@@ -3171,17 +3243,35 @@ impl World {
             }
         }
         let mut retransmitted = Retransmitted::default();
-        for n in &self.nodes {
+        let mut agent_series = Vec::new();
+        for (name, n) in self.names.iter().zip(&self.nodes) {
             let Node::Agents(v) = n else { continue };
+            let mut rows: std::collections::BTreeMap<u64, holdline_metrics::Row> =
+                std::collections::BTreeMap::new();
             for a in v {
-                let c = &a.agent.recorder().c;
+                let rec = a.agent.recorder();
+                let c = &rec.c;
                 retransmitted.invite += c.retrans_invite;
                 retransmitted.r200 += c.retrans_200;
                 retransmitted.bye += c.retrans_bye;
+                let start_ms = (rec.start() - Instant::ZERO).as_millis() as u64;
+                for r in rec.rows() {
+                    let t_ms = start_ms + r.t_ms;
+                    let sum = rows.entry(t_ms).or_insert_with(|| holdline_metrics::Row {
+                        t_ms,
+                        counts: holdline_metrics::Counters::default(),
+                        active: 0,
+                    });
+                    sum.counts.add(&r.counts);
+                    sum.active += r.active;
+                }
             }
+            agent_series.push((name.clone(), rows.into_values().collect()));
         }
         RunOutput {
             retransmitted,
+            agent_series,
+            capture: self.capture.take().unwrap_or_default(),
             seed: self.seed,
             steps,
             series: self.series,

@@ -906,3 +906,147 @@ to = "uas"
         c.iterations
     );
 }
+
+/// A captured run holds every datagram a node sent (the run's message count), in time
+/// order; the libpcap file made of it reads back as IPv4/UDP packets with valid checksums,
+/// and the callers' and callees' per-second rows add up to their totals.
+#[test]
+fn a_captured_run_is_every_datagram_sent_and_reads_back_as_a_capture() {
+    let sc = scenario("none", 3, 4.0, 2.0);
+    let plain = holdline_sim::World::new(&sc, 0).expect("world").run(|_| {});
+    assert!(plain.capture.is_empty(), "no capture unless asked");
+    let out = holdline_sim::World::new(&sc, 0)
+        .expect("world")
+        .capture()
+        .run(|_| {});
+    assert_eq!(out.capture.len() as u64, out.messages);
+    assert_eq!(out.messages, plain.messages, "capturing changes nothing");
+    assert!(out.capture.windows(2).all(|w| w[0].at <= w[1].at));
+    assert!(out.capture.iter().any(|c| c.bytes.starts_with(b"INVITE ")));
+
+    let file = holdline_sim::pcap(&out.capture);
+    assert_eq!(
+        &file[..4],
+        &0xa1b2_3c4d_u32.to_le_bytes(),
+        "nanosecond pcap"
+    );
+    assert_eq!(&file[20..24], &101u32.to_le_bytes(), "LINKTYPE_RAW");
+    let fold = |mut s: u32| {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s
+    };
+    let sum = |d: &[u8]| -> u32 {
+        d.chunks(2)
+            .map(|p| (u32::from(p[0]) << 8) | p.get(1).map_or(0, |b| u32::from(*b)))
+            .sum()
+    };
+    let (mut at, mut records) = (24usize, 0usize);
+    while at < file.len() {
+        let word = |o: usize| u32::from_le_bytes(file[o..o + 4].try_into().expect("4 bytes"));
+        let (sec, nsec, len) = (word(at), word(at + 4), word(at + 8) as usize);
+        let c = &out.capture[records];
+        assert_eq!(
+            u64::from(sec) * 1_000_000_000 + u64::from(nsec),
+            c.at.as_nanos()
+        );
+        let ip = &file[at + 16..at + 16 + len];
+        assert_eq!(ip[0], 0x45);
+        assert_eq!(fold(sum(&ip[..20])), 0xffff, "IPv4 header checksum");
+        let udp = &ip[20..];
+        assert_eq!(u16::from_be_bytes([udp[4], udp[5]]) as usize, udp.len());
+        let pseudo = sum(&ip[12..20]) + 17 + udp.len() as u32;
+        assert_eq!(fold(pseudo + sum(udp)), 0xffff, "UDP checksum");
+        assert_eq!(&udp[8..], c.bytes.as_slice());
+        assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), c.from.port());
+        assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), c.to.port());
+        at += 16 + len;
+        records += 1;
+    }
+    assert_eq!(records, out.capture.len());
+
+    // Per-second rows of each agent node: their sums are the run's totals.
+    let uas = out
+        .agent_series
+        .iter()
+        .find(|(n, _)| n == "uas")
+        .expect("the callee's rows");
+    let completed: u64 = uas.1.iter().map(|r| r.counts.completed).sum();
+    assert_eq!(completed, out.completed);
+    let uac = out
+        .agent_series
+        .iter()
+        .find(|(n, _)| n == "uac")
+        .expect("the callers' rows");
+    let retrans: u64 = uac.1.iter().map(|r| r.counts.retrans_invite).sum();
+    assert_eq!(retrans, out.retransmitted.invite);
+    assert!(uac.1.windows(2).all(|w| w[0].t_ms < w[1].t_ms));
+}
+
+/// `recv_us` and `send_us` charge a server's loop for each datagram it reads and sends,
+/// besides the handling: its busy time grows by exactly that much, counted from a capture
+/// of what it sent, and the calls are the same at a light load.
+#[test]
+fn system_call_costs_add_to_the_busy_time_per_datagram() {
+    let with = |recv: f64, send: f64| {
+        let mut text = SCENARIO_LIGHT.to_owned();
+        text = text.replace(
+            "[[uas]]",
+            &format!("recv_us = {recv}\nsend_us = {send}\n\n[[uas]]"),
+        );
+        let sc = Scenario::from_toml("costs.toml", &text).expect("valid scenario");
+        holdline_sim::World::new(&sc, 0)
+            .expect("world")
+            .capture()
+            .run(|_| {})
+    };
+    let plain = with(0.0, 0.0);
+    let costly = with(7.0, 11.0);
+    let c0 = &plain.servers[0].1;
+    let c1 = &costly.servers[0].1;
+    assert_eq!(
+        plain.completed, costly.completed,
+        "light load: the same calls"
+    );
+    assert_eq!(c0.handled, c1.handled);
+    let server = costly
+        .capture
+        .iter()
+        .find(|c| c.bytes.starts_with(b"INVITE "))
+        .map(|c| c.to)
+        .expect("an INVITE to the server");
+    let sent = costly.capture.iter().filter(|c| c.from == server).count() as u64;
+    assert!(sent > c1.handled / 2, "{sent} datagrams sent");
+    assert_eq!(
+        c1.busy_ns - c0.busy_ns,
+        c1.handled * 7_000 + sent * 11_000,
+        "7 µs per datagram read, 11 µs per datagram sent"
+    );
+}
+
+/// One proxy at a tenth of its capacity: no queue, no retransmission.
+const SCENARIO_LIGHT: &str = r#"
+name = "light"
+seed = 9
+duration_s = 3
+drain_s = 2
+settle_s = 0
+
+[[servers]]
+name = "proxy"
+local = "none"
+service_us = 200
+
+[[uas]]
+name = "uas"
+
+[[uac]]
+name = "uac"
+target = "proxy"
+steps = [{ at_s = 0, rate_cps = 80 }]
+
+[[routes]]
+server = "proxy"
+to = "uas"
+"#;

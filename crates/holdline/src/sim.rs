@@ -9,7 +9,9 @@ use std::time::Instant as StdInstant;
 use anyhow::Context as _;
 use clap::Subcommand;
 use holdline_lab::plot::{Series, chart};
-use holdline_sim::{Results, RunOutput, Scenario, World, series_csv};
+use holdline_sim::{
+    Results, RunOutput, Scenario, World, agents_csv, pcap, pdd_cdf_csv, series_csv,
+};
 
 /// `holdline sim`.
 #[derive(Debug, clap::Args)]
@@ -135,6 +137,12 @@ struct RunArgs {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Write every datagram of run 0 to this libpcap file (simulated time, IP/UDP headers
+    /// made up from the scenario's addresses): read it as a capture of the real lab
+    /// (`dumpcap -i lo`) is read, e.g. with tshark. Every node's sends, before links and
+    /// receive queues drop anything. Not with sweeps.
+    #[arg(long)]
+    pcap: Option<PathBuf>,
     /// Sweep: run the scenario with every server's `local` set to each of these
     /// (comma-separated), ...
     #[arg(long, value_delimiter = ',')]
@@ -219,7 +227,8 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
                         if r >= runs {
                             return Ok(mine);
                         }
-                        mine.push((r, one_run(&sc, r, runs, total_s, quiet)?));
+                        let capture = r == 0 && a.pcap.is_some();
+                        mine.push((r, one_run(&sc, r, runs, total_s, quiet, capture)?));
                     }
                 })
             })
@@ -234,10 +243,18 @@ fn run(a: &RunArgs) -> anyhow::Result<()> {
         Ok(all)
     })?;
     outputs.sort_by_key(|(r, _)| *r);
-    let outputs: Vec<RunOutput> = outputs.into_iter().map(|(_, o)| o).collect();
+    let mut outputs: Vec<RunOutput> = outputs.into_iter().map(|(_, o)| o).collect();
     let results = Results::from_runs(&sc, &outputs);
     write(&a.out.join("results.json"), &results.to_json())?;
     write(&a.out.join("timeseries.csv"), &series_csv(&outputs))?;
+    write(&a.out.join("agents.csv"), &agents_csv(&outputs))?;
+    write(&a.out.join("pdd_cdf.csv"), &pdd_cdf_csv(&outputs))?;
+    if let (Some(path), Some(first)) = (a.pcap.as_ref(), outputs.first_mut()) {
+        std::fs::write(path, pcap(&first.capture))
+            .with_context(|| format!("writing {}", path.display()))?;
+        // The capture is written; the rest of the outputs do not need it.
+        first.capture = Vec::new();
+    }
     write(&a.out.join("points.csv"), &points_csv(&results))?;
     if let Err(e) = plot(&a.out, &sc, &outputs) {
         eprintln!("holdline sim: no plot: {e}");
@@ -278,9 +295,13 @@ fn one_run(
     runs: u64,
     total_s: u64,
     quiet: bool,
+    capture: bool,
 ) -> anyhow::Result<RunOutput> {
     let t0 = StdInstant::now();
-    let world = World::new(sc, r)?;
+    let mut world = World::new(sc, r)?;
+    if capture {
+        world = world.capture();
+    }
     let out = world.run(|t| {
         if !quiet && t % 10 == 0 {
             eprintln!("run {}/{runs}: {t}/{total_s} s simulated", r + 1);
@@ -669,6 +690,9 @@ struct Task {
     load_factor: f64,
     rate: f64,
     service_us: Option<f64>,
+    /// The real point's PDD median (the lab's points; `None` on the extra curve points):
+    /// the model's share of calls answered by then is reported beside its own median.
+    real_pdd_p50: Option<f64>,
 }
 
 /// The scenario of one point: the lab's servers with `mechanism` (at the measured server:
@@ -771,10 +795,37 @@ struct SimPoint {
     throughput: holdline_sim::Estimate,
     pdd_p50: holdline_sim::Estimate,
     pdd_mean: holdline_sim::Estimate,
+    /// The share of the model's answered calls whose PDD is at most the real median (mean
+    /// over the runs): 0.5 when the distributions agree there. Where the PDD distribution
+    /// has a plateau around its median (calls answered on the steps of the retransmission
+    /// schedule) the median jumps across it while this share moves a little.
+    pdd_share_at_real_p50: Option<holdline_sim::Estimate>,
     /// What the measured server read, by kind (mean over the runs).
     received: Option<Kinds>,
     /// INVITE and 200 OK retransmissions by the user agents (mean over the runs).
     retransmitted: Option<[f64; 2]>,
+}
+
+/// The share of the answered calls of `steps` (weighted by their offered calls) whose PDD
+/// is at most `ms`.
+fn weighted_share(steps: &[holdline_sim::world::StepOutcome], ms: f64) -> f64 {
+    let calls: f64 = steps.iter().map(|s| s.offered_cps).sum();
+    if calls <= 0.0 {
+        return 0.0;
+    }
+    steps
+        .iter()
+        .map(|s| {
+            let share = s
+                .pdd_cdf
+                .iter()
+                .take_while(|(v, _)| *v <= ms)
+                .last()
+                .map_or(0.0, |(_, f)| *f);
+            share * s.offered_cps
+        })
+        .sum::<f64>()
+        / calls
 }
 
 /// What one simulated run of a task measured.
@@ -785,6 +836,8 @@ struct RunFigures {
     throughput: f64,
     pdd_p50: f64,
     pdd_mean: f64,
+    /// The model's share of answered calls with a PDD at most the real median.
+    pdd_share: Option<f64>,
     /// What the measured server read (udp-overload's server, feedback's `re`).
     received: Option<Kinds>,
     /// INVITE and 200 OK retransmissions by the user agents.
@@ -837,12 +890,17 @@ fn simulate(
                             LabKind::UdpOverload => out.servers.first(),
                             LabKind::Feedback => out.servers.iter().find(|(n, _)| n == "re"),
                         };
+                        // The share at the real median, the UACs weighted as for the median.
+                        let pdd_share = tasks[i]
+                            .real_pdd_p50
+                            .map(|ms| weighted_share(&out.steps, ms));
                         mine.push(RunFigures {
                             task: i,
                             run: r,
                             throughput: thr,
                             pdd_p50: pdd,
                             pdd_mean: mean,
+                            pdd_share,
                             received: measured.map(|(_, c)| kinds_of_counters(c)),
                             retransmitted: [
                                 out.retransmitted.invite as f64,
@@ -877,6 +935,10 @@ fn simulate(
                 throughput: of(|x| x.throughput),
                 pdd_p50: of(|x| x.pdd_p50),
                 pdd_mean: of(|x| x.pdd_mean),
+                pdd_share_at_real_p50: {
+                    let shares: Vec<f64> = mine.iter().filter_map(|x| x.pdd_share).collect();
+                    (!shares.is_empty()).then(|| holdline_sim::Estimate::of(&shares))
+                },
                 received: per_column(
                     &mine.iter().filter_map(|x| x.received).collect::<Vec<_>>(),
                     mean_of,
@@ -924,6 +986,7 @@ fn calibrate(
             load_factor: p.load_factor,
             rate: p.rate,
             service_us: p.service_us,
+            real_pdd_p50: (p.pdd_p50 > 0.0).then_some(p.pdd_p50),
         })
         .collect();
     if light.is_empty() {
@@ -999,6 +1062,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             load_factor: p.load_factor,
             rate: p.rate,
             service_us: p.service_us,
+            real_pdd_p50: (p.pdd_p50 > 0.0).then_some(p.pdd_p50),
         })
         .collect();
     let mut curves: Vec<(String, u32)> = Vec::new();
@@ -1025,6 +1089,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
                     load_factor: lf,
                     rate: (capacity * lf).round(),
                     service_us,
+                    real_pdd_p50: None,
                 });
             }
         }
@@ -1041,7 +1106,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
     let sim = simulate(&tasks, &base, kind, duration, a.runs.max(1), a.jobs)?;
     let rel = |s: f64, r: f64| if r > 0.0 { (s - r) / r } else { 0.0 };
     let mut csv = String::from(
-        "mechanism,ses,load_factor,rate_cps,service_us,real_runs,real_throughput_cps,real_throughput_min,real_throughput_max,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,real_pdd_p50_min,real_pdd_p50_max,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,real_pdd_mean_ms,sim_pdd_mean_ms,pdd_mean_error,throughput_ok,pdd_ok,within_real_range",
+        "mechanism,ses,load_factor,rate_cps,service_us,real_runs,real_throughput_cps,real_throughput_min,real_throughput_max,sim_throughput_cps,sim_throughput_ci95,throughput_error,real_pdd_p50_ms,real_pdd_p50_min,real_pdd_p50_max,sim_pdd_p50_ms,sim_pdd_p50_ci95,pdd_p50_error,real_pdd_mean_ms,sim_pdd_mean_ms,pdd_mean_error,throughput_ok,pdd_ok,within_real_range,sim_pdd_share_at_real_p50",
     );
     // What the measured server read, by kind, real (median of the runs) beside simulated
     // (mean of the runs): where a throughput differs, which messages made the difference.
@@ -1079,6 +1144,8 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
                 .collect()
         }
         let kinds = pairs(r.received, s.received) + &pairs(r.retransmitted, s.retransmitted);
+        let share = s.pdd_share_at_real_p50.as_ref().map(|e| e.mean);
+        let share_cell = share.map_or_else(String::new, |x| format!("{x:.3}"));
         let named = |names: &[&str], v: Option<&[f64]>| {
             v.map(|v| {
                 names
@@ -1089,7 +1156,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             })
         };
         csv.push_str(&format!(
-            "{},{},{},{},{cost},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{real_mean},{:.1},{mean_err},{tok},{pok},{in_range}{kinds}\n",
+            "{},{},{},{},{cost},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{:.1},{:.1},{:.1},{:.1},{:.1},{:+.3},{real_mean},{:.1},{mean_err},{tok},{pok},{in_range},{share_cell}{kinds}\n",
             r.mechanism,
             r.ses,
             r.load_factor,
@@ -1127,13 +1194,17 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
             match (tok && pok, in_range) {
                 (true, _) => String::new(),
                 (false, _) if !pok && mean_error.is_some() => format!(
-                    "  <- outside{} (PDD mean real {real_mean} sim {:.1} ms, {mean_err})",
+                    "  <- outside{} (PDD mean real {real_mean} sim {:.1} ms, {mean_err}{})",
                     if in_range {
                         ", but within the real runs"
                     } else {
                         ""
                     },
-                    s.pdd_mean.mean
+                    s.pdd_mean.mean,
+                    share.map_or_else(String::new, |x| format!(
+                        "; the model answers {:.0}% of its calls by the real median",
+                        x * 100.0
+                    ))
                 ),
                 (false, true) => format!(
                     "  <- outside, but within the {} real runs ({:.0}-{:.0}/s, {:.1}-{:.1} ms)",
@@ -1153,6 +1224,7 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
                 "throughput_range": [r.throughput_range.0, r.throughput_range.1],
                 "pdd_p50_range": [r.pdd_range.0, r.pdd_range.1]},
             "within_real_range": in_range,
+            "sim_pdd_share_at_real_p50": share,
             "sim": {"throughput_cps": s.throughput, "pdd_p50_ms": s.pdd_p50},
             "throughput_error": te, "pdd_p50_error": pe,
             "pdd_mean": {"real": r.pdd_mean, "sim": s.pdd_mean, "error": mean_error},
@@ -1566,6 +1638,9 @@ fn dir_name(text: &str) -> String {
 /// points, `runs` runs each (the `--sweep` settings are applied to the scenario's text before
 /// it is checked, then `--local`/`--mechanism`, then `--scale`).
 fn sweep(a: &RunArgs, file: &str, text: &str) -> anyhow::Result<()> {
+    if a.pcap.is_some() {
+        anyhow::bail!("--pcap captures run 0 of a plain run; it does not go with a sweep");
+    }
     let started = StdInstant::now();
     let sweeps: Vec<holdline_sim::Sweep> = a
         .sweep
@@ -1853,6 +1928,7 @@ mod tests {
             load_factor: 1.0,
             rate,
             service_us,
+            real_pdd_p50: None,
         }
     }
 

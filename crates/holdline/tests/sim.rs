@@ -86,7 +86,13 @@ fn sim_run_writes_identical_results_for_one_seed() {
         file,
         &[],
         "out",
-        &["results.json", "timeseries.csv", "points.csv"],
+        &[
+            "results.json",
+            "timeseries.csv",
+            "points.csv",
+            "agents.csv",
+            "pdd_cdf.csv",
+        ],
     );
     let v: serde_json::Value =
         serde_json::from_slice(&read(&outs[0].join("results.json"))).expect("json");
@@ -100,6 +106,70 @@ fn sim_run_writes_identical_results_for_one_seed() {
     let csv = String::from_utf8(read(&outs[0].join("timeseries.csv"))).expect("utf-8");
     assert!(csv.starts_with("run,t_s,server,offered,goodput,"));
     assert!(csv.lines().count() > 10);
+}
+
+/// `--pcap` writes every datagram of run 0 (as many records as the run sent messages);
+/// the callers' and callees' per-second rows and the PDD distribution are written too; a
+/// sweep refuses `--pcap`.
+#[test]
+fn sim_run_writes_a_capture_of_run_0() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("s.toml");
+    std::fs::write(&file, SCENARIO).expect("write scenario");
+    let (file, out, cap) = (
+        file.to_str().expect("utf-8"),
+        dir.path().join("out"),
+        dir.path().join("run0.pcap"),
+    );
+    let o = sim(&[
+        "run",
+        file,
+        "--quiet",
+        "--runs",
+        "1",
+        "--pcap",
+        cap.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&read(&out.join("results.json"))).expect("json");
+    let messages = v["messages_per_run"].as_f64().expect("messages");
+    let pcap = read(&cap);
+    assert_eq!(&pcap[..4], &0xa1b2_3c4d_u32.to_le_bytes());
+    let (mut at, mut records) = (24usize, 0u64);
+    while at + 16 <= pcap.len() {
+        let len = u32::from_le_bytes(pcap[at + 8..at + 12].try_into().expect("4 bytes"));
+        at += 16 + len as usize;
+        records += 1;
+    }
+    assert_eq!(at, pcap.len());
+    assert_eq!(records as f64, messages);
+    let agents = String::from_utf8(read(&out.join("agents.csv"))).expect("utf-8");
+    assert!(agents.starts_with("run,agent,t_s,active,"));
+    assert!(agents.lines().any(|l| l.starts_with("0,uas,")));
+    let cdf = String::from_utf8(read(&out.join("pdd_cdf.csv"))).expect("utf-8");
+    let last: f64 = cdf
+        .lines()
+        .rfind(|l| l.starts_with("0,uac,0,"))
+        .and_then(|l| l.rsplit(',').next())
+        .and_then(|x| x.parse().ok())
+        .expect("a CDF row");
+    assert!((last - 1.0).abs() < 1e-9, "a CDF ends at 1");
+    let o = sim(&[
+        "run",
+        file,
+        "--quiet",
+        "--scale",
+        "1,2",
+        "--pcap",
+        cap.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--pcap"));
 }
 
 #[test]
