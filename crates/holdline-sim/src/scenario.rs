@@ -422,6 +422,12 @@ pub struct ServerSpec {
     /// Charged to the message whose handling queued the datagram. Default 0.
     #[serde(default)]
     pub send_us: f64,
+    /// CPU per destination of a send batch, microseconds: the first datagram of a batch
+    /// to a node (a `sendmmsg` between two reads or flushes) wakes the process waiting on
+    /// its socket, which the sender's CPU does on loopback; the more peers, the more
+    /// wake-ups. Charged to the message whose handling queued that datagram. Default 0.
+    #[serde(default)]
+    pub wake_us: f64,
     /// Receive queue bound, messages (the socket's receive buffer). Default 256.
     #[serde(default = "queue_default")]
     pub queue: usize,
@@ -1341,7 +1347,11 @@ impl Scenario {
                     "service times must be 0 to 1000000 µs",
                 );
             }
-            for (key, v) in [("recv_us", s.recv_us), ("send_us", s.send_us)] {
+            for (key, v) in [
+                ("recv_us", s.recv_us),
+                ("send_us", s.send_us),
+                ("wake_us", s.wake_us),
+            ] {
                 if !us(v) {
                     return bad(
                         format!("servers[{i}].{key}"),
@@ -1902,7 +1912,7 @@ to = "uas"
         let text = GOOD.replace("target = \"proxy\"", "target = \"nowhere\"");
         let e = Scenario::from_toml("s.toml", &text).expect_err("unknown node");
         assert_eq!((e.line, e.key.as_str()), (15, "uac[0].target"));
-        for key in ["recv_us", "send_us"] {
+        for key in ["recv_us", "send_us", "wake_us"] {
             let text = GOOD.replace("local = \"occ\"", &format!("local = \"occ\"\n{key} = -1"));
             let e = Scenario::from_toml("s.toml", &text).expect_err("negative cost");
             assert_eq!(e.key, format!("servers[0].{key}"));

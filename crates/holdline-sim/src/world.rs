@@ -183,6 +183,14 @@ pub struct ServerCounters {
     pub main_wait_ns: u64,
     /// The same for the INVITE queue (`holdline_invite_queue_delay_seconds_sum`).
     pub invite_wait_ns: u64,
+    /// Datagrams it sent.
+    pub sent: u64,
+    /// Sends that were the first of their batch to their destination (`wake_us` each).
+    pub wakes: u64,
+    /// Its loop's CPU outside the handling (`recv_us`, `send_us`, `wake_us`), nanoseconds:
+    /// the real server's `holdline_loop_busy_seconds_sum` minus its
+    /// `holdline_processing_seconds_sum`.
+    pub loop_cost_ns: u64,
     /// What the endpoint received, as the real server exports it
     /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
     /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
@@ -332,6 +340,8 @@ struct Server {
     /// (`recv_us`, `send_us`).
     recv_cost: Duration,
     send_cost: Duration,
+    /// CPU per destination of a send batch (`wake_us`).
+    wake_cost: Duration,
     batch: usize,
     read_batches: usize,
     /// The iteration in progress: its start (the time the endpoint is given, as the
@@ -1133,11 +1143,21 @@ impl Server {
         let before = sends.len();
         self.drain(t0, &mut sends);
         let sent = sends.len().saturating_sub(before);
+        // A datagram to a destination no earlier datagram of this send batch goes to wakes
+        // that destination's process.
+        let wakes = (before..sends.len())
+            .filter(|&i| !sends[..i].iter().any(|o| o.1 == sends[i].1))
+            .count();
         self.sends = sends;
+        self.c.sent += sent as u64;
+        self.c.wakes += wakes as u64;
         // The system calls' share: busy time of the loop, not of the handling (the worker's
         // `holdline_processing_seconds` leaves it out; its loop's busy time does not).
-        let calls = self.recv_cost + self.send_cost * u32::try_from(sent).unwrap_or(u32::MAX);
-        self.c.busy_ns += u64::try_from(calls.as_nanos()).unwrap_or(u64::MAX);
+        let n = |k: usize| u32::try_from(k).unwrap_or(u32::MAX);
+        let calls = self.recv_cost + self.send_cost * n(sent) + self.wake_cost * n(wakes);
+        let calls_ns = u64::try_from(calls.as_nanos()).unwrap_or(u64::MAX);
+        self.c.busy_ns += calls_ns;
+        self.c.loop_cost_ns += calls_ns;
         cost + calls
     }
 
@@ -2066,6 +2086,7 @@ impl World {
                 reject_cost: us(s.reject_us),
                 recv_cost: us(s.recv_us),
                 send_cost: us(s.send_us),
+                wake_cost: us(s.wake_us),
                 batch: s.batch,
                 read_batches: s.read_batches,
                 iter: None,

@@ -984,16 +984,16 @@ fn a_captured_run_is_every_datagram_sent_and_reads_back_as_a_capture() {
     assert!(uac.1.windows(2).all(|w| w[0].t_ms < w[1].t_ms));
 }
 
-/// `recv_us` and `send_us` charge a server's loop for each datagram it reads and sends,
-/// besides the handling: its busy time grows by exactly that much, counted from a capture
-/// of what it sent, and the calls are the same at a light load.
+/// `recv_us`, `send_us` and `wake_us` charge a server's loop for each datagram it reads and
+/// sends and for each destination of a send batch, besides the handling: its busy time
+/// grows by exactly that much, counted from a capture of what it sent (a batch is what left
+/// at one instant), and the calls are the same at a light load.
 #[test]
 fn system_call_costs_add_to_the_busy_time_per_datagram() {
-    let with = |recv: f64, send: f64| {
-        let mut text = SCENARIO_LIGHT.to_owned();
-        text = text.replace(
+    let with = |recv: f64, send: f64, wake: f64| {
+        let text = SCENARIO_LIGHT.replace(
             "[[uas]]",
-            &format!("recv_us = {recv}\nsend_us = {send}\n\n[[uas]]"),
+            &format!("recv_us = {recv}\nsend_us = {send}\nwake_us = {wake}\n\n[[uas]]"),
         );
         let sc = Scenario::from_toml("costs.toml", &text).expect("valid scenario");
         holdline_sim::World::new(&sc, 0)
@@ -1001,8 +1001,8 @@ fn system_call_costs_add_to_the_busy_time_per_datagram() {
             .capture()
             .run(|_| {})
     };
-    let plain = with(0.0, 0.0);
-    let costly = with(7.0, 11.0);
+    let plain = with(0.0, 0.0, 0.0);
+    let costly = with(7.0, 11.0, 13.0);
     let c0 = &plain.servers[0].1;
     let c1 = &costly.servers[0].1;
     assert_eq!(
@@ -1016,13 +1016,21 @@ fn system_call_costs_add_to_the_busy_time_per_datagram() {
         .find(|c| c.bytes.starts_with(b"INVITE "))
         .map(|c| c.to)
         .expect("an INVITE to the server");
-    let sent = costly.capture.iter().filter(|c| c.from == server).count() as u64;
+    let mine: Vec<_> = costly.capture.iter().filter(|c| c.from == server).collect();
+    let sent = mine.len() as u64;
+    let mut batches: Vec<_> = mine.iter().map(|c| (c.at, c.to)).collect();
+    batches.sort();
+    batches.dedup();
+    let wakes = batches.len() as u64;
     assert!(sent > c1.handled / 2, "{sent} datagrams sent");
+    assert!(wakes > 0 && wakes <= sent);
+    assert_eq!((c1.sent, c1.wakes), (sent, wakes));
     assert_eq!(
         c1.busy_ns - c0.busy_ns,
-        c1.handled * 7_000 + sent * 11_000,
-        "7 µs per datagram read, 11 µs per datagram sent"
+        c1.handled * 7_000 + sent * 11_000 + wakes * 13_000,
+        "7 µs per datagram read, 11 per datagram sent, 13 per destination of a batch"
     );
+    assert_eq!(c1.loop_cost_ns, c1.busy_ns - c0.busy_ns);
 }
 
 /// One proxy at a tenth of its capacity: no queue, no retransmission.

@@ -455,10 +455,10 @@ struct RealPoint {
 /// `holdline_sip_responses_in_total{class}`, `holdline_udp_kernel_drops_total`, and the
 /// counts of `holdline_loop_busy_seconds`, `holdline_queue_delay_seconds` and
 /// `holdline_invite_queue_delay_seconds`; the simulator's `ServerCounters`.
-type Kinds = [f64; 10];
+type Kinds = [f64; 13];
 
 /// The columns of [`Kinds`].
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 13] = [
     "invites",
     "acks",
     "byes",
@@ -469,6 +469,9 @@ const KINDS: [&str; 10] = [
     "iterations",
     "main_reads",
     "invite_reads",
+    "sent",
+    "loop_cost_ms",
+    "wakes",
 ];
 
 /// The columns of a point's retransmission counts (`[INVITE, 200 OK]`).
@@ -501,6 +504,12 @@ fn kinds_of_metrics(text: &str) -> Kinds {
         holdline_lab::metric(text, "holdline_loop_busy_seconds_count"),
         holdline_lab::metric(text, "holdline_queue_delay_seconds_count"),
         holdline_lab::metric(text, "holdline_invite_queue_delay_seconds_count"),
+        holdline_lab::metric_where(text, "holdline_messages_out_total", &["transport=\"udp\""]),
+        (holdline_lab::metric(text, "holdline_loop_busy_seconds_sum")
+            - holdline_lab::metric(text, "holdline_processing_seconds_sum"))
+            * 1e3,
+        // Not counted by the server.
+        f64::NAN,
     ]
 }
 
@@ -518,6 +527,9 @@ fn kinds_of_counters(c: &holdline_sim::world::ServerCounters) -> Kinds {
         c.iterations,
         c.main_reads,
         c.invite_reads,
+        c.sent,
+        c.loop_cost_ns / 1_000_000,
+        c.wakes,
     ]
     .map(|n| n as f64)
 }
@@ -1137,7 +1149,8 @@ fn agree(a: &AgreeArgs) -> anyhow::Result<()> {
         // Real and simulated side by side, column by column (empty where a side has none).
         fn pairs<const N: usize>(real: Option<[f64; N]>, sim: Option<[f64; N]>) -> String {
             let cell = |v: Option<[f64; N]>, i: usize| {
-                v.map_or_else(String::new, |v| format!("{:.0}", v[i]))
+                v.filter(|v| v[i].is_finite())
+                    .map_or_else(String::new, |v| format!("{:.0}", v[i]))
             };
             (0..N)
                 .map(|i| format!(",{},{}", cell(real, i), cell(sim, i)))
@@ -2064,6 +2077,10 @@ mod tests {
                  holdline_udp_kernel_drops_total{{socket=\"invite\"}} 2\n\
                  holdline_loop_busy_seconds_bucket{{worker=\"0\",le=\"+Inf\"}} 600\n\
                  holdline_loop_busy_seconds_count{{worker=\"0\"}} 600\n\
+                 holdline_loop_busy_seconds_sum{{worker=\"0\"}} 1.25\n\
+                 holdline_processing_seconds_sum{{worker=\"0\"}} 1.0\n\
+                 holdline_messages_out_total{{worker=\"0\",transport=\"udp\"}} 77\n\
+                 holdline_messages_out_total{{worker=\"0\",transport=\"tcp\"}} 5\n\
                  holdline_queue_delay_seconds_count{{worker=\"0\"}} 994\n\
                  holdline_invite_queue_delay_seconds_sum{{worker=\"0\"}} 122.7\n\
                  holdline_invite_queue_delay_seconds_count{{worker=\"0\"}} 480\n"
@@ -2089,11 +2106,16 @@ mod tests {
         let k = pts[0].received.expect("kinds read");
         assert_eq!(pts[0].runs, 4);
         // invites, acks, byes, 1xx, 2xx, 3xx-6xx, drops; loop iterations, main and INVITE
-        // socket reads (histogram counts, not their buckets or sums).
+        // socket reads (histogram counts, not their buckets or sums); datagrams sent over UDP,
+        // the loop's busy time outside the handling (ms); wake-ups, which the server does not
+        // count.
         assert_eq!(
-            k,
-            [100.0, 20.0, 7.0, 0.0, 50.0, 3.0, 42.0, 600.0, 994.0, 480.0]
+            k[..12],
+            [
+                100.0, 20.0, 7.0, 0.0, 50.0, 3.0, 42.0, 600.0, 994.0, 480.0, 77.0, 250.0
+            ]
         );
+        assert!(k[12].is_nan());
         // Without the files, no kinds (and no error).
         std::fs::remove_dir_all(&runs).expect("rm");
         let (pts, _, _) = real_points(&path).expect("points");
