@@ -1,18 +1,9 @@
-import struct,sys,collections
-f=open(sys.argv[1],'rb'); hdr=f.read(24)
-magic,_,_,_,_,_,link=struct.unpack('<IHHiIII',hdr); nano = magic==0xa1b23c4d
-SRV=sys.argv[2]; UAS=sys.argv[3]; off=14 if link==1 else (0 if link==101 else 4)
+import sys,collections
+from capture import datagrams, header, first_line
+SRV=sys.argv[2]; UAS=sys.argv[3]
 C=collections.defaultdict(lambda:{'att':[],'fwd':[],'u200':[],'r200':None})
-while True:
-    h=f.read(16)
-    if len(h)<16: break
-    ts,tf,incl,orig=struct.unpack('<IIII',h); d=f.read(incl); t=ts+tf/(1e9 if nano else 1e6)
-    ip=d[off:]; ihl=(ip[0]&15)*4
-    spn,dpn=struct.unpack('>HH',ip[ihl:ihl+4])
-    sp='%d.%d.%d.%d:%d'%(*ip[12:16],spn); dp='%d.%d.%d.%d:%d'%(*ip[16:20],dpn)
-    p=ip[ihl+8:]; first=p[:p.find(b'\r\n')]
-    i=p.find(b'\r\nCall-ID:'); j=p.find(b'\r\n',i+2); cid=p[i+2:j]
-    k=p.find(b'\r\nCSeq:'); l=p.find(b'\r\n',k+2); m=p[k+2:l].split()[-1]
+for t,sp,dp,p in datagrams(sys.argv[1]):
+    first=first_line(p); cid=header(p,b'Call-ID'); m=(header(p,b'CSeq').split() or [b''])[-1]
     c=C[cid]
     if first.startswith(b'INVITE'):
         if dp==SRV: c['att'].append(t)

@@ -1,29 +1,12 @@
-import struct,sys,collections
-f=open(sys.argv[1],'rb'); hdr=f.read(24)
-magic,_,_,_,_,_,link=struct.unpack('<IHHiIII',hdr)
-nano = magic==0xa1b23c4d
+import sys,collections
+from capture import datagrams, header, first_line
 SRV=sys.argv[2] if len(sys.argv)>2 else '127.0.0.1:23183'; UAS=sys.argv[3] if len(sys.argv)>3 else '127.0.0.1:23136'
 calls=collections.defaultdict(lambda: {'att':[], 'fwd':None, 'r200':None, 'r200_uas':None,'t100':None})
-t0=None
-while True:
-    h=f.read(16)
-    if len(h)<16: break
-    ts,tf,incl,orig=struct.unpack('<IIII',h)
-    d=f.read(incl)
-    t=ts+tf/(1e9 if nano else 1e6)
-    if t0 is None: t0=t
-    off=14 if link==1 else (4 if link==0 else (0 if link==101 else 16))
-    ip=d[off:]
-    ihl=(ip[0]&15)*4
-    spn,dpn=struct.unpack('>HH',ip[ihl:ihl+4])
-    sp='%d.%d.%d.%d:%d'%(*ip[12:16],spn); dp='%d.%d.%d.%d:%d'%(*ip[16:20],dpn)
-    p=ip[ihl+8:]
-    nl=p.find(b'\r\n'); first=p[:nl]
-    i=p.find(b'\r\nCall-ID:'); 
-    if i<0: i=p.find(b'\r\ni:')
-    if i<0: continue
-    j=p.find(b'\r\n',i+2); cid=p[i+2:j].split(b':',1)[1].strip()
-    k=p.find(b'\r\nCSeq:'); l=p.find(b'\r\n',k+2); cseqm=p[k+2:l].split()[-1]
+for t,sp,dp,p in datagrams(sys.argv[1]):
+    first=first_line(p); cid=header(p,b'Call-ID')
+    if not cid: continue
+    cseqm=header(p,b'CSeq').split()[-1:]
+    cseqm=cseqm[0] if cseqm else b''
     c=calls[cid]
     if dp==SRV and first.startswith(b'INVITE'):
         c['att'].append(t)

@@ -1,20 +1,11 @@
-import struct,sys,collections,bisect
-f=open(sys.argv[1],'rb'); hdr=f.read(24)
-magic,_,_,_,_,_,link=struct.unpack('<IHHiIII',hdr); nano = magic==0xa1b23c4d
+import sys,collections,bisect
+from capture import datagrams, header
 SRV=sys.argv[2]; UAS=sys.argv[3]
-off=14 if link==1 else (0 if link==101 else 4)
 srv_sends=[]; inv=collections.defaultdict(list); fwd={}
-while True:
-    h=f.read(16)
-    if len(h)<16: break
-    ts,tf,incl,orig=struct.unpack('<IIII',h); d=f.read(incl); t=ts+tf/(1e9 if nano else 1e6)
-    ip=d[off:]; ihl=(ip[0]&15)*4
-    spn,dpn=struct.unpack('>HH',ip[ihl:ihl+4])
-    sp='%d.%d.%d.%d:%d'%(*ip[12:16],spn); dp='%d.%d.%d.%d:%d'%(*ip[16:20],dpn)
-    p=ip[ihl+8:]
+for t,sp,dp,p in datagrams(sys.argv[1]):
     if sp==SRV: srv_sends.append(t)
     if not p.startswith(b'INVITE'): continue
-    i=p.find(b'\r\nCall-ID:'); j=p.find(b'\r\n',i+2); cid=p[i+2:j]
+    cid=header(p,b'Call-ID')
     if dp==SRV: inv[cid].append(t)
     elif sp==SRV and cid not in fwd: fwd[cid]=t
 bins=collections.defaultdict(lambda:[0,0])
