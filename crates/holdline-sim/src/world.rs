@@ -2401,12 +2401,12 @@ impl World {
     fn flush(&mut self, from: usize) {
         let n = self.names.len();
         let mut out = std::mem::take(&mut self.out);
-        for (_src, dst, bytes) in out.drain(..) {
+        for (src, dst, bytes) in out.drain(..) {
             self.messages += 1;
             if let Some(c) = self.capture.as_mut() {
                 c.push(Captured {
                     at: self.now,
-                    from: _src,
+                    from: src,
                     to: dst,
                     bytes: bytes.clone(),
                 });
@@ -2467,7 +2467,7 @@ impl World {
                             Ev::Arrive {
                                 to,
                                 sub,
-                                from: _src,
+                                from: src,
                                 bytes: bytes.clone(),
                             },
                         );
@@ -2477,7 +2477,7 @@ impl World {
                         Ev::Arrive {
                             to,
                             sub,
-                            from: _src,
+                            from: src,
                             bytes,
                         },
                     );

@@ -505,9 +505,15 @@ fn kinds_of_metrics(text: &str) -> Kinds {
         holdline_lab::metric(text, "holdline_queue_delay_seconds_count"),
         holdline_lab::metric(text, "holdline_invite_queue_delay_seconds_count"),
         holdline_lab::metric_where(text, "holdline_messages_out_total", &["transport=\"udp\""]),
-        (holdline_lab::metric(text, "holdline_loop_busy_seconds_sum")
-            - holdline_lab::metric(text, "holdline_processing_seconds_sum"))
-            * 1e3,
+        // Without the handling histogram (older files) the difference would be the whole
+        // busy time: none then.
+        if text.contains("holdline_processing_seconds_sum") {
+            (holdline_lab::metric(text, "holdline_loop_busy_seconds_sum")
+                - holdline_lab::metric(text, "holdline_processing_seconds_sum"))
+                * 1e3
+        } else {
+            f64::NAN
+        },
         // Not counted by the server.
         f64::NAN,
     ]
@@ -2116,6 +2122,9 @@ mod tests {
             ]
         );
         assert!(k[12].is_nan());
+        // A file without the handling histogram has no loop cost (not its whole busy time).
+        let old = super::kinds_of_metrics("holdline_loop_busy_seconds_sum{worker=\"0\"} 2\n");
+        assert!(old[11].is_nan());
         // Without the files, no kinds (and no error).
         std::fs::remove_dir_all(&runs).expect("rm");
         let (pts, _, _) = real_points(&path).expect("points");
