@@ -191,6 +191,11 @@ pub struct ServerCounters {
     /// the real server's `holdline_loop_busy_seconds_sum` minus its
     /// `holdline_processing_seconds_sum`.
     pub loop_cost_ns: u64,
+    /// The time its rejection budget counted as spent on rejections, nanoseconds (handling
+    /// of rejected messages and their share of the loop's costs): the real server's
+    /// `holdline_overload_rejection_seconds_total`. Local control reads the occupancy with
+    /// this time left out, so it sets how fast OCC cuts while the server rejects.
+    pub rejection_ns: u64,
     /// What the endpoint received, as the real server exports it
     /// (`holdline_sip_requests_in_total{method}`, `holdline_sip_responses_in_total{class}`):
     /// INVITEs (retransmissions included), ACKs, BYEs, 1xx and 2xx responses.
@@ -1182,7 +1187,7 @@ impl Server {
         self.datagram_mark = self.datagrams;
         match self.budget.as_mut() {
             Some(b) => {
-                b.account(
+                let split = b.account(
                     t,
                     Work {
                         busy,
@@ -1191,8 +1196,10 @@ impl Server {
                         datagrams,
                         rejected_messages,
                     },
-                )
-                .other
+                );
+                let ns = u64::try_from(split.rejecting.as_nanos()).unwrap_or(u64::MAX);
+                self.c.rejection_ns = self.c.rejection_ns.saturating_add(ns);
+                split.other
             }
             None => busy,
         }

@@ -1058,3 +1058,41 @@ steps = [{ at_s = 0, rate_cps = 80 }]
 server = "proxy"
 to = "uas"
 "#;
+
+/// The time a server's rejection budget counts as rejecting (`ServerCounters::rejection_ns`,
+/// the real `holdline_overload_rejection_seconds_total`) is the handling of its rejected
+/// messages plus their share of the loop's costs: at least `reject_us` per rejected INVITE,
+/// at most that per rejected INVITE and per absorbed ACK plus every loop cost; it grows with
+/// `reject_us`; a server that rejects nothing counts nothing.
+#[test]
+fn the_rejection_budget_counts_the_handling_of_rejections_and_their_share_of_the_loop() {
+    let run = |local: &str, reject_us: f64| {
+        let mut sc = scenario(local, 3, 6.0, 1.0);
+        sc.servers[0].reject_us = reject_us;
+        sc.servers[0].recv_us = 2.0;
+        sc.servers[0].send_us = 5.0;
+        let out = holdline_sim::World::new(&sc, 0).expect("world").run(|_| {});
+        out.servers[0].1
+    };
+    let cheap = run("occ", 3.0);
+    let dear = run("occ", 12.0);
+    assert!(cheap.rejected > 1_000, "{} rejected", cheap.rejected);
+    for (c, us) in [(&cheap, 3_000), (&dear, 12_000)] {
+        assert!(
+            c.rejection_ns >= c.rejected * us,
+            "{} ns for {} rejections of {us} ns",
+            c.rejection_ns,
+            c.rejected
+        );
+        assert!(
+            c.rejection_ns <= 2 * c.rejected * us + c.loop_cost_ns,
+            "{} ns for {} rejections of {us} ns, loop {} ns",
+            c.rejection_ns,
+            c.rejected,
+            c.loop_cost_ns
+        );
+    }
+    assert!(dear.rejection_ns > cheap.rejection_ns);
+    let none = run("none", 3.0);
+    assert_eq!((none.rejected, none.rejection_ns), (0, 0));
+}

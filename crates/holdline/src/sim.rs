@@ -454,11 +454,12 @@ struct RealPoint {
 /// in the order of [`KINDS`]: the real server's `holdline_sip_requests_in_total{method}`,
 /// `holdline_sip_responses_in_total{class}`, `holdline_udp_kernel_drops_total`, and the
 /// counts of `holdline_loop_busy_seconds`, `holdline_queue_delay_seconds` and
-/// `holdline_invite_queue_delay_seconds`; the simulator's `ServerCounters`.
-type Kinds = [f64; 13];
+/// `holdline_invite_queue_delay_seconds`, the time its rejection budget counted as spent on
+/// rejections (`holdline_overload_rejection_seconds_total`); the simulator's `ServerCounters`.
+type Kinds = [f64; 14];
 
 /// The columns of [`Kinds`].
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 14] = [
     "invites",
     "acks",
     "byes",
@@ -472,6 +473,7 @@ const KINDS: [&str; 13] = [
     "sent",
     "loop_cost_ms",
     "wakes",
+    "rejection_ms",
 ];
 
 /// The columns of a point's retransmission counts (`[INVITE, 200 OK]`).
@@ -516,6 +518,7 @@ fn kinds_of_metrics(text: &str) -> Kinds {
         },
         // Not counted by the server.
         f64::NAN,
+        holdline_lab::metric(text, "holdline_overload_rejection_seconds_total") * 1e3,
     ]
 }
 
@@ -536,6 +539,7 @@ fn kinds_of_counters(c: &holdline_sim::world::ServerCounters) -> Kinds {
         c.sent,
         c.loop_cost_ns / 1_000_000,
         c.wakes,
+        c.rejection_ns / 1_000_000,
     ]
     .map(|n| n as f64)
 }
@@ -2089,7 +2093,9 @@ mod tests {
                  holdline_messages_out_total{{worker=\"0\",transport=\"tcp\"}} 5\n\
                  holdline_queue_delay_seconds_count{{worker=\"0\"}} 994\n\
                  holdline_invite_queue_delay_seconds_sum{{worker=\"0\"}} 122.7\n\
-                 holdline_invite_queue_delay_seconds_count{{worker=\"0\"}} 480\n"
+                 holdline_invite_queue_delay_seconds_count{{worker=\"0\"}} 480\n\
+                 holdline_overload_rejection_seconds_total{{worker=\"0\"}} 0.2125\n\
+                 holdline_overload_rejection_seconds_total{{worker=\"1\"}} 0.0005\n"
             )
         };
         std::fs::write(runs.join("none-2x-serve.metrics"), metrics(9)).expect("write");
@@ -2114,7 +2120,7 @@ mod tests {
         // invites, acks, byes, 1xx, 2xx, 3xx-6xx, drops; loop iterations, main and INVITE
         // socket reads (histogram counts, not their buckets or sums); datagrams sent over UDP,
         // the loop's busy time outside the handling (ms); wake-ups, which the server does not
-        // count.
+        // count; the time its rejection budget counted as rejecting (ms, every worker).
         assert_eq!(
             k[..12],
             [
@@ -2122,6 +2128,7 @@ mod tests {
             ]
         );
         assert!(k[12].is_nan());
+        assert!((k[13] - 213.0).abs() < 1e-9, "{}", k[13]);
         // A file without the handling histogram has no loop cost (not its whole busy time).
         let old = super::kinds_of_metrics("holdline_loop_busy_seconds_sum{worker=\"0\"} 2\n");
         assert!(old[11].is_nan());
